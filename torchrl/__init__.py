@@ -1,0 +1,24 @@
+"""torchrl: a modular, TensorDict-centric reinforcement-learning library for PyTorch.
+
+Importing ``torchrl`` is cheap: subpackages (``torchrl.envs``, ``torchrl.data``, ...) load on first
+access, and optional dependencies (gymnasium, dm_control, ...) load only when a wrapper needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_SUBPACKAGES = ("collectors", "data", "envs", "modules", "objectives", "trainers")
+
+__all__ = ["__version__", *_SUBPACKAGES]
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562 module attribute: lets ``torchrl.envs`` work after a bare ``import torchrl``
+    # without paying for every subpackage at import time.
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'torchrl' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""Data: tensor specs, replay buffers, and offline datasets."""

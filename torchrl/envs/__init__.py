@@ -1,0 +1,1 @@
+"""Environments: the ``EnvBase`` contract, utilities, wrappers and custom envs."""

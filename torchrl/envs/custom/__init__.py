@@ -1,0 +1,1 @@
+"""Pure-torch environments shipped with torchrl."""

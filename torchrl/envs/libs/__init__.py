@@ -1,0 +1,1 @@
+"""Wrappers for external simulators; each imports its library lazily."""
