@@ -7,6 +7,7 @@ import pytest
 
 _SIDE_EFFECTS_PROBE = """
 import multiprocessing, sys, warnings
+import torch, tensordict  # they may touch warning filters themselves: not ours to judge
 filters_before = list(warnings.filters)
 import torchrl, torchrl.envs, torchrl.data
 assert multiprocessing.get_start_method(allow_none=True) is None, "start method was set"
