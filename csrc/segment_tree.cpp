@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -47,8 +48,7 @@ IndexArray check_indices(const py::object& obj, int64_t capacity) {
   if (arr.size() > 0 && kind != 'i' && kind != 'u') {
     throw py::type_error("indices must be integers, got dtype " + dtype_str(arr));
   }
-  IndexArray idx = IndexArray::ensure(arr);
-  if (!idx) throw py::error_already_set();
+  IndexArray idx(arr);  // throws the numpy error if the cast fails
   const int64_t* p = idx.data();
   for (py::ssize_t i = 0; i < idx.size(); ++i) {
     if (p[i] < 0 || p[i] >= capacity) {
@@ -67,9 +67,7 @@ py::array_t<T, py::array::c_style | py::array::forcecast> as_values(const py::ob
   if (arr.size() > 0 && kind != 'f' && kind != 'i' && kind != 'u') {
     throw py::type_error(std::string(what) + " must be real numbers, got dtype " + dtype_str(arr));
   }
-  auto out = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(arr);
-  if (!out) throw py::error_already_set();
-  return out;
+  return py::array_t<T, py::array::c_style | py::array::forcecast>(arr);
 }
 
 // Sum trees take finite non-negative values; min trees take anything but NaN (+inf is "empty").
@@ -128,8 +126,9 @@ void bind_tree(py::module_& m, const char* name, const char* doc) {
             const int64_t* pi = idx.data();
             const T* pv = val.data();
             py::gil_scoped_release nogil;
+            std::vector<int64_t> scratch(static_cast<size_t>(n));
             std::lock_guard<std::mutex> lock(self.mutex());
-            self.update(pi, pv, n, broadcast);
+            self.update(pi, pv, n, broadcast, scratch.data());
           },
           py::arg("indices"), py::arg("values"),
           "Sets values[indices[i]] = values[i] (a scalar is broadcast); the last write wins.")
@@ -233,8 +232,7 @@ void bind_tree(py::module_& m, const char* name, const char* doc) {
           if (arr.size() > 0 && kind != 'f' && kind != 'i' && kind != 'u') {
             throw py::type_error("prefix_sums must be real numbers, got dtype " + dtype_str(arr));
           }
-          DoubleArray v = DoubleArray::ensure(arr);
-          if (!v) throw py::error_already_set();
+          DoubleArray v(arr);
           const py::ssize_t n = v.size();
           const double* pv = v.data();
           for (py::ssize_t i = 0; i < n; ++i) {
@@ -242,20 +240,28 @@ void bind_tree(py::module_& m, const char* name, const char* doc) {
           }
           py::array_t<int64_t> out(n);
           int64_t* po = out.mutable_data();
-          bool empty = false;
+          enum { kOk, kEmpty, kOverflow } status = kOk;
           {
-            // The emptiness check runs under the lock, so a concurrent update cannot empty the
-            // tree between the check and the descent.
+            // The total is checked under the lock, so a concurrent update cannot change it
+            // between the check and the descent.
             py::gil_scoped_release nogil;
             std::lock_guard<std::mutex> lock(self.mutex());
-            if (self.total() > T(0)) {
-              self.scan_lower_bound(pv, po, n);
+            const T total = self.total();
+            if (!(total > T(0))) {
+              status = kEmpty;
+            } else if (std::isinf(total)) {
+              status = kOverflow;
             } else {
-              empty = true;
+              self.scan_lower_bound(pv, po, n);
             }
           }
-          if (empty) {
+          if (status == kEmpty) {
             throw py::value_error("scan_lower_bound needs a positive total, but every value is 0");
+          }
+          if (status == kOverflow) {
+            throw py::value_error(
+                "scan_lower_bound needs a finite total, but the sum of the values overflows the "
+                "tree's dtype (use a float64 tree or smaller values)");
           }
           return out;
         },

@@ -1,0 +1,40 @@
+"""Value estimation: returns and advantages from rewards, values and episode ends.
+
+The functions live in :mod:`torchrl.objectives.value.functional` and are re-exported here.
+"""
+
+from torchrl.objectives.value import functional
+from torchrl.objectives.value.functional import (
+    generalized_advantage_estimate,
+    reward2go,
+    td0_advantage_estimate,
+    td0_return_estimate,
+    td1_advantage_estimate,
+    td1_return_estimate,
+    td_lambda_advantage_estimate,
+    td_lambda_return_estimate,
+    vec_generalized_advantage_estimate,
+    vec_td1_advantage_estimate,
+    vec_td1_return_estimate,
+    vec_td_lambda_advantage_estimate,
+    vec_td_lambda_return_estimate,
+    vtrace_advantage_estimate,
+)
+
+__all__ = [
+    "functional",
+    "generalized_advantage_estimate",
+    "reward2go",
+    "td0_advantage_estimate",
+    "td0_return_estimate",
+    "td1_advantage_estimate",
+    "td1_return_estimate",
+    "td_lambda_advantage_estimate",
+    "td_lambda_return_estimate",
+    "vec_generalized_advantage_estimate",
+    "vec_td1_advantage_estimate",
+    "vec_td1_return_estimate",
+    "vec_td_lambda_advantage_estimate",
+    "vec_td_lambda_return_estimate",
+    "vtrace_advantage_estimate",
+]
