@@ -1,0 +1,344 @@
+"""Bookkeeping behind the env contract: done flags, partial resets, key caches, stacking.
+
+These helpers are private to :mod:`torchrl.envs.common`; they live apart so that ``EnvBase``
+reads as the contract itself. Several read the dict behind a plain ``TensorDict`` directly on
+hot paths (see :func:`_raw`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from torchrl._keys import DONE, NEXT, RESET, TERMINATED, TRUNCATED
+from torchrl.envs.utils import _key_tuple, _mdp_plan
+
+if TYPE_CHECKING:
+    from torchrl.data.specs import Composite
+    from torchrl.envs.common import EnvBase
+
+NestedKey = str | tuple[str, ...]
+
+
+def _unravel(key: tuple[str, ...]) -> NestedKey:
+    return key[0] if len(key) == 1 else key
+
+
+class _DoneGroup:
+    """The done flags living under one prefix (``()`` for the root, ``("agents",)`` nested)."""
+
+    __slots__ = ("declared", "has", "prefix", "reset_key", "trailing")
+
+    def __init__(self, prefix: tuple[str, ...], composite: Any) -> None:
+        self.prefix = prefix
+        self.reset_key = _unravel((*prefix, RESET))
+        group_ndim = len(composite.shape)
+        self.has = {name: name in composite.keys() for name in (DONE, TERMINATED, TRUNCATED)}
+        self.declared = tuple(name for name, has in self.has.items() if has)
+        # The shape of a done flag past the group's batch dims (usually ``(1,)``).
+        self.trailing = next(
+            (tuple(composite[name].shape[group_ndim:]) for name in self.declared), (1,)
+        )
+
+    def node(self, td: TensorDictBase) -> TensorDictBase | None:
+        return td if not self.prefix else td.get(self.prefix, None)
+
+    def flags(self, td: TensorDictBase) -> torch.Tensor:
+        """The group's ``done`` (or ``terminated | truncated`` when no done is declared)."""
+        node = td if not self.prefix else td.get(self.prefix)
+        if self.has[DONE]:
+            raw = _raw(node)
+            return raw[DONE] if raw is not None else node.get(DONE)
+        flags = [node.get(n) for n in (TERMINATED, TRUNCATED) if self.has[n]]
+        return flags[0] if len(flags) == 1 else flags[0] | flags[1]
+
+
+def _raw(td: Any) -> dict[str, Any] | None:
+    """The dict behind a plain TensorDict (``None`` for other kinds).
+
+    Hot paths read entries from it directly: a dict lookup costs a fraction of ``td.get``.
+    """
+    return td._tensordict if type(td) is TensorDict else None
+
+
+def _set_next(tensordict: TensorDictBase, next_td: TensorDictBase) -> None:
+    previous = tensordict.get(NEXT, None)
+    if previous is not None:
+        # A policy may have written ("next", k) entries itself (a recurrent policy's next
+        # hidden state): the env's outputs win, the policy's other entries are kept.
+        for key, value in previous.items():
+            if key not in next_td.keys():
+                next_td.set(key, value)
+    if (
+        type(tensordict) is TensorDict
+        and type(next_td) is TensorDict
+        and next_td.batch_size == tensordict.batch_size
+        and (tensordict.device is None or next_td.device == tensordict.device)
+    ):
+        # Batch size and device were just checked: skip tensordict's generic validation.
+        tensordict._set_str(NEXT, next_td, inplace=False, validated=True)
+    else:
+        tensordict.set(NEXT, next_td)
+
+
+class _SpecCache:
+    """Key lists derived from the specs; rebuilt only after a spec changes."""
+
+    __slots__ = (
+        "action_key",
+        "action_keys",
+        "action_leaf",
+        "done_groups",
+        "done_keys",
+        "mdp_plan",
+        "observation_keys",
+        "reset_keys",
+        "reward_keys",
+        "state_keys",
+    )
+
+    def __init__(self, env: EnvBase) -> None:
+        def leaves(spec: Composite) -> list[NestedKey]:
+            return list(spec.keys(include_nested=True, leaves_only=True))
+
+        action_spec = env.full_action_spec
+        done_spec = env.full_done_spec
+        self.action_keys = leaves(action_spec)
+        self.reward_keys = leaves(env.full_reward_spec)
+        self.done_keys = leaves(done_spec)
+        self.observation_keys = leaves(env.full_observation_spec)
+        self.state_keys = leaves(env.full_state_spec)
+        self.action_key = self.action_keys[0] if len(self.action_keys) == 1 else None
+        self.action_leaf = action_spec[self.action_key] if self.action_key is not None else None
+        prefixes: list[tuple[str, ...]] = []
+        for key in self.done_keys:
+            key_t = _key_tuple(key)
+            if key_t[-1] in (DONE, TERMINATED, TRUNCATED) and key_t[:-1] not in prefixes:
+                prefixes.append(key_t[:-1])
+        self.done_groups = [
+            _DoneGroup(p, done_spec[p] if p else done_spec) for p in sorted(prefixes, key=len)
+        ]
+        self.reset_keys = [g.reset_key for g in self.done_groups]
+        self.mdp_plan = _mdp_plan(
+            tuple(_key_tuple(k) for k in self.reward_keys),
+            tuple(_key_tuple(k) for k in self.done_keys),
+            tuple(_key_tuple(k) for k in self.action_keys),
+            True,
+            True,
+            False,
+            True,
+        )
+
+
+def _complete_done(td: TensorDictBase, groups: list[_DoneGroup]) -> None:
+    """Derives the done flags a subclass left out: ``done = terminated | truncated``."""
+    for group in groups:
+        node = group.node(td)
+        if node is None:
+            raise KeyError(f"the env output has no entry {group.prefix!r} for its done flags")
+        raw = _raw(node)
+        if raw is not None:
+            for name in group.declared:
+                if name not in raw:
+                    break
+            else:
+                continue  # the common case: the subclass wrote every declared flag
+        done = node.get(DONE, None)
+        term = node.get(TERMINATED, None)
+        trunc = node.get(TRUNCATED, None)
+        if done is not None and term is not None and trunc is not None:
+            continue  # the common case: the subclass wrote all three
+        has = group.has
+        done, term, trunc = (
+            x if x is None or x.dtype == torch.bool else x.bool() for x in (done, term, trunc)
+        )
+        if done is None and term is None and trunc is None:
+            shape = (*node.batch_size, *group.trailing)
+            done = torch.zeros(shape, dtype=torch.bool, device=node.device)
+            term, trunc = done.clone(), done.clone()
+        elif done is None:
+            if term is not None and trunc is not None:
+                done = term | trunc
+            else:
+                # A clone keeps the entries distinct tensors: an in-place edit of one flag must
+                # not silently change another.
+                done = (term if term is not None else trunc).clone()
+            if term is None:
+                term = done & ~trunc
+            if trunc is None:
+                trunc = done & ~term
+        else:
+            if term is None:
+                # Without a truncated flag, an episode end counts as a termination.
+                term = done & ~trunc if trunc is not None else done.clone()
+            if trunc is None:
+                trunc = done & ~term
+        for name, value in ((DONE, done), (TERMINATED, term), (TRUNCATED, trunc)):
+            if has[name]:
+                node.set(name, value)
+
+
+def _make_device(device: Any) -> torch.device | None:
+    if device is None:
+        return None
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _single_or_all(spec: Composite) -> Any:
+    keys = list(spec.keys(include_nested=True, leaves_only=True))
+    return spec[keys[0]] if len(keys) == 1 else spec
+
+
+def _only(keys: list[NestedKey], what: str) -> NestedKey:
+    if len(keys) != 1:
+        raise KeyError(f"the env has {len(keys)} {what} keys ({keys}); use env.{what}_keys")
+    return keys[0]
+
+
+def _leading_shape(batch: torch.Size, env_batch: torch.Size) -> torch.Size | None:
+    if batch == env_batch:
+        return None
+    n = len(env_batch)
+    if n and tuple(batch[-n:]) != tuple(env_batch):
+        raise ValueError(
+            f"a TensorDict of batch size {list(batch)} cannot hold data of an env of batch size "
+            f"{list(env_batch)}"
+        )
+    return batch[: len(batch) - n]
+
+
+def _next_seed(seed: int) -> int:
+    # splitmix64: a cheap bijective mix, so chains seed -> next -> next never repeat early.
+    z = (seed + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (z ^ (z >> 31)) % (2**32 - 1)
+
+
+def _any(flags: torch.Tensor) -> bool:
+    # One flag (an unbatched env) is read without launching a reduction kernel.
+    return flags.is_nonzero() if flags.numel() == 1 else bool(flags.any())
+
+
+def _all(flags: torch.Tensor) -> bool:
+    return flags.is_nonzero() if flags.numel() == 1 else bool(flags.all())
+
+
+def _stack_steps(tds: list[TensorDictBase]) -> TensorDictBase:
+    """Stacks the steps of a rollout along a new last batch dim (time).
+
+    Steps of a rollout share one structure, so the leaves are stacked key by key, which costs a
+    fraction of ``torch.stack`` on TensorDicts; anything else falls back to ``torch.stack``.
+    """
+    first = tds[0]
+    if type(first) is TensorDict and first._td_dim_names is None:
+        try:
+            out = _stack_plain(tds, first.batch_dims)
+        except (_Heterogeneous, RuntimeError):
+            out = None
+        if out is not None:
+            return out
+    return cast(TensorDictBase, torch.stack(tds, dim=-1))  # type: ignore[arg-type]
+
+
+class _Heterogeneous(Exception):
+    pass
+
+
+def _stack_plain(tds: list[TensorDictBase], dim: int) -> TensorDict:
+    first = tds[0]
+    ref = first._tensordict
+    keys = ref.keys()
+    raws = []
+    for td in tds:
+        if type(td) is not TensorDict or td._tensordict.keys() != keys:
+            raise _Heterogeneous
+        raws.append(td._tensordict)
+    out: dict[str, Any] = {}
+    for key, value in ref.items():
+        if type(value) is torch.Tensor or isinstance(value, torch.Tensor):
+            out[key] = torch.stack([raw[key] for raw in raws], dim)
+        else:
+            out[key] = _stack_plain([raw[key] for raw in raws], dim)
+    batch = list(first.batch_size)
+    batch.insert(dim, len(tds))
+    return TensorDict._new_unsafe(
+        cast(dict, out), batch_size=torch.Size(batch), device=first.device, nested=False
+    )
+
+
+def _drop_reset_keys(td: TensorDictBase, groups: list[_DoneGroup]) -> None:
+    raw = _raw(td)
+    for group in groups:
+        key = group.reset_key
+        present = key in raw if raw is not None and type(key) is str else key in td.keys(True)
+        if present:
+            del td[key]
+
+
+def _broadcast(mask: torch.Tensor, ndim: int) -> torch.Tensor:
+    if mask.ndim < ndim:
+        return mask.reshape(*mask.shape, *([1] * (ndim - mask.ndim)))
+    return mask
+
+
+def _covering_mask(
+    masks: dict[tuple[str, ...], torch.Tensor],
+    prefix: tuple[str, ...],
+    groups: list[_DoneGroup],
+) -> torch.Tensor | None:
+    """The mask of the deepest group containing ``prefix``, reduced to that group's batch dims."""
+    if not masks:
+        return None
+    trailing = {g.prefix: g.trailing for g in groups}
+    for depth in range(len(prefix), -1, -1):
+        mask = masks.get(prefix[:depth])
+        if mask is not None:
+            n = len(trailing.get(prefix[:depth], ()))
+            if n:
+                mask = mask.reshape(*mask.shape[: mask.ndim - n], -1).any(-1)
+            return mask
+    return None
+
+
+def _keep_unreset(
+    out: TensorDictBase,
+    previous: TensorDictBase,
+    masks: dict[tuple[str, ...], torch.Tensor],
+    groups: list[_DoneGroup],
+) -> None:
+    """Puts back the previous values of the sub-envs that were not reset."""
+    for key in list(out.keys(include_nested=True, leaves_only=True)):
+        key_t = _key_tuple(key)
+        mask = _covering_mask(masks, key_t[:-1], groups)
+        if mask is None:
+            continue
+        old = previous.get(key, None)
+        new = out.get(key)
+        if not isinstance(old, torch.Tensor) or not isinstance(new, torch.Tensor):
+            continue
+        if old.shape != new.shape:
+            continue
+        out.set(key, torch.where(_broadcast(mask, new.ndim), new, old))
+
+
+def _cast_policy(policy: Callable, env_device: torch.device | None) -> Callable:
+    params = policy.parameters() if isinstance(policy, nn.Module) else iter(())
+    first = next(iter(params), None)
+    if first is None:
+        return policy
+    policy_device = first.device
+
+    def call(td: TensorDictBase) -> TensorDictBase:
+        out = policy(td.to(policy_device))
+        out = td if out is None else out
+        return out.to(env_device) if env_device is not None else out
+
+    return call

@@ -1,0 +1,873 @@
+"""``EnvBase``: the environment contract every torchrl env follows (DESIGN.md §2-4).
+
+A subclass writes three methods and sets its specs:
+
+- ``_reset(tensordict, **kwargs) -> TensorDict``: the first observations (and any state) for the
+  sub-envs being reset, batch ``[*batch_size]``;
+- ``_step(tensordict) -> TensorDict``: reads the action (and state) from ``tensordict`` and returns
+  the next-step entries: observations, ``"reward"``, and the done flags;
+- ``_set_seed(seed)``: seeds the simulator.
+
+Everything else (done-flag completion, partial resets, ``"next"`` bookkeeping, rollouts, random
+actions, checks) lives here, once. Hot paths (``step``, ``step_and_maybe_reset``, ``rollout``)
+read key lists computed when the specs are set, and build at most one TensorDict per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
+from torch import nn
+
+from torchrl._keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from torchrl.data.specs import Categorical, Composite, Unbounded
+from torchrl.envs._contract import (
+    _all,
+    _any,
+    _broadcast,
+    _cast_policy,
+    _complete_done,
+    _covering_mask,
+    _DoneGroup,
+    _drop_reset_keys,
+    _keep_unreset,
+    _leading_shape,
+    _make_device,
+    _next_seed,
+    _only,
+    _raw,
+    _set_next,
+    _single_or_all,
+    _SpecCache,
+    _stack_steps,
+)
+from torchrl.envs.utils import _apply_mdp_plan, check_entry
+
+NestedKey = str | tuple[str, ...]
+
+__all__ = ["EnvBase"]
+
+_OUTPUT_SPECS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
+_INPUT_SPECS = ("full_state_spec", "full_action_spec")
+
+
+class EnvBase(nn.Module):
+    """Base class of torchrl environments: TensorDicts in, TensorDicts out, checked by specs.
+
+    Subclasses call ``super().__init__(...)`` first, set their specs (``observation_spec``,
+    ``action_spec``, optionally ``reward_spec``, ``done_spec``, ``state_spec``), and write
+    ``_reset``, ``_step`` and ``_set_seed``. Specs include the batch size: a leaf has shape
+    ``[*batch_size, *leaf_shape]``. Unset reward and done specs default to an ``Unbounded``
+    float reward ``[*B, 1]`` and boolean ``done``/``terminated``/``truncated`` flags ``[*B, 1]``.
+
+    Partial resets: ``reset(td)`` with a boolean ``"_reset"`` entry (shape of ``done``) resets only
+    the marked sub-envs. ``_reset`` sees the mask in its input and returns entries for *all*
+    sub-envs; for every leaf it returns that the input also holds, the base keeps the input's
+    values in the sub-envs that were not reset (set the class attribute
+    ``_handles_partial_reset = True`` to skip that merge when ``_reset`` already does it; a
+    ``_reset`` that writes into its input and returns it must do it). The result is written into
+    the input TensorDict, which is returned without ``"_reset"``.
+
+    Specs are read when set: after editing a spec in place, re-assign it or call
+    :meth:`empty_cache`.
+
+    Args:
+        device: where the env's tensors live (``None``: wherever the subclass puts them).
+        batch_size: the env's batch shape, e.g. ``[8]`` for 8 sub-envs (default ``[]``).
+        run_type_checks: check every ``reset``/``step`` output against the specs (slow; for
+            debugging).
+        allow_done_after_reset: do not raise when a sub-env is done right after its reset.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import Bounded, Unbounded
+        >>> from torchrl.envs import EnvBase
+        >>> class Counter(EnvBase):
+        ...     def __init__(self, batch_size=()):
+        ...         super().__init__(batch_size=batch_size)
+        ...         self.observation_spec = Unbounded(shape=(*self.batch_size, 1))
+        ...         self.action_spec = Bounded(-1.0, 1.0, shape=(*self.batch_size, 1))
+        ...     def _reset(self, tensordict, **kwargs):
+        ...         return TensorDict(observation=torch.zeros(*self.batch_size, 1), batch_size=self.batch_size)
+        ...     def _step(self, tensordict):
+        ...         obs = tensordict["observation"] + 1
+        ...         return TensorDict(observation=obs, reward=obs.clone(), done=obs >= 3, batch_size=self.batch_size)
+        ...     def _set_seed(self, seed):
+        ...         pass
+        >>> rollout = Counter(batch_size=[2]).rollout(10)
+        >>> rollout.batch_size  # [*batch_size, time]: stops after the first done
+        torch.Size([2, 3])
+        >>> rollout["next", "observation"][0].squeeze(-1)
+        tensor([1., 2., 3.])
+    """
+
+    _handles_partial_reset: bool = False
+
+    def __init__(
+        self,
+        *,
+        device: torch.device | str | int | None = None,
+        batch_size: Sequence[int] | torch.Size | int | None = None,
+        run_type_checks: bool = False,
+        allow_done_after_reset: bool = False,
+    ) -> None:
+        super().__init__()
+        if batch_size is None:
+            batch_size = torch.Size([])
+        elif isinstance(batch_size, int):
+            batch_size = torch.Size([batch_size])
+        else:
+            batch_size = torch.Size(batch_size)
+        self._batch_size = batch_size
+        self._device = _make_device(device)
+        self.run_type_checks = run_type_checks
+        self.allow_done_after_reset = allow_done_after_reset
+        self._batch_locked = True
+        self._closed = False
+        self._cache: _SpecCache | None = None
+        shape = (*batch_size, 1)
+        flag = Categorical(2, shape=shape, dtype=torch.bool, device=self._device)
+        self._output_spec = Composite(
+            full_observation_spec=Composite(shape=batch_size, device=self._device),
+            full_reward_spec=Composite(
+                {REWARD: Unbounded(shape=shape, dtype=torch.float32, device=self._device)},
+                shape=batch_size,
+                device=self._device,
+            ),
+            full_done_spec=Composite(
+                {DONE: flag, TERMINATED: flag.clone(), TRUNCATED: flag.clone()},
+                shape=batch_size,
+                device=self._device,
+            ),
+            shape=batch_size,
+            device=self._device,
+        )
+        self._input_spec = Composite(
+            full_state_spec=Composite(shape=batch_size, device=self._device),
+            full_action_spec=Composite(shape=batch_size, device=self._device),
+            shape=batch_size,
+            device=self._device,
+        )
+
+    # ------------------------------------------------------------------------ what subclasses write
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
+        raise NotImplementedError(f"{type(self).__name__} must implement _reset(tensordict)")
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        raise NotImplementedError(f"{type(self).__name__} must implement _step(tensordict)")
+
+    def _set_seed(self, seed: int | None) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement _set_seed(seed)")
+
+    def _close(self) -> None:
+        """Releases the simulator's resources; called once by :meth:`close`."""
+
+    # ---------------------------------------------------------------------------------- attributes
+    @property
+    def batch_size(self) -> torch.Size:
+        """The env's batch shape: ``[]`` for one env, ``[8]`` for 8 sub-envs."""
+        return self._batch_size
+
+    @property
+    def device(self) -> torch.device | None:
+        """The device of the env's tensors (``None`` when unspecified)."""
+        return self._device
+
+    @property
+    def batch_locked(self) -> bool:
+        """Whether inputs must have exactly ``batch_size`` (``False`` for stateless envs)."""
+        return self._batch_locked
+
+    @batch_locked.setter
+    def batch_locked(self, value: bool) -> None:
+        self._batch_locked = bool(value)
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    # ---------------------------------------------------------------------------------------- specs
+    def empty_cache(self) -> None:
+        """Forgets the key lists derived from the specs (after an in-place spec edit)."""
+        self._cache = None
+
+    def _spec_cache(self) -> _SpecCache:
+        cache = self._cache
+        if cache is None:
+            cache = self._cache = _SpecCache(self)
+        return cache
+
+    def _check_shape(self, spec: Any, name: str) -> None:
+        n = len(self._batch_size)
+        specs = [(name, spec)]
+        if isinstance(spec, Composite):
+            specs += [
+                (f"{name}[{k!r}]", spec[k])
+                for k in spec.keys(include_nested=True, leaves_only=True)
+            ]
+        for label, s in specs:
+            if tuple(s.shape[:n]) != tuple(self._batch_size):
+                raise ValueError(
+                    f"{type(self).__name__}.{label}: the spec's shape {tuple(s.shape)} must start "
+                    f"with the env batch size {tuple(self._batch_size)} (spec: {s!r})"
+                )
+
+    def _prepare(self, spec: Any, name: str, wrap_key: NestedKey | None) -> Composite:
+        if not isinstance(spec, Composite):
+            if wrap_key is None:
+                raise TypeError(f"{type(self).__name__}.{name} must be a Composite, got {spec!r}")
+            self._check_shape(spec, name)
+            spec = Composite({wrap_key: spec}, shape=self._batch_size, device=spec.device)
+        self._check_shape(spec, name)
+        if self._device is not None and spec.device != self._device:
+            spec = spec.to(self._device)
+        return spec
+
+    def _set_sub_spec(self, container: Composite, name: str, spec: Composite) -> None:
+        container[name] = spec
+        self.empty_cache()
+
+    @property
+    def output_spec(self) -> Composite:
+        """The ``Composite`` of ``full_observation_spec``, ``full_reward_spec``, ``full_done_spec``."""
+        return self._output_spec
+
+    @output_spec.setter
+    def output_spec(self, value: Composite) -> None:
+        value = self._prepare(value, "output_spec", None)
+        for name in _OUTPUT_SPECS:
+            if name not in value.keys():
+                raise KeyError(f"output_spec needs an entry {name!r}; got {value!r}")
+        self._output_spec = value
+        self.empty_cache()
+
+    @property
+    def input_spec(self) -> Composite:
+        """The ``Composite`` of ``full_state_spec`` and ``full_action_spec``."""
+        return self._input_spec
+
+    @input_spec.setter
+    def input_spec(self, value: Composite) -> None:
+        value = self._prepare(value, "input_spec", None)
+        for name in _INPUT_SPECS:
+            if name not in value.keys():
+                raise KeyError(f"input_spec needs an entry {name!r}; got {value!r}")
+        self._input_spec = value
+        self.empty_cache()
+
+    @property
+    def full_observation_spec(self) -> Composite:
+        """All observation specs (``Composite``, shape ``batch_size``)."""
+        return self._output_spec["full_observation_spec"]
+
+    @full_observation_spec.setter
+    def full_observation_spec(self, value: Any) -> None:
+        value = self._prepare(value, "full_observation_spec", OBSERVATION)
+        self._set_sub_spec(self._output_spec, "full_observation_spec", value)
+
+    @property
+    def observation_spec(self) -> Composite:
+        """The observation specs (same as ``full_observation_spec``).
+
+        Setting a leaf spec stores it under ``"observation"``.
+        """
+        return self.full_observation_spec
+
+    @observation_spec.setter
+    def observation_spec(self, value: Any) -> None:
+        self.full_observation_spec = value
+
+    @property
+    def full_reward_spec(self) -> Composite:
+        """All reward specs (``Composite``, shape ``batch_size``)."""
+        return self._output_spec["full_reward_spec"]
+
+    @full_reward_spec.setter
+    def full_reward_spec(self, value: Any) -> None:
+        value = self._prepare(value, "full_reward_spec", REWARD)
+        self._set_sub_spec(self._output_spec, "full_reward_spec", value)
+
+    @property
+    def reward_spec(self) -> Any:
+        """The reward spec: the leaf when there is one reward key, else the ``Composite``."""
+        return _single_or_all(self.full_reward_spec)
+
+    @reward_spec.setter
+    def reward_spec(self, value: Any) -> None:
+        keys = self.reward_keys if not isinstance(value, Composite) else []
+        wrap = keys[0] if len(keys) == 1 else REWARD
+        self.full_reward_spec = self._prepare(value, "reward_spec", wrap)
+
+    @property
+    def full_done_spec(self) -> Composite:
+        """All done specs (``done``, ``terminated``, ``truncated``; ``Composite``)."""
+        return self._output_spec["full_done_spec"]
+
+    @full_done_spec.setter
+    def full_done_spec(self, value: Any) -> None:
+        if not isinstance(value, Composite):
+            self._check_shape(value, "full_done_spec")
+            value = Composite(
+                {DONE: value, TERMINATED: value.clone(), TRUNCATED: value.clone()},
+                shape=self._batch_size,
+                device=value.device,
+            )
+        value = self._prepare(value, "full_done_spec", None)
+        self._set_sub_spec(self._output_spec, "full_done_spec", value)
+
+    @property
+    def done_spec(self) -> Any:
+        """The done specs: the leaf when there is one done key, else the ``Composite``.
+
+        Setting a leaf spec creates ``done``, ``terminated`` and ``truncated`` entries alike.
+        """
+        return _single_or_all(self.full_done_spec)
+
+    @done_spec.setter
+    def done_spec(self, value: Any) -> None:
+        self.full_done_spec = value
+
+    @property
+    def full_action_spec(self) -> Composite:
+        """All action specs (``Composite``, shape ``batch_size``)."""
+        return self._input_spec["full_action_spec"]
+
+    @full_action_spec.setter
+    def full_action_spec(self, value: Any) -> None:
+        value = self._prepare(value, "full_action_spec", ACTION)
+        self._set_sub_spec(self._input_spec, "full_action_spec", value)
+
+    @property
+    def action_spec(self) -> Any:
+        """The action spec: the leaf when there is one action key, else the ``Composite``.
+
+        Setting a leaf spec stores it under the current action key (``"action"`` by default).
+        """
+        return _single_or_all(self.full_action_spec)
+
+    @action_spec.setter
+    def action_spec(self, value: Any) -> None:
+        keys = self.action_keys if not isinstance(value, Composite) else []
+        wrap = keys[0] if len(keys) == 1 else ACTION
+        self.full_action_spec = self._prepare(value, "action_spec", wrap)
+
+    @property
+    def full_state_spec(self) -> Composite:
+        """Specs of the inputs ``_step`` reads besides the actions (``Composite``)."""
+        return self._input_spec["full_state_spec"]
+
+    @full_state_spec.setter
+    def full_state_spec(self, value: Any) -> None:
+        value = self._prepare(value, "full_state_spec", None)
+        self._set_sub_spec(self._input_spec, "full_state_spec", value)
+
+    @property
+    def state_spec(self) -> Composite:
+        """The state specs (same as ``full_state_spec``)."""
+        return self.full_state_spec
+
+    @state_spec.setter
+    def state_spec(self, value: Any) -> None:
+        self.full_state_spec = value
+
+    @property
+    def action_keys(self) -> list[NestedKey]:
+        """The leaf keys of ``full_action_spec``."""
+        return list(self._spec_cache().action_keys)
+
+    @property
+    def reward_keys(self) -> list[NestedKey]:
+        """The leaf keys of ``full_reward_spec``."""
+        return list(self._spec_cache().reward_keys)
+
+    @property
+    def done_keys(self) -> list[NestedKey]:
+        """The leaf keys of ``full_done_spec``."""
+        return list(self._spec_cache().done_keys)
+
+    @property
+    def observation_keys(self) -> list[NestedKey]:
+        """The leaf keys of ``full_observation_spec``."""
+        return list(self._spec_cache().observation_keys)
+
+    @property
+    def state_keys(self) -> list[NestedKey]:
+        """The leaf keys of ``full_state_spec``."""
+        return list(self._spec_cache().state_keys)
+
+    @property
+    def reset_keys(self) -> list[NestedKey]:
+        """The ``"_reset"`` keys, one per group of done flags (``["_reset"]`` usually)."""
+        return list(self._spec_cache().reset_keys)
+
+    @property
+    def action_key(self) -> NestedKey:
+        """The action key; a ``KeyError`` when the env has several."""
+        return _only(self.action_keys, "action")
+
+    @property
+    def reward_key(self) -> NestedKey:
+        """The reward key; a ``KeyError`` when the env has several."""
+        return _only(self.reward_keys, "reward")
+
+    # --------------------------------------------------------------------------------- stepping
+    def _check_batch(self, tensordict: TensorDictBase, method: str) -> None:
+        if tensordict.batch_size != self._batch_size:
+            raise ValueError(
+                f"{type(self).__name__}.{method}: the TensorDict's batch size "
+                f"{list(tensordict.batch_size)} differs from the env's {list(self._batch_size)}"
+            )
+
+    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Makes one step: writes what ``_step`` returns under ``"next"`` of ``tensordict``.
+
+        Missing done flags are derived (``truncated = done & ~terminated``, ``done = terminated |
+        truncated``; a lone ``done`` counts as a termination).
+
+        Args:
+            tensordict: batch ``[*batch_size]``, holding the action(s) and any state.
+
+        Returns:
+            ``tensordict`` itself, with ``("next", ...)`` entries: observations, reward, done flags.
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv
+            >>> env = PendulumEnv()
+            >>> td = env.step(env.rand_action(env.reset()))
+            >>> td["next", "reward"].shape
+            torch.Size([1])
+        """
+        if self._batch_locked and tensordict.batch_size != self._batch_size:
+            self._check_batch(tensordict, "step")
+        next_td = self._step(tensordict)
+        cache = self._cache or self._spec_cache()
+        _complete_done(next_td, cache.done_groups)
+        if self.run_type_checks:
+            self._type_check(next_td, "step()", next_=True)
+        _set_next(tensordict, next_td)
+        return tensordict
+
+    def reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        """Resets the env, or only the sub-envs marked by a boolean ``"_reset"`` entry.
+
+        Args:
+            tensordict: optional input; with ``"_reset"`` (shape of ``done``), only the marked
+                sub-envs are reset and the others keep their entries. It is updated in place.
+            **kwargs: forwarded to ``_reset``.
+
+        Returns:
+            The reset TensorDict, batch ``[*batch_size]``, with observations and done flags
+            (all ``False`` for reset sub-envs), without ``"_reset"``.
+
+        Examples:
+            >>> import torch
+            >>> from torchrl.envs import PendulumEnv
+            >>> env = PendulumEnv(batch_size=[3], seed=0)
+            >>> td = env.reset()
+            >>> td["done"].shape
+            torch.Size([3, 1])
+            >>> td["_reset"] = torch.tensor([[True], [False], [False]])
+            >>> th = td["th"].clone()
+            >>> td = env.reset(td)
+            >>> bool((td["th"][1:] == th[1:]).all()), "_reset" in td.keys()
+            (True, False)
+        """
+        if tensordict is not None and self._batch_locked:
+            if tensordict.batch_size != self._batch_size:
+                self._check_batch(tensordict, "reset")
+        cache = self._cache or self._spec_cache()
+        groups = cache.done_groups
+        masks: dict[tuple[str, ...], torch.Tensor] = {}
+        if tensordict is not None:
+            for group in groups:
+                mask = tensordict.get(group.reset_key, None)
+                if mask is not None:
+                    if mask.dtype != torch.bool:
+                        mask = mask.bool()
+                        tensordict.set(group.reset_key, mask)
+                    masks[group.prefix] = mask
+            if masks and not any(_any(m) for m in masks.values()):
+                _drop_reset_keys(tensordict, groups)
+                return tensordict  # nothing to reset
+        # _reset sees the "_reset" masks in its input (part of the contract).
+        out = self._reset(tensordict, **kwargs)
+        if tensordict is not None:
+            _drop_reset_keys(tensordict, groups)
+        partial = (
+            bool(masks)
+            and out is not tensordict
+            and not self._handles_partial_reset
+            and not all(_all(m) for m in masks.values())
+        )
+        if not isinstance(out, TensorDictBase):
+            raise TypeError(
+                f"{type(self).__name__}._reset must return a TensorDict, got {type(out).__name__}"
+            )
+        if out is not tensordict:
+            _drop_reset_keys(out, groups)
+        _complete_done(out, groups)
+        if partial and tensordict is not None:
+            _keep_unreset(out, tensordict, masks, groups)
+        if self.run_type_checks:
+            self._type_check(out, "reset()", next_=False)
+        if not self.allow_done_after_reset:
+            self._check_not_done(out, masks, groups)
+        if tensordict is not None and out is not tensordict:
+            return tensordict.update(out)
+        return out
+
+    def _check_not_done(
+        self,
+        out: TensorDictBase,
+        masks: dict[tuple[str, ...], torch.Tensor],
+        groups: list[_DoneGroup],
+    ) -> None:
+        for group in groups:
+            flags = group.flags(out)
+            mask = masks.get(group.prefix)
+            if mask is None or mask.shape != flags.shape:
+                mask = _covering_mask(masks, group.prefix, groups)
+                if mask is not None:
+                    mask = _broadcast(mask, flags.ndim)
+            if mask is not None:
+                flags = flags & mask
+            if _any(flags):
+                raise RuntimeError(
+                    f"{type(self).__name__}.reset(): sub-envs that were reset are still done "
+                    f"(group {group.prefix or 'root'}); pass allow_done_after_reset=True if the "
+                    f"env may start in a done state"
+                )
+
+    def _type_check(self, td: TensorDictBase, where: str, next_: bool) -> None:
+        names: tuple[str, ...] = ("full_observation_spec", "full_done_spec")
+        if next_:
+            names += ("full_reward_spec",)
+        # A batch-unlocked env may see inputs with extra leading dims: check against specs
+        # expanded to them.
+        lead = _leading_shape(td.batch_size, self._batch_size)
+        nb = td.batch_dims
+        for name in names:
+            spec = getattr(self, name)
+            if lead:
+                spec = spec.expand(*lead, *spec.shape)
+            for key in spec.keys(include_nested=True, leaves_only=True):
+                value = td.get(key, None)
+                if value is None:
+                    raise ValueError(
+                        f"{type(self).__name__}.{where}: entry {key!r} declared in {name} "
+                        f"({spec[key]!r}) is missing from the output"
+                    )
+                check_entry(f"{type(self).__name__}.{where}", key, spec[key], value, nb)
+
+    def step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """Steps, then resets only the sub-envs that are done.
+
+        Args:
+            tensordict: batch ``[*batch_size]`` with the action(s).
+
+        Returns:
+            ``(tensordict, next_input)``: the transition (with ``"next"``), and the input of the
+            next step: ``step_mdp`` of the transition, with finished sub-envs reset.
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv
+            >>> env = PendulumEnv(batch_size=[4])
+            >>> td = env.reset()
+            >>> for _ in range(3):
+            ...     td = env.rand_action(td)
+            ...     transition, td = env.step_and_maybe_reset(td)
+            >>> transition["next", "observation"].shape, td["observation"].shape
+            (torch.Size([4, 3]), torch.Size([4, 3]))
+        """
+        tensordict = self.step(tensordict)
+        cache = self._cache or self._spec_cache()
+        next_td = _apply_mdp_plan(tensordict, cache.mdp_plan)
+        groups = cache.done_groups
+        if len(groups) == 1:
+            group = groups[0]
+            flags = group.flags(next_td)
+            if _any(flags):
+                next_td.set(group.reset_key, flags)
+                next_td = self.reset(next_td)
+            return tensordict, next_td
+        flags_list = [group.flags(next_td) for group in groups]
+        if any(_any(f) for f in flags_list):
+            for group, flags in zip(groups, flags_list):
+                next_td.set(group.reset_key, flags)
+            next_td = self.reset(next_td)
+        return tensordict, next_td
+
+    def _any_done(self, next_td: TensorDictBase, groups: list[_DoneGroup]) -> bool:
+        for group in groups:
+            if _any(group.flags(next_td)):
+                return True
+        return False
+
+    def _done_per_env(self, next_td: TensorDictBase, groups: list[_DoneGroup]) -> torch.Tensor:
+        batch = next_td.batch_size
+        out = torch.zeros(batch, dtype=torch.bool, device=next_td.device)
+        for group in groups:
+            out |= group.flags(next_td).reshape(*batch, -1).any(-1)
+        return out
+
+    def rollout(
+        self,
+        max_steps: int,
+        policy: Callable[[TensorDictBase], TensorDictBase | None] | None = None,
+        callback: Callable[[EnvBase, TensorDictBase], Any] | None = None,
+        auto_reset: bool = True,
+        auto_cast_to_device: bool = False,
+        break_when_any_done: bool | None = None,
+        break_when_all_done: bool = False,
+        return_contiguous: bool = True,
+        tensordict: TensorDictBase | None = None,
+    ) -> TensorDictBase:
+        """Runs up to ``max_steps`` steps and returns them stacked along a last (time) dim.
+
+        Args:
+            max_steps: the number of steps at most.
+            policy: a callable writing the action into a TensorDict (a ``TensorDictModule``);
+                random actions from the action spec when ``None``.
+            callback: called as ``callback(env, transition)`` after every step.
+            auto_reset: reset the env first; when ``False``, ``tensordict`` is the first input.
+            auto_cast_to_device: move data to the policy's device and back around each call.
+            break_when_any_done: stop after the first step where any sub-env is done (default
+                ``True`` unless ``break_when_all_done``). When ``False``, finished sub-envs are
+                reset in place and the rollout goes on.
+            break_when_all_done: reset finished sub-envs and stop once every sub-env has
+                finished at least one episode.
+            return_contiguous: stack into one TensorDict (``False``: a lazy stack).
+            tensordict: the input of the first ``reset`` (or the first step, see ``auto_reset``);
+                not modified.
+
+        Returns:
+            A TensorDict of batch ``[*batch_size, T]``, ``T <= max_steps``.
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv
+            >>> env = PendulumEnv(batch_size=[4])
+            >>> env.rollout(5).batch_size
+            torch.Size([4, 5])
+        """
+        if break_when_any_done is None:
+            break_when_any_done = not break_when_all_done
+        elif break_when_any_done and break_when_all_done:
+            raise ValueError("break_when_any_done and break_when_all_done cannot both be True")
+        if max_steps < 1:
+            raise ValueError(f"rollout needs max_steps >= 1, got {max_steps}")
+        if auto_reset:
+            td = self.reset(tensordict.copy() if tensordict is not None else None)
+        else:
+            if tensordict is None:
+                raise ValueError("rollout(auto_reset=False) needs a tensordict to start from")
+            td = tensordict.copy()
+        if policy is None:
+            policy = self.rand_action
+        elif auto_cast_to_device:
+            policy = _cast_policy(policy, self._device)
+        cache = self._cache or self._spec_cache()
+        groups = cache.done_groups
+        step = self.step
+        tds: list[TensorDictBase] = []
+        if break_when_any_done:
+            plan = cache.mdp_plan
+            for i in range(max_steps):
+                out = policy(td)
+                if out is not None:
+                    td = out
+                td = step(td)
+                tds.append(td)
+                if callback is not None:
+                    callback(self, td)
+                raw = _raw(td)
+                next_td = raw[NEXT] if raw is not None else td.get(NEXT)
+                if i + 1 == max_steps or self._any_done(next_td, groups):
+                    break
+                td = _apply_mdp_plan(td, plan)
+        else:
+            seen = None
+            step_and_reset = self.step_and_maybe_reset
+            for _ in range(max_steps):
+                out = policy(td)
+                if out is not None:
+                    td = out
+                transition, td = step_and_reset(td)
+                tds.append(transition)
+                if callback is not None:
+                    callback(self, transition)
+                if break_when_all_done:
+                    flags = self._done_per_env(transition.get(NEXT), groups)
+                    seen = flags if seen is None else seen | flags
+                    if seen.all():
+                        break
+        if return_contiguous:
+            return _stack_steps(tds)
+        return LazyStackedTensorDict.lazy_stack(tds, dim=-1)
+
+    # ------------------------------------------------------------------------------ helpers
+    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int:
+        """Seeds the env and returns the seed for the next env of a chain.
+
+        Args:
+            seed: the seed; ``None`` draws one from torch's global generator (so that
+                ``torch.manual_seed`` makes it reproducible).
+            static_seed: return ``seed`` itself instead of a new one.
+
+        Returns:
+            A new seed derived from ``seed`` (distinct seeds for chained envs), or ``seed``.
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv
+            >>> env = PendulumEnv()
+            >>> next_seed = env.set_seed(0)
+            >>> next_seed != 0, env.set_seed(0) == next_seed
+            (True, True)
+        """
+        if seed is None:
+            seed = int(torch.randint(0, 2**32 - 1, (), dtype=torch.int64))
+        self._set_seed(int(seed))
+        return int(seed) if static_seed else _next_seed(int(seed))
+
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Writes random actions drawn from the action spec.
+
+        Args:
+            tensordict: where to write them (a new TensorDict when ``None``).
+
+        Returns:
+            ``tensordict`` with the action entries.
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv
+            >>> PendulumEnv(batch_size=[2]).rand_action()["action"].shape
+            torch.Size([2, 1])
+        """
+        if tensordict is None:
+            tensordict = TensorDict(batch_size=self._batch_size, device=self._device)
+        cache = self._cache or self._spec_cache()
+        lead = _leading_shape(tensordict.batch_size, self._batch_size)
+        if cache.action_leaf is not None and cache.action_key is not None:
+            value = cache.action_leaf.rand() if lead is None else cache.action_leaf.rand(lead)
+            tensordict.set(cache.action_key, value)
+        elif cache.action_keys:
+            tensordict.update(self.full_action_spec.rand(lead))
+        return tensordict
+
+    def rand_step(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Makes one step with random actions.
+
+        Args:
+            tensordict: the step's input (a new TensorDict when ``None``).
+
+        Returns:
+            The transition, with ``"next"``.
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv
+            >>> env = PendulumEnv()
+            >>> "next" in env.rand_step(env.reset()).keys()
+            True
+        """
+        return self.step(self.rand_action(tensordict))
+
+    def fake_tensordict(self) -> TensorDictBase:
+        """Returns a transition of zeros built from the specs alone (no env call).
+
+        Returns:
+            A TensorDict of batch ``[*batch_size]`` with observations, states, actions and done
+            flags at the root, and observations, rewards and done flags under ``"next"``.
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv
+            >>> fake = PendulumEnv(batch_size=[2]).fake_tensordict()
+            >>> fake["next", "reward"].shape
+            torch.Size([2, 1])
+        """
+        root = TensorDict(batch_size=self._batch_size, device=self._device)
+        for name in ("full_state_spec", "full_observation_spec", "full_done_spec"):
+            root.update(getattr(self, name).zero())
+        root.update(self.full_action_spec.zero())
+        nxt = TensorDict(batch_size=self._batch_size, device=self._device)
+        for name in ("full_observation_spec", "full_reward_spec", "full_done_spec"):
+            nxt.update(getattr(self, name).zero())
+        root.set(NEXT, nxt)
+        return root
+
+    def to(self, *args: Any, **kwargs: Any) -> EnvBase:
+        """Moves the env, its specs and its parameters to a device.
+
+        Args:
+            *args: a device (as for ``nn.Module.to``; dtypes are not supported).
+            **kwargs: ``device=...``.
+
+        Returns:
+            The env itself.
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv
+            >>> PendulumEnv().to("cpu").action_spec.device
+            device(type='cpu')
+        """
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is not None:
+            raise TypeError(f"{type(self).__name__}.to() moves between devices only, not dtypes")
+        if device is None:
+            return self
+        device = _make_device(device)
+        self._output_spec = self._output_spec.to(device)
+        self._input_spec = self._input_spec.to(device)
+        self._device = device
+        self.empty_cache()
+        return super().to(device)
+
+    def close(self) -> None:
+        """Releases the env's resources; calling it again does nothing.
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv
+            >>> env = PendulumEnv()
+            >>> env.close(); env.close()
+            >>> env.is_closed
+            True
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._close()
+
+    def __enter__(self) -> EnvBase:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        def summary(spec: Composite) -> str:
+            items = [
+                f"{k!r}: {tuple(spec[k].shape)} {spec[k].dtype}"
+                for k in spec.keys(include_nested=True, leaves_only=True)
+            ]
+            return "{" + ", ".join(items) + "}"
+
+        lines = [
+            f"batch_size={list(self._batch_size)}",
+            f"device={self._device}",
+            f"observation_spec={summary(self.full_observation_spec)}",
+            f"action_spec={summary(self.full_action_spec)}",
+            f"reward_spec={summary(self.full_reward_spec)}",
+            f"done_spec={summary(self.full_done_spec)}",
+        ]
+        if self.state_keys:
+            lines.append(f"state_spec={summary(self.full_state_spec)}")
+        body = ",\n    ".join(lines)
+        return f"{type(self).__name__}(\n    {body})"
+
+
+# --------------------------------------------------------------------------------- helpers
