@@ -1,0 +1,62 @@
+"""Modules: networks, distributions, actors, exploration, recurrent policies and planners."""
+
+from torchrl.modules.actors import (
+    Actor,
+    ActorCriticOperator,
+    ActorCriticWrapper,
+    ActorValueOperator,
+    ProbabilisticActor,
+    TanhModule,
+    ValueOperator,
+    WorldModelWrapper,
+)
+from torchrl.modules.distributions import *  # noqa: F403
+from torchrl.modules.distributions import __all__ as _distributions_all
+from torchrl.modules.exploration import (
+    AdditiveGaussianModule,
+    AdditiveGaussianWrapper,
+    EGreedyModule,
+    EGreedyWrapper,
+    OrnsteinUhlenbeckProcessModule,
+    OrnsteinUhlenbeckProcessWrapper,
+)
+from torchrl.modules.models import *  # noqa: F403
+from torchrl.modules.models import __all__ as _models_all
+from torchrl.modules.planners import CEMPlanner, MPCPlannerBase, MPPIPlanner
+from torchrl.modules.qvalue import (
+    DistributionalQValueActor,
+    DistributionalQValueModule,
+    QValueActor,
+    QValueModule,
+)
+from torchrl.modules.recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode
+
+__all__ = [
+    *_models_all,
+    *_distributions_all,
+    "Actor",
+    "AdditiveGaussianModule",
+    "AdditiveGaussianWrapper",
+    "CEMPlanner",
+    "EGreedyModule",
+    "EGreedyWrapper",
+    "GRUModule",
+    "LSTMModule",
+    "MPCPlannerBase",
+    "MPPIPlanner",
+    "OrnsteinUhlenbeckProcessModule",
+    "OrnsteinUhlenbeckProcessWrapper",
+    "ActorCriticOperator",
+    "ActorCriticWrapper",
+    "ActorValueOperator",
+    "DistributionalQValueActor",
+    "DistributionalQValueModule",
+    "ProbabilisticActor",
+    "QValueActor",
+    "QValueModule",
+    "TanhModule",
+    "ValueOperator",
+    "WorldModelWrapper",
+    "recurrent_mode",
+    "set_recurrent_mode",
+]

@@ -1,0 +1,36 @@
+"""Action distributions that work with tensordict's probabilistic modules and interaction types.
+
+``Delta``, ``OneHotCategorical`` and ``NormalParamExtractor`` are tensordict's own classes,
+re-exported here so that policies import every distribution from one place.
+"""
+
+from tensordict.nn import NormalParamExtractor
+from tensordict.nn.distributions import Delta
+
+from torchrl.modules.distributions.continuous import (
+    IndependentNormal,
+    TanhDelta,
+    TanhNormal,
+    TruncatedNormal,
+)
+from torchrl.modules.distributions.discrete import (
+    MaskedCategorical,
+    MaskedOneHotCategorical,
+    OneHotCategorical,
+    OneHotOrdinal,
+    Ordinal,
+)
+
+__all__ = [
+    "Delta",
+    "IndependentNormal",
+    "MaskedCategorical",
+    "MaskedOneHotCategorical",
+    "NormalParamExtractor",
+    "OneHotCategorical",
+    "OneHotOrdinal",
+    "Ordinal",
+    "TanhDelta",
+    "TanhNormal",
+    "TruncatedNormal",
+]

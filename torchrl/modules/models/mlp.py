@@ -1,0 +1,154 @@
+"""Multi-layer perceptron."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from torchrl.modules.models.noisy import NoisyLazyLinear, NoisyLinear
+from torchrl.modules.models.utils import (
+    DeviceLike,
+    ScalarBias,
+    _find_depth,
+    _per_layer,
+    create_on_device,
+)
+
+_DEFAULT_NUM_CELLS = 32
+_DEFAULT_DEPTH = 3
+
+# Layer classes whose input size can be read from the first input.
+LAZY_LAYERS: dict[type, type] = {nn.Linear: nn.LazyLinear, NoisyLinear: NoisyLazyLinear}
+
+
+def _make_layer(
+    layer_class: Callable[..., nn.Module],
+    in_features: int | None,
+    out_features: int,
+    bias: bool,
+    layer_kwargs: dict[str, Any],
+    device: DeviceLike,
+) -> nn.Module:
+    if in_features is None:
+        lazy = LAZY_LAYERS.get(layer_class)  # type: ignore[call-overload]
+        if lazy is None:
+            raise ValueError(
+                f"in_features=None needs a lazy version of {layer_class}; known: "
+                f"{[c.__name__ for c in LAZY_LAYERS]}. Pass in_features explicitly."
+            )
+        return create_on_device(lazy, device, out_features, bias=bias, **layer_kwargs)
+    return create_on_device(
+        layer_class, device, in_features, out_features, bias=bias, **layer_kwargs
+    )
+
+
+class MLP(nn.Sequential):
+    """A multi-layer perceptron; several inputs are concatenated along the last dimension.
+
+    ``depth`` hidden layers of ``num_cells`` units each, then an output layer. With
+    ``in_features=None`` the first layer is lazy and reads its size from the first input. With a
+    tuple ``out_features`` the output is reshaped to it (``[*B, *out_features]``). Calling
+    ``mlp(obs, action)`` concatenates the inputs, which makes Q-value networks one-liners.
+
+    Args:
+        in_features: input size, or ``None`` for a lazy first layer.
+        out_features: output size, an int or a shape.
+        depth: number of hidden layers (0 gives a single linear layer). Inferred from
+            ``num_cells`` when it is a sequence; 3 otherwise.
+        num_cells: hidden sizes: an int for every layer, or one per layer. Defaults to 32.
+        activation_class: activation after each hidden layer.
+        activation_kwargs: its kwargs, one dict for all layers or one per layer.
+        norm_class: optional normalisation after each hidden linear layer (before activation).
+        norm_kwargs: its kwargs, one dict or one per layer.
+        dropout: dropout probability after each activation, or ``None``.
+        bias_last_layer: whether the output layer has a bias.
+        single_bias_last_layer: use one scalar bias shared by all outputs instead.
+        layer_class: linear layer class (e.g. :class:`NoisyLinear`).
+        layer_kwargs: extra kwargs of every linear layer.
+        activate_last_layer: also apply the activation (and norm/dropout) after the output layer.
+        device: device of the parameters.
+
+    Examples:
+        >>> mlp = MLP(in_features=4, out_features=2, num_cells=[32, 32])
+        >>> mlp(torch.zeros(10, 4)).shape
+        torch.Size([10, 2])
+        >>> q = MLP(out_features=1, depth=2, num_cells=16)  # lazy input size
+        >>> q(torch.zeros(5, 3), torch.zeros(5, 1)).shape  # observation and action
+        torch.Size([5, 1])
+        >>> MLP(in_features=3, out_features=(2, 4), depth=1)(torch.zeros(3)).shape
+        torch.Size([2, 4])
+    """
+
+    def __init__(
+        self,
+        in_features: int | None = None,
+        out_features: int | Sequence[int] | torch.Size | None = None,
+        depth: int | None = None,
+        num_cells: Sequence[int] | int | None = None,
+        activation_class: Callable[..., nn.Module] = nn.Tanh,
+        activation_kwargs: dict | Sequence[dict] | None = None,
+        norm_class: Callable[..., nn.Module] | None = None,
+        norm_kwargs: dict | Sequence[dict] | None = None,
+        dropout: float | None = None,
+        bias_last_layer: bool = True,
+        single_bias_last_layer: bool = False,
+        layer_class: Callable[..., nn.Module] = nn.Linear,
+        layer_kwargs: dict | None = None,
+        activate_last_layer: bool = False,
+        device: DeviceLike = None,
+    ) -> None:
+        if out_features is None:
+            raise ValueError("MLP needs out_features (an int or a shape)")
+        if isinstance(out_features, int):
+            out_shape: torch.Size | None = None
+            n_out = out_features
+        else:
+            out_shape = torch.Size(out_features)
+            n_out = math.prod(out_shape)
+        if num_cells is None:
+            num_cells = _DEFAULT_NUM_CELLS
+        if depth is None and isinstance(num_cells, int):
+            depth = _DEFAULT_DEPTH
+        depth = _find_depth(depth, num_cells)
+        cells = _per_layer(num_cells, depth, "num_cells")
+        # One extra entry for the output layer when it is activated too.
+        n_act = depth + int(activate_last_layer)
+        act_kwargs = _per_layer(activation_kwargs or {}, n_act, "activation_kwargs")
+        nrm_kwargs = _per_layer(norm_kwargs or {}, n_act, "norm_kwargs")
+        layer_kwargs = dict(layer_kwargs or {})
+
+        layers: list[nn.Module] = []
+        sizes_in: list[int | None] = [in_features, *cells]
+        sizes_out = [*cells, n_out]
+        for i, (n_in, n_o) in enumerate(zip(sizes_in, sizes_out)):
+            last = i == depth
+            bias = not last or (bias_last_layer and not single_bias_last_layer)
+            layers.append(_make_layer(layer_class, n_in, n_o, bias, layer_kwargs, device))
+            if last and single_bias_last_layer:
+                layers.append(ScalarBias(device))
+            if not last or activate_last_layer:
+                if norm_class is not None:
+                    layers.append(create_on_device(norm_class, device, **nrm_kwargs[i]))
+                layers.append(create_on_device(activation_class, device, **act_kwargs[i]))
+                if dropout:
+                    layers.append(nn.Dropout(dropout))
+        super().__init__(*layers)
+        self.in_features = in_features
+        self.out_features = out_features
+        self.depth = depth
+        self.num_cells = cells
+        self._out_shape = out_shape
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        if not inputs:
+            raise TypeError("MLP needs at least one input tensor")
+        value = inputs[0] if len(inputs) == 1 else torch.cat(inputs, -1)
+        for layer in self:
+            value = layer(value)
+        if self._out_shape is not None:
+            value = value.unflatten(-1, self._out_shape)
+        return value

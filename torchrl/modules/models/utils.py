@@ -1,0 +1,123 @@
+"""Small building blocks shared by the networks: depth bookkeeping, shape adapters, layer factories."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+DeviceLike = torch.device | str | int | None
+
+
+def _find_depth(depth: int | None, *seqs: Any) -> int:
+    """Returns the depth implied by ``depth`` and by the per-layer sequences in ``seqs``.
+
+    Integers in ``seqs`` mean "the same for every layer" and imply nothing; sequences must agree
+    with each other and with ``depth`` when it is given.
+    """
+    lengths = {len(s) for s in seqs if isinstance(s, Sequence) and not isinstance(s, str)}
+    if len(lengths) > 1:
+        raise ValueError(f"per-layer arguments have different lengths: {sorted(lengths)}")
+    if lengths:
+        (length,) = lengths
+        if depth is not None and depth != length:
+            raise ValueError(f"depth={depth} does not match per-layer arguments of length {length}")
+        return length
+    if depth is None:
+        raise ValueError("cannot infer the depth: pass depth or a sequence of layer sizes")
+    return depth
+
+
+def _per_layer(value: Any, depth: int, name: str) -> list[Any]:
+    """Expands a scalar (or a dict of kwargs) to one value per layer; checks a sequence's length."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        if len(value) != depth:
+            raise ValueError(f"{name} has {len(value)} entries, expected {depth}")
+        return list(value)
+    return [value] * depth
+
+
+def create_on_device(
+    module_class: Callable[..., nn.Module], device: DeviceLike, *args: Any, **kwargs: Any
+) -> nn.Module:
+    """Builds ``module_class(*args, **kwargs)`` on ``device``.
+
+    Passes ``device=`` when the class accepts it (no allocation on the default device first) and
+    falls back to ``.to(device)`` otherwise.
+
+    Args:
+        module_class: a module class or factory.
+        device: the device of the parameters, or ``None`` for the default device.
+        *args: positional arguments of the class.
+        **kwargs: keyword arguments of the class.
+
+    Returns:
+        The module.
+
+    Examples:
+        >>> create_on_device(nn.Linear, "cpu", 3, 4).weight.device
+        device(type='cpu')
+    """
+    if device is None:
+        return module_class(*args, **kwargs)
+    try:
+        accepts_device = "device" in inspect.signature(module_class).parameters
+    except (TypeError, ValueError):
+        accepts_device = False
+    if accepts_device:
+        return module_class(*args, device=device, **kwargs)
+    return module_class(*args, **kwargs).to(device)
+
+
+class SquashDims(nn.Module):
+    """Flattens the last ``ndims_in`` dimensions into one.
+
+    Args:
+        ndims_in: how many trailing dimensions to merge (3 for ``[C, H, W]`` feature maps).
+
+    Examples:
+        >>> SquashDims()(torch.zeros(2, 4, 3, 5, 5)).shape
+        torch.Size([2, 4, 75])
+    """
+
+    def __init__(self, ndims_in: int = 3) -> None:
+        super().__init__()
+        self.ndims_in = ndims_in
+
+    def forward(self, value: torch.Tensor) -> torch.Tensor:
+        return value.flatten(-self.ndims_in, -1)
+
+
+class Squeeze2dLayer(nn.Module):
+    """Removes two trailing singleton dimensions (``[*B, C, 1, 1] -> [*B, C]``).
+
+    Examples:
+        >>> Squeeze2dLayer()(torch.zeros(4, 8, 1, 1)).shape
+        torch.Size([4, 8])
+    """
+
+    def forward(self, value: torch.Tensor) -> torch.Tensor:
+        if value.shape[-2:] != (1, 1):
+            raise ValueError(
+                f"expected two trailing singleton dims, got shape {tuple(value.shape)}"
+            )
+        return value.squeeze(-1).squeeze(-1)
+
+
+class ScalarBias(nn.Module):
+    """Adds one learnable scalar to every element (the ``single_bias_last_layer`` option of MLP).
+
+    Examples:
+        >>> ScalarBias()(torch.zeros(2, 3)).shape
+        torch.Size([2, 3])
+    """
+
+    def __init__(self, device: DeviceLike = None) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(1, device=device))
+
+    def forward(self, value: torch.Tensor) -> torch.Tensor:
+        return value + self.bias

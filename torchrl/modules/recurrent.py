@@ -1,0 +1,456 @@
+"""Recurrent policies: LSTM/GRU modules that keep their state in the TensorDict.
+
+Collection runs one step at a time: the module reads the state written at the previous step
+(``"recurrent_state_h"``, ...), zeroes it where ``"is_init"`` is True, and writes the new state
+under ``"next"`` so that ``step_mdp`` carries it to the next step. Training runs whole ``[*B, T]``
+sequences (``set_recurrent_mode(True)``): each row is cut into segments at its episode starts
+and all segments go through the RNN in one padded batch, starting from the stored state (first
+segment of a row) or from zeros (later segments). Both paths compute the same outputs.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+from torchrl._keys import IS_INIT, NEXT
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_RECURRENT_MODE: list[bool | None] = [None]
+
+
+def recurrent_mode() -> bool | None:
+    """The recurrent mode set by :class:`set_recurrent_mode`, or ``None`` outside of it.
+
+    Examples:
+        >>> print(recurrent_mode())
+        None
+        >>> with set_recurrent_mode(True):
+        ...     recurrent_mode()
+        True
+    """
+    return _RECURRENT_MODE[0]
+
+
+class set_recurrent_mode:
+    """Runs recurrent modules on whole sequences (``True``) or step by step (``False``).
+
+    Works as a context manager or a decorator; inside, every :class:`LSTMModule` and
+    :class:`GRUModule` uses this mode instead of its ``default_recurrent_mode``.
+
+    Args:
+        mode: ``True`` (sequences ``[*B, T]``), ``False`` (single steps ``[*B]``) or ``None``
+            (each module's default).
+
+    Examples:
+        >>> @set_recurrent_mode(True)
+        ... def train_step():
+        ...     return recurrent_mode()
+        >>> train_step()
+        True
+    """
+
+    def __init__(self, mode: bool | None = True) -> None:
+        if mode is not None and not isinstance(mode, bool):
+            raise TypeError(f"mode must be a bool or None, got {mode!r}")
+        self.mode = mode
+        self._previous: list[bool | None] = []
+
+    def __enter__(self) -> None:
+        self._previous.append(_RECURRENT_MODE[0])
+        _RECURRENT_MODE[0] = self.mode
+
+    def __exit__(self, *exc: object) -> None:
+        _RECURRENT_MODE[0] = self._previous.pop()
+
+    def __call__(self, func: _F) -> _F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with set_recurrent_mode(self.mode):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+def _segments(starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Cuts ``[N, T]`` rows at ``starts``; returns flat segment ids, positions, start indices, max length."""
+    flat = starts.reshape(-1)
+    seg_id = flat.long().cumsum(0) - 1
+    seg_start = flat.nonzero().squeeze(-1)
+    pos = torch.arange(flat.numel(), device=flat.device) - seg_start[seg_id]
+    max_len = int(torch.bincount(seg_id).max())
+    return seg_id, pos, seg_start, max_len
+
+
+class _RecurrentModule(TensorDictModuleBase):
+    """Shared key handling, state checks and the two execution modes of LSTM/GRU modules."""
+
+    _rnn_name = "RNN"
+    _n_states = 1
+
+    def __init__(
+        self,
+        rnn: nn.LSTM | nn.GRU,
+        in_key: NestedKey | None,
+        in_keys: Sequence[NestedKey] | None,
+        out_key: NestedKey | None,
+        out_keys: Sequence[NestedKey] | None,
+        default_state_keys: list[str],
+        default_recurrent_mode: bool | None,
+        is_init_key: NestedKey,
+    ) -> None:
+        super().__init__()
+        if not rnn.batch_first:
+            raise ValueError(f"{self._rnn_name}Module needs batch_first=True")
+        if rnn.bidirectional:
+            raise ValueError(
+                f"{self._rnn_name}Module does not support bidirectional RNNs (not causal)"
+            )
+        if getattr(rnn, "proj_size", 0):
+            raise ValueError(f"{self._rnn_name}Module does not support proj_size > 0")
+        self.rnn = rnn
+        self.in_keys = self._keys(in_key, in_keys, default_state_keys, "in")
+        if out_keys is not None and out_key is not None:
+            raise ValueError("pass exactly one of out_key and out_keys")
+        if out_keys is None and out_key is not None:
+            out_keys = [out_key, *[(NEXT, k) for k in default_state_keys]]
+        self.out_keys = self._keys(None, out_keys, [], "out")
+        if len(self.out_keys) != 1 + self._n_states:
+            raise ValueError(
+                f"{self._rnn_name}Module needs {1 + self._n_states} out_keys (output, "
+                f"{self._n_states} next state(s)), got {self.out_keys}"
+            )
+        self.default_recurrent_mode = bool(default_recurrent_mode)
+        self.is_init_key = is_init_key
+
+    def _keys(
+        self,
+        key: NestedKey | None,
+        keys: Sequence[NestedKey] | None,
+        state_keys: list[str],
+        direction: str,
+    ) -> list[NestedKey]:
+        if (key is None) == (keys is None):
+            raise ValueError(f"pass exactly one of {direction}_key and {direction}_keys")
+        if keys is None:
+            return [key, *state_keys]  # type: ignore[list-item]
+        keys = [keys] if isinstance(keys, (str, tuple)) else list(keys)
+        if direction == "in" and len(keys) != 1 + self._n_states:
+            raise ValueError(
+                f"{self._rnn_name}Module needs {1 + self._n_states} in_keys (input, "
+                f"{self._n_states} state(s)), got {keys}"
+            )
+        return keys
+
+    @property
+    def recurrent_mode(self) -> bool:
+        """Whether the module runs on sequences now (context first, then the module's default)."""
+        mode = recurrent_mode()
+        return self.default_recurrent_mode if mode is None else mode
+
+    def set_recurrent_mode(self, mode: bool = True) -> _RecurrentModule:
+        """Returns a copy sharing the parameters whose default mode is ``mode``.
+
+        Args:
+            mode: ``True`` to run on sequences by default.
+        """
+        out = copy.copy(self)
+        out._modules = dict(self._modules)  # same RNN object, hence same parameters
+        out.default_recurrent_mode = mode
+        return out
+
+    def make_tensordict_primer(self) -> Any:
+        """The ``TensorDictPrimer`` that makes an env write zero recurrent states at reset.
+
+        Raises:
+            NotImplementedError: until ``TensorDictPrimer`` exists in ``torchrl.envs.transforms``
+                (tracked by issue 3).
+        """
+        raise NotImplementedError(
+            "make_tensordict_primer() needs torchrl.envs.transforms.TensorDictPrimer, which "
+            "does not exist yet (issue 3). Until then, write zero states of shape "
+            f"[*batch, {self.rnn.num_layers}, {self.rnn.hidden_size}] at keys "
+            f"{self.in_keys[1:]} in the reset TensorDict yourself."
+        )
+
+    # --------------------------------------------------------------------------- state I/O
+    def _get_states(self, tensordict: TensorDictBase) -> list[torch.Tensor]:
+        states = []
+        for key in self.in_keys[1:]:
+            state = tensordict.get(key, None)
+            if state is None:
+                raise KeyError(
+                    f"{self._rnn_name}Module: the tensordict has no recurrent state {key!r}. "
+                    "Add the primer to the env so that reset writes zero states: "
+                    "env.append_transform(module.make_tensordict_primer()) (a TensorDictPrimer). "
+                    "The module never starts from implicit zeros."
+                )
+            states.append(state)
+        return states
+
+    def _get_is_init(self, tensordict: TensorDictBase) -> torch.Tensor:
+        is_init = tensordict.get(self.is_init_key, None)
+        if is_init is None:
+            raise KeyError(
+                f"{self._rnn_name}Module: the tensordict has no {self.is_init_key!r} entry marking "
+                "episode starts, so the recurrent state cannot be reset. Add the InitTracker "
+                "transform to the env: env.append_transform(InitTracker())."
+            )
+        return is_init
+
+    def _run(
+        self, x: torch.Tensor, states: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """``x [N, T, F]``, states ``[L, N, H]`` -> ``y [N, T, H]``, states ``[L, N, H]``."""
+        if self._n_states == 2:
+            y, (h, c) = self.rnn(x, (states[0], states[1]))
+            return y, [h, c]
+        y, h = self.rnn(x, states[0])
+        return y, [h]
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self.recurrent_mode:
+            return self._forward_sequence(tensordict)
+        return self._forward_step(tensordict)
+
+    def _forward_step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        x = tensordict.get(self.in_keys[0])
+        states = self._get_states(tensordict)
+        is_init = self._get_is_init(tensordict)
+        batch = x.shape[:-1]
+        n = batch.numel()
+        reset = is_init.reshape(n, -1).any(-1)
+        # [*B, L, H] -> [L, N, H], zeroed where an episode starts
+        flat_states = [
+            s.reshape(n, *s.shape[-2:]).masked_fill(reset[:, None, None], 0).transpose(0, 1)
+            for s in states
+        ]
+        y, new_states = self._run(x.reshape(n, 1, x.shape[-1]), flat_states)
+        tensordict.set(self.out_keys[0], y.reshape(*batch, y.shape[-1]))
+        for key, state in zip(self.out_keys[1:], new_states):
+            tensordict.set(key, state.transpose(0, 1).reshape(*batch, *state.shape[::2]))
+        return tensordict
+
+    def _forward_sequence(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if tensordict.ndim < 1:
+            raise ValueError(
+                f"{self._rnn_name}Module in recurrent mode needs a tensordict with a time dim "
+                f"(batch [*B, T]), got batch_size={tuple(tensordict.batch_size)}"
+            )
+        x = tensordict.get(self.in_keys[0])
+        states = self._get_states(tensordict)
+        is_init = self._get_is_init(tensordict)
+        lead = tensordict.batch_size
+        n, t = lead[:-1].numel(), lead[-1]
+        x = x.reshape(n, t, x.shape[-1])
+        is_init = is_init.reshape(n, t, -1).any(-1)
+        starts = is_init.clone()
+        starts[:, 0] = True
+        seg_id, pos, seg_start, max_len = _segments(starts)
+        n_seg = seg_start.numel()
+        # A segment starts from the stored state of its first step, zeroed when that step
+        # begins an episode: stored state for a row's first segment, zeros for the others.
+        reset = is_init.reshape(-1)[seg_start]
+        init_states = [
+            s.reshape(n * t, *s.shape[-2:])[seg_start]
+            .masked_fill(reset[:, None, None], 0)
+            .transpose(0, 1)
+            .contiguous()
+            for s in states
+        ]
+        padded = x.new_zeros(n_seg, max_len, x.shape[-1])
+        padded[seg_id, pos] = x.reshape(n * t, -1)
+        # Padding sits after each segment's last step: the causal RNN ignores it.
+        y, _ = self._run(padded, init_states)
+        y = y[seg_id, pos].reshape(*lead, y.shape[-1])
+        tensordict.set(self.out_keys[0], y)
+        return tensordict
+
+
+class LSTMModule(_RecurrentModule):
+    """An ``nn.LSTM`` policy block whose hidden and cell states live in the TensorDict.
+
+    Reads ``[in_key, "recurrent_state_h", "recurrent_state_c"]`` and ``"is_init"``; writes
+    ``[out_key, ("next", "recurrent_state_h"), ("next", "recurrent_state_c")]``. States are
+    ``[*B, num_layers, hidden_size]``. In recurrent mode (``set_recurrent_mode(True)``) the input
+    is ``[*B, T, input_size]`` (time is the last batch dim) and only ``out_key`` is written.
+
+    Args:
+        input_size: input features (or pass ``lstm``).
+        hidden_size: hidden features.
+        num_layers: stacked layers.
+        bias: whether the LSTM has biases.
+        batch_first: must be ``True``.
+        dropout: dropout between layers.
+        proj_size: must be 0.
+        bidirectional: must be ``False``.
+        in_key: the input entry (state keys get their defaults).
+        in_keys: ``[input, h, c]`` (instead of ``in_key``).
+        out_key: the output entry (next-state keys get their defaults).
+        out_keys: ``[output, next h, next c]`` (instead of ``out_key``).
+        device: device of the parameters.
+        lstm: an existing ``nn.LSTM`` to wrap instead of building one.
+        default_recurrent_mode: mode used outside :class:`set_recurrent_mode`.
+        is_init_key: entry marking episode starts.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> lstm = LSTMModule(3, 8, in_key="embed", out_key="features")
+        >>> td = TensorDict(embed=torch.randn(4, 3), is_init=torch.ones(4, 1, dtype=torch.bool),
+        ...                 recurrent_state_h=torch.zeros(4, 1, 8),
+        ...                 recurrent_state_c=torch.zeros(4, 1, 8), batch_size=[4])
+        >>> td = lstm(td)
+        >>> td["features"].shape, td["next", "recurrent_state_h"].shape
+        (torch.Size([4, 8]), torch.Size([4, 1, 8]))
+    """
+
+    _rnn_name = "LSTM"
+    _n_states = 2
+
+    def __init__(
+        self,
+        input_size: int | None = None,
+        hidden_size: int | None = None,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = True,
+        dropout: float = 0.0,
+        proj_size: int = 0,
+        bidirectional: bool = False,
+        *,
+        in_key: NestedKey | None = None,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_key: NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+        device: torch.device | str | None = None,
+        lstm: nn.LSTM | None = None,
+        default_recurrent_mode: bool | None = None,
+        is_init_key: NestedKey = IS_INIT,
+    ) -> None:
+        if lstm is None:
+            if input_size is None or hidden_size is None:
+                raise ValueError("LSTMModule needs input_size and hidden_size (or an lstm)")
+            lstm = nn.LSTM(
+                input_size,
+                hidden_size,
+                num_layers,
+                bias=bias,
+                batch_first=batch_first,
+                dropout=dropout,
+                proj_size=proj_size,
+                bidirectional=bidirectional,
+                device=device,
+            )
+        elif input_size is not None or hidden_size is not None:
+            raise ValueError("pass either an lstm or its sizes, not both")
+        super().__init__(
+            lstm,
+            in_key,
+            in_keys,
+            out_key,
+            out_keys,
+            ["recurrent_state_h", "recurrent_state_c"],
+            default_recurrent_mode,
+            is_init_key,
+        )
+
+    @property
+    def lstm(self) -> nn.LSTM:
+        """The wrapped ``nn.LSTM``."""
+        return self.rnn  # type: ignore[return-value]
+
+
+class GRUModule(_RecurrentModule):
+    """An ``nn.GRU`` policy block whose hidden state lives in the TensorDict.
+
+    Reads ``[in_key, "recurrent_state"]`` and ``"is_init"``; writes
+    ``[out_key, ("next", "recurrent_state")]``; see :class:`LSTMModule` for the modes.
+
+    Args:
+        input_size: input features (or pass ``gru``).
+        hidden_size: hidden features.
+        num_layers: stacked layers.
+        bias: whether the GRU has biases.
+        batch_first: must be ``True``.
+        dropout: dropout between layers.
+        bidirectional: must be ``False``.
+        in_key: the input entry.
+        in_keys: ``[input, state]`` (instead of ``in_key``).
+        out_key: the output entry.
+        out_keys: ``[output, next state]`` (instead of ``out_key``).
+        device: device of the parameters.
+        gru: an existing ``nn.GRU`` to wrap instead of building one.
+        default_recurrent_mode: mode used outside :class:`set_recurrent_mode`.
+        is_init_key: entry marking episode starts.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> gru = GRUModule(3, 8, in_key="embed", out_key="features")
+        >>> td = TensorDict(embed=torch.randn(2, 5, 3), is_init=torch.zeros(2, 5, 1, dtype=torch.bool),
+        ...                 recurrent_state=torch.zeros(2, 5, 1, 8), batch_size=[2, 5])
+        >>> with set_recurrent_mode(True):
+        ...     gru(td)["features"].shape
+        torch.Size([2, 5, 8])
+    """
+
+    _rnn_name = "GRU"
+    _n_states = 1
+
+    def __init__(
+        self,
+        input_size: int | None = None,
+        hidden_size: int | None = None,
+        num_layers: int = 1,
+        bias: bool = True,
+        batch_first: bool = True,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+        *,
+        in_key: NestedKey | None = None,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_key: NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+        device: torch.device | str | None = None,
+        gru: nn.GRU | None = None,
+        default_recurrent_mode: bool | None = None,
+        is_init_key: NestedKey = IS_INIT,
+    ) -> None:
+        if gru is None:
+            if input_size is None or hidden_size is None:
+                raise ValueError("GRUModule needs input_size and hidden_size (or a gru)")
+            gru = nn.GRU(
+                input_size,
+                hidden_size,
+                num_layers,
+                bias=bias,
+                batch_first=batch_first,
+                dropout=dropout,
+                bidirectional=bidirectional,
+                device=device,
+            )
+        elif input_size is not None or hidden_size is not None:
+            raise ValueError("pass either a gru or its sizes, not both")
+        super().__init__(
+            gru,
+            in_key,
+            in_keys,
+            out_key,
+            out_keys,
+            ["recurrent_state"],
+            default_recurrent_mode,
+            is_init_key,
+        )
+
+    @property
+    def gru(self) -> nn.GRU:
+        """The wrapped ``nn.GRU``."""
+        return self.rnn  # type: ignore[return-value]
