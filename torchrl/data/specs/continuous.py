@@ -1,0 +1,387 @@
+"""Box-like specs: ``Unbounded`` (any value) and ``Bounded`` (element-wise ``[low, high]``)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from torchrl.data.specs.base import (
+    ContinuousBox,
+    DeviceLike,
+    ShapeLike,
+    TensorSpec,
+    _check_dtype,
+    _device,
+    _first_bad,
+    _fmt,
+    _is_int_dtype,
+    _loc,
+    _size,
+    _spec_shape,
+)
+
+
+def _int_range(dtype: torch.dtype) -> tuple[int, int]:
+    if dtype is torch.bool:
+        return 0, 1
+    info = torch.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+class Unbounded(TensorSpec):
+    """A spec with no bounds: any value of the right shape and dtype is in it.
+
+    An integer dtype makes it a discrete spec (``domain == "discrete"``) whose ``rand`` draws
+    integers over the dtype's range; a float dtype draws standard normal values.
+
+    Args:
+        shape: the value's shape (default ``(1,)``; an int means ``(int,)``).
+        device: where values live (``None``: wherever they come).
+        dtype: the values' dtype (default ``torch.float32``).
+
+    Examples:
+        >>> import torch
+        >>> spec = Unbounded(shape=(3, 4))
+        >>> spec
+        Unbounded(shape=torch.Size([3, 4]), dtype=torch.float32, device=None)
+        >>> spec.rand((2,)).shape
+        torch.Size([2, 3, 4])
+        >>> spec.is_in(torch.zeros(3, 4)), spec.is_in(torch.zeros(3, 4, dtype=torch.int64))
+        (True, False)
+    """
+
+    dtype: torch.dtype
+    _default_dtype: torch.dtype = torch.float32
+
+    def __init__(
+        self,
+        shape: ShapeLike = None,
+        device: DeviceLike = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        name = type(self).__name__
+        self.shape = torch.Size((1,)) if shape is None else _spec_shape(shape, name)
+        self.device = _device(device)
+        self.dtype = _check_dtype(self._default_dtype if dtype is None else dtype, name)
+
+    @property
+    def domain(self) -> str:
+        """``"continuous"`` for float dtypes, ``"discrete"`` otherwise."""
+        return "continuous" if self.dtype.is_floating_point else "discrete"
+
+    @property
+    def space(self) -> ContinuousBox:
+        """A ``ContinuousBox`` with infinite (or dtype-range) bounds."""
+        if self.dtype.is_floating_point:
+            low, high = -math.inf, math.inf
+        else:
+            low, high = _int_range(self.dtype)
+        full = torch.full((), low, dtype=self.dtype, device=self.device).expand(self.shape)
+        return ContinuousBox(full, torch.full_like(full, high).expand(self.shape))
+
+    def rand(self, shape: ShapeLike = None) -> torch.Tensor:
+        """Standard-normal floats, or integers uniform over the dtype's range.
+
+        Args:
+            shape: extra leading batch dims.
+
+        Returns:
+            A tensor of shape ``[*shape, *self.shape]``.
+        """
+        size = _size(shape) + self.shape
+        if self.dtype.is_floating_point:
+            return torch.randn(size, dtype=self.dtype, device=self.device)
+        low, high = _int_range(self.dtype)
+        if self.dtype is torch.bool:
+            high = 2  # randint's high is exclusive; elsewhere the top value is simply skipped
+        return torch.randint(low, high, size, dtype=self.dtype, device=self.device)
+
+    def _why_not_in(self, val: Any) -> str | None:
+        return self._check_tensor(val)
+
+    def project(self, val: torch.Tensor) -> torch.Tensor:
+        """Casts ``val`` to the spec's dtype (rounding floats for integer specs).
+
+        Args:
+            val: a tensor with the spec's trailing shape.
+
+        Returns:
+            The cast tensor.
+        """
+        if val.dtype == self.dtype:
+            return val
+        if val.dtype.is_floating_point and _is_int_dtype(self.dtype):
+            low, high = _int_range(self.dtype)
+            val = torch.nan_to_num(val.round(), nan=0.0).clamp(low, high)
+        return val.to(self.dtype)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Unbounded) and self._same_meta(other)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(shape={self.shape}, dtype={self.dtype}, device={self.device})"
+        )
+
+
+class UnboundedDiscrete(Unbounded):
+    """An ``Unbounded`` spec whose default dtype is ``torch.int64``.
+
+    It equals an ``Unbounded`` spec with the same shape, dtype and device.
+
+    Args:
+        shape: the value's shape (default ``(1,)``).
+        device: where values live.
+        dtype: an integer dtype (default ``torch.int64``).
+
+    Examples:
+        >>> import torch
+        >>> spec = UnboundedDiscrete(shape=(2,))
+        >>> spec.dtype, spec.domain
+        (torch.int64, 'discrete')
+        >>> spec == Unbounded(shape=(2,), dtype=torch.int64)
+        True
+    """
+
+    _default_dtype = torch.int64
+
+
+class Bounded(TensorSpec):
+    """A spec whose values lie element-wise in ``[low, high]``.
+
+    Args:
+        low: lower bounds, a number or a tensor broadcastable to ``shape``.
+        high: upper bounds, a number or a tensor broadcastable to ``shape``.
+        shape: the value's shape; inferred from ``low``/``high`` when omitted.
+        device: where values live (``None``: wherever they come).
+        dtype: a float or integer dtype (default ``torch.float32``).
+
+    Raises:
+        ValueError: when ``low > high`` anywhere, when a bound is NaN, when the bounds do not
+            broadcast to ``shape``, or for a bool/complex dtype.
+
+    Examples:
+        >>> import torch
+        >>> spec = Bounded(low=-1.0, high=torch.tensor([1.0, 2.0, 3.0]))
+        >>> spec.shape
+        torch.Size([3])
+        >>> spec.project(torch.tensor([-5.0, 0.5, 5.0]))
+        tensor([-1.0000,  0.5000,  3.0000])
+        >>> spec.is_in(torch.tensor([0.0, 2.5, 0.0]))
+        False
+        >>> Bounded(0, 10, shape=(2,), dtype=torch.int64).rand().dtype
+        torch.int64
+    """
+
+    dtype: torch.dtype
+    _tensor_fields = ("low", "high", "_span")
+
+    def __init__(
+        self,
+        low: float | torch.Tensor,
+        high: float | torch.Tensor,
+        shape: ShapeLike = None,
+        device: DeviceLike = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        dtype = _check_dtype(torch.float32 if dtype is None else dtype, "Bounded")
+        if dtype is torch.bool:
+            raise ValueError("Bounded: bool dtype is not supported; use Binary or Categorical")
+        self.dtype = dtype
+        self.device = _device(device)
+        low_t = torch.as_tensor(low).detach()
+        high_t = torch.as_tensor(high).detach()
+        for name, t in (("low", low_t), ("high", high_t)):
+            if t.is_floating_point() and bool(t.isnan().any()):
+                raise ValueError(f"Bounded: {name} contains NaN: {_fmt(t)}")
+        try:
+            inferred = torch.broadcast_shapes(low_t.shape, high_t.shape)
+        except RuntimeError as err:
+            raise ValueError(
+                f"Bounded: low of shape {tuple(low_t.shape)} and high of shape "
+                f"{tuple(high_t.shape)} do not broadcast together"
+            ) from err
+        if shape is None:
+            self.shape = inferred
+        else:
+            self.shape = _spec_shape(shape, "Bounded")
+            for name, t in (("low", low_t), ("high", high_t)):
+                try:
+                    ok = torch.broadcast_shapes(t.shape, self.shape) == self.shape
+                except RuntimeError:
+                    ok = False
+                if not ok:
+                    raise ValueError(
+                        f"Bounded: {name} of shape {tuple(t.shape)} does not broadcast to the "
+                        f"spec shape {tuple(self.shape)}"
+                    )
+        if bool((low_t > high_t).any()):
+            raise ValueError(
+                f"Bounded: low must be <= high everywhere, got low={_fmt(low_t)}, "
+                f"high={_fmt(high_t)}"
+            )
+        if _is_int_dtype(dtype):
+            # Integer specs keep the integers inside the real bounds, within the dtype's range.
+            imin, imax = _int_range(dtype)
+            low_t = low_t.double().ceil().clamp(imin, imax) if low_t.is_floating_point() else low_t
+            high_t = (
+                high_t.double().floor().clamp(imin, imax) if high_t.is_floating_point() else high_t
+            )
+            if bool((low_t > high_t).any()):
+                raise ValueError(
+                    f"Bounded: no {dtype} value lies between low={_fmt(low)} and high={_fmt(high)}"
+                )
+        target = self.device if self.device is not None else torch.device("cpu")
+        self.low = low_t.to(dtype=dtype, device=target).expand(self.shape)
+        self.high = high_t.to(dtype=dtype, device=target).expand(self.shape)
+        self._set_cache()
+
+    def _set_cache(self) -> None:
+        """Precomputes what ``rand``/``is_in`` need so that they stay a couple of kernels."""
+        low, high = self.low, self.high
+        self._scalar: tuple[Any, Any] | None = None
+        if low.numel():
+            lo0, hi0 = low.reshape(-1)[0], high.reshape(-1)[0]
+            if bool((low == lo0).all()) and bool((high == hi0).all()):
+                self._scalar = (lo0.item(), hi0.item())
+        if self.dtype.is_floating_point:
+            self._finite = bool(low.isfinite().all()) and bool(high.isfinite().all())
+            span = high.double() - low.double()
+            self._wide = self._finite and bool((span > torch.finfo(self.dtype).max).any())
+            self._exact_span = self._finite and bool(
+                ((high - low).double() == span).all() and (low + (high - low) == high).all()
+            )
+        else:
+            self._finite, self._wide, self._exact_span = True, False, True
+        # ``high - low`` in the spec's dtype, for ``rand``; only trusted when exact.
+        self._span = (high - low) if self._exact_span else None
+
+    @property
+    def domain(self) -> str:
+        """``"continuous"`` for float dtypes, ``"discrete"`` for integer ones."""
+        return "continuous" if self.dtype.is_floating_point else "discrete"
+
+    @property
+    def space(self) -> ContinuousBox:
+        """A ``ContinuousBox`` holding ``low`` and ``high``."""
+        return ContinuousBox(self.low, self.high)
+
+    def _with_dtype(self, dtype: torch.dtype) -> TensorSpec:
+        return Bounded(self.low, self.high, self.shape, self.device, dtype)
+
+    def rand(self, shape: ShapeLike = None) -> torch.Tensor:
+        """Uniform samples in ``[low, high]`` (floats) or ``{low, ..., high}`` (integers).
+
+        Where a bound is infinite, samples are ``bound -/+ |normal|`` (or normal when both are).
+
+        Args:
+            shape: extra leading batch dims.
+
+        Returns:
+            A tensor of shape ``[*shape, *self.shape]``.
+        """
+        size = _size(shape) + self.shape
+        dtype, device = self.dtype, self.device
+        scalar = self._scalar
+        if dtype.is_floating_point:
+            if not self._finite:
+                return self._rand_infinite(size)
+            if scalar is not None and not self._wide:
+                lo, hi = scalar
+                out = torch.empty(size, dtype=dtype, device=device).uniform_(lo, hi)
+                # With a span that the dtype holds exactly, rounding cannot overshoot ``hi``.
+                return out if self._exact_span else out.clamp_(lo, hi)
+            if self._span is not None:
+                # low + u * span never passes high when the span is exact (rounding is monotonic).
+                r = torch.rand(size, dtype=dtype, device=device)
+                return torch.addcmul(self.low, r, self._span)
+            low, high = self.low.double(), self.high.double()
+            r = torch.rand(size, dtype=torch.float64, device=device)
+            return torch.minimum(low + r * (high - low), high).to(dtype)
+        if scalar is not None and scalar[1] < _int_range(dtype)[1]:
+            return torch.randint(
+                int(scalar[0]), int(scalar[1]) + 1, size, dtype=dtype, device=device
+            )
+        low, high = self.low.double(), self.high.double()
+        r = torch.rand(size, dtype=torch.float64, device=device)
+        out = (low + (r * (high - low + 1)).floor()).clamp_(max=high)
+        return out.to(dtype)
+
+    def _rand_infinite(self, size: torch.Size) -> torch.Tensor:
+        low, high = self.low, self.high
+        low_fin, high_fin = low.isfinite(), high.isfinite()
+        noise = torch.randn(size, dtype=self.dtype, device=self.device)
+        finite_low = torch.where(low_fin, low, torch.zeros_like(low))
+        finite_high = torch.where(high_fin, high, torch.zeros_like(high))
+        r = torch.rand(size, dtype=torch.float64, device=self.device)
+        uniform = (finite_low.double() + r * (finite_high.double() - finite_low.double())).to(
+            self.dtype
+        )
+        out = torch.where(low_fin & high_fin, uniform, noise)
+        out = torch.where(low_fin & ~high_fin, finite_low + noise.abs(), out)
+        out = torch.where(~low_fin & high_fin, finite_high - noise.abs(), out)
+        return out.clamp(low, high)
+
+    def _why_not_in(self, val: Any) -> str | None:
+        reason = self._check_tensor(val)
+        if reason is not None:
+            return reason
+        scalar = self._scalar
+        if scalar is not None:
+            if not val.numel():
+                return None
+            # aminmax: one reduction; NaN propagates and fails both comparisons.
+            lo, hi = torch.aminmax(val)
+            if lo.item() >= scalar[0] and hi.item() <= scalar[1]:
+                return None
+            ok = (val >= scalar[0]) & (val <= scalar[1])
+        else:
+            low, high = self.low, self.high
+            if low.device != val.device:
+                low, high = low.to(val.device), high.to(val.device)
+            # clamp + equal: two kernels; NaN never equals itself, so it fails too.
+            if torch.equal(val.clamp(low, high), val):
+                return None
+            ok = (val >= low) & (val <= high)
+        where = _first_bad(~ok)
+        inner = where[len(where) - self.ndim :]
+        low_at, high_at = self.low[inner].item(), self.high[inner].item()
+        return (
+            f"value out of bounds: {_loc(where)} = {val[where].item()!r} is not in "
+            f"[{low_at!r}, {high_at!r}] (low={_fmt(self.low)}, high={_fmt(self.high)})"
+        )
+
+    def project(self, val: torch.Tensor) -> torch.Tensor:
+        """Clamps ``val`` into ``[low, high]`` (rounding first for integer specs).
+
+        Args:
+            val: a tensor with the spec's trailing shape.
+
+        Returns:
+            The clamped tensor, with the spec's dtype.
+        """
+        low, high = self.low, self.high
+        if low.device != val.device:
+            low, high = low.to(val.device), high.to(val.device)
+        if val.dtype.is_floating_point and _is_int_dtype(self.dtype):
+            work = torch.nan_to_num(val.double().round(), nan=0.0)
+            return work.clamp(low.double(), high.double()).to(self.dtype)
+        if val.dtype != self.dtype:
+            val = val.to(self.dtype)
+        return val.clamp(low, high)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Bounded)
+            and self._same_meta(other)
+            and torch.equal(self.low, other.low)
+            and torch.equal(self.high, other.high)
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Bounded(shape={self.shape}, low={_fmt(self.low)}, high={_fmt(self.high)}, "
+            f"dtype={self.dtype}, device={self.device})"
+        )

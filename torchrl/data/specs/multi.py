@@ -1,0 +1,488 @@
+"""Discrete specs over several independent sets of categories: ``MultiCategorical`` (one index
+per sub-action) and ``MultiOneHot`` (concatenated one-hot vectors)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from torchrl.data.specs.base import (
+    BoxList,
+    CategoricalBox,
+    DeviceLike,
+    ShapeLike,
+    TensorSpec,
+    _check_discrete_dtype,
+    _device,
+    _first_bad,
+    _fmt,
+    _loc,
+    _mask_equal,
+    _nearest_allowed,
+    _prepare_mask,
+    _raw_tensor,
+    _sample_masked,
+    _size,
+    _spec_shape,
+)
+
+# randint(2**62) % n is uniform up to a bias of n / 2**62: exact enough, and stays in int64.
+_RAND_HIGH = 2**62
+
+
+def _nvec_tensor(nvec: Any, owner: str) -> torch.Tensor:
+    t = torch.as_tensor(nvec).detach()
+    if t.dim() == 0 or t.numel() == 0:
+        raise ValueError(f"{owner}: nvec must be a non-empty sequence of ints, got {nvec!r}")
+    if t.is_floating_point():
+        if not bool((t == t.round()).all()):
+            raise ValueError(f"{owner}: nvec must hold integers, got {_fmt(t)}")
+    elif t.dtype is torch.bool or t.is_complex():
+        raise ValueError(f"{owner}: nvec must hold integers, got dtype {t.dtype}")
+    t = t.long()
+    if bool((t <= 0).any()):
+        raise ValueError(f"{owner}: every entry of nvec must be > 0, got {_fmt(t)}")
+    return t
+
+
+def _check_groups(mask: torch.Tensor, nvec: list[int], owner: str) -> None:
+    for i, part in enumerate(mask.split(nvec, -1)):
+        if part.numel() and not bool(part.any(-1).all()):
+            raise ValueError(f"{owner}: the mask allows no value in group {i} for some entries")
+
+
+def _mask_repr(mask: torch.Tensor | None) -> str:
+    return "" if mask is None else f", mask={_fmt(mask)}"
+
+
+class MultiCategorical(TensorSpec):
+    """One category index per sub-action: ``value[..., i]`` lies in ``{0, ..., nvec[i] - 1}``.
+
+    Args:
+        nvec: categories of each sub-action; a tensor may also vary along batch dims.
+        shape: the value's shape, ending with ``len(nvec)`` (default ``nvec``'s shape).
+        device: where values live (``None``: wherever they come).
+        dtype: an integer dtype (default ``torch.int64``).
+        mask: bool tensor broadcastable to ``[*shape[:-1], sum(nvec)]``, the groups' masks
+            concatenated; ``False`` forbids a category.
+
+    Raises:
+        ValueError: for non-positive ``nvec`` entries, a shape not ending with ``len(nvec)``, a
+            float dtype, or a bad mask.
+
+    Examples:
+        >>> import torch
+        >>> spec = MultiCategorical([2, 3])
+        >>> spec.nvec
+        tensor([2, 3])
+        >>> spec.is_in(torch.tensor([1, 2])), spec.is_in(torch.tensor([2, 0]))
+        (True, False)
+        >>> spec.to_one_hot(torch.tensor([1, 2]))
+        tensor([False,  True, False, False,  True])
+    """
+
+    _feature_ndim = 1
+    _tensor_fields = ("nvec", "mask")
+
+    def __init__(
+        self,
+        nvec: Sequence[int] | torch.Tensor,
+        shape: ShapeLike = None,
+        device: DeviceLike = None,
+        dtype: torch.dtype | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> None:
+        nvec_t = _nvec_tensor(nvec, "MultiCategorical")
+        self.shape = nvec_t.shape if shape is None else _spec_shape(shape, "MultiCategorical")
+        try:
+            ok = bool(self.shape) and torch.broadcast_shapes(nvec_t.shape, self.shape) == self.shape
+        except RuntimeError:
+            ok = False
+        if not ok or self.shape[-1] != nvec_t.shape[-1]:
+            raise ValueError(
+                f"MultiCategorical: nvec of shape {tuple(nvec_t.shape)} does not fit the shape "
+                f"{tuple(self.shape)} (its last dim must be len(nvec))"
+            )
+        self.dtype = _check_discrete_dtype(
+            torch.int64 if dtype is None else dtype, "MultiCategorical"
+        )
+        if self.dtype is torch.bool and bool((nvec_t > 2).any()):
+            raise ValueError("MultiCategorical: a bool dtype holds at most 2 categories per entry")
+        self.device = _device(device)
+        self.nvec = nvec_t.to(self.device or "cpu").expand(self.shape)
+        rows = nvec_t.reshape(-1, nvec_t.shape[-1])
+        # The per-group layout of masks needs the same nvec for every batch entry.
+        uniform = bool((rows == rows[0]).all())
+        self._nvec_list: list[int] | None = rows[0].tolist() if uniform else None
+        self.mask: torch.Tensor | None = None
+        if mask is not None:
+            self.update_mask(mask)
+
+    @property
+    def domain(self) -> str:
+        """Always ``"discrete"``."""
+        return "discrete"
+
+    @property
+    def space(self) -> BoxList:
+        """A ``BoxList`` with one ``CategoricalBox`` per sub-action."""
+        if self._nvec_list is None:
+            raise ValueError("MultiCategorical: nvec varies along batch dims; read .nvec instead")
+        return BoxList([CategoricalBox(n) for n in self._nvec_list])
+
+    def update_mask(self, mask: torch.Tensor | None) -> None:
+        """Sets (or clears, with ``None``) the mask of allowed categories, in place.
+
+        Args:
+            mask: bool tensor broadcastable to ``[*shape[:-1], sum(nvec)]``.
+        """
+        if mask is None:
+            self.mask = None
+            return
+        if self._nvec_list is None:
+            raise ValueError("MultiCategorical: masks need the same nvec for every batch entry")
+        shape = self.shape[:-1] + (sum(self._nvec_list),)
+        mask = _prepare_mask(mask, shape, self.device, "MultiCategorical", check_rows=False)
+        _check_groups(mask, self._nvec_list, "MultiCategorical")
+        self.mask = mask
+
+    def _with_dtype(self, dtype: torch.dtype) -> TensorSpec:
+        return MultiCategorical(self.nvec, self.shape, self.device, dtype, self.mask)
+
+    def rand(self, shape: ShapeLike = None) -> torch.Tensor:
+        """Independent uniform categories per sub-action (allowed ones when masked).
+
+        Args:
+            shape: extra leading batch dims.
+
+        Returns:
+            A tensor of shape ``[*shape, *self.shape]``.
+        """
+        lead = _size(shape)
+        if self.mask is None:
+            r = torch.randint(_RAND_HIGH, lead + self.shape, device=self.nvec.device)
+            return (r % self.nvec).to(self.dtype)
+        assert self._nvec_list is not None
+        parts = self.mask.split(self._nvec_list, -1)
+        return torch.stack([_sample_masked(p, lead) for p in parts], -1).to(self.dtype)
+
+    def _why_not_in(self, val: Any) -> str | None:
+        reason = self._check_tensor(val)
+        if reason is not None:
+            return reason
+        nvec = self.nvec if self.nvec.device == val.device else self.nvec.to(val.device)
+        ok = (val >= 0) & (val < nvec)
+        if not bool(ok.all()):
+            where = _first_bad(~ok)
+            n = nvec[where[len(where) - self.ndim :]].item()
+            return (
+                f"value out of range: {_loc(where)} = {val[where].item()} is not in "
+                f"{{0, ..., {n - 1}}} (nvec={_fmt(self.nvec)})"
+            )
+        if self.mask is not None:
+            assert self._nvec_list is not None
+            mask = self.mask.to(val.device)
+            for i, part in enumerate(mask.split(self._nvec_list, -1)):
+                sub = val[..., i].long().unsqueeze(-1)
+                allowed = part.expand(*sub.shape[:-1], part.shape[-1]).gather(-1, sub)
+                if not bool(allowed.all()):
+                    where = _first_bad(~allowed.squeeze(-1))
+                    return (
+                        f"value masked out: sub-action {i} of {_loc(where)} = "
+                        f"{val[where].tolist()} is forbidden by the mask {_fmt(self.mask)}"
+                    )
+        return None
+
+    def project(self, val: torch.Tensor) -> torch.Tensor:
+        """Rounds and clamps each sub-action into range; masked-out values go to the nearest
+        allowed category.
+
+        Args:
+            val: a numeric tensor with the spec's trailing shape.
+
+        Returns:
+            A tensor in the spec.
+        """
+        high = (self.nvec - 1).to(val.device)
+        if val.is_floating_point():
+            work = torch.nan_to_num(val.double().round(), nan=0.0).clamp(min=0)
+            idx = torch.minimum(work, high.double()).long()
+        else:
+            idx = torch.minimum(val.long().clamp(min=0), high)
+        if self.mask is not None:
+            assert self._nvec_list is not None
+            parts = self.mask.split(self._nvec_list, -1)
+            idx = torch.stack([_nearest_allowed(idx[..., i], p) for i, p in enumerate(parts)], -1)
+        return idx.to(self.dtype)
+
+    def to_one_hot(self, val: torch.Tensor, safe: bool = False) -> torch.Tensor:
+        """Converts indices to concatenated bool one-hot vectors.
+
+        Args:
+            val: indices of shape ``[*batch, *self.shape]``.
+            safe: check ``val`` with ``assert_is_in`` first.
+
+        Returns:
+            A bool tensor of shape ``[*batch, *self.shape[:-1], sum(nvec)]``.
+        """
+        if safe:
+            self.assert_is_in(val)
+        if self._nvec_list is None:
+            raise ValueError("MultiCategorical: one-hot needs the same nvec for every batch entry")
+        parts = [F.one_hot(val[..., i].long(), n) for i, n in enumerate(self._nvec_list)]
+        return torch.cat(parts, -1).bool()
+
+    def to_one_hot_spec(self) -> MultiOneHot:
+        """The ``MultiOneHot`` spec of the one-hot encoding of this spec's values."""
+        if self._nvec_list is None:
+            raise ValueError("MultiCategorical: one-hot needs the same nvec for every batch entry")
+        shape = self.shape[:-1] + (sum(self._nvec_list),)
+        return MultiOneHot(self._nvec_list, shape, self.device, torch.bool, self.mask)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, MultiCategorical)
+            and self._same_meta(other)
+            and torch.equal(self.nvec, other.nvec)
+            and _mask_equal(self.mask, other.mask)
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"MultiCategorical(nvec={_fmt(self.nvec)}, shape={self.shape}, dtype={self.dtype}, "
+            f"device={self.device}{_mask_repr(self.mask)})"
+        )
+
+
+class MultiOneHot(TensorSpec):
+    """Concatenated one-hot vectors, one per sub-action with ``nvec[i]`` categories.
+
+    Args:
+        nvec: categories of each sub-action.
+        shape: the value's shape, ending with ``sum(nvec)`` (default ``(sum(nvec),)``).
+        device: where values live (``None``: wherever they come).
+        dtype: bool (default) or an integer dtype.
+        mask: bool tensor broadcastable to ``shape``; ``False`` forbids a category.
+
+    Raises:
+        ValueError: for non-positive ``nvec`` entries, ``shape[-1] != sum(nvec)``, a float
+            dtype, or a bad mask.
+
+    Examples:
+        >>> import torch
+        >>> spec = MultiOneHot([2, 3])
+        >>> spec.encode([1, 0])
+        tensor([False,  True,  True, False, False])
+        >>> spec.to_categorical(spec.encode([1, 2]))
+        tensor([1, 2])
+        >>> spec.is_in(torch.tensor([True, True, False, False, True]))
+        False
+    """
+
+    _feature_ndim = 1
+    _tensor_fields = ("mask",)
+
+    def __init__(
+        self,
+        nvec: Sequence[int] | torch.Tensor,
+        shape: ShapeLike = None,
+        device: DeviceLike = None,
+        dtype: torch.dtype | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> None:
+        nvec_t = _nvec_tensor(nvec, "MultiOneHot")
+        if nvec_t.dim() != 1:
+            raise ValueError(f"MultiOneHot: nvec must be 1-d, got shape {tuple(nvec_t.shape)}")
+        self.nvec: list[int] = nvec_t.tolist()
+        total = sum(self.nvec)
+        self.shape = torch.Size((total,)) if shape is None else _spec_shape(shape, "MultiOneHot")
+        if not self.shape or self.shape[-1] != total:
+            raise ValueError(
+                f"MultiOneHot: the last dim of shape must be sum(nvec)={total}, "
+                f"got shape {tuple(self.shape)}"
+            )
+        self.dtype = _check_discrete_dtype(torch.bool if dtype is None else dtype, "MultiOneHot")
+        self.device = _device(device)
+        self._consts: dict[torch.device, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self.mask: torch.Tensor | None = None
+        if mask is not None:
+            self.update_mask(mask)
+
+    def _constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``nvec``, group start offsets and group end indices as tensors on ``device`` (cached)."""
+        consts = self._consts.get(device)
+        if consts is None:
+            nvec = torch.tensor(self.nvec, device=device)
+            ends = nvec.cumsum(0)
+            consts = (nvec, ends - nvec, ends - 1)
+            self._consts[device] = consts
+        return consts
+
+    @property
+    def domain(self) -> str:
+        """Always ``"discrete"``."""
+        return "discrete"
+
+    @property
+    def space(self) -> BoxList:
+        """A ``BoxList`` with one ``CategoricalBox`` per sub-action."""
+        return BoxList([CategoricalBox(n) for n in self.nvec])
+
+    def update_mask(self, mask: torch.Tensor | None) -> None:
+        """Sets (or clears, with ``None``) the mask of allowed categories, in place.
+
+        Args:
+            mask: bool tensor broadcastable to ``shape``, with an allowed category per group.
+        """
+        if mask is None:
+            self.mask = None
+            return
+        mask = _prepare_mask(mask, self.shape, self.device, "MultiOneHot", check_rows=False)
+        _check_groups(mask, self.nvec, "MultiOneHot")
+        self.mask = mask
+
+    def _with_dtype(self, dtype: torch.dtype) -> TensorSpec:
+        return MultiOneHot(self.nvec, self.shape, self.device, dtype, self.mask)
+
+    def _scatter(self, idx: torch.Tensor, lead: torch.Size, device: Any) -> torch.Tensor:
+        out = torch.zeros(lead + self.shape, dtype=self.dtype, device=device)
+        return out.scatter_(-1, idx, 1)
+
+    def rand(self, shape: ShapeLike = None) -> torch.Tensor:
+        """Independent uniform one-hot groups (among the allowed categories when masked).
+
+        Args:
+            shape: extra leading batch dims.
+
+        Returns:
+            A tensor of shape ``[*shape, *self.shape]``.
+        """
+        lead = _size(shape)
+        device = self.device or torch.device("cpu")
+        nvec, starts, _ = self._constants(device)
+        if self.mask is None:
+            batch = lead + self.shape[:-1] + (len(self.nvec),)
+            idx = torch.randint(_RAND_HIGH, batch, device=device) % nvec
+        else:
+            parts = self.mask.split(self.nvec, -1)
+            idx = torch.stack([_sample_masked(p, lead) for p in parts], -1)
+        return self._scatter(idx + starts, lead, device)
+
+    def _why_not_in(self, val: Any) -> str | None:
+        reason = self._check_tensor(val)
+        if reason is not None:
+            return reason
+        _, _, ends = self._constants(val.device)
+        cums = val.cumsum(-1)[..., ends]
+        sums = torch.diff(cums, dim=-1, prepend=torch.zeros_like(cums[..., :1]))
+        ok = sums == 1
+        if self.dtype is not torch.bool:
+            ok &= val.amin(-1, keepdim=True) >= 0
+        if not bool(ok.all()):
+            where = _first_bad(~ok)
+            return (
+                f"not multi-one-hot: group {where[-1]} of {_loc(where[:-1])} = "
+                f"{val[where[:-1]].tolist()} has not exactly one 1 (nvec={self.nvec})"
+            )
+        if self.mask is not None:
+            bad = val.bool() & ~self.mask.to(val.device)
+            if bool(bad.any()):
+                where = _first_bad(bad.any(-1))
+                return (
+                    f"value masked out: {_loc(where)} = {val[where].tolist()} selects a "
+                    f"category forbidden by the mask {_fmt(self.mask)}"
+                )
+        return None
+
+    def project(self, val: torch.Tensor) -> torch.Tensor:
+        """Keeps a valid value; otherwise one-hot of each group's (allowed) arg-max.
+
+        Args:
+            val: a numeric tensor with the spec's trailing shape (e.g. scores).
+
+        Returns:
+            A tensor in the spec.
+        """
+        if self._why_not_in(val) is None:
+            return val
+        scores = torch.nan_to_num(val.double(), nan=0.0)
+        if self.mask is not None:
+            scores = scores.masked_fill(~self.mask.to(val.device), float("-inf"))
+        idx = torch.stack([p.argmax(-1) for p in scores.split(self.nvec, -1)], -1)
+        _, starts, _ = self._constants(val.device)
+        lead = val.shape[: val.dim() - self.ndim]
+        return self._scatter(idx + starts, lead, val.device)
+
+    def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor:
+        """Turns per-group indices (or an already one-hot value) into a multi-one-hot tensor.
+
+        A value whose shape ends with ``shape`` is taken as one-hot; anything else as indices of
+        shape ``[..., len(nvec)]``.
+
+        Args:
+            val: indices (list, numpy array, tensor) or one-hot values.
+            ignore_device: keep the value's device instead of moving it to the spec's.
+
+        Returns:
+            A tensor of the spec's dtype and shape (extra leading dims kept).
+
+        Raises:
+            ValueError: for indices out of range or an incompatible shape.
+        """
+        raw = _raw_tensor(val)
+        n = self.ndim
+        if raw.dim() < n or raw.shape[-n:] != self.shape:
+            nvec, starts, _ = self._constants(raw.device)
+            if (
+                raw.dim() == 0
+                or raw.shape[-1] != len(self.nvec)
+                or raw.is_floating_point()
+                or bool(((raw < 0) | (raw >= nvec)).any())
+            ):
+                raise ValueError(
+                    f"{self._name}: cannot encode {_fmt(raw)}: expected indices of shape "
+                    f"[..., {len(self.nvec)}] within nvec={self.nvec}, or one-hot values of "
+                    f"shape {tuple(self.shape)}"
+                )
+            lead = raw.shape[:-1]
+            raw = torch.zeros(lead + (self.shape[-1],), dtype=self.dtype, device=raw.device)
+            raw.scatter_(-1, _raw_tensor(val).long() + starts, 1)
+        return self._fit_shape(self._as_tensor(raw, ignore_device))
+
+    def to_categorical(self, val: torch.Tensor, safe: bool = False) -> torch.Tensor:
+        """Converts multi-one-hot values to per-group indices.
+
+        Args:
+            val: values of shape ``[*batch, *self.shape]``.
+            safe: check ``val`` with ``assert_is_in`` first.
+
+        Returns:
+            An int64 tensor of shape ``[*batch, *self.shape[:-1], len(nvec)]``.
+        """
+        if safe:
+            self.assert_is_in(val)
+        if val.dtype is torch.bool:
+            val = val.view(torch.uint8)
+        return torch.stack([p.argmax(-1) for p in val.split(self.nvec, -1)], -1)
+
+    def to_categorical_spec(self) -> MultiCategorical:
+        """The ``MultiCategorical`` spec of the per-group indices of this spec's values."""
+        shape = self.shape[:-1] + (len(self.nvec),)
+        return MultiCategorical(self.nvec, shape, self.device, torch.int64, self.mask)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, MultiOneHot)
+            and self._same_meta(other)
+            and self.nvec == other.nvec
+            and _mask_equal(self.mask, other.mask)
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"MultiOneHot(nvec={self.nvec}, shape={self.shape}, dtype={self.dtype}, "
+            f"device={self.device}{_mask_repr(self.mask)})"
+        )

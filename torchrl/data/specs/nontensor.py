@@ -1,0 +1,127 @@
+"""``NonTensor``: a spec for arbitrary Python data (strings, dicts, ...) carried in a TensorDict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import NonTensorData, NonTensorStack, TensorDictBase
+
+from torchrl.data.specs.base import (
+    DeviceLike,
+    ShapeLike,
+    TensorSpec,
+    _device,
+    _size,
+    _spec_shape,
+)
+
+
+class NonTensor(TensorSpec):
+    """A spec for non-tensor data, stored in TensorDicts as ``tensordict.NonTensorData``.
+
+    ``rand``, ``zero`` and ``one`` all return ``example_data`` wrapped in a ``NonTensorData`` with
+    the requested batch size. Any Python object is in the spec; a ``NonTensorData`` or
+    ``NonTensorStack`` must also have a batch size ending with ``shape``.
+
+    Args:
+        shape: the batch shape of the data (default ``()``).
+        device: device of the ``NonTensorData`` wrappers.
+        dtype: an optional dtype tag, kept for reference.
+        example_data: what ``rand``/``zero`` return (default ``None``).
+
+    Examples:
+        >>> spec = NonTensor(shape=(2,), example_data="hello")
+        >>> data = spec.rand()
+        >>> type(data).__name__, data.batch_size, data.data
+        ('NonTensorData', torch.Size([2]), 'hello')
+        >>> spec.is_in(data), spec.is_in(NonTensor(shape=(3,)).zero())
+        (True, False)
+    """
+
+    def __init__(
+        self,
+        shape: ShapeLike = (),
+        device: DeviceLike = None,
+        dtype: torch.dtype | None = None,
+        example_data: Any = None,
+    ) -> None:
+        self.shape = _spec_shape(shape, "NonTensor")
+        self.device = _device(device)
+        self.dtype = dtype
+        self.example_data = example_data
+
+    @property
+    def domain(self) -> None:
+        """``None``: non-tensor data has no numeric domain."""
+        return None
+
+    def _wrap(self, data: Any, shape: ShapeLike) -> NonTensorData:
+        return NonTensorData(data=data, batch_size=_size(shape) + self.shape, device=self.device)
+
+    def rand(self, shape: ShapeLike = None) -> NonTensorData:
+        """``example_data`` wrapped with batch size ``[*shape, *self.shape]``.
+
+        Args:
+            shape: extra leading batch dims.
+
+        Returns:
+            A ``NonTensorData``.
+        """
+        return self._wrap(self.example_data, shape)
+
+    def zero(self, shape: ShapeLike = None) -> NonTensorData:
+        """Same as ``rand``: ``example_data`` wrapped with batch size ``[*shape, *self.shape]``."""
+        return self._wrap(self.example_data, shape)
+
+    def one(self, shape: ShapeLike = None) -> NonTensorData:
+        """Same as ``rand``: ``example_data`` wrapped with batch size ``[*shape, *self.shape]``."""
+        return self._wrap(self.example_data, shape)
+
+    def _why_not_in(self, val: Any) -> str | None:
+        if isinstance(val, (NonTensorData, NonTensorStack)):
+            n = self.ndim
+            batch = val.batch_size
+            if n and (len(batch) < n or batch[-n:] != self.shape):
+                return (
+                    f"wrong shape: expected a batch size ending with {tuple(self.shape)}, "
+                    f"got {tuple(batch)}"
+                )
+            return None
+        if isinstance(val, TensorDictBase):
+            return f"expected non-tensor data, got a {type(val).__name__}"
+        return None
+
+    def project(self, val: Any) -> Any:
+        """Returns ``val`` unchanged: any data is in the spec."""
+        return val
+
+    def encode(self, val: Any, *, ignore_device: bool = False) -> NonTensorData | NonTensorStack:
+        """Wraps ``val`` in a ``NonTensorData`` with the spec's shape (wrapped data passes).
+
+        Args:
+            val: any Python object.
+            ignore_device: unused; kept for the common signature.
+
+        Returns:
+            A ``NonTensorData`` (or the given ``NonTensorData``/``NonTensorStack``).
+        """
+        if isinstance(val, (NonTensorData, NonTensorStack)):
+            return val
+        return self._wrap(val, None)
+
+    def to_numpy(self, val: Any, safe: bool = False) -> Any:
+        """Unwraps non-tensor data (the Python objects are returned as they are)."""
+        if safe:
+            self.assert_is_in(val)
+        if isinstance(val, NonTensorData):
+            return val.data
+        if isinstance(val, NonTensorStack):
+            return val.tolist()
+        return val
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NonTensor) and self._same_meta(other)
+
+    def __repr__(self) -> str:
+        return f"NonTensor(shape={self.shape}, dtype={self.dtype}, device={self.device})"
