@@ -1,0 +1,276 @@
+"""gymnasium spaces on the torchrl side: space -> spec, gymnasium value -> tensor, tensor -> action.
+
+Each function here runs once per env construction and returns a spec or a small closure; the
+closures are what ``GymWrapper`` calls at every step, so they do no dispatch on the space there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from torchrl._utils import import_optional
+from torchrl.data.specs import (
+    Binary,
+    Bounded,
+    Categorical,
+    Composite,
+    MultiCategorical,
+    MultiOneHot,
+    OneHot,
+    TensorSpec,
+    Unbounded,
+)
+
+_ToTensor = Callable[[Any], Any]
+# takes a tensor, or a TensorDict for Dict/Tuple action spaces
+_ToGym = Callable[[Any], Any]
+
+
+def _gymnasium() -> Any:
+    return import_optional("gymnasium", extra="gym")
+
+
+def _torch_dtype(np_dtype: Any) -> torch.dtype:
+    return torch.from_numpy(np.zeros((), dtype=np_dtype)).dtype
+
+
+def _tensor_from_array(value: np.ndarray) -> torch.Tensor:
+    try:
+        return torch.from_numpy(value)
+    except ValueError:
+        # negative strides (e.g. an image flipped with [::-1]) cannot be viewed by torch
+        return torch.from_numpy(np.ascontiguousarray(value))
+
+
+# --------------------------------------------------------------------------- spaces -> specs
+
+
+def _gym_to_torchrl_spec_transform(
+    space: Any,
+    device: torch.device | str | None = "cpu",
+    categorical_action_encoding: bool = False,
+    batch_size: Sequence[int] = (),
+) -> TensorSpec:
+    """Maps a gymnasium space to the torchrl spec that describes its values.
+
+    Args:
+        space: a ``gymnasium.spaces.Space`` (``Box``, ``Discrete``, ``MultiDiscrete``,
+            ``MultiBinary``, ``Dict`` or ``Tuple``, nested freely).
+        device: the device of the spec.
+        categorical_action_encoding: if ``True``, ``Discrete`` spaces become
+            :class:`~torchrl.data.Categorical` (an index of shape ``batch_size``) and
+            ``MultiDiscrete`` ones :class:`~torchrl.data.MultiCategorical`; otherwise
+            :class:`~torchrl.data.OneHot` (shape ``(*batch_size, n)``) and
+            :class:`~torchrl.data.MultiOneHot`.
+        batch_size: leading dimensions prepended to every leaf (``[num_envs]`` for a vector env
+            described by its ``single_*_space``).
+
+    Returns:
+        A leaf spec for leaf spaces; a :class:`~torchrl.data.Composite` (with keys ``"0"``,
+        ``"1"``, ... for a ``Tuple``) for ``Dict`` and ``Tuple`` spaces.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> from torchrl.envs.libs.gym import _gym_to_torchrl_spec_transform
+        >>> spec = _gym_to_torchrl_spec_transform(gym.spaces.Discrete(3), batch_size=[4])
+        >>> type(spec).__name__, tuple(spec.shape)
+        ('OneHot', (4, 3))
+        >>> box = gym.spaces.Box(-1.0, 1.0, shape=(2,))
+        >>> _gym_to_torchrl_spec_transform(box).dtype
+        torch.float32
+    """
+    spaces = _gymnasium().spaces
+    batch = tuple(batch_size)
+    if isinstance(space, spaces.Box):
+        dtype = _torch_dtype(space.dtype)
+        shape = (*batch, *space.shape)
+        low = torch.as_tensor(space.low).to(dtype)
+        high = torch.as_tensor(space.high).to(dtype)
+        if dtype.is_floating_point and low.isinf().all() and high.isinf().all():
+            return Unbounded(shape=shape, device=device, dtype=dtype)
+        # partly infinite boxes (CartPole's velocities) stay Bounded: the finite bounds are
+        # information, and Bounded.rand() draws finite values for the infinite ones
+        return Bounded(
+            low=low.expand(shape).clone(),
+            high=high.expand(shape).clone(),
+            shape=shape,
+            device=device,
+            dtype=dtype,
+        )
+    if isinstance(space, spaces.Discrete):
+        n = int(space.n)
+        if categorical_action_encoding:
+            return Categorical(n, shape=batch, device=device, dtype=torch.int64)
+        return OneHot(n, shape=(*batch, n), device=device)
+    if isinstance(space, spaces.MultiDiscrete):
+        nvec = [int(v) for v in np.asarray(space.nvec).reshape(-1)]
+        if np.asarray(space.nvec).ndim != 1:
+            raise NotImplementedError(
+                f"MultiDiscrete spaces with a multi-dimensional nvec are not supported: got {space}"
+            )
+        if categorical_action_encoding:
+            return MultiCategorical(
+                nvec, shape=(*batch, len(nvec)), device=device, dtype=torch.int64
+            )
+        return MultiOneHot(nvec, shape=(*batch, sum(nvec)), device=device)
+    if isinstance(space, spaces.MultiBinary):
+        shape = (*batch, *space.shape)
+        return Binary(shape[-1], shape=shape, device=device, dtype=_torch_dtype(space.dtype))
+    if isinstance(space, spaces.Dict):
+        return Composite(
+            {
+                key: _gym_to_torchrl_spec_transform(sub, device, categorical_action_encoding, batch)
+                for key, sub in space.spaces.items()
+            },
+            shape=batch,
+            device=device,
+        )
+    if isinstance(space, spaces.Tuple):
+        return Composite(
+            {
+                str(i): _gym_to_torchrl_spec_transform(
+                    sub, device, categorical_action_encoding, batch
+                )
+                for i, sub in enumerate(space.spaces)
+            },
+            shape=batch,
+            device=device,
+        )
+    raise NotImplementedError(
+        f"gymnasium space {space!r} ({type(space).__name__}) has no torchrl spec: supported are "
+        "Box, Discrete, MultiDiscrete, MultiBinary, Dict and Tuple"
+    )
+
+
+# ------------------------------------------------------------- gymnasium values -> tensors
+
+
+def _make_reader(space: Any, categorical: bool) -> _ToTensor:
+    """A function turning a value of ``space`` (batched or not) into a tensor or nested dict."""
+    spaces = _gymnasium().spaces
+    if isinstance(space, spaces.Box):
+        np_dtype = space.dtype
+
+        def read_box(value: Any) -> torch.Tensor:
+            return _tensor_from_array(np.asarray(value, dtype=np_dtype))
+
+        return read_box
+    if isinstance(space, spaces.MultiBinary):
+        np_dtype = space.dtype
+
+        def read_binary(value: Any) -> torch.Tensor:
+            return torch.from_numpy(np.asarray(value, dtype=np_dtype))
+
+        return read_binary
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
+        start = np.asarray(space.start, dtype=np.int64)
+        has_start = bool(np.any(start != 0))
+        if isinstance(space, spaces.Discrete):
+            sizes = [int(space.n)]
+        else:
+            sizes = [int(v) for v in np.asarray(space.nvec).reshape(-1)]
+
+        def read_index(value: Any) -> torch.Tensor:
+            index = np.asarray(value, dtype=np.int64)
+            if has_start:
+                # 0-d arithmetic yields a numpy scalar, which from_numpy refuses
+                index = np.asarray(index - start)
+            return torch.from_numpy(index)
+
+        if categorical:
+            return read_index
+        if isinstance(space, spaces.Discrete):
+            n = sizes[0]
+
+            def read_one_hot(value: Any) -> torch.Tensor:
+                return torch.nn.functional.one_hot(read_index(value), n).bool()
+
+            return read_one_hot
+
+        def read_multi_one_hot(value: Any) -> torch.Tensor:
+            index = read_index(value)
+            return torch.cat(
+                [torch.nn.functional.one_hot(index[..., i], n) for i, n in enumerate(sizes)],
+                dim=-1,
+            ).bool()
+
+        return read_multi_one_hot
+    if isinstance(space, spaces.Dict):
+        items = [(key, _make_reader(sub, categorical)) for key, sub in space.spaces.items()]
+
+        def read_dict(value: Any) -> dict[str, Any]:
+            return {key: read(value[key]) for key, read in items}
+
+        return read_dict
+    if isinstance(space, spaces.Tuple):
+        members = [
+            (str(i), i, _make_reader(sub, categorical)) for i, sub in enumerate(space.spaces)
+        ]
+
+        def read_tuple(value: Any) -> dict[str, Any]:
+            return {key: read(value[i]) for key, i, read in members}
+
+        return read_tuple
+    raise NotImplementedError(f"cannot read values of gymnasium space {space!r}")
+
+
+# ---------------------------------------------------------------- tensors -> gymnasium actions
+
+
+def _make_writer(space: Any, categorical: bool, batched: bool) -> _ToGym:
+    """A function turning an action tensor (or TensorDict for Dict/Tuple spaces) into a gym action."""
+    spaces = _gymnasium().spaces
+    if isinstance(space, (spaces.Box, spaces.MultiBinary)):
+        np_dtype = space.dtype
+
+        def write_array(action: torch.Tensor) -> np.ndarray:
+            # the cast is a no-op when the policy already emits the space's dtype
+            return np.asarray(action.detach().cpu().numpy(), dtype=np_dtype)
+
+        return write_array
+    if isinstance(space, spaces.Discrete):
+        start = int(space.start)
+        if not batched:
+            if categorical:
+                return lambda action: int(action) + start
+
+            def write_one_hot(action: torch.Tensor) -> int:
+                # a list search beats any tensor op on 2-20 entries (and takes bool tensors)
+                values = action.tolist()
+                return values.index(max(values)) + start
+
+            return write_one_hot
+        # numpy's argmax takes bool one-hot tensors, which torch's does not
+        if categorical:
+            if start:
+                return lambda action: action.detach().cpu().numpy().astype(np.int64) + start
+            return lambda action: action.detach().cpu().numpy().astype(np.int64, copy=False)
+        if start:
+            return lambda action: action.detach().cpu().numpy().argmax(-1) + start
+        return lambda action: action.detach().cpu().numpy().argmax(-1)
+    if isinstance(space, spaces.MultiDiscrete):
+        starts = np.asarray(space.start, dtype=np.int64)
+        np_dtype = space.dtype
+        splits = np.cumsum([int(v) for v in np.asarray(space.nvec).reshape(-1)])[:-1]
+        if categorical:
+            return lambda action: (action.detach().cpu().numpy() + starts).astype(np_dtype)
+
+        def write_multi_one_hot(action: torch.Tensor) -> np.ndarray:
+            parts = np.split(action.detach().cpu().numpy(), splits, axis=-1)
+            index = np.stack([part.argmax(-1) for part in parts], axis=-1)
+            return (index + starts).astype(np_dtype)
+
+        return write_multi_one_hot
+    if isinstance(space, spaces.Dict):
+        items = [
+            (key, _make_writer(sub, categorical, batched)) for key, sub in space.spaces.items()
+        ]
+        return lambda action: {key: write(action.get(key)) for key, write in items}
+    if isinstance(space, spaces.Tuple):
+        members = [(str(i), _make_writer(sub, categorical, batched)) for i, sub in enumerate(space)]
+        return lambda action: tuple(write(action.get(key)) for key, write in members)
+    raise NotImplementedError(f"cannot write actions for gymnasium space {space!r}")

@@ -1,0 +1,658 @@
+"""gymnasium environments behind the torchrl env contract: :class:`GymWrapper` and :class:`GymEnv`.
+
+Everything that depends on the wrapped env's spaces (specs, the functions that turn gymnasium
+values into tensors and tensors into gymnasium actions, in ``_gym_spaces.py``) is built once, at
+construction, so that a step does one ``env.step`` call, a few ``torch.from_numpy`` calls and
+builds one TensorDict.
+
+Conventions (see ``DESIGN.md`` §2-3):
+
+* A ``Box`` (or any non-``Dict``) observation goes under ``"observation"``; a ``Dict`` observation
+  maps its keys (nested ``Dict`` spaces become nested entries); a ``Tuple`` space becomes a
+  :class:`~torchrl.data.Composite` with keys ``"0"``, ``"1"``, ... (its members may differ in shape
+  and dtype, so they are never stacked).
+* ``Discrete``/``MultiDiscrete`` values are 0-based indices in torchrl (a space's ``start`` is
+  added back before the value reaches gymnasium), one-hot encoded unless
+  ``categorical_action_encoding=True``; the flag applies to observations as well as actions.
+* A ``Box`` maps to :class:`~torchrl.data.Bounded`, or to :class:`~torchrl.data.Unbounded` when
+  all its bounds are infinite.
+* Observations keep the space's dtype (a float64 ``Box`` stays float64); rewards are float32 and
+  done flags bool, both with a trailing dimension of 1.
+* Vector envs run with gymnasium's ``AutoresetMode.DISABLED``: the step that ends an episode
+  returns the true last observation with ``done=True``, and the ``"_reset"`` mask of the next
+  reset resets exactly those sub-envs (``reset(options={"reset_mask": ...})``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from torchrl._keys import (
+    ACTION,
+    DONE,
+    NEXT,
+    OBSERVATION,
+    PIXELS,
+    RESET,
+    REWARD,
+    TERMINATED,
+    TRUNCATED,
+)
+from torchrl._utils import has_module
+from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
+from torchrl.envs.common import EnvBase
+from torchrl.envs.libs._gym_spaces import (
+    _gym_to_torchrl_spec_transform,
+    _gymnasium,
+    _make_reader,
+    _make_writer,
+    _tensor_from_array,
+    _torch_dtype,
+    _ToTensor,
+)
+
+__all__ = [
+    "BaseInfoDictReader",
+    "GymEnv",
+    "GymWrapper",
+    "default_info_dict_reader",
+]
+
+_has_gym = has_module("gymnasium")
+
+_RESERVED_KEYS = frozenset({ACTION, REWARD, DONE, TERMINATED, TRUNCATED, RESET, NEXT})
+
+# -------------------------------------------------------------------------------- info readers
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    return torch.empty((), dtype=dtype).numpy().dtype
+
+
+class BaseInfoDictReader:
+    """Interface of the objects that copy entries of gymnasium's ``info`` dict into a TensorDict.
+
+    A reader is called after every reset and step as ``reader(info, tensordict)`` and returns the
+    TensorDict with its entries written; :attr:`info_spec` describes those entries, with the env's
+    batch dimensions first. Subclasses implement both.
+
+    Examples:
+        >>> from torchrl.envs.libs.gym import BaseInfoDictReader, default_info_dict_reader
+        >>> isinstance(default_info_dict_reader(["x"]), BaseInfoDictReader)
+        True
+    """
+
+    def __call__(self, info_dict: dict[str, Any], tensordict: TensorDictBase) -> TensorDictBase:
+        raise NotImplementedError
+
+    @property
+    def info_spec(self) -> Composite:
+        raise NotImplementedError
+
+    def _bind(
+        self,
+        sample_infos: Callable[[], list[dict[str, Any]]],
+        batch_size: torch.Size,
+        device: Any,
+    ) -> None:
+        """Called once by the env: completes the spec, calling ``sample_infos()`` if needed.
+
+        ``sample_infos`` resets and steps the gymnasium env once and returns the two infos.
+        """
+
+
+class default_info_dict_reader(BaseInfoDictReader):  # noqa: N801 (TorchRL's public name)
+    """Reads numeric entries of gymnasium's ``info`` dict into the env's output.
+
+    Declare the reader on an env with :meth:`GymWrapper.set_info_dict_reader`; its entries then
+    appear in every reset and step output and in the env's ``observation_spec``. An entry missing
+    from an ``info`` dict (typically at reset) is written as zeros.
+
+    Args:
+        keys: the ``info`` keys to read; ``None`` reads every numeric key the env reports at its
+            first reset and step (private keys, starting with ``"_"``, excluded when
+            ``ignore_private``).
+        spec: the specs of the entries: a list matched to ``keys``, a dict or a
+            :class:`~torchrl.data.Composite`. A spec's shape may or may not include the env's batch
+            dimensions. Missing specs are inferred as :class:`~torchrl.data.Unbounded` from the
+            values the env reports (their numpy dtype is kept).
+        ignore_private: skip keys starting with ``"_"`` when ``keys`` is ``None`` (gymnasium's
+            vector envs report a ``"_key"`` mask beside each ``"key"``).
+
+    Examples:
+        >>> from torchrl.envs.libs.gym import GymEnv, default_info_dict_reader
+        >>> from torchrl.data import Unbounded
+        >>> env = GymEnv("CartPole-v1")
+        >>> env = env.set_info_dict_reader(default_info_dict_reader(["x"], spec=[Unbounded(())]))
+        >>> "x" in env.observation_spec.keys()
+        True
+    """
+
+    def __init__(
+        self,
+        keys: Sequence[str] | None = None,
+        spec: Sequence[TensorSpec] | dict[str, TensorSpec] | Composite | None = None,
+        ignore_private: bool = True,
+    ) -> None:
+        if isinstance(keys, str):
+            keys = [keys]
+        self.keys = list(keys) if keys is not None else None
+        self.ignore_private = ignore_private
+        self._given: dict[str, TensorSpec] = {}
+        if spec is not None:
+            if isinstance(spec, (Composite, dict)):
+                self._given = {key: spec[key] for key in spec.keys()}
+                if self.keys is None:
+                    self.keys = list(self._given)
+            else:
+                if self.keys is None or len(self.keys) != len(spec):
+                    raise ValueError(
+                        f"default_info_dict_reader: a list of specs must match the keys one to "
+                        f"one, got keys={self.keys} and {len(spec)} specs"
+                    )
+                self._given = dict(zip(self.keys, spec))
+        self._spec: Composite | None = None
+        self._plan: list[tuple[str, np.dtype, torch.Size, torch.Tensor]] = []
+
+    @property
+    def info_spec(self) -> Composite:
+        """The specs of the entries this reader writes (batch dimensions included)."""
+        if self._spec is None:
+            raise RuntimeError(
+                "default_info_dict_reader: the spec is known once the reader is declared on an "
+                "env with env.set_info_dict_reader(reader)"
+            )
+        return self._spec
+
+    def _bind(
+        self,
+        sample_infos: Callable[[], list[dict[str, Any]]],
+        batch_size: torch.Size,
+        device: Any,
+    ) -> None:
+        batch = tuple(batch_size)
+        keys = self.keys
+        complete = keys is not None and all(key in self._given for key in keys)
+        # the env is only touched when some spec has to be inferred from real values
+        samples = [] if complete else sample_infos()
+        if keys is None:
+            keys = []
+            for info in samples:
+                for key, value in info.items():
+                    if key in keys or (self.ignore_private and key.startswith("_")):
+                        continue
+                    try:
+                        numeric = np.asarray(value).dtype.kind in "biuf"
+                    except ValueError:  # ragged sequences
+                        numeric = False
+                    if numeric:
+                        keys.append(key)
+        specs: dict[Any, TensorSpec] = {}
+        for key in keys:
+            if key in _RESERVED_KEYS:
+                raise ValueError(f"info key {key!r} clashes with a reserved key of the env output")
+            spec = self._given.get(key)
+            if spec is None:
+                value = next((info[key] for info in samples if key in info), None)
+                if value is None:
+                    raise ValueError(
+                        f"info key {key!r} is reported neither at reset nor at the first step "
+                        f"(keys seen: {sorted({k for info in samples for k in info})}); pass "
+                        "its spec to default_info_dict_reader(keys, spec=...)"
+                    )
+                array = np.asarray(value)
+                if array.dtype.kind not in "biuf":
+                    raise TypeError(
+                        f"info key {key!r} holds {type(value).__name__} values of numpy dtype "
+                        f"{array.dtype}; only numeric entries can be read into tensors"
+                    )
+                shape = array.shape if array.shape[: len(batch)] == batch else batch + array.shape
+                spec = Unbounded(shape=shape, device=device, dtype=_torch_dtype(array.dtype))
+            elif tuple(spec.shape[: len(batch)]) != batch:
+                spec = spec.expand(*batch, *spec.shape)
+            specs[key] = spec.to(device) if device is not None else spec
+        self.keys = keys
+        self._spec = Composite(specs, shape=batch, device=device)
+        self._plan = [
+            (key, _numpy_dtype(spec.dtype or torch.float32), spec.shape, spec.zero().cpu())
+            for key, spec in specs.items()
+        ]
+
+    def __call__(self, info_dict: dict[str, Any], tensordict: TensorDictBase) -> TensorDictBase:
+        """Writes the declared entries of ``info_dict`` into ``tensordict`` and returns it."""
+        device = tensordict.device
+        for key, np_dtype, shape, zero in self._plan:
+            value = info_dict.get(key)
+            if value is None:
+                tensor = zero.clone()
+            else:
+                tensor = torch.from_numpy(np.asarray(value, dtype=np_dtype)).reshape(shape)
+            if device is not None and device.type != "cpu":
+                tensor = tensor.to(device)
+            tensordict.set(key, tensor)
+        return tensordict
+
+
+# ------------------------------------------------------------------------------------ the envs
+
+
+def _env_name(env: Any) -> str:
+    spec = getattr(env, "spec", None)
+    if spec is not None and getattr(spec, "id", None):
+        return str(spec.id)
+    return type(getattr(env, "unwrapped", env)).__name__
+
+
+class GymWrapper(EnvBase):
+    """Wraps a gymnasium env (or vector env) behind the torchrl env contract.
+
+    Spaces become specs (see the module docstring for the mapping): a ``Box`` observation is
+    written under ``"observation"``, ``Dict`` observations keep their keys, ``Tuple`` spaces
+    become Composites with keys ``"0"``, ``"1"``, .... Rewards are float32 ``[*B, 1]``, and
+    ``done = terminated | truncated`` (bool ``[*B, 1]``). A vector env (batch ``[num_envs]``) must
+    use ``autoreset_mode=AutoresetMode.DISABLED`` (what :class:`GymEnv` builds): an episode's last
+    step then returns its true last observation, and the ``"_reset"`` mask resets the finished
+    sub-envs only. Observation arrays are viewed, not copied (``torch.from_numpy``).
+    ``env.reset(options={...})`` forwards ``options`` to gymnasium's ``reset``.
+
+    Args:
+        env: a ``gymnasium.Env`` or ``gymnasium.vector.VectorEnv``.
+        categorical_action_encoding: encode ``Discrete``/``MultiDiscrete`` values as indices
+            (:class:`~torchrl.data.Categorical`) instead of one-hot vectors.
+        from_pixels: add ``env.render()`` frames under ``"pixels"`` (uint8 ``[*B, H, W, 3]``);
+            the env must have ``render_mode="rgb_array"``.
+        pixels_only: with ``from_pixels``, drop the env's own observations.
+        frame_skip: repeat each action this many times (stopping at the end of an episode; for
+            a vector env, when any sub-env finishes), summing the rewards.
+        device: the device of the output tensors.
+        batch_size: checked against the env's (``[]``, or ``[num_envs]`` for a vector env).
+        allow_done_after_reset: see :class:`~torchrl.envs.EnvBase`.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> from torchrl.envs import GymWrapper
+        >>> env = GymWrapper(gym.make("Pendulum-v1"))
+        >>> env.set_seed(0) and None
+        >>> rollout = env.rollout(3)
+        >>> rollout["next", "observation"].shape, rollout["next", "reward"].dtype
+        (torch.Size([3, 3]), torch.float32)
+    """
+
+    def __init__(
+        self,
+        env: Any = None,
+        categorical_action_encoding: bool = False,
+        *,
+        from_pixels: bool = False,
+        pixels_only: bool = True,
+        frame_skip: int | None = None,
+        device: torch.device | str | int | None = "cpu",
+        batch_size: Sequence[int] | torch.Size | None = None,
+        allow_done_after_reset: bool = False,
+    ) -> None:
+        gym = _gymnasium()
+        if isinstance(env, gym.vector.VectorEnv):
+            mode = env.metadata.get("autoreset_mode")
+            if mode != gym.vector.AutoresetMode.DISABLED:
+                raise ValueError(
+                    f"GymWrapper: the vector env {env} uses autoreset_mode={mode}; torchrl needs "
+                    "AutoresetMode.DISABLED, so that the step ending an episode returns its last "
+                    "observation and only the finished sub-envs are reset (with a '_reset' mask). "
+                    "Build it with gymnasium.make_vec(id, num_envs, vectorization_mode='sync', "
+                    "vector_kwargs={'autoreset_mode': gymnasium.vector.AutoresetMode.DISABLED}) "
+                    "or use GymEnv(id, num_envs=...)"
+                )
+            env_batch = torch.Size([env.num_envs])
+            observation_space = env.single_observation_space
+            action_space = env.single_action_space
+            vector = True
+        elif isinstance(env, gym.Env):
+            env_batch = torch.Size([])
+            observation_space = env.observation_space
+            action_space = env.action_space
+            vector = False
+        else:
+            raise TypeError(
+                f"GymWrapper needs a gymnasium.Env or gymnasium.vector.VectorEnv, got "
+                f"{type(env).__name__}: {env!r}"
+            )
+        if batch_size is not None and torch.Size(batch_size) != env_batch:
+            raise ValueError(
+                f"GymWrapper: batch_size={list(batch_size)} does not match the env's batch size "
+                f"{list(env_batch)} (num_envs of a vector env, [] otherwise)"
+            )
+        frame_skip = 1 if frame_skip is None else int(frame_skip)
+        if frame_skip < 1:
+            raise ValueError(f"GymWrapper: frame_skip must be >= 1, got {frame_skip}")
+        if from_pixels and getattr(env, "render_mode", None) != "rgb_array":
+            raise ValueError(
+                f"GymWrapper(from_pixels=True) needs an env made with render_mode='rgb_array', "
+                f"got render_mode={getattr(env, 'render_mode', None)!r}"
+            )
+        super().__init__(
+            device=device, batch_size=env_batch, allow_done_after_reset=allow_done_after_reset
+        )
+        self._env = env
+        self._vector = vector
+        self._categorical = bool(categorical_action_encoding)
+        self._from_pixels = bool(from_pixels)
+        self._pixels_only = bool(from_pixels and pixels_only)
+        self._frame_skip = frame_skip
+        self._next_seed: int | None = None
+        self.info_dict_reader: list[BaseInfoDictReader] = []
+        self._make_specs(observation_space, action_space)
+        self._make_converters(gym, observation_space, action_space)
+
+    # ------------------------------------------------------------------------------ construction
+    @property
+    def env(self) -> Any:
+        """The wrapped gymnasium env."""
+        return self._env
+
+    @property
+    def frame_skip(self) -> int:
+        """How many times each action is repeated."""
+        return self._frame_skip
+
+    def _make_specs(self, observation_space: Any, action_space: Any) -> None:
+        gym = _gymnasium()
+        device, batch = self.device, self.batch_size
+        observation = _gym_to_torchrl_spec_transform(
+            observation_space, device, self._categorical, batch
+        )
+        if self._pixels_only:
+            entries: dict[Any, TensorSpec] = {}
+        elif isinstance(observation, Composite) and isinstance(observation_space, gym.spaces.Dict):
+            entries = {key: observation[key] for key in observation.keys()}
+            reserved = _RESERVED_KEYS | {PIXELS} if self._from_pixels else _RESERVED_KEYS
+            clash = sorted(reserved.intersection(entries))
+            if clash:
+                raise ValueError(
+                    f"GymWrapper: the Dict observation space has keys {clash} that clash with "
+                    f"the env's reserved output keys; rename them with a gymnasium wrapper"
+                )
+        else:
+            entries = {OBSERVATION: observation}
+        if self._from_pixels:
+            entries[PIXELS] = self._pixels_spec()
+        self.observation_spec = Composite(entries, shape=batch, device=device)
+        # Dict/Tuple actions nest under "action" so that the action stays one entry
+        action = _gym_to_torchrl_spec_transform(action_space, device, self._categorical, batch)
+        self.full_action_spec = Composite({ACTION: action}, shape=batch, device=device)
+        self.reward_spec = Unbounded(shape=(*batch, 1), device=device, dtype=torch.float32)
+
+    def _pixels_spec(self) -> TensorSpec:
+        # the frame size is only known from a frame: render one after a throwaway reset
+        self._env.reset()
+        frame = self._render()
+        return Bounded(
+            low=0,
+            high=255,
+            shape=tuple(frame.shape),
+            device=self.device,
+            dtype=torch.uint8,
+        )
+
+    def _make_converters(self, gym: Any, observation_space: Any, action_space: Any) -> None:
+        categorical = self._categorical
+        if self._pixels_only:
+            self._read_obs: _ToTensor = lambda obs: {}
+        elif isinstance(observation_space, gym.spaces.Dict):
+            self._read_obs = _make_reader(observation_space, categorical)
+        else:
+            read = _make_reader(observation_space, categorical)
+            self._read_obs = lambda obs: {OBSERVATION: read(obs)}
+        if self._vector and getattr(self._env.unwrapped, "copy", True) is False:
+            # a vector env made with copy=False rewrites one observation buffer at every step,
+            # which the zero-copy tensors of earlier steps would keep pointing to
+            read_view = self._read_obs
+            self._read_obs = lambda obs: read_view(copy.deepcopy(obs))
+        self._write_action = _make_writer(action_space, categorical, self._vector)
+        self._flag_shape = (*self.batch_size, 1)
+
+    def _render(self) -> torch.Tensor:
+        frame = self._env.render()
+        if self._vector:
+            frame = np.stack(frame)
+        return _tensor_from_array(np.asarray(frame, dtype=np.uint8))
+
+    # ----------------------------------------------------------------------------- info readers
+    def set_info_dict_reader(
+        self, info_dict_reader: BaseInfoDictReader | None = None, ignore_private: bool = True
+    ) -> GymWrapper:
+        """Declares a reader of gymnasium's ``info`` dict; its entries join every output.
+
+        The reader's specs are added to ``observation_spec``. Specs the reader lacks are inferred
+        from one reset and one step of the gymnasium env, after which the env needs a reset.
+
+        Args:
+            info_dict_reader: the reader; a :class:`default_info_dict_reader` reading every
+                numeric key when ``None``.
+            ignore_private: for the default reader, skip keys starting with ``"_"``.
+
+        Returns:
+            The env itself.
+
+        Examples:
+            >>> from torchrl.data import Unbounded
+            >>> from torchrl.envs import GymEnv
+            >>> from torchrl.envs.libs.gym import default_info_dict_reader
+            >>> reader = default_info_dict_reader(["x"], spec=[Unbounded(())])
+            >>> env = GymEnv("CartPole-v1").set_info_dict_reader(reader)
+            >>> env.reset()["x"]  # CartPole reports no "x": zeros
+            tensor(0.)
+        """
+        if info_dict_reader is None:
+            info_dict_reader = default_info_dict_reader(ignore_private=ignore_private)
+        info_dict_reader._bind(self._sample_infos, self.batch_size, self.device)
+        spec = info_dict_reader.info_spec
+        observation = self.full_observation_spec.clone()
+        for key in spec.keys(include_nested=True, leaves_only=True):
+            if key in observation.keys(include_nested=True):
+                raise ValueError(
+                    f"GymWrapper.set_info_dict_reader: info entry {key!r} clashes with an "
+                    f"observation of the same name ({observation[key]!r})"
+                )
+            observation[key] = spec[key]
+        self.observation_spec = observation
+        self.info_dict_reader.append(info_dict_reader)
+        return self
+
+    def _sample_infos(self) -> list[dict[str, Any]]:
+        # infos at reset often lack the keys reported at each step: sample both, with a fixed
+        # valid action so that no random generator the user seeded is consumed
+        _, reset_info = self._env.reset()
+        spec = self.full_action_spec[ACTION]
+        action = spec.project(spec.zero())
+        step_info = self._env.step(self._write_action(action))[-1]
+        self._env.reset()
+        return [reset_info, step_info]
+
+    # --------------------------------------------------------------------------------- the steps
+    def _set_seed(self, seed: int | None) -> None:
+        # gymnasium seeds an env through its next reset; the spaces have their own generators
+        self._next_seed = seed
+        self._env.action_space.seed(seed)
+        self._env.observation_space.seed(seed)
+
+    def _output(self, data: dict[Any, Any], info: dict[str, Any]) -> TensorDictBase:
+        if self._from_pixels:
+            data[PIXELS] = self._render()
+        device = self.device  # read at each call: env.to(device) may have changed it
+        if device is None or device.type == "cpu":
+            # _new_unsafe skips the checks and device moves of the TensorDict constructor: the
+            # data was just built on the CPU with the specs' shapes, so there is nothing to check
+            out = TensorDict._new_unsafe(data, batch_size=self.batch_size, device=device)
+        else:
+            out = TensorDict(data, batch_size=self.batch_size, device=device)
+        for reader in self.info_dict_reader:
+            out = reader(info, out)
+        return out
+
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
+        seed, self._next_seed = self._next_seed, None
+        options = kwargs.get("options")
+        if self._vector and tensordict is not None:
+            reset = tensordict.get(RESET, None)
+            if reset is not None:
+                mask = reset.reshape(self.batch_size).cpu().numpy()
+                if not mask.all():
+                    # gymnasium resets only these sub-envs and returns the others' current data
+                    options = dict(options or {}, reset_mask=mask.copy())
+        obs, info = self._env.reset(seed=seed, options=options)
+        data = self._read_obs(obs)
+        flags = torch.zeros(self._flag_shape, dtype=torch.bool)
+        data[TERMINATED] = flags
+        data[TRUNCATED] = flags.clone()
+        data[DONE] = flags.clone()
+        return self._output(data, info)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        gym_action = self._write_action(tensordict.get(ACTION))
+        step = self._env.step
+        obs, reward, terminated, truncated, info = step(gym_action)
+        if self._frame_skip > 1:
+            obs, reward, terminated, truncated, info = self._repeat(
+                gym_action, obs, reward, terminated, truncated, info
+            )
+        data = self._read_obs(obs)
+        if self._vector:
+            shape = self._flag_shape
+            data[REWARD] = torch.from_numpy(np.asarray(reward, dtype=np.float32).reshape(shape))
+            terminated = np.asarray(terminated, dtype=bool).reshape(shape)
+            truncated = np.asarray(truncated, dtype=bool).reshape(shape)
+            data[TERMINATED] = torch.from_numpy(terminated)
+            data[TRUNCATED] = torch.from_numpy(truncated)
+            data[DONE] = torch.from_numpy(terminated | truncated)
+        else:
+            data[REWARD] = torch.from_numpy(np.array([reward], dtype=np.float32))
+            # one array, three 1-element views: cheaper than three arrays
+            flags = np.array([terminated, truncated, terminated or truncated], dtype=bool)
+            data[TERMINATED] = torch.from_numpy(flags[0:1])
+            data[TRUNCATED] = torch.from_numpy(flags[1:2])
+            data[DONE] = torch.from_numpy(flags[2:3])
+        return self._output(data, info)
+
+    def _repeat(
+        self, action: Any, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any
+    ) -> tuple[Any, Any, Any, Any, Any]:
+        step = self._env.step
+        total = np.asarray(reward, dtype=np.float64).copy()
+        for _ in range(self._frame_skip - 1):
+            if np.any(terminated) or np.any(truncated):
+                break
+            obs, reward, terminated, truncated, info = step(action)
+            total += reward
+        return obs, total if self._vector else float(total), terminated, truncated, info
+
+    def _close(self) -> None:
+        self._env.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(env={_env_name(self._env)}, batch_size={self.batch_size}, "
+            f"device={self.device})"
+        )
+
+
+class _ClassProperty:
+    """A read-only attribute computed on access, on the class and its instances alike."""
+
+    def __init__(self, getter: Callable[[type], Any]) -> None:
+        self._getter = getter
+        self.__doc__ = getter.__doc__
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        return self._getter(owner)
+
+
+def _available_envs(cls: type) -> list[str]:
+    """The ids registered with gymnasium (``gymnasium.registry``), sorted."""
+    return sorted(_gymnasium().registry.keys())
+
+
+class GymEnv(GymWrapper):
+    """Builds a gymnasium env from its id (``gymnasium.make``) and wraps it.
+
+    With ``num_envs=n`` it builds a vector env of ``n`` copies (``gymnasium.make_vec`` with
+    ``autoreset_mode=DISABLED``) of batch ``[n]``. Keyword arguments that are not
+    :class:`GymWrapper`'s go to ``gymnasium.make`` (e.g. ``max_episode_steps``, ``render_mode``,
+    env-specific arguments). ``GymEnv.available_envs`` lists the registered ids.
+
+    Args:
+        env_name: the gymnasium id, e.g. ``"CartPole-v1"``.
+        num_envs: build a vector env of this many sub-envs (``0``: a single env, batch ``[]``).
+        vectorization_mode: ``"sync"`` (sub-envs stepped in this process) or ``"async"`` (one
+            process each).
+        categorical_action_encoding: see :class:`GymWrapper`.
+        from_pixels: see :class:`GymWrapper`; ``render_mode="rgb_array"`` is passed to ``make``.
+        pixels_only: see :class:`GymWrapper`.
+        frame_skip: see :class:`GymWrapper`.
+        device: see :class:`GymWrapper`.
+        batch_size: see :class:`GymWrapper`.
+        allow_done_after_reset: see :class:`GymWrapper`.
+        **kwargs: passed to ``gymnasium.make`` (or to every sub-env for ``make_vec``).
+
+    Examples:
+        >>> from torchrl.envs import GymEnv
+        >>> env = GymEnv("CartPole-v1", num_envs=4)
+        >>> env
+        GymEnv(env=CartPole-v1, batch_size=torch.Size([4]), device=cpu)
+        >>> env.rollout(10, break_when_any_done=False).batch_size
+        torch.Size([4, 10])
+        >>> "Pendulum-v1" in GymEnv.available_envs
+        True
+    """
+
+    available_envs = _ClassProperty(_available_envs)
+
+    def __init__(
+        self,
+        env_name: str,
+        *,
+        num_envs: int = 0,
+        vectorization_mode: str = "sync",
+        categorical_action_encoding: bool = False,
+        from_pixels: bool = False,
+        pixels_only: bool = True,
+        frame_skip: int | None = None,
+        device: torch.device | str | int | None = "cpu",
+        batch_size: Sequence[int] | torch.Size | None = None,
+        allow_done_after_reset: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        gym = _gymnasium()
+        if from_pixels:
+            kwargs.setdefault("render_mode", "rgb_array")
+        if num_envs:
+            if vectorization_mode not in ("sync", "async"):
+                raise ValueError(
+                    f"GymEnv: vectorization_mode must be 'sync' or 'async', got "
+                    f"{vectorization_mode!r} (a vector entry point cannot disable autoreset)"
+                )
+            env = gym.make_vec(
+                env_name,
+                num_envs=int(num_envs),
+                vectorization_mode=vectorization_mode,
+                vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.DISABLED},
+                **kwargs,
+            )
+        else:
+            env = gym.make(env_name, **kwargs)
+        super().__init__(
+            env,
+            categorical_action_encoding,
+            from_pixels=from_pixels,
+            pixels_only=pixels_only,
+            frame_skip=frame_skip,
+            device=device,
+            batch_size=batch_size,
+            allow_done_after_reset=allow_done_after_reset,
+        )
+        self.env_name = env_name
