@@ -1,0 +1,737 @@
+"""Replay buffers: a storage, a sampler and a writer composed behind one object."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from torchrl._keys import INDEX, MASK, PRIORITY, WEIGHT
+from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
+from torchrl.data.replay_buffers.storages import Index, ListStorage, Storage
+from torchrl.data.replay_buffers.utils import (
+    FORMAT_VERSION,
+    atomic_torch_save,
+    atomic_write_json,
+    check_format_version,
+    default_collate,
+    identity,
+    nested_key_str,
+    read_json,
+)
+from torchrl.data.replay_buffers.writers import (
+    RoundRobinWriter,
+    TensorDictRoundRobinWriter,
+    Writer,
+)
+
+__all__ = [
+    "PrioritizedReplayBuffer",
+    "ReplayBuffer",
+    "TensorDictPrioritizedReplayBuffer",
+    "TensorDictReplayBuffer",
+]
+
+
+class _BufferTransforms(torch.nn.Module):
+    """The transforms of a buffer: forward runs on samples, ``inv`` on data being written.
+
+    An entry added with ``invert=True`` runs its forward on written data instead. Entries that
+    have an ``inv`` method (env transforms) run it on written data, last entry first.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._entries: list[tuple[Callable[[Any], Any], bool]] = []
+
+    def insert(self, index: int, transform: Callable[[Any], Any], invert: bool) -> None:
+        if not callable(transform):
+            raise TypeError(f"a transform must be callable, got {type(transform).__name__}")
+        self._entries.insert(index, (transform, invert))
+        self._register()
+
+    def _register(self) -> None:
+        for name in list(self._modules):
+            del self._modules[name]
+        for i, (transform, _) in enumerate(self._entries):
+            if isinstance(transform, torch.nn.Module):
+                self.add_module(str(i), transform)
+
+    def forward(self, data: Any) -> Any:
+        for transform, invert in self._entries:
+            if not invert:
+                data = transform(data)
+        return data
+
+    def inv(self, data: Any) -> Any:
+        for transform, invert in reversed(self._entries):
+            if invert:
+                data = transform(data)
+            else:
+                inverse = getattr(transform, "inv", None)
+                if callable(inverse):
+                    data = inverse(data)
+        return data
+
+    @property
+    def acts_on_write(self) -> bool:
+        return any(
+            invert or callable(getattr(transform, "inv", None))
+            for transform, invert in self._entries
+        )
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, index: int) -> Callable[[Any], Any]:
+        return self._entries[index][0]
+
+    def __iter__(self) -> Iterator[Callable[[Any], Any]]:
+        return iter(t for t, _ in self._entries)
+
+    def extra_repr(self) -> str:
+        return ", ".join(
+            f"{getattr(t, '__name__', type(t).__name__)}{' (on write)' if inv else ''}"
+            for t, inv in self._entries
+        )
+
+
+def _shutdown(executor: ThreadPoolExecutor, futures: deque[Future]) -> None:
+    for future in futures:
+        future.cancel()
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+class ReplayBuffer:
+    """A replay buffer: writes go through a writer into a storage, samples come from a sampler.
+
+    Every part is replaceable: see ``storages``, ``samplers`` and ``writers``. ``extend``,
+    ``sample`` and ``update_priority`` hold a lock, so threads may write and sample concurrently.
+    With ``prefetch=N``, N background threads sample ahead (for the buffer's ``batch_size``).
+    Invalid data (keys or shapes differing from the stored layout, bad priorities, out-of-range
+    indices) raises before anything is written.
+
+    Args:
+        storage: where items live; ``ListStorage(max_size=1000)`` by default.
+        sampler: which items a batch holds; :class:`RandomSampler` by default.
+        writer: where new items go; :class:`RoundRobinWriter` by default.
+        collate_fn: turns what the storage returns into a batch; stacks lists from a
+            ``ListStorage`` and passes tensor storages' batches through by default.
+        pin_memory: pin sampled batches (only when CUDA is available).
+        prefetch: number of batches sampled ahead by background threads (0: none).
+        transform: a callable (an ``nn.Module`` such as an env transform, or any function) run on
+            every sample; see :meth:`append_transform`.
+        batch_size: default batch size of :meth:`sample`, needed to iterate and to prefetch.
+        generator: random generator used by the sampler (torch's global RNG by default).
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data.replay_buffers.storages import LazyTensorStorage
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4)
+        >>> rb.extend(TensorDict({"obs": torch.randn(10, 3)}, batch_size=[10])).shape
+        torch.Size([10])
+        >>> len(rb), rb.sample()["obs"].shape
+        (10, torch.Size([4, 3]))
+    """
+
+    def __init__(
+        self,
+        *,
+        storage: Storage | None = None,
+        sampler: Sampler | None = None,
+        writer: Writer | None = None,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Callable[[Any], Any] | None = None,
+        batch_size: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        self._storage = storage if storage is not None else ListStorage(max_size=1000)
+        self._sampler = sampler if sampler is not None else RandomSampler()
+        self._writer = writer if writer is not None else self._default_writer()
+        self._writer.register_storage(self._storage)
+        if collate_fn is None:
+            collate_fn = default_collate if isinstance(self._storage, ListStorage) else identity
+        self._collate_fn = collate_fn
+        self._pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size <= 0):
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self._batch_size = batch_size
+        if prefetch is not None and (not isinstance(prefetch, int) or prefetch < 0):
+            raise ValueError(f"prefetch must be a non-negative int, got {prefetch!r}")
+        self._prefetch = prefetch or 0
+        self._generator = generator
+        self._sampler._generator = generator
+        self._lock = threading.RLock()
+        self._transforms = _BufferTransforms()
+        if transform is not None:
+            self.append_transform(transform)
+        self._executor: ThreadPoolExecutor | None = None
+        self._futures: deque[Future] = deque()
+        if len(self._storage):
+            # A reopened storage already holds items: continue after them.
+            self._writer._resume()
+            self._sampler._resume(self._storage)
+
+    def _default_writer(self) -> Writer:
+        return RoundRobinWriter()
+
+    # -- properties -------------------------------------------------------------------------------
+    @property
+    def storage(self) -> Storage:
+        """The storage."""
+        return self._storage
+
+    @property
+    def sampler(self) -> Sampler:
+        """The sampler."""
+        return self._sampler
+
+    @property
+    def writer(self) -> Writer:
+        """The writer."""
+        return self._writer
+
+    @property
+    def batch_size(self) -> int | None:
+        """The default batch size of :meth:`sample`."""
+        return self._batch_size
+
+    @property
+    def transform(self) -> _BufferTransforms:
+        """The buffer's transforms (a module: forward on samples, ``inv`` on written data)."""
+        return self._transforms
+
+    @property
+    def write_count(self) -> int:
+        """How many items were written since the buffer was created or emptied."""
+        return self._writer._write_count
+
+    def __len__(self) -> int:
+        return len(self._storage)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(storage={self._storage!r}, sampler={self._sampler!r}, "
+            f"writer={self._writer!r}, batch_size={self._batch_size})"
+        )
+
+    # -- transforms -------------------------------------------------------------------------------
+    def append_transform(
+        self, transform: Callable[[Any], Any], *, invert: bool = False
+    ) -> ReplayBuffer:
+        """Adds a transform run on sampled data (after the previous ones).
+
+        Args:
+            transform: any callable mapping a batch to a batch (an ``nn.Module`` works, e.g. an env
+                transform). If it has an ``inv`` method, ``inv`` also runs on data being written.
+            invert: run the transform on data being written (``extend``/``add``) instead of on
+                samples.
+
+        Returns:
+            The buffer itself.
+        """
+        self._transforms.insert(len(self._transforms), transform, invert)
+        return self
+
+    def insert_transform(
+        self, index: int, transform: Callable[[Any], Any], *, invert: bool = False
+    ) -> ReplayBuffer:
+        """Inserts a transform at position ``index``; see :meth:`append_transform`."""
+        self._transforms.insert(index, transform, invert)
+        return self
+
+    # -- writing ----------------------------------------------------------------------------------
+    def _flat(self, index: Index) -> torch.Tensor:
+        if isinstance(index, tuple):
+            return self._storage._index_to_flat(index).reshape(-1)
+        return torch.as_tensor(index).reshape(-1)
+
+    def _prepare_write(self, data: Any) -> tuple[Any, Any]:
+        """Transforms data to be written and extracts priorities (validated) before any write."""
+        if len(self._transforms) and self._transforms.acts_on_write:
+            data = self._transforms.inv(data)
+        return data, None
+
+    def _after_write(self, index: Any, data: Any, priorities: Any) -> None:
+        """Hook run under the lock once data is written (priority updates)."""
+
+    def add(self, data: Any) -> int | Index | None:
+        """Writes one item and returns its index.
+
+        Args:
+            data: one item (a TensorDict of batch ``[]``, or ``[*lead]`` for ``ndim > 1``
+                storages, a tensor, or any object for a ``ListStorage``).
+
+        Returns:
+            The index of the item.
+        """
+        data, priorities = self._prepare_write(data)
+        with self._lock:
+            index = self._writer.add(data)
+            if isinstance(index, int):
+                self._sampler.add(index)
+            elif index is not None:
+                self._sampler.extend(self._flat(index))
+            self._after_write(index, data, priorities)
+        return index
+
+    def extend(self, data: Any) -> Index:
+        """Writes a batch of items and returns their indices.
+
+        Args:
+            data: items stacked along the first dim (``[n, ...]``), or ``[*lead, n, ...]`` for
+                storages with ``ndim > 1``; a list for a ``ListStorage``.
+
+        Returns:
+            The indices where the items went: ``[n]``, or a tuple of ``[*lead, n]`` tensors.
+
+        Raises:
+            KeyError, ValueError, TypeError: the data does not match the stored layout; the
+                buffer is left unchanged.
+        """
+        data, priorities = self._prepare_write(data)
+        with self._lock:
+            index = self._writer.extend(data)
+            self._sampler.extend(self._flat(index))
+            self._after_write(index, data, priorities)
+        return index
+
+    def __setitem__(self, index: Any, data: Any) -> None:
+        if self._storage.ndim > 1:
+            raise NotImplementedError("item assignment needs a storage with ndim=1")
+        with self._lock:
+            idx = self._storage._check_index(index)
+            assert isinstance(idx, torch.Tensor)  # ndim == 1
+            self._storage.set(idx if idx.ndim else int(idx), data)
+            self._sampler.mark_update(idx.reshape(-1))
+
+    # -- reading ----------------------------------------------------------------------------------
+    def _decorate(self, data: Any, info: dict[str, Any]) -> Any:
+        """Hook adding sampling information into the batch (TensorDict buffers)."""
+        return data
+
+    def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
+        with self._lock:
+            index, info = self._sampler.sample(self._storage, batch_size)
+            data = self._storage.get(index)
+            ran_out = self._sampler.ran_out
+        info[INDEX] = index
+        data = self._collate_fn(data)
+        data = self._sampler.postprocess(data, info)
+        data = self._decorate(data, info)
+        if self._pin_memory:
+            data = data.pin_memory()
+        if len(self._transforms):
+            data = self._transforms(data)
+        return data, info, ran_out
+
+    def _sample_prefetched(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                self._prefetch, thread_name_prefix="torchrl-rb-prefetch"
+            )
+            weakref.finalize(self, _shutdown, self._executor, self._futures)
+        futures = self._futures
+        while len(futures) < self._prefetch:
+            futures.append(self._executor.submit(self._sample_now, batch_size))
+        future = futures.popleft()
+        try:
+            out = future.result()
+        except BaseException:
+            # Batches queued behind a failed one (e.g. sampled from an empty buffer) are stale.
+            self._drain()
+            raise
+        futures.append(self._executor.submit(self._sample_now, batch_size))
+        return out
+
+    def _drain(self) -> None:
+        """Drops the prefetched batches (waiting for those being sampled)."""
+        futures = list(self._futures)
+        self._futures.clear()
+        for future in futures:
+            future.cancel()
+        wait_futures(futures)
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
+        """Samples a batch.
+
+        Args:
+            batch_size: number of items; the buffer's ``batch_size`` when omitted.
+            return_info: also return the sampler's information: ``"index"`` and, for prioritized
+                samplers, the importance weights ``"_weight"``.
+
+        Returns:
+            The batch, or ``(batch, info)`` with ``return_info``.
+
+        Raises:
+            RuntimeError: the buffer is empty, or no batch size is known.
+        """
+        if batch_size is None:
+            batch_size = self._batch_size
+            if batch_size is None:
+                raise RuntimeError(
+                    "no batch size: pass sample(batch_size) or build the buffer with batch_size="
+                )
+        if self._prefetch and batch_size == self._batch_size:
+            data, info, _ = self._sample_prefetched(batch_size)
+        else:
+            data, info, _ = self._sample_now(batch_size)
+        return (data, info) if return_info else data
+
+    def __iter__(self) -> Iterator[Any]:
+        """Yields batches of ``batch_size``; stops after an epoch for samplers that have one."""
+        if self._batch_size is None:
+            raise RuntimeError("iterating over a replay buffer needs batch_size= at construction")
+        sample = self._sample_prefetched if self._prefetch else self._sample_now
+        while True:
+            data, _, ran_out = sample(self._batch_size)
+            yield data
+            if ran_out:
+                return
+
+    def __getitem__(self, index: Any) -> Any:
+        with self._lock:
+            idx = self._storage._check_index(index)
+            data = self._storage.get(idx)
+        if isinstance(data, list):
+            data = self._collate_fn(data)
+        if len(self._transforms):
+            data = self._transforms(data)
+        return data
+
+    # -- priorities -------------------------------------------------------------------------------
+    def update_priority(self, index: Any, priority: Any) -> None:
+        """Sets the priority of stored items (prioritized samplers; ignored by the others).
+
+        Args:
+            index: item indices (``[B]``, ``[B, ndim]`` or a tuple for ``ndim > 1`` storages).
+            priority: one priority per item, or a scalar.
+
+        Raises:
+            IndexError: an index names no stored item.
+            ValueError: a priority is negative, NaN or infinite (nothing is updated).
+        """
+        with self._lock:
+            idx = self._storage._check_index(index)
+            self._sampler.update_priority(idx, priority, storage=self._storage)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def empty(self) -> None:
+        """Removes every item and resets the sampler and the writer."""
+        # Drained outside the lock: a batch being sampled in the background needs the lock to
+        # finish, and waiting for it while holding the lock would never end.
+        self._drain()
+        with self._lock:
+            self._storage._empty()
+            self._sampler._empty()
+            self._writer._empty()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state of the storage (its data included), the sampler and the writer."""
+        with self._lock:
+            return {
+                "storage": self._storage.state_dict(),
+                "sampler": self._sampler.state_dict(),
+                "writer": self._writer.state_dict(),
+            }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores what :meth:`state_dict` returned."""
+        self._drain()
+        with self._lock:
+            self._storage.load_state_dict(state_dict["storage"])
+            self._sampler.load_state_dict(state_dict["sampler"])
+            self._writer.load_state_dict(state_dict["writer"])
+
+    def dumps(self, path: str | Path) -> None:
+        """Saves the whole buffer into the directory ``path``.
+
+        The layout: ``storage/`` (the items; memory-mapped files for tensor storages),
+        ``sampler.pt``, ``writer.pt``, and ``buffer.json`` written last, each through a temporary
+        file and a rename.
+
+        Args:
+            path: a directory, created if needed.
+        """
+        path = Path(path)
+        with self._lock:
+            path.mkdir(parents=True, exist_ok=True)
+            self._storage.dumps(path / "storage")
+            atomic_torch_save(self._sampler.state_dict(), path / "sampler.pt")
+            atomic_torch_save(self._writer.state_dict(), path / "writer.pt")
+            atomic_write_json(
+                path / "buffer.json",
+                {
+                    "format_version": FORMAT_VERSION,
+                    "buffer": type(self).__name__,
+                    "storage": type(self._storage).__name__,
+                    "sampler": type(self._sampler).__name__,
+                    "writer": type(self._writer).__name__,
+                    "len": len(self),
+                    "write_count": self.write_count,
+                },
+            )
+
+    def loads(self, path: str | Path) -> None:
+        """Restores a buffer saved by :meth:`dumps` into this one (same component classes).
+
+        A ``LazyMemmapStorage`` maps the saved files in place, without copying them (later writes
+        go to those files); other storages copy the items into memory.
+
+        Args:
+            path: the directory given to :meth:`dumps`.
+
+        Raises:
+            ValueError: the saved buffer was made of other storage/sampler/writer classes.
+        """
+        path = Path(path)
+        meta = read_json(path / "buffer.json")
+        check_format_version(meta, path / "buffer.json")
+        for part, obj in (
+            ("storage", self._storage),
+            ("sampler", self._sampler),
+            ("writer", self._writer),
+        ):
+            if meta[part] != type(obj).__name__:
+                raise ValueError(
+                    f"{path} holds a buffer with a {meta[part]} {part}, but this buffer has a "
+                    f"{type(obj).__name__}"
+                )
+        # Files written by dumps() hold arrays and plain Python values.
+        sampler_state = torch.load(path / "sampler.pt", weights_only=False)
+        writer_state = torch.load(path / "writer.pt", weights_only=False)
+        self._drain()
+        with self._lock:
+            self._storage.loads(path / "storage")
+            self._sampler.load_state_dict(sampler_state)
+            self._writer.load_state_dict(writer_state)
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """A :class:`ReplayBuffer` with a :class:`PrioritizedSampler` (prioritized experience replay).
+
+    Args:
+        alpha: prioritization exponent (0: uniform sampling).
+        beta: importance-sampling exponent.
+        eps: added to every priority.
+        dtype: float type of the priority trees.
+        storage: see :class:`ReplayBuffer` (its ``max_size`` sizes the trees).
+        collate_fn: see :class:`ReplayBuffer`.
+        pin_memory: see :class:`ReplayBuffer`.
+        prefetch: see :class:`ReplayBuffer`.
+        transform: see :class:`ReplayBuffer`.
+        batch_size: see :class:`ReplayBuffer`.
+        generator: see :class:`ReplayBuffer`.
+
+    Examples:
+        >>> rb = PrioritizedReplayBuffer(alpha=0.7, beta=0.5)
+        >>> rb.extend(torch.arange(4.0))
+        tensor([0, 1, 2, 3])
+        >>> rb.update_priority(torch.tensor([0, 1, 2, 3]), torch.tensor([0.0, 0.0, 0.0, 1.0]))
+        >>> data, info = rb.sample(3, return_info=True)
+        >>> data.tolist(), info["index"].tolist()
+        ([3.0, 3.0, 3.0], [3, 3, 3])
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        storage: Storage | None = None,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Callable[[Any], Any] | None = None,
+        batch_size: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        storage = storage if storage is not None else ListStorage(max_size=1000)
+        super().__init__(
+            storage=storage,
+            sampler=PrioritizedSampler(_capacity(storage), alpha, beta, eps, dtype),
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            prefetch=prefetch,
+            transform=transform,
+            batch_size=batch_size,
+            generator=generator,
+        )
+
+
+def _capacity(storage: Storage) -> int:
+    capacity = storage._max_size
+    if capacity >= 2**40:
+        raise ValueError("prioritized sampling needs a storage with a bounded max_size")
+    return capacity
+
+
+class TensorDictReplayBuffer(ReplayBuffer):
+    """A :class:`ReplayBuffer` of TensorDicts that writes ``"index"`` (and weights) into samples.
+
+    Samples carry ``"index"`` (``[B]``, or ``[B, ndim]``) and, with a prioritized sampler, the
+    importance weights ``"_weight"``, so that a loss can update priorities with
+    :meth:`update_tensordict_priority`. Written TensorDicts get their ``"index"`` too, and their
+    ``priority_key`` entry, when present, sets the priority of the new items.
+
+    Args:
+        priority_key: the entry holding priorities (``"td_error"`` by default).
+        **kwargs: the :class:`ReplayBuffer` arguments; the writer defaults to
+            :class:`TensorDictRoundRobinWriter`.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data.replay_buffers.storages import LazyTensorStorage
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=2)
+        >>> _ = rb.extend(TensorDict({"obs": torch.arange(5.0)}, [5]))
+        >>> sample = rb.sample()
+        >>> bool((sample["obs"] == sample["index"].float()).all())
+        True
+    """
+
+    def __init__(self, *, priority_key: Any = PRIORITY, **kwargs: Any) -> None:
+        self.priority_key = priority_key
+        super().__init__(**kwargs)
+
+    def _default_writer(self) -> Writer:
+        return TensorDictRoundRobinWriter()
+
+    def _decorate(self, data: Any, info: dict[str, Any]) -> Any:
+        if not isinstance(data, TensorDictBase):
+            return data
+        index = info[INDEX]
+        if isinstance(index, tuple):
+            index = torch.stack(index, -1)
+        data.set(INDEX, index.to(data.device) if data.device is not None else index)
+        weight = info.get(WEIGHT)
+        if weight is not None:
+            data.set(WEIGHT, weight.to(data.device) if data.device is not None else weight)
+        return data
+
+    def _prepare_write(self, data: Any) -> tuple[Any, Any]:
+        data, _ = super()._prepare_write(data)
+        if not isinstance(data, TensorDictBase):
+            return data, None
+        priorities = data.get(self.priority_key, None)
+        check = getattr(self._sampler, "_check_priority", None)
+        if check is None:
+            check = getattr(getattr(self._sampler, "_prio", None), "_check_priority", None)
+        if priorities is None or check is None:
+            return data, None
+        n = data.batch_size[: min(data.batch_dims, self._storage.ndim)].numel()
+        # Validated now, before the write: bad priorities leave the buffer untouched.
+        check(priorities.reshape(n, -1), n)
+        return data, priorities
+
+    def _after_write(self, index: Index, data: Any, priorities: Any) -> None:
+        if priorities is None:
+            return
+        written = data.get(INDEX, None)
+        if written is None:  # a custom writer: every item was written, in order
+            self._sampler.update_priority(index, priorities, storage=self._storage)
+            return
+        ndim = self._storage.ndim
+        written = written.reshape(-1) if ndim == 1 else written.reshape(-1, ndim)
+        keep = written >= 0 if ndim == 1 else written[:, 0] >= 0
+        prio = priorities.reshape(keep.shape[0], -1)
+        self._sampler.update_priority(written[keep], prio[keep], storage=self._storage)
+
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        """Updates priorities from a sampled batch: its ``"index"`` and ``priority_key`` entries.
+
+        Args:
+            data: a batch returned by :meth:`sample`, with the priority entry set (e.g. by a
+                loss). Padded items (``"mask"`` False) are skipped.
+        """
+        priority = data.get(self.priority_key, None)
+        if priority is None:
+            raise KeyError(
+                f"the batch has no priority entry {nested_key_str(self.priority_key)}; set it "
+                f"(e.g. from the loss) before updating priorities"
+            )
+        index = data.get(INDEX, None)
+        if index is None:
+            raise KeyError(
+                f"the batch has no {INDEX!r} entry: pass a batch sampled from this buffer"
+            )
+        mask = data.get(MASK, None)
+        if mask is not None:
+            index, priority = index[mask], priority[mask]
+        self.update_priority(index, priority)
+
+
+class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
+    """A :class:`TensorDictReplayBuffer` with a :class:`PrioritizedSampler`.
+
+    Samples carry ``"index"`` and the importance weights ``"_weight"``; after computing
+    ``td[priority_key]`` (e.g. TD errors), call :meth:`update_tensordict_priority`.
+
+    Args:
+        alpha: prioritization exponent.
+        beta: importance-sampling exponent.
+        priority_key: the entry holding priorities.
+        eps: added to every priority.
+        storage: see :class:`ReplayBuffer` (its ``max_size`` sizes the trees).
+        collate_fn: see :class:`ReplayBuffer`.
+        pin_memory: see :class:`ReplayBuffer`.
+        prefetch: see :class:`ReplayBuffer`.
+        transform: see :class:`ReplayBuffer`.
+        reduction: how multi-element priorities are reduced per item.
+        batch_size: see :class:`ReplayBuffer`.
+        generator: see :class:`ReplayBuffer`.
+        dtype: float type of the priority trees.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data.replay_buffers.storages import LazyTensorStorage
+        >>> rb = TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=0.5,
+        ...     storage=LazyTensorStorage(10), batch_size=4)
+        >>> _ = rb.extend(TensorDict({"obs": torch.zeros(6, 2)}, [6]))
+        >>> sample = rb.sample()
+        >>> sample["td_error"] = torch.rand(4)
+        >>> rb.update_tensordict_priority(sample)
+        >>> sorted(sample.keys())
+        ['_weight', 'index', 'obs', 'td_error']
+    """
+
+    def __init__(
+        self,
+        *,
+        alpha: float,
+        beta: float,
+        priority_key: Any = PRIORITY,
+        eps: float = 1e-8,
+        storage: Storage | None = None,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Callable[[Any], Any] | None = None,
+        reduction: str = "max",
+        batch_size: int | None = None,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype = torch.float,
+    ) -> None:
+        storage = storage if storage is not None else ListStorage(max_size=1000)
+        super().__init__(
+            priority_key=priority_key,
+            storage=storage,
+            sampler=PrioritizedSampler(_capacity(storage), alpha, beta, eps, dtype, reduction),
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            prefetch=prefetch,
+            transform=transform,
+            batch_size=batch_size,
+            generator=generator,
+        )

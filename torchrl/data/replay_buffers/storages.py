@@ -1,0 +1,787 @@
+"""Storages: where a replay buffer keeps its items.
+
+A storage answers ``get(index)``, ``set(index, data)``, ``len`` and saves its state. Storages with
+``ndim > 1`` hold ``[*lead, T]`` data (for instance ``[n_envs, T]`` rollouts): writes go along the
+last (time) dim, and an item is addressed by a tuple ``(lead..., t)``. Internally every item also has
+a *flat* index, its row-major position in the full ``[*lead, slots]`` shape, which is what the
+priority trees use.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
+
+from torchrl.data.replay_buffers.utils import (
+    _UNBOUNDED,
+    FORMAT_VERSION,
+    Index,
+    _alloc_like,
+    _batch_shape,
+    _encode_header,
+    _leaves,
+    _make_plan,
+    _open_dir,
+    _replace_dir,
+    _run_plan,
+    _split_index,
+    as_long_tensor,
+    atomic_torch_save,
+    atomic_write_bytes,
+    atomic_write_json,
+    check_format_version,
+    nested_key_str,
+    read_json,
+)
+
+__all__ = [
+    "LazyMemmapStorage",
+    "LazyTensorStorage",
+    "ListStorage",
+    "Storage",
+    "TensorStorage",
+]
+
+
+class Storage(ABC):
+    """Base class of the storages: a fixed number of slots that items are written into.
+
+    Subclasses implement :meth:`get`, :meth:`set`, :meth:`_empty`, the state methods, and may
+    hold ``ndim > 1`` data. ``len(storage)`` counts the items written so far.
+
+    Args:
+        max_size: the number of items the storage holds.
+        ndim: the number of leading batch dims of the stored data; writes go along the last one.
+    """
+
+    def __init__(self, max_size: int | None, *, ndim: int = 1) -> None:
+        if max_size is not None and (not isinstance(max_size, int) or max_size <= 0):
+            raise ValueError(f"max_size must be a positive int, got {max_size!r}")
+        if not isinstance(ndim, int) or ndim < 1:
+            raise ValueError(f"ndim must be a positive int, got {ndim!r}")
+        self._max_size = _UNBOUNDED if max_size is None else max_size
+        self.ndim = ndim
+        self._lead: torch.Size | None = torch.Size([]) if ndim == 1 else None
+        # Occupied slots along the write dim, the slot after the last write (ring order), and a
+        # counter bumped on every change so that samplers can cache what they derive from data.
+        self._filled = 0
+        self._cursor = 0
+        self._version = 0
+
+    # -- sizes ------------------------------------------------------------------------------
+    @property
+    def max_size(self) -> int:
+        """The number of items the storage can hold."""
+        if self._lead is not None and self.ndim > 1:
+            return self._lead.numel() * self.slots
+        return self._max_size
+
+    @property
+    def slots(self) -> int:
+        """Write positions along the write (last batch) dim: ``max_size // prod(lead dims)``."""
+        if self.ndim == 1:
+            return self._max_size
+        if self._lead is None:
+            raise RuntimeError("the storage shape is unknown until the first write")
+        return self._max_size // self._lead.numel()
+
+    @property
+    def shape(self) -> torch.Size:
+        """The batch shape of the stored items: ``[*lead, filled]``."""
+        lead = self._lead if self._lead is not None else torch.Size([])
+        return torch.Size([*lead, self._filled])
+
+    def __len__(self) -> int:
+        if self._lead is None:
+            return 0
+        return self._lead.numel() * self._filled
+
+    @property
+    def _lead_shape(self) -> torch.Size:
+        """The leading dims ``[*lead]`` (known after the first write for ``ndim > 1``)."""
+        if self._lead is None:
+            raise RuntimeError("the storage shape is unknown until the first write")
+        return self._lead
+
+    def _lead_numel(self) -> int:
+        return 1 if self._lead is None else self._lead.numel()
+
+    def _slots_for(self, data: Any) -> int:
+        """The slot count once ``data`` (``[*lead, n, ...]``) sets the shape of a lazy storage."""
+        if self.ndim == 1 or self._lead is not None:
+            return self.slots
+        lead = torch.Size(_batch_shape(data)[: self.ndim - 1])
+        slots = self._max_size // max(lead.numel(), 1)
+        if slots == 0:
+            raise ValueError(
+                f"max_size={self._max_size} is smaller than the {lead.numel()} rows of the "
+                f"first batch of shape {tuple(lead)}: no time slot fits"
+            )
+        return slots
+
+    def _write_len(self, data: Any) -> int:
+        """How many slots along the write dim ``data`` covers."""
+        shape = _batch_shape(data)
+        if len(shape) < self.ndim:
+            raise ValueError(
+                f"extend expects data with at least {self.ndim} batch dims (the storage has "
+                f"ndim={self.ndim}), got batch shape {tuple(shape)}"
+            )
+        return int(shape[self.ndim - 1])
+
+    # -- index conversions --------------------------------------------------------------------
+    def _index_to_flat(self, index: Any) -> torch.Tensor:
+        """Row-major position in ``[*lead, slots]`` of each item of ``index``."""
+        if self.ndim == 1:
+            return as_long_tensor(index)
+        parts = _split_index(index, self.ndim)
+        dims = [*self._lead_shape, self.slots]
+        flat = parts[0]
+        for part, size in zip(parts[1:], dims[1:]):
+            flat = flat * size + part
+        return flat
+
+    def _flat_to_index(self, flat: torch.Tensor) -> Index:
+        """The inverse of :meth:`_index_to_flat`: a tensor for ``ndim == 1``, else a tuple."""
+        if self.ndim == 1:
+            return flat
+        dims = [*self._lead_shape, self.slots]
+        parts = []
+        for size in reversed(dims[1:]):
+            parts.append(flat % size)
+            flat = torch.div(flat, size, rounding_mode="floor")
+        parts.append(flat)
+        return tuple(reversed(parts))
+
+    def _dense_to_index(self, dense: torch.Tensor) -> Index:
+        """Maps ``dense`` in ``[0, len(self))`` onto stored items (uniform sampling uses it)."""
+        if self.ndim == 1:
+            return dense
+        n_lead = self._lead_numel()
+        t = torch.div(dense, n_lead, rounding_mode="floor")
+        return self._flat_to_index((dense % n_lead) * self.slots + t)
+
+    def _item_index(self, slot_index: torch.Tensor) -> Index:
+        """The item index of every item written at ``slot_index`` (``[n]`` or ``[*lead, n]``)."""
+        if self.ndim == 1:
+            return slot_index
+        lead = self._lead_shape
+        grids = torch.meshgrid(
+            *[torch.arange(s) for s in lead], slot_index.reshape(-1), indexing="ij"
+        )
+        return tuple(grids)
+
+    def _check_index(self, index: Any) -> Index:
+        """Normalizes a user index and checks that every item it names is stored.
+
+        Ints and 1-D indices may be negative (counted from the end) for ``ndim == 1``.
+        """
+        n = len(self)
+        if self.ndim == 1:
+            if isinstance(index, slice):
+                return torch.arange(n)[index]
+            if isinstance(index, int):
+                if not -n <= index < n:
+                    raise IndexError(f"index {index} is out of range for {n} stored items")
+                return torch.tensor(index % n)
+            idx = as_long_tensor(index)
+            if idx.numel() == 0:
+                return idx
+            # One min/max pass (numpy on CPU: cheaper than torch for a few hundred items).
+            values = idx.numpy() if idx.device.type == "cpu" else idx
+            low, high = int(values.min()), int(values.max())
+            if low < -n or high >= n:
+                bad = low if low < -n else high
+                raise IndexError(f"index {bad} is out of range for {n} stored items")
+            return idx if low >= 0 else torch.where(idx < 0, idx + n, idx)
+        parts = _split_index(index, self.ndim)
+        dims = [*(self._lead or ()), self._filled]
+        for d, (part, size) in enumerate(zip(parts, dims)):
+            if part.numel() and (bool((part < 0).any()) or bool((part >= size).any())):
+                bad_value = int(part[(part < 0) | (part >= size)][0])
+                raise IndexError(
+                    f"index {bad_value} along dim {d} is out of range for stored items of shape "
+                    f"{tuple(dims)}"
+                )
+        return tuple(parts)
+
+    def _note_write(self, slot_index: int | slice | torch.Tensor) -> None:
+        if isinstance(slot_index, int):
+            last = slot_index
+        elif isinstance(slot_index, slice):
+            last = slot_index.stop - 1
+        else:
+            if slot_index.numel() == 0:
+                return
+            last = int(slot_index.reshape(-1)[-1])
+            top = int(slot_index.max())
+            self._filled = max(self._filled, top + 1)
+        self._filled = max(self._filled, last + 1)
+        self._cursor = (last + 1) % self.slots
+        self._version += 1
+
+    # -- interface ------------------------------------------------------------------------------
+    @abstractmethod
+    def get(self, index: Any) -> Any:
+        """Reads the items at ``index`` (no range check: samplers give valid indices)."""
+
+    @abstractmethod
+    def set(self, index: int | slice | torch.Tensor, data: Any) -> None:
+        """Writes ``data`` at the slots ``index`` along the write dim, after validating it."""
+
+    @abstractmethod
+    def _empty(self) -> None:
+        """Forgets every item (memory stays allocated)."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """The content and counters of the storage."""
+
+    @abstractmethod
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores what :meth:`state_dict` returned."""
+
+    @abstractmethod
+    def dumps(self, path: str | Path) -> None:
+        """Saves the storage into the directory ``path``."""
+
+    @abstractmethod
+    def loads(self, path: str | Path) -> None:
+        """Restores the storage saved by :meth:`dumps` in ``path``."""
+
+    def _column(self, key: Any) -> torch.Tensor:
+        """The stored values of ``key`` for all slots, shape ``[*lead, slots, ...]``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read a column of its items")
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.get(self._check_index(index))
+
+    def __setitem__(self, index: Any, data: Any) -> None:
+        self.set(as_long_tensor(index) if not isinstance(index, (int, slice)) else index, data)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)})"
+
+
+# ---------------------------------------------------------------------------------------------
+# ListStorage
+# ---------------------------------------------------------------------------------------------
+
+
+class ListStorage(Storage):
+    """Keeps any Python objects in a list.
+
+    Extending with a TensorDict or a tensor stores one item per element of its first dim. Items are
+    kept by reference (no copy). Sampling returns a list that the buffer's ``collate_fn`` batches.
+
+    Args:
+        max_size: the most items kept; ``None`` means unbounded.
+
+    Examples:
+        >>> storage = ListStorage(max_size=3)
+        >>> storage.set(torch.arange(2), ["a", {"b": 1}])
+        >>> len(storage), storage.get(1)
+        (2, {'b': 1})
+    """
+
+    def __init__(self, max_size: int | None = None) -> None:
+        super().__init__(max_size, ndim=1)
+        self._items: list[Any] = []
+
+    def _as_items(self, data: Any, n: int) -> list[Any]:
+        if isinstance(data, (TensorDictBase, torch.Tensor)):
+            if data.ndim == 0 or data.shape[0] != n:
+                raise ValueError(
+                    f"got {n} indices but data with batch shape {tuple(_batch_shape(data))}"
+                )
+            return list(data.unbind(0))
+        items = list(data)
+        if len(items) != n:
+            raise ValueError(f"got {n} indices but {len(items)} items")
+        return items
+
+    def set(self, index: int | slice | torch.Tensor, data: Any) -> None:
+        if isinstance(index, int):
+            idx, items = [index], [data]
+        else:
+            if isinstance(index, slice):
+                index = torch.arange(index.start, index.stop)
+            idx = as_long_tensor(index).reshape(-1).tolist()
+            items = self._as_items(data, len(idx))
+        # Validate every index before touching the list, so a bad call changes nothing.
+        size = len(self._items)
+        for i in idx:
+            if i < 0 or i >= self._max_size:
+                raise IndexError(f"index {i} is out of range for a storage of {self._max_size}")
+        new_size = max([size, *(i + 1 for i in idx)])
+        if new_size > size and not set(range(size, new_size)) <= set(idx):
+            raise IndexError(
+                f"cannot write indices {sorted(set(idx))}: the storage holds {size} items and "
+                f"writes past its end must fill every slot up to the last one"
+            )
+        self._items.extend([None] * (new_size - size))
+        for i, item in zip(idx, items):
+            self._items[i] = item
+        self._filled = len(self._items)
+        if idx:
+            self._cursor = (idx[-1] + 1) % self._max_size
+        self._version += 1
+
+    def get(self, index: Any) -> Any:
+        if isinstance(index, int):
+            return self._items[index]
+        if isinstance(index, torch.Tensor) and index.ndim == 0:
+            return self._items[int(index)]
+        if isinstance(index, slice):
+            return self._items[index]
+        items = self._items
+        return [items[i] for i in as_long_tensor(index).reshape(-1).tolist()]
+
+    def _column(self, key: Any) -> torch.Tensor:
+        if not self._items:
+            return torch.zeros(0, dtype=torch.bool)
+        first = self._items[0]
+        if not isinstance(first, TensorDictBase):
+            raise TypeError(f"ListStorage items are {type(first).__name__}, not TensorDicts")
+        values = [item.get(key, None) for item in self._items]
+        if any(v is None for v in values):
+            raise KeyError(f"key {nested_key_str(key)} is missing from some stored items")
+        return torch.stack(values)
+
+    def _empty(self) -> None:
+        self._items = []
+        self._filled = 0
+        self._cursor = 0
+        self._version += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"items": list(self._items), "cursor": self._cursor}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        items = list(state_dict["items"])
+        if len(items) > self._max_size:
+            raise ValueError(f"{len(items)} items do not fit in max_size={self._max_size}")
+        self._items = items
+        self._filled = len(items)
+        self._cursor = int(state_dict.get("cursor", len(items) % self._max_size))
+        self._version += 1
+
+    def dumps(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_torch_save(self.state_dict(), path / "items.pt")
+        atomic_write_json(
+            path / "storage.json",
+            {
+                "format_version": FORMAT_VERSION,
+                "kind": "list",
+                "class": type(self).__name__,
+                "max_size": None if self._max_size == _UNBOUNDED else self._max_size,
+            },
+        )
+
+    def loads(self, path: str | Path) -> None:
+        path = Path(path)
+        meta = read_json(path / "storage.json")
+        check_format_version(meta, path / "storage.json")
+        if meta["kind"] != "list":
+            raise ValueError(f"{path} holds a {meta['class']}, which a ListStorage cannot load")
+        # The file was written by dumps(): items are arbitrary Python objects, hence pickles.
+        self.load_state_dict(torch.load(path / "items.pt", weights_only=False))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensor storages
+# ---------------------------------------------------------------------------------------------
+
+
+class TensorStorage(Storage):
+    """Keeps items in preallocated tensors: a TensorDict (nested allowed) or a single tensor.
+
+    Wrapping an existing TensorDict or tensor makes all its items count as stored; the next write
+    overwrites the oldest (index 0 first). Sampling indexes every stored tensor once.
+
+    Args:
+        storage: the TensorDict or tensor to wrap, of batch shape ``[*lead, slots]``; ``None`` for
+            a lazy storage that allocates on its first write (see :class:`LazyTensorStorage`).
+        max_size: the capacity; taken from ``storage`` when it is given.
+        device: where items are kept (and returned); the wrapped data's device by default.
+        ndim: leading batch dims of an item batch: ``2`` for ``[n_envs, T]`` data, written along T.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> data = TensorDict({"obs": torch.arange(4.0)}, batch_size=[4])
+        >>> storage = TensorStorage(data)
+        >>> len(storage), storage.get(torch.tensor([3, 0]))["obs"].tolist()
+        (4, [3.0, 0.0])
+    """
+
+    def __init__(
+        self,
+        storage: TensorDictBase | torch.Tensor | None = None,
+        max_size: int | None = None,
+        *,
+        device: torch.device | str | None = None,
+        ndim: int = 1,
+    ) -> None:
+        if storage is not None:
+            shape = _batch_shape(storage)
+            if len(shape) < ndim:
+                raise ValueError(f"ndim={ndim} but the storage has batch shape {tuple(shape)}")
+            size = shape[:ndim].numel()
+            if max_size is not None and max_size != size:
+                raise ValueError(f"max_size={max_size} but the storage holds {size} items")
+            max_size = size
+        if max_size is None:
+            raise ValueError("max_size is required when no storage is given")
+        super().__init__(max_size, ndim=ndim)
+        self._device = torch.device(device) if device is not None else None
+        self._storage: TensorDictBase | torch.Tensor | None = None
+        if storage is not None:
+            if self._device is not None and storage.device != self._device:
+                storage = storage.to(self._device)
+            self._adopt(storage)
+            self._filled = self.slots
+            self._cursor = 0
+
+    # -- allocation -------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        """Where the items live."""
+        if self._device is not None:
+            return self._device
+        return torch.device("cpu")
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the storage tensors exist (lazy storages allocate on the first write)."""
+        return self._storage is not None
+
+    def _adopt(self, storage: TensorDictBase | torch.Tensor) -> None:
+        """Makes ``storage`` (batch ``[*lead, slots]``) the backing data and prepares fast access."""
+        shape = _batch_shape(storage)
+        self._lead = torch.Size(shape[: self.ndim - 1])
+        self._storage = storage
+        self._is_td = isinstance(storage, TensorDictBase)
+        nb = self.ndim
+        if isinstance(storage, TensorDictBase):
+            leaves = _leaves(storage)
+        else:
+            leaves = [((), storage)]
+        # Keys as tensordict spells them: a str at the root, a tuple below.
+        self._layout = {
+            (key[0] if len(key) == 1 else key): (tuple(v.shape[nb:]), v.dtype) for key, v in leaves
+        }
+        # Flat views [n_items, *tail] share memory with the storage: one index_select per leaf
+        # serves a whole sample, whatever ndim is.
+        numel = shape[:nb].numel()
+        self._write_leaves = leaves
+        self._flat_leaves: list[tuple[tuple[str, ...], torch.Tensor]] | None
+        self._plan: list[tuple[str, Any, Any]] | None
+        try:
+            self._flat_leaves = [(key, v.view(numel, *v.shape[nb:])) for key, v in leaves]
+            self._plan = (
+                _make_plan(storage, numel, nb) if isinstance(storage, TensorDictBase) else None
+            )
+        except RuntimeError:
+            self._flat_leaves = None
+        if self._device is None:
+            self._device = leaves[0][1].device if leaves else torch.device("cpu")
+
+    def _allocate(self, data: TensorDictBase | torch.Tensor) -> None:
+        shape = _batch_shape(data)
+        nb = self.ndim
+        lead = torch.Size(shape[: nb - 1])
+        slots = self._slots_for(data)
+        batch = torch.Size([*lead, slots])
+        device = self._device if self._device is not None else torch.device("cpu")
+        storage: TensorDictBase | torch.Tensor
+        if isinstance(data, TensorDictBase):
+            storage = _alloc_like(data, batch, nb, device, fill=True)
+        else:
+            storage = torch.zeros((*batch, *data.shape[nb:]), dtype=data.dtype, device=device)
+        self._adopt(storage)
+
+    # -- validation -------------------------------------------------------------------------------
+    def _validate(self, data: Any, batch: tuple[int, ...]) -> None:
+        nb = len(batch)
+        if self._is_td:
+            if not isinstance(data, TensorDictBase):
+                raise TypeError(f"this storage holds TensorDicts, got {type(data).__name__}")
+            keys = set(data.keys(True, True))
+            expected = self._layout.keys()
+            if keys != expected:
+                missing = ", ".join(sorted(nested_key_str(k) for k in expected - keys)) or "none"
+                extra = ", ".join(sorted(nested_key_str(k) for k in keys - expected)) or "none"
+                raise KeyError(
+                    f"the data's keys differ from the storage's layout: missing {missing}; "
+                    f"unexpected {extra}"
+                )
+            items = [(key, data.get(key)) for key in expected]
+        else:
+            if not isinstance(data, torch.Tensor):
+                raise TypeError(f"this storage holds tensors, got {type(data).__name__}")
+            items = [((), data)]
+        for key, value in items:
+            tail, dtype = self._layout[key]
+            name = nested_key_str(key) if key else "the data"
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"entry {name} is a {type(value).__name__}, expected a tensor")
+            if tuple(value.shape[:nb]) != batch or tuple(value.shape[nb:]) != tail:
+                raise ValueError(
+                    f"entry {name} has shape {tuple(value.shape)} but the storage expects "
+                    f"{(*batch, *tail)} (batch {batch} + item shape {tail})"
+                )
+            if value.dtype != dtype and not torch.can_cast(value.dtype, dtype):
+                raise TypeError(
+                    f"entry {name} has dtype {value.dtype}, which cannot be stored as {dtype}"
+                )
+
+    # -- read / write -----------------------------------------------------------------------------
+    def set(self, index: int | slice | torch.Tensor, data: Any) -> None:
+        nb = self.ndim
+        if self._storage is None:
+            # One item (int index) lacks the write dim that the allocation reads.
+            self._allocate(data.unsqueeze(nb - 1) if isinstance(index, int) else data)
+        lead = tuple(self._lead_shape)
+        slots = self.slots
+        if isinstance(index, int):
+            if not 0 <= index < slots:
+                raise IndexError(f"slot {index} is out of range for {slots} slots")
+            batch = lead
+        elif isinstance(index, slice):
+            start, stop, step = index.indices(slots)
+            if step != 1 or index.stop > slots or start >= stop:
+                raise IndexError(f"slice {index} is not a valid range of {slots} slots")
+            batch = (*lead, stop - start)
+            index = slice(start, stop)
+        else:
+            index = as_long_tensor(index).reshape(-1)
+            if index.numel() and (int(index.min()) < 0 or int(index.max()) >= slots):
+                raise IndexError(f"slot indices must be in [0, {slots}), got {index.tolist()}")
+            batch = (*lead, index.numel())
+        self._validate(data, batch)
+        self._write(index, data, nb)
+        self._note_write(index)
+
+    def _write(self, index: int | slice | torch.Tensor, data: Any, nb: int) -> None:
+        dim = nb - 1
+        if isinstance(index, torch.Tensor) and index.device != self.device:
+            index = index.to(self.device)
+        for key, dst in self._write_leaves:
+            src = data.get(key) if key else data
+            if src.dtype != dst.dtype or src.device != dst.device:
+                src = src.to(device=dst.device, dtype=dst.dtype)
+            if isinstance(index, int):
+                dst.select(dim, index).copy_(src)
+            elif isinstance(index, slice):
+                dst.narrow(dim, index.start, index.stop - index.start).copy_(src)
+            else:
+                dst.index_copy_(dim, index, src)
+
+    def get(self, index: Any) -> Any:
+        if self._storage is None:
+            raise RuntimeError("the storage is empty: nothing was written to it yet")
+        scalar = False
+        if self.ndim == 1:
+            if isinstance(index, int):
+                index, scalar = torch.tensor([index]), True
+            elif isinstance(index, slice):
+                index = torch.arange(self._filled)[index]
+            flat = as_long_tensor(index)
+            if flat.ndim == 0:
+                flat, scalar = flat.reshape(1), True
+        else:
+            flat = self._index_to_flat(index)
+        out_shape = flat.shape
+        flat = flat.reshape(-1)
+        out: Any
+        if flat.device != self.device:
+            flat = flat.to(self.device, non_blocking=True)
+        if self._flat_leaves is None:
+            out = self._storage[self._flat_to_index(flat)]
+        elif self._is_td:
+            out = self._gather_td(flat)
+        else:
+            out = torch.index_select(self._flat_leaves[0][1], 0, flat)
+        if scalar:
+            return out[0]
+        if out_shape != flat.shape:
+            out = (
+                out.reshape(*out_shape, *out.shape[1:])
+                if not self._is_td
+                else out.reshape(out_shape)
+            )
+        return out
+
+    def _gather_td(self, flat: torch.Tensor) -> TensorDict:
+        batch = torch.Size([flat.shape[0]])
+        assert self._plan is not None
+        return _run_plan(self._plan, flat, batch, batch, self.device)
+
+    def _column(self, key: Any) -> torch.Tensor:
+        if self._storage is None:
+            return torch.zeros(0, dtype=torch.bool)
+        if not isinstance(self._storage, TensorDictBase):
+            raise TypeError("this storage holds plain tensors: it has no keys")
+        value = self._storage.get(key, None)
+        if value is None:
+            raise KeyError(
+                f"key {nested_key_str(key)} is not stored; stored keys: "
+                f"{', '.join(sorted(nested_key_str(k) for k in self._layout))}"
+            )
+        return value
+
+    def _empty(self) -> None:
+        self._filled = 0
+        self._cursor = 0
+        self._version += 1
+
+    # -- state ------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "storage": self._storage,
+            "filled": self._filled,
+            "cursor": self._cursor,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        data = state_dict["storage"]
+        if data is None:
+            self._empty()
+            return
+        self._load_data(data, int(state_dict["filled"]), int(state_dict["cursor"]))
+
+    def _load_data(self, data: Any, filled: int, cursor: int) -> None:
+        if self._storage is None:
+            self._allocate_from_full(data)
+        if _batch_shape(data)[: self.ndim] != torch.Size([*self._lead_shape, self.slots]):
+            raise ValueError(
+                f"saved data of batch shape {tuple(_batch_shape(data)[: self.ndim])} does not fit "
+                f"a storage of shape {(*self._lead_shape, self.slots)}"
+            )
+        self._validate(data, (*self._lead_shape, self.slots))
+        self._write(slice(0, self.slots), data, self.ndim)
+        self._filled, self._cursor = filled, cursor
+        self._version += 1
+
+    def _allocate_from_full(self, data: TensorDictBase | torch.Tensor) -> None:
+        nb = self.ndim
+        batch = torch.Size(_batch_shape(data)[:nb])
+        if isinstance(data, TensorDictBase):
+            self._adopt(_alloc_like(data, batch, nb, self._device, fill=True))
+        else:
+            self._adopt(torch.zeros(data.shape, dtype=data.dtype, device=self.device))
+
+    def dumps(self, path: str | Path) -> None:
+        path = Path(path)
+        _replace_dir(path, lambda tmp: self._dump_into(tmp))
+
+    def _dump_into(self, directory: Path) -> None:
+        meta = self._meta()
+        if self._storage is not None:
+            if isinstance(self._storage, TensorDictBase):
+                self._storage.memmap(prefix=directory / "data", copy_existing=True)
+            else:
+                MemoryMappedTensor.from_tensor(
+                    self._storage.cpu(), filename=directory / "data.memmap", copy_existing=True
+                )
+        atomic_write_bytes(
+            directory / "header.bin",
+            _encode_header(self._filled, self._cursor),
+        )
+        atomic_write_json(directory / "storage.json", meta)
+
+    def _meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "format_version": FORMAT_VERSION,
+            "class": type(self).__name__,
+            "kind": "tensordict",
+            "max_size": self._max_size,
+            "ndim": self.ndim,
+            "allocated": self._storage is not None,
+        }
+        if self._storage is not None:
+            meta["shape"] = [*self._lead_shape, self.slots]
+            if not self._is_td:
+                meta["kind"] = "tensor"
+                meta["dtype"] = str(self._storage.dtype).replace("torch.", "")
+                meta["tensor_shape"] = list(self._storage.shape)
+        return meta
+
+    def loads(self, path: str | Path) -> None:
+        data, meta, filled, cursor, _ = _open_dir(Path(path))
+        self._check_meta(meta, Path(path))
+        if data is None:
+            self._empty()
+            return
+        self._load_data(data, filled, cursor)
+
+    def _check_meta(self, meta: dict[str, Any], path: Path) -> None:
+        if meta["kind"] == "list":
+            raise ValueError(f"{path} holds a ListStorage, which {type(self).__name__} cannot load")
+        if meta["ndim"] != self.ndim:
+            raise ValueError(f"{path} holds a storage with ndim={meta['ndim']}, not {self.ndim}")
+        if meta["max_size"] != self._max_size:
+            raise ValueError(
+                f"{path} holds a storage of max_size={meta['max_size']}, not {self._max_size}"
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, "
+            f"ndim={self.ndim}, device={self.device})"
+        )
+
+
+class LazyTensorStorage(TensorStorage):
+    """A :class:`TensorStorage` allocated on the first write, from the layout of the first batch.
+
+    Any (nested) TensorDict or tensor layout works; later writes must have the same keys and item
+    shapes (dtypes are cast when torch allows it) or they raise and change nothing.
+
+    Args:
+        max_size: the capacity in items.
+        device: where to allocate (``"cpu"`` by default; any torch device).
+        ndim: ``2`` to store ``[n_envs, T]`` batches as ``[n_envs, max_size // n_envs]``.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> storage = LazyTensorStorage(100)
+        >>> data = TensorDict({"obs": torch.zeros(10, 3), ("next", "done"): torch.zeros(10, 1,
+        ...     dtype=torch.bool)}, batch_size=[10])
+        >>> storage.set(torch.arange(10), data)
+        >>> len(storage), storage.get(torch.tensor([0, 5]))["next", "done"].shape
+        (10, torch.Size([2, 1]))
+    """
+
+    def __init__(self, max_size: int, *, device: torch.device | str = "cpu", ndim: int = 1) -> None:
+        super().__init__(None, max_size, device=device, ndim=ndim)
+
+
+def storage_nbytes(storage: Storage) -> int:
+    """Bytes held by the tensors of a tensor storage (0 for other storages).
+
+    Args:
+        storage: any storage.
+
+    Returns:
+        The summed ``numel * element_size`` of the stored tensors, unwritten slots included.
+
+    Examples:
+        >>> storage = LazyTensorStorage(10)
+        >>> storage.set(torch.arange(2), torch.zeros(2, 3))
+        >>> storage_nbytes(storage)
+        120
+    """
+    if not isinstance(storage, TensorStorage) or storage._storage is None:
+        return 0
+    return sum(v.numel() * v.element_size() for _, v in storage._write_leaves)
+
+
+# Defined in its own module (it is large); re-exported here, where storages are looked up.
+from torchrl.data.replay_buffers.memmap import LazyMemmapStorage  # noqa: E402

@@ -1,0 +1,355 @@
+"""Small helpers shared by storages, samplers, writers and buffers (not part of the public API)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
+
+#: An item index: a tensor for ``ndim == 1`` storages, a tuple ``(lead..., t)`` otherwise.
+Index = torch.Tensor | tuple[torch.Tensor, ...]
+#: ``max_size`` of an unbounded ``ListStorage``.
+_UNBOUNDED = 2**62
+
+#: Version of the on-disk layout written by ``dumps``; ``loads`` refuses other versions.
+FORMAT_VERSION = 1
+
+_REDUCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "max": lambda x: x.amax(-1),
+    "min": lambda x: x.amin(-1),
+    "sum": lambda x: x.sum(-1),
+    "mean": lambda x: x.mean(-1),
+    "median": lambda x: x.median(-1).values,
+}
+
+
+def check_reduction(reduction: str) -> str:
+    """Returns ``reduction`` if it names a supported reduction, else raises ``ValueError``."""
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {sorted(_REDUCTIONS)}, got {reduction!r}")
+    return reduction
+
+
+def reduce_trailing(values: torch.Tensor, batch_dims: int, reduction: str) -> torch.Tensor:
+    """Reduces every dim of ``values`` past the first ``batch_dims`` with ``reduction``."""
+    if values.ndim <= batch_dims:
+        return values
+    flat = values.reshape(*values.shape[:batch_dims], -1)
+    if not flat.is_floating_point():
+        flat = flat.double()
+    return _REDUCTIONS[reduction](flat)
+
+
+def as_long_tensor(index: Any) -> torch.Tensor:
+    """``index`` (int, sequence, numpy array or tensor) as an int64 CPU-or-same-device tensor."""
+    if isinstance(index, torch.Tensor):
+        if index.dtype == torch.bool:
+            return index.nonzero().squeeze(-1)
+        if index.dtype != torch.long:
+            if index.is_floating_point():
+                raise TypeError(f"indices must be integers, got a tensor of dtype {index.dtype}")
+            index = index.long()
+        return index
+    if isinstance(index, np.ndarray):
+        if index.dtype.kind not in "iub":
+            raise TypeError(f"indices must be integers, got an array of dtype {index.dtype}")
+        return as_long_tensor(torch.from_numpy(index))
+    out = torch.as_tensor(index)
+    if out.is_floating_point():
+        raise TypeError(f"indices must be integers, got {index!r}")
+    return as_long_tensor(out)
+
+
+def atomic_write_bytes(path: str | Path, payload: bytes) -> None:
+    """Writes ``payload`` to ``path`` through a temporary file and a rename.
+
+    A crash leaves either the old file or the new one, never a half-written file.
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    """Writes ``obj`` as JSON to ``path`` atomically (temporary file + rename)."""
+    atomic_write_bytes(path, json.dumps(obj, indent=1, sort_keys=True).encode())
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> None:
+    """``torch.save(obj, path)`` through a temporary file and a rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path: str | Path) -> Any:
+    """Reads a JSON file, with an error naming the file when it is missing or corrupt."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} does not exist: nothing was saved there") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err})") from err
+
+
+def check_format_version(meta: dict[str, Any], path: str | Path) -> None:
+    """Raises ``ValueError`` when a saved file has another on-disk format version."""
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ValueError(
+            f"{path} has format version {version!r}; this torchrl reads version {FORMAT_VERSION}"
+        )
+
+
+def default_collate(items: Sequence[Any]) -> Any:
+    """Stacks a list of samples read from a :class:`ListStorage` into a batch.
+
+    TensorDicts and tensors are stacked along a new first dim; anything else goes through
+    :func:`torch.utils.data.default_collate`, and objects it cannot batch come back as a list.
+
+    Examples:
+        >>> default_collate([torch.zeros(2), torch.ones(2)]).shape
+        torch.Size([2, 2])
+        >>> default_collate(["a", "b"])
+        ['a', 'b']
+    """
+    if not isinstance(items, (list, tuple)):
+        return items
+    if len(items) == 0:
+        return items
+    first = items[0]
+    if isinstance(first, TensorDictBase):
+        return torch.stack(list(items), 0)
+    if isinstance(first, torch.Tensor):
+        return torch.stack(list(items), 0)
+    try:
+        return torch.utils.data.default_collate(list(items))
+    except TypeError:
+        return list(items)
+
+
+def identity(x: Any) -> Any:
+    """Returns ``x`` unchanged (the collate function of tensor storages)."""
+    return x
+
+
+def nested_key_str(key: Any) -> str:
+    """A readable form of a (possibly nested) key for error messages."""
+    return repr(key) if isinstance(key, str) else repr(tuple(key))
+
+
+def td_new(source: dict[str, Any], batch_size: torch.Size, device: Any = None) -> TensorDict:
+    """Builds a TensorDict from already-checked tensors without re-validating them.
+
+    The hot sampling path builds one TensorDict per sample; skipping tensordict's per-entry checks
+    saves about a third of the time. The entries must have the right leading shape.
+    """
+    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensor layouts
+# ---------------------------------------------------------------------------------------------
+
+
+def _batch_shape(data: Any) -> torch.Size:
+    if isinstance(data, TensorDictBase):
+        return data.batch_size
+    if isinstance(data, torch.Tensor):
+        return data.shape
+    raise TypeError(
+        f"tensor storages hold TensorDicts or tensors, got {type(data).__name__}; "
+        f"use ListStorage for other objects"
+    )
+
+
+def _split_index(index: Any, ndim: int) -> list[torch.Tensor]:
+    if isinstance(index, tuple):
+        if len(index) != ndim:
+            raise IndexError(f"expected an index with {ndim} parts, got {len(index)}")
+        parts = [as_long_tensor(p) for p in index]
+        return list(torch.broadcast_tensors(*parts))
+    idx = as_long_tensor(index)
+    if idx.ndim == 0 or idx.shape[-1] != ndim:
+        raise IndexError(
+            f"a storage with ndim={ndim} takes a tuple of {ndim} index tensors or a tensor of "
+            f"shape [..., {ndim}], got shape {tuple(idx.shape)}"
+        )
+    return list(idx.unbind(-1))
+
+
+def _leaves(td: TensorDictBase, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    out = []
+    for key, value in td.items():
+        if isinstance(value, TensorDictBase):
+            out.extend(_leaves(value, (*prefix, key)))
+        elif isinstance(value, torch.Tensor):
+            out.append(((*prefix, key), value))
+        else:
+            raise TypeError(
+                f"entry {nested_key_str((*prefix, key))} is a {type(value).__name__}: tensor "
+                f"storages hold tensors only; use ListStorage for other objects"
+            )
+    return out
+
+
+def _alloc_like(
+    td: TensorDictBase, batch: torch.Size, skip: int, device: torch.device | None, fill: bool
+) -> TensorDict:
+    """A zeroed TensorDict of batch ``batch`` with the layout of ``td`` past its ``skip`` dims."""
+    source: dict[str, Any] = {}
+    for key, value in td.items():
+        if isinstance(value, TensorDictBase):
+            sub_batch = torch.Size([*batch, *value.batch_size[skip:]])
+            source[key] = _alloc_like(value, sub_batch, value.batch_dims, device, fill)
+        elif isinstance(value, torch.Tensor):
+            shape = (*batch, *value.shape[skip:])
+            dev = device if device is not None else value.device
+            if fill:
+                source[key] = torch.zeros(shape, dtype=value.dtype, device=dev)
+            else:
+                # Expanded zeros: the right shape and dtype without memory, for memmap_like.
+                source[key] = torch.zeros((), dtype=value.dtype, device=dev).expand(shape)
+        else:
+            raise TypeError(
+                f"entry {key!r} is a {type(value).__name__}: tensor storages hold tensors only; "
+                f"use ListStorage for other objects"
+            )
+    return TensorDict(source, batch_size=batch, device=device)
+
+
+def _plain(td: TensorDictBase) -> TensorDict:
+    """The same TensorDict with memory-mapped leaves seen as plain tensors (faster indexing)."""
+    source: dict[str, Any] = {}
+    for key, value in td.items():
+        if isinstance(value, TensorDictBase):
+            source[key] = _plain(value)
+        elif isinstance(value, torch.Tensor):
+            source[key] = value.as_subclass(torch.Tensor)
+    return td_new(source, batch_size=td.batch_size)
+
+
+def _make_plan(td: TensorDictBase, numel: int, nb: int) -> list[tuple[str, Any, Any]]:
+    """Per entry: ``(name, flat leaf view, None)`` or ``(name, sub-plan, extra batch dims)``."""
+    plan: list[tuple[str, Any, Any]] = []
+    for key, value in td.items():
+        if isinstance(value, TensorDictBase):
+            extra = tuple(value.batch_size[nb:])
+            plan.append((key, _make_plan(value, numel, nb), extra))
+        else:
+            plan.append((key, value.view(numel, *value.shape[nb:]), None))
+    return plan
+
+
+def _run_plan(
+    plan: list[tuple[str, Any, Any]],
+    flat: torch.Tensor,
+    root: torch.Size,
+    batch: torch.Size,
+    device: torch.device | None,
+) -> TensorDict:
+    """Gathers the rows ``flat`` of every leaf into a new (nested) TensorDict of batch ``batch``."""
+    source: dict[str, Any] = {}
+    for key, item, extra in plan:
+        if extra is None:
+            source[key] = torch.index_select(item, 0, flat)
+        else:
+            source[key] = _run_plan(item, flat, root, torch.Size([*root, *extra]), device)
+    return td_new(source, batch_size=batch, device=device)
+
+
+# ---------------------------------------------------------------------------------------------
+# On-disk layout shared by tensor storages (dumps) and LazyMemmapStorage (live files)
+#
+#   storage.json   layout: class, kind, max_size, ndim, shape; written last (atomically)
+#   header.bin     int64[4]: magic, filled, cursor, reserved; updated after each write
+#   dirty.bin      uint8[slots]: 1 while a slot is being written (torn-write detection)
+#   data/ | data.memmap   the items (tensordict memmap directory, or one raw tensor file)
+# ---------------------------------------------------------------------------------------------
+
+_MAGIC = 0x7472_6C72_6200_0001  # "trlrb" + format 1
+
+
+def _encode_header(filled: int, cursor: int) -> bytes:
+    return np.array([_MAGIC, filled, cursor, 0], dtype=np.int64).tobytes()
+
+
+def _replace_dir(path: Path, fill: Any) -> None:
+    """Fills a fresh temporary directory, then swaps it in place of ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        fill(tmp)
+        if path.exists():
+            trash = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(path, trash)
+            os.replace(tmp, path)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _open_dir(
+    path: Path,
+) -> tuple[Any, dict[str, Any], int, int, np.ndarray | None]:
+    """Maps a saved storage directory: ``(data or None, meta, filled, cursor, dirty slots)``."""
+    meta = read_json(path / "storage.json")
+    check_format_version(meta, path / "storage.json")
+    if meta["kind"] == "list":
+        return None, meta, 0, 0, None
+    header = np.fromfile(path / "header.bin", dtype=np.int64)
+    if header.size < 3 or header[0] != _MAGIC:
+        raise ValueError(f"{path / 'header.bin'} is not a torchrl storage header")
+    filled, cursor = int(header[1]), int(header[2])
+    if not meta.get("allocated", True):
+        return None, meta, 0, 0, None
+    if meta["kind"] == "tensordict":
+        data = TensorDict.load_memmap(path / "data")
+    else:
+        data = MemoryMappedTensor.from_filename(
+            path / "data.memmap",
+            dtype=getattr(torch, meta["dtype"]),
+            shape=torch.Size(meta["tensor_shape"]),
+        )
+    torn = None
+    if (path / "dirty.bin").exists():
+        dirty = np.fromfile(path / "dirty.bin", dtype=np.uint8)
+        torn = np.flatnonzero(dirty[:filled])
+    return data, meta, filled, cursor, torn
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
