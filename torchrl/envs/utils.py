@@ -554,4 +554,4 @@ def _masked_choice(spec: Any, mask: torch.Tensor) -> torch.Tensor:
     index = noise.argmax(-1)
     if type(spec).__name__ == "OneHot":
         return torch.nn.functional.one_hot(index, mask.shape[-1]).to(spec.dtype)
-    return index.to(spec.dtype).reshape(*mask.shape[:-1], *spec.shape[mask.ndim - 1 :])
+    return index.to(spec.dtype).reshape((*mask.shape[:-1], *spec.shape[mask.ndim - 1 :]))

@@ -1,0 +1,67 @@
+"""Env transforms: rewrite what comes out of an env (and the actions going in), with their specs.
+
+A transform works in a :class:`TransformedEnv`, as a module on a TensorDict, and in a replay
+buffer. One file per family: ``base`` (``Transform``, ``Compose``), ``env`` (``TransformedEnv``),
+``tracking``, ``reward``, ``dtype``, ``norm``, ``image``, ``keys``, ``frames``, ``actions``,
+``rb`` (replay-buffer-only transforms).
+"""
+
+from torchrl.envs.transforms.actions import ActionDiscretizer, ActionMask, ClipTransform
+from torchrl.envs.transforms.base import Compose, ObservationTransform, Transform
+from torchrl.envs.transforms.dtype import DoubleToFloat, DTypeCastTransform
+from torchrl.envs.transforms.env import TransformedEnv
+from torchrl.envs.transforms.frames import CatFrames, FrameSkipTransform, NoopResetEnv, TimeMaxPool
+from torchrl.envs.transforms.image import CenterCrop, GrayScale, Resize, ToTensorImage
+from torchrl.envs.transforms.keys import (
+    CatTensors,
+    ExcludeTransform,
+    FlattenObservation,
+    PermuteTransform,
+    RenameTransform,
+    SelectTransform,
+    SqueezeTransform,
+    UnsqueezeTransform,
+)
+from torchrl.envs.transforms.norm import ObservationNorm, VecNorm
+from torchrl.envs.transforms.rb import BurnInTransform, Reward2GoTransform
+from torchrl.envs.transforms.reward import RewardClipping, RewardScaling, TargetReturn
+from torchrl.envs.transforms.tracking import InitTracker, RewardSum, StepCounter, TensorDictPrimer
+
+__all__ = [
+    "ActionDiscretizer",
+    "ActionMask",
+    "BurnInTransform",
+    "CatFrames",
+    "CatTensors",
+    "CenterCrop",
+    "ClipTransform",
+    "Compose",
+    "DTypeCastTransform",
+    "DoubleToFloat",
+    "ExcludeTransform",
+    "FlattenObservation",
+    "FrameSkipTransform",
+    "GrayScale",
+    "InitTracker",
+    "NoopResetEnv",
+    "ObservationNorm",
+    "ObservationTransform",
+    "PermuteTransform",
+    "RenameTransform",
+    "Resize",
+    "Reward2GoTransform",
+    "RewardClipping",
+    "RewardScaling",
+    "RewardSum",
+    "SelectTransform",
+    "SqueezeTransform",
+    "StepCounter",
+    "TargetReturn",
+    "TensorDictPrimer",
+    "TimeMaxPool",
+    "ToTensorImage",
+    "Transform",
+    "TransformedEnv",
+    "UnsqueezeTransform",
+    "VecNorm",
+]

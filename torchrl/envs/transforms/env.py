@@ -1,0 +1,346 @@
+"""``TransformedEnv``: an env seen through transforms.
+
+It computes its specs once (the base specs through every transform) and keeps the per-step path
+to: one inverse pass (only when a transform has inverse keys), the base env's ``_step``, and the
+transforms that act on steps, each reading and writing a few entries.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import weakref
+from typing import Any, cast
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from torchrl._keys import NEXT
+from torchrl.data.specs import Composite
+from torchrl.envs._contract import _complete_done
+from torchrl.envs.common import EnvBase
+from torchrl.envs.transforms._utils import shallow_copy
+from torchrl.envs.transforms.base import Compose, Transform
+
+__all__ = ["TransformedEnv"]
+
+
+class TransformedEnv(EnvBase):
+    """An env seen through transforms: the base env's data and specs, rewritten.
+
+    Specs are computed once from the base env's specs through every transform, and again after
+    :meth:`append_transform` / :meth:`insert_transform` or :meth:`empty_cache` (call it after
+    changing the base env's specs). Set specs on ``env.base_env``, not here.
+
+    Args:
+        env: the base env.
+        transform: a transform or a ``Compose`` (default: an empty ``Compose``).
+        cache_specs: keep the transformed specs (``False``: recompute them on every access).
+
+    Examples:
+        >>> from torchrl.envs import PendulumEnv, check_env_specs
+        >>> from torchrl.envs.transforms import RewardSum, StepCounter, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(batch_size=[4], seed=0), StepCounter(max_steps=5))
+        >>> env.append_transform(RewardSum())
+        TransformedEnv(...)
+        >>> sorted(env.observation_spec.keys())
+        ['episode_reward', 'observation', 'params', 'step_count', 'th', 'thdot']
+        >>> check_env_specs(env)
+        >>> env.rollout(10).batch_size  # truncated after 5 steps
+        torch.Size([4, 5])
+    """
+
+    def __init__(
+        self,
+        env: EnvBase,
+        transform: Transform | None = None,
+        cache_specs: bool = True,
+        *,
+        _adopt: bool = True,
+    ) -> None:
+        if not isinstance(env, EnvBase):
+            raise TypeError(f"TransformedEnv wraps an EnvBase, got {type(env).__name__}")
+        super().__init__(
+            device=env.device,
+            batch_size=env.batch_size,
+            allow_done_after_reset=env.allow_done_after_reset,
+        )
+        # Registered as children directly: the ``base_env`` and ``transform`` properties read them.
+        self._modules["base_env"] = env
+        self.batch_locked = env.batch_locked
+        self.cache_specs = cache_specs
+        self._adopt = _adopt
+        # Like TorchRL, ``env.transform`` is the transform given (a bare one stays bare) until
+        # another is appended or inserted; a Compose always runs the chain internally. The
+        # Compose wrapping a bare transform is remembered here (a tuple: not a registered child).
+        self._wrapper: tuple[Compose, ...] = ()
+        if transform is None:
+            transform = Compose()
+        elif not isinstance(transform, Compose):
+            if not isinstance(transform, Transform):
+                raise TypeError(
+                    f"TransformedEnv takes a Transform or a Compose, got {type(transform).__name__}"
+                )
+            transform = Compose(transform)
+            self._wrapper = (transform,)
+        if _adopt:
+            transform.set_container(self)
+        self._modules["transform"] = transform
+        # A tuple: a Module attribute would register the Compose a second time.
+        self._active: tuple[Compose, ...] = ()
+        # The base env's own step/reset, when they are EnvBase's, are replaced by their
+        # inner hooks plus done completion: this skips one "next" round trip per step.
+        base_cls = type(env)
+        self._base_plain_step = base_cls.step is EnvBase.step
+        self._base_plain_reset = base_cls.reset is EnvBase.reset
+        self._refresh_specs()
+
+    # ------------------------------------------------------------------------------ specs
+    def _refresh_specs(self) -> None:
+        current = self._modules["transform"]
+        if isinstance(current, Compose):
+            compose = current
+        elif isinstance(current, Transform):
+            # Someone assigned a bare transform to ``env.transform``.
+            compose = Compose(current)
+            self._modules["transform"] = compose
+            self._wrapper = (compose,)
+        else:
+            raise TypeError(
+                f"TransformedEnv.transform must be a Transform, got {type(current).__name__}"
+            )
+        if self._adopt and compose._container() is not self:
+            compose.set_container(self)
+        base = self.base_env
+        output_spec = compose.transform_output_spec(base.output_spec.clone())
+        input_spec = compose.transform_input_spec(base.input_spec.clone())
+        for name, spec in (("output_spec", output_spec), ("input_spec", input_spec)):
+            if not isinstance(spec, Composite):
+                raise TypeError(f"the transforms turned {name} into a {type(spec).__name__}")
+        self._output_spec = output_spec
+        self._input_spec = input_spec
+        compose._prepare()
+        compose._clear_parent_cache()
+        self._active = (compose,)
+        EnvBase.empty_cache(self)
+
+    def _fresh(self) -> None:
+        if (
+            not self.cache_specs
+            or not self._active
+            or self._active[0] is not self._modules["transform"]
+        ):
+            self._refresh_specs()
+
+    def empty_cache(self) -> None:
+        """Recomputes the specs from the base env's (after they changed) and the key lists."""
+        EnvBase.empty_cache(self)
+        self._active = ()
+
+    def _read_only(self, name: str) -> None:
+        raise AttributeError(
+            f"TransformedEnv.{name} is computed from the base env and the transforms: set "
+            f"it on env.base_env, then call env.empty_cache()"
+        )
+
+    @property
+    def output_spec(self) -> Composite:
+        """The transformed ``output_spec`` (read-only)."""
+        self._fresh()
+        return self._output_spec
+
+    @output_spec.setter
+    def output_spec(self, value: Composite) -> None:
+        self._read_only("output_spec")
+
+    @property
+    def input_spec(self) -> Composite:
+        """The transformed ``input_spec`` (read-only)."""
+        self._fresh()
+        return self._input_spec
+
+    @input_spec.setter
+    def input_spec(self, value: Composite) -> None:
+        self._read_only("input_spec")
+
+    @property
+    def full_observation_spec(self) -> Composite:
+        """The transformed observation specs (read-only)."""
+        return self.output_spec["full_observation_spec"]
+
+    @full_observation_spec.setter
+    def full_observation_spec(self, value: Any) -> None:
+        self._read_only("observation_spec")
+
+    @property
+    def full_reward_spec(self) -> Composite:
+        """The transformed reward specs (read-only)."""
+        return self.output_spec["full_reward_spec"]
+
+    @full_reward_spec.setter
+    def full_reward_spec(self, value: Any) -> None:
+        self._read_only("reward_spec")
+
+    @property
+    def full_done_spec(self) -> Composite:
+        """The transformed done specs (read-only)."""
+        return self.output_spec["full_done_spec"]
+
+    @full_done_spec.setter
+    def full_done_spec(self, value: Any) -> None:
+        self._read_only("done_spec")
+
+    @property
+    def full_action_spec(self) -> Composite:
+        """The transformed action specs (read-only)."""
+        return self.input_spec["full_action_spec"]
+
+    @full_action_spec.setter
+    def full_action_spec(self, value: Any) -> None:
+        self._read_only("action_spec")
+
+    @property
+    def full_state_spec(self) -> Composite:
+        """The transformed state specs (read-only)."""
+        return self.input_spec["full_state_spec"]
+
+    @full_state_spec.setter
+    def full_state_spec(self, value: Any) -> None:
+        self._read_only("state_spec")
+
+    # ---------------------------------------------------------------------- transforms
+    @property
+    def transform(self) -> Transform:
+        """The transform: the one given, or a ``Compose`` (always after an append or insert).
+
+        Assigning a transform or a Compose replaces it.
+        """
+        compose = self._compose_now()
+        wrapped = self._wrapper and self._wrapper[0] is compose and len(compose._ts) == 1
+        return compose._ts[0] if wrapped else compose
+
+    @property
+    def base_env(self) -> EnvBase:
+        """The env the transforms wrap."""
+        return cast(EnvBase, self._modules["base_env"])
+
+    def append_transform(self, transform: Transform) -> TransformedEnv:
+        """Adds a transform after the existing ones and recomputes the specs.
+
+        Args:
+            transform: the transform; it must not belong to another env or Compose.
+
+        Returns:
+            The env itself.
+        """
+        self._fresh()
+        self._wrapper = ()
+        self._compose_now().append(transform)
+        return self
+
+    def insert_transform(self, index: int, transform: Transform) -> TransformedEnv:
+        """Inserts a transform before position ``index`` and recomputes the specs.
+
+        Args:
+            index: the position in the chain (``0``: right after the base env).
+            transform: the transform; it must not belong to another env or Compose.
+
+        Returns:
+            The env itself.
+        """
+        self._fresh()
+        self._wrapper = ()
+        self._compose_now().insert(index, transform)
+        return self
+
+    # ------------------------------------------------------------------------- stepping
+    def _compose_now(self) -> Compose:
+        active = self._active
+        if not active or active[0] is not self._modules["transform"]:
+            self._refresh_specs()
+            active = self._active
+        return active[0]
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        compose = self._compose_now()
+        td_in = compose.inv(tensordict) if compose._inv_list else tensordict
+        base: EnvBase = self._modules["base_env"]  # type: ignore[assignment]
+        if self._base_plain_step:
+            next_td = base._step(td_in)
+            cache = base._cache or base._spec_cache()
+            _complete_done(next_td, cache.done_groups)
+            if base.run_type_checks:
+                base._type_check(next_td, "step()", next_=True)
+        else:
+            next_td = base.step(td_in).get(NEXT)
+        if compose._step_list:
+            next_td = compose._step(tensordict, next_td)
+        return next_td
+
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
+        compose = self._compose_now()
+        base: EnvBase = self._modules["base_env"]  # type: ignore[assignment]
+        # A copy: the base env may write into its input, and the reset output must be a new
+        # TensorDict so that EnvBase.reset keeps the entries of sub-envs that were not reset.
+        td_in = shallow_copy(tensordict) if tensordict is not None else None
+        if self._base_plain_reset:
+            out = base._reset(td_in, **kwargs)
+            if not isinstance(out, TensorDictBase):
+                raise TypeError(
+                    f"{type(base).__name__}._reset must return a TensorDict, got "
+                    f"{type(out).__name__}"
+                )
+            cache = base._cache or base._spec_cache()
+            _complete_done(out, cache.done_groups)
+            if base.run_type_checks:
+                base._type_check(out, "reset()", next_=False)
+        else:
+            out = base.reset(td_in, **kwargs)
+        if compose._reset_list:
+            if tensordict is None:
+                tensordict = TensorDict(batch_size=out.batch_size, device=out.device)
+            out = compose._reset(tensordict, out)
+        return out
+
+    def _set_seed(self, seed: int | None) -> None:
+        self.base_env._set_seed(seed)
+
+    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int:
+        """Seeds the base env (see :meth:`EnvBase.set_seed`).
+
+        Returns:
+            The seed for the next env of a chain, as the base env computes it.
+        """
+        return self.base_env.set_seed(seed, static_seed=static_seed)
+
+    def _close(self) -> None:
+        self.base_env.close()
+
+    def to(self, *args: Any, **kwargs: Any) -> TransformedEnv:
+        """Moves the base env, the transforms and the specs to a device.
+
+        Returns:
+            The env itself.
+        """
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is not None:
+            raise TypeError("TransformedEnv.to() moves between devices only, not dtypes")
+        if device is None:
+            return self
+        base = self.base_env.to(device)
+        self._compose_now().to(device)
+        self._device = base.device
+        self._refresh_specs()
+        return self
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        transform = self._modules["transform"]
+        if self._adopt and isinstance(transform, Transform):
+            transform._container_ref = weakref.ref(self)
+
+    def __repr__(self) -> str:
+        compose = self._modules["transform"]
+        transforms = compose._ts if isinstance(compose, Compose) else (compose,)
+        inner = ",\n".join(textwrap.indent(repr(t), " " * 8) for t in transforms)
+        env = textwrap.indent(repr(self.base_env), " " * 4).lstrip()
+        return f"TransformedEnv(\n    env={env},\n    transform=Compose(\n{inner}))"

@@ -1,0 +1,229 @@
+"""Replay-buffer transforms: ``Reward2GoTransform`` (on writes) and ``BurnInTransform`` (on samples).
+
+Neither belongs in an env: adding them to a ``TransformedEnv`` raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from torchrl._keys import DONE, NEXT, REWARD
+from torchrl.data.specs import Composite
+from torchrl.envs.transforms._utils import (
+    NestedKey,
+    key_list,
+    key_tuple,
+    missing_key_error,
+    unravel_key,
+)
+from torchrl.envs.transforms.base import Transform
+
+__all__ = ["BurnInTransform", "Reward2GoTransform"]
+
+
+def _not_in_env(owner: Transform) -> RuntimeError:
+    return RuntimeError(
+        f"{type(owner).__name__} transforms replay-buffer data; it cannot be used in an env"
+    )
+
+
+class Reward2GoTransform(Transform):
+    """Writes the discounted reward-to-go of each step when data enters a replay buffer.
+
+    Applied by ``inv`` (a replay buffer calls it on ``extend``): along the data's last batch
+    dim (time), ``G_t = r_t + gamma * G_{t+1}``, restarted after every step whose ``done_key``
+    is set; a trajectory cut by the end of the data sums what is left. ``forward`` (on samples)
+    leaves the data alone.
+
+    Args:
+        gamma: the discount.
+        in_keys: the rewards (default ``[("next", "reward")]``).
+        out_keys: the results (default ``["reward_to_go"]``), shaped like the rewards.
+        done_key: the end-of-trajectory flag (default ``("next", "done")``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.envs.transforms import Reward2GoTransform
+        >>> done = torch.tensor([False, False, True, False, False]).unsqueeze(-1)
+        >>> data = TensorDict(next=TensorDict(reward=torch.ones(5, 1), done=done), batch_size=[5])
+        >>> Reward2GoTransform(gamma=0.5).inv(data)["reward_to_go"].squeeze(-1)
+        tensor([1.7500, 1.5000, 1.0000, 1.5000, 1.0000])
+    """
+
+    gamma: torch.Tensor
+
+    def __init__(
+        self,
+        gamma: float | torch.Tensor = 1.0,
+        in_keys: NestedKey | Sequence[NestedKey] | None = None,
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+        done_key: NestedKey | None = None,
+    ) -> None:
+        in_list = key_list(in_keys if in_keys is not None else [(NEXT, REWARD)], "in_keys")
+        out_list = key_list(out_keys if out_keys is not None else ["reward_to_go"], "out_keys")
+        super().__init__(in_keys=in_list, out_keys=out_list)
+        self.register_buffer("gamma", torch.as_tensor(gamma, dtype=torch.float32))
+        self.done_key = (NEXT, DONE) if done_key is None else unravel_key(done_key)
+
+    def _uses_step(self) -> bool:
+        return False
+
+    def _uses_inv(self) -> bool:
+        return True
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        from torchrl.objectives.value.functional import reward2go
+
+        if tensordict.batch_dims < 1:
+            raise ValueError("Reward2GoTransform needs data with a time dim (its last batch dim)")
+        time_dim = tensordict.batch_dims - 1
+        done = tensordict.get(self.done_key, None)
+        if done is None:
+            raise missing_key_error(self, self.done_key, tensordict)
+        for in_key, out_key in self._pairs:
+            reward = tensordict.get(in_key, None)
+            if reward is None:
+                raise missing_key_error(self, in_key, tensordict)
+            # reward2go counts time from the end; a reward [*B, T, *F] has F trailing dims.
+            trailing = reward.ndim - time_dim - 1
+            flags = done.bool() if done.shape == reward.shape else done.bool().expand_as(reward)
+            value = reward2go(reward, flags, self.gamma.to(reward.dtype), time_dim=-(trailing + 1))
+            tensordict.set(out_key, value)
+        return tensordict
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return tensordict
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        raise _not_in_env(self)
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        raise _not_in_env(self)
+
+    def extra_repr(self) -> str:
+        return f"gamma={self.gamma.item()}, done_key={self.done_key!r}, {super().extra_repr()}"
+
+
+class BurnInTransform(Transform):
+    """Runs recurrent modules over the first ``burn_in`` steps of sampled sequences.
+
+    On a sample of batch ``[*B, T]`` (time last), the modules run (without gradients) on steps
+    ``[0, burn_in)``; the result keeps steps ``[burn_in, T)``, whose first step gets the
+    recurrent states the modules wrote under ``("next", key)`` at step ``burn_in - 1``.
+
+    Args:
+        modules: a TensorDict module, or a sequence of them, run in order.
+        burn_in: the number of steps to burn in (``< T``).
+        out_keys: the recurrent-state keys to carry (default: every ``("next", key)`` output of
+            the modules, as ``key``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.envs.transforms import BurnInTransform
+        >>> # A toy "recurrent" module: next hidden = hidden + cumulative sum of the inputs.
+        >>> cumsum = TensorDictModule(
+        ...     lambda h, x: h[..., :1, :] + x.cumsum(-2), ["hidden", "x"], [("next", "hidden")]
+        ... )
+        >>> data = TensorDict(x=torch.ones(2, 5, 1), hidden=torch.zeros(2, 5, 1), batch_size=[2, 5])
+        >>> out = BurnInTransform(cumsum, burn_in=3)(data)
+        >>> out.batch_size, out["hidden"][0, :, 0]
+        (torch.Size([2, 2]), tensor([3., 0.]))
+    """
+
+    def __init__(
+        self,
+        modules: nn.Module | Sequence[nn.Module],
+        burn_in: int,
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+    ) -> None:
+        if isinstance(modules, nn.Module):
+            modules = [modules]
+        modules = list(modules)
+        if not modules:
+            raise ValueError("BurnInTransform needs at least one module")
+        if int(burn_in) < 1:
+            raise ValueError(f"BurnInTransform: burn_in must be >= 1, got {burn_in}")
+        if out_keys is None:
+            found: list[NestedKey] = []
+            for module in modules:
+                for key in getattr(module, "out_keys", []):
+                    path = key_tuple(unravel_key(key))
+                    if path[0] == NEXT and len(path) > 1:
+                        found.append(unravel_key(path[1:]))
+            if not found:
+                raise ValueError(
+                    "BurnInTransform: the modules write no ('next', ...) recurrent state; pass "
+                    "out_keys"
+                )
+            out_keys = list(dict.fromkeys(found))
+        super().__init__(in_keys=[], out_keys=[])
+        self.burn_in_modules = nn.ModuleList(modules)
+        self.burn_in = int(burn_in)
+        self.burn_in_keys = key_list(out_keys, "out_keys")
+
+    def _update_pairs(self) -> None:
+        self._pairs = []
+        self._inv_pairs = []
+
+    @property
+    def out_keys(self) -> list[NestedKey]:  # type: ignore[override]
+        """The recurrent-state keys carried over."""
+        return list(getattr(self, "burn_in_keys", []))
+
+    @out_keys.setter
+    def out_keys(self, value: Any) -> None:
+        self.burn_in_keys = key_list(value, "out_keys")
+
+    def _uses_step(self) -> bool:
+        return False
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if tensordict.batch_dims < 1:
+            raise ValueError("BurnInTransform needs data with a time dim (its last batch dim)")
+        time_dim = tensordict.batch_dims - 1
+        length = tensordict.batch_size[time_dim]
+        if self.burn_in >= length:
+            raise ValueError(
+                f"BurnInTransform: burn_in ({self.burn_in}) must be shorter than the sampled "
+                f"sequences ({length} steps)"
+            )
+        lead = (slice(None),) * time_dim
+        burn = tensordict[lead + (slice(0, self.burn_in),)].copy()
+        out = tensordict[lead + (slice(self.burn_in, None),)].copy()
+        with torch.no_grad():
+            for module in self.burn_in_modules:
+                result = module(burn)
+                if result is not None:
+                    burn = result
+        for key in self.burn_in_keys:
+            state = burn.get((NEXT, *key_tuple(key)), None)
+            if state is None:
+                raise missing_key_error(self, (NEXT, *key_tuple(key)), burn)
+            last = state.select(time_dim, self.burn_in - 1)
+            current = out.get(key, None)
+            if current is None:
+                current = torch.zeros(
+                    (*out.batch_size, *last.shape[time_dim:]), dtype=last.dtype, device=last.device
+                )
+            else:
+                current = current.clone()
+            current.select(time_dim, 0).copy_(last)
+            out.set(key, current)
+        return out
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        raise _not_in_env(self)
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        raise _not_in_env(self)
+
+    def extra_repr(self) -> str:
+        return f"burn_in={self.burn_in}, out_keys={self.burn_in_keys}"

@@ -1,0 +1,283 @@
+"""Reward transforms: ``RewardScaling``, ``RewardClipping``, ``TargetReturn``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from tensordict import TensorDictBase
+
+from torchrl._keys import RESET, REWARD
+from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
+from torchrl.envs.transforms._utils import (
+    NestedKey,
+    get,
+    key_list,
+    key_prefix,
+    missing_key_error,
+    node_ndim,
+    replace_last,
+    set_,
+    where_reset,
+    with_prefix,
+)
+from torchrl.envs.transforms.base import Transform
+
+__all__ = ["RewardClipping", "RewardScaling", "TargetReturn"]
+
+
+def _reward_keys(transform: Transform, reward_spec: Composite, explicit: bool) -> None:
+    """Points a reward transform without explicit keys at every reward of the env."""
+    if not explicit:
+        transform._in_keys = list(reward_spec.keys(include_nested=True, leaves_only=True))
+        transform._out_keys = None
+        transform._update_pairs()
+
+
+class RewardScaling(Transform):
+    """Rescales rewards: ``r * scale + loc``, or ``(r - loc) / scale`` with ``standard_normal``.
+
+    Args:
+        loc: the shift (a number or a tensor broadcastable to the reward).
+        scale: the factor (a number or a tensor broadcastable to the reward).
+        in_keys: the rewards to rescale (default: every reward key of the env, or ``"reward"``).
+        out_keys: where to write them (default: in place).
+        standard_normal: compute ``(r - loc) / scale`` instead.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.envs import PendulumEnv, check_env_specs
+        >>> from torchrl.envs.transforms import RewardScaling, TransformedEnv
+        >>> RewardScaling(loc=1.0, scale=0.5)(TensorDict(reward=torch.tensor([4.0])))["reward"]
+        tensor([3.])
+        >>> env = TransformedEnv(PendulumEnv(seed=0), RewardScaling(loc=1.0, scale=0.5))
+        >>> check_env_specs(env)
+    """
+
+    loc: torch.Tensor
+    scale: torch.Tensor
+
+    def __init__(
+        self,
+        loc: float | torch.Tensor,
+        scale: float | torch.Tensor,
+        in_keys: NestedKey | Sequence[NestedKey] | None = None,
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+        standard_normal: bool = False,
+    ) -> None:
+        super().__init__(in_keys=in_keys if in_keys is not None else [REWARD], out_keys=out_keys)
+        self._explicit = in_keys is not None
+        self.standard_normal = standard_normal
+        scale_t = torch.as_tensor(scale, dtype=torch.float32)
+        if bool((scale_t == 0).any()):
+            raise ValueError("RewardScaling: scale must not be 0")
+        self.register_buffer("loc", torch.as_tensor(loc, dtype=torch.float32))
+        self.register_buffer("scale", scale_t)
+
+    def _apply_transform(self, reward: torch.Tensor) -> torch.Tensor:
+        if self.standard_normal:
+            return (reward - self.loc) / self.scale
+        return reward * self.scale + self.loc
+
+    def transform_reward_spec(self, reward_spec: Composite) -> Composite:
+        _reward_keys(self, reward_spec, self._explicit)
+        for in_key, out_key in self._pairs:
+            if in_key not in reward_spec:
+                continue
+            leaf = reward_spec[in_key]
+            if isinstance(leaf, Bounded):
+                a, b = self._apply_transform(leaf.low), self._apply_transform(leaf.high)
+                new: TensorSpec = Bounded(
+                    torch.minimum(a, b), torch.maximum(a, b), leaf.shape, leaf.device, leaf.dtype
+                )
+            else:
+                dtype = leaf.dtype if leaf.dtype.is_floating_point else torch.float32
+                new = Unbounded(shape=leaf.shape, device=leaf.device, dtype=dtype)
+            reward_spec[out_key] = new
+        return reward_spec
+
+    def extra_repr(self) -> str:
+        return (
+            f"loc={self.loc.tolist()}, scale={self.scale.tolist()}, "
+            f"standard_normal={self.standard_normal}, in_keys={self.in_keys}"
+        )
+
+
+class RewardClipping(Transform):
+    """Clamps rewards to ``[clamp_min, clamp_max]``; the reward spec becomes ``Bounded``.
+
+    Args:
+        clamp_min: the lower bound (``None``: none).
+        clamp_max: the upper bound (``None``: none).
+        in_keys: the rewards (default: every reward key of the env, or ``"reward"``).
+        out_keys: where to write them (default: in place).
+
+    Examples:
+        >>> from torchrl.envs import PendulumEnv, check_env_specs
+        >>> from torchrl.envs.transforms import RewardClipping, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(seed=0), RewardClipping(-1.0, 0.0))
+        >>> bool(env.rollout(10)["next", "reward"].min() >= -1.0)
+        True
+        >>> env.reward_spec.low, env.reward_spec.high
+        (tensor([-1.]), tensor([0.]))
+        >>> check_env_specs(env)
+    """
+
+    def __init__(
+        self,
+        clamp_min: float | None = None,
+        clamp_max: float | None = None,
+        in_keys: NestedKey | Sequence[NestedKey] | None = None,
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+    ) -> None:
+        if clamp_min is None and clamp_max is None:
+            raise ValueError("RewardClipping: give clamp_min, clamp_max or both")
+        if clamp_min is not None and clamp_max is not None and clamp_min > clamp_max:
+            raise ValueError(
+                f"RewardClipping: clamp_min ({clamp_min}) must be <= clamp_max ({clamp_max})"
+            )
+        super().__init__(in_keys=in_keys if in_keys is not None else [REWARD], out_keys=out_keys)
+        self._explicit = in_keys is not None
+        self.clamp_min = clamp_min
+        self.clamp_max = clamp_max
+
+    def _apply_transform(self, reward: torch.Tensor) -> torch.Tensor:
+        return reward.clamp(self.clamp_min, self.clamp_max)
+
+    def transform_reward_spec(self, reward_spec: Composite) -> Composite:
+        _reward_keys(self, reward_spec, self._explicit)
+        for in_key, out_key in self._pairs:
+            if in_key not in reward_spec:
+                continue
+            leaf = reward_spec[in_key]
+            dtype = leaf.dtype if leaf.dtype.is_floating_point else torch.float32
+            low = -float("inf") if self.clamp_min is None else self.clamp_min
+            high = float("inf") if self.clamp_max is None else self.clamp_max
+            low_t = torch.full(leaf.shape, low, dtype=dtype)
+            high_t = torch.full(leaf.shape, high, dtype=dtype)
+            if isinstance(leaf, Bounded):
+                low_t = torch.maximum(low_t, leaf.low.to(dtype).cpu())
+                high_t = torch.minimum(high_t, leaf.high.to(dtype).cpu())
+            reward_spec[out_key] = Bounded(low_t, high_t, leaf.shape, leaf.device, dtype)
+        return reward_spec
+
+    def extra_repr(self) -> str:
+        return f"clamp_min={self.clamp_min}, clamp_max={self.clamp_max}, in_keys={self.in_keys}"
+
+
+class TargetReturn(Transform):
+    """Adds a return-to-go target (Decision Transformer): set at reset, reduced by each reward.
+
+    Args:
+        target_return: the target at the start of an episode.
+        mode: ``"reduce"`` (``target -= reward`` after each step) or ``"constant"``.
+        in_keys: the rewards (default ``["reward"]``).
+        out_keys: the targets (default ``"target_return"`` next to each reward).
+        reset_key: the ``"_reset"`` entry (default: the one of the reward's group).
+
+    Examples:
+        >>> import torch
+        >>> from torchrl.envs import PendulumEnv, check_env_specs
+        >>> from torchrl.envs.transforms import TargetReturn, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(seed=0), TargetReturn(10.0))
+        >>> rollout = env.rollout(3)
+        >>> rollout["target_return"][0]
+        tensor([10.])
+        >>> returns = rollout["next", "reward"].cumsum(0)
+        >>> torch.allclose(rollout["next", "target_return"], 10.0 - returns)
+        True
+        >>> check_env_specs(env)
+    """
+
+    def __init__(
+        self,
+        target_return: float,
+        mode: Literal["reduce", "constant"] = "reduce",
+        in_keys: NestedKey | Sequence[NestedKey] | None = None,
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+        reset_key: NestedKey | None = None,
+    ) -> None:
+        if mode not in ("reduce", "constant"):
+            raise ValueError(f"TargetReturn: mode must be 'reduce' or 'constant', got {mode!r}")
+        in_list = key_list(in_keys if in_keys is not None else [REWARD], "in_keys")
+        if out_keys is None:
+            out_keys = [replace_last(k, "target_return") for k in in_list]
+        super().__init__(in_keys=in_list, out_keys=out_keys)
+        self.target_return = float(target_return)
+        self.mode = mode
+        self.reset_key = reset_key
+        self._specs: list[TensorSpec | None] = [None] * len(self._pairs)
+        self._features: list[torch.Size] = [torch.Size()] * len(self._pairs)
+
+    def _reset_key(self, out_key: NestedKey) -> NestedKey:
+        return (
+            self.reset_key
+            if self.reset_key is not None
+            else with_prefix(key_prefix(out_key), RESET)
+        )
+
+    def _reset(
+        self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
+    ) -> TensorDictBase:
+        lead = tensordict_reset.batch_size
+        for (_, out_key), spec, feature in zip(self._pairs, self._specs, self._features):
+            if spec is None:
+                raise RuntimeError("TargetReturn needs the env's reward spec: use it in an env")
+            fill = torch.full(
+                (*lead, *feature),
+                self.target_return,
+                dtype=spec.dtype,
+                device=tensordict_reset.device,
+            )
+            mask = get(tensordict, self._reset_key(out_key))
+            previous = get(tensordict, out_key)
+            ndim = node_ndim(tensordict_reset, key_prefix(out_key))
+            set_(tensordict_reset, out_key, where_reset(mask, fill, previous, ndim))
+        return tensordict_reset
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        for in_key, out_key in self._pairs:
+            target = get(tensordict, out_key)
+            if target is None:
+                raise missing_key_error(self, out_key, tensordict)
+            if self.mode == "reduce":
+                reward = get(next_tensordict, in_key)
+                if reward is None:
+                    raise missing_key_error(self, in_key, next_tensordict)
+                target = target - reward
+            set_(next_tensordict, out_key, target)
+        return next_tensordict
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        raise RuntimeError("TargetReturn tracks returns across env steps; use it in an env")
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        reward_spec = output_spec["full_reward_spec"]
+        obs_spec = output_spec["full_observation_spec"]
+        specs: list[TensorSpec | None] = []
+        for in_key, out_key in self._pairs:
+            if in_key not in reward_spec:
+                raise KeyError(
+                    f"TargetReturn: the reward key {in_key!r} is not in the env's reward spec"
+                )
+            leaf = reward_spec[in_key]
+            dtype = leaf.dtype if leaf.dtype.is_floating_point else torch.float32
+            spec = Unbounded(shape=leaf.shape, dtype=dtype, device=leaf.device)
+            obs_spec[out_key] = spec
+            specs.append(spec)
+        self._specs = specs
+        env_ndim = len(obs_spec.shape)
+        self._features = [s.shape[env_ndim:] if s is not None else torch.Size() for s in specs]
+        return output_spec
+
+    def transform_input_spec(self, input_spec: Composite) -> Composite:
+        state_spec = input_spec["full_state_spec"]
+        for (_, out_key), spec in zip(self._pairs, self._specs):
+            if spec is not None:
+                state_spec[out_key] = spec.clone()
+        return input_spec
+
+    def extra_repr(self) -> str:
+        return f"target_return={self.target_return}, mode={self.mode!r}"
