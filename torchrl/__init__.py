@@ -11,7 +11,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("collectors", "data", "envs", "modules", "objectives", "trainers")
+_SUBPACKAGES = ("collectors", "data", "envs", "modules", "objectives", "record", "trainers")
 
 __all__ = ["__version__", *_SUBPACKAGES]
 

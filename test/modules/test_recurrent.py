@@ -185,8 +185,28 @@ def test_missing_keys_name_the_transform():
     )
     with pytest.raises(KeyError, match="InitTracker"):
         lstm(td)
-    with pytest.raises(NotImplementedError, match="issue 3"):
-        lstm.make_tensordict_primer()
+
+
+@pytest.mark.parametrize("cls", [LSTMModule, GRUModule])
+def test_primer_drives_env_rollout_like_recurrent_mode(cls):
+    # With InitTracker + the module's primer, env.rollout carries the hidden state step to step,
+    # and the outputs match recurrent mode over the collected [B, T] sequence.
+    from tensordict.nn import TensorDictModule, TensorDictSequential
+
+    from torchrl.envs import PendulumEnv
+    from torchrl.envs.transforms import InitTracker, StepCounter, TransformedEnv
+
+    rnn = cls(3, HIDDEN, in_key="observation", out_key="features")
+    head = TensorDictModule(nn.Linear(HIDDEN, 1), ["features"], ["action"])
+    policy = TensorDictSequential(rnn, head)
+    env = TransformedEnv(PendulumEnv(batch_size=[2], seed=0), InitTracker())
+    env.append_transform(StepCounter(max_steps=7))
+    env.append_transform(rnn.make_tensordict_primer())
+    with torch.no_grad():
+        data = env.rollout(20, policy, break_when_any_done=False)
+        assert data["is_init"][:, 7].all() and not data["is_init"][:, 1:7].any()
+        replay = TensorDictSequential(rnn.set_recurrent_mode(True), head)(data.clone())
+    torch.testing.assert_close(replay["features"], data["features"], atol=1e-5, rtol=0)
 
 
 def test_modes_keys_and_errors():

@@ -171,16 +171,26 @@ class _RecurrentModule(TensorDictModuleBase):
     def make_tensordict_primer(self) -> Any:
         """The ``TensorDictPrimer`` that makes an env write zero recurrent states at reset.
 
-        Raises:
-            NotImplementedError: until ``TensorDictPrimer`` exists in ``torchrl.envs.transforms``
-                (tracked by issue 3).
+        Append it to the env (with an ``InitTracker``) so that every reset sub-env starts from
+        zero states of shape ``[*batch, num_layers, hidden_size]`` and steps carry them over.
+
+        Returns:
+            A :class:`~torchrl.envs.transforms.TensorDictPrimer` declaring the state entries.
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv
+            >>> from torchrl.envs.transforms import InitTracker, TransformedEnv
+            >>> lstm = LSTMModule(3, 8, in_key="observation", out_key="features")
+            >>> env = TransformedEnv(PendulumEnv(batch_size=[2], seed=0), InitTracker())
+            >>> env = env.append_transform(lstm.make_tensordict_primer())
+            >>> env.reset()["recurrent_state_h"].shape
+            torch.Size([2, 1, 8])
         """
-        raise NotImplementedError(
-            "make_tensordict_primer() needs torchrl.envs.transforms.TensorDictPrimer, which "
-            "does not exist yet (issue 3). Until then, write zero states of shape "
-            f"[*batch, {self.rnn.num_layers}, {self.rnn.hidden_size}] at keys "
-            f"{self.in_keys[1:]} in the reset TensorDict yourself."
-        )
+        from torchrl.data.specs import Unbounded
+        from torchrl.envs.transforms import TensorDictPrimer
+
+        shape = (self.rnn.num_layers, self.rnn.hidden_size)
+        return TensorDictPrimer({key: Unbounded(shape=shape) for key in self.in_keys[1:]})
 
     # --------------------------------------------------------------------------- state I/O
     def _get_states(self, tensordict: TensorDictBase) -> list[torch.Tensor]:

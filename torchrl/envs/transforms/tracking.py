@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from torchrl._keys import DONE, EPISODE_REWARD, IS_INIT, RESET, STEP_COUNT, TRUNCATED
+from torchrl._keys import DONE, EPISODE_REWARD, IS_INIT, NEXT, RESET, STEP_COUNT, TRUNCATED
 from torchrl.data.specs import Bounded, Categorical, Composite, TensorSpec, Unbounded
 from torchrl.data.specs.continuous import UnboundedDiscrete
 from torchrl.envs.transforms._utils import (
@@ -536,7 +536,12 @@ class TensorDictPrimer(Transform):
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         for key in self._primer_keys:
             if get(next_tensordict, key) is None:
-                value = get(tensordict, key)
+                # A policy that updates the state (an RNN) wrote ("next", key) before the step:
+                # that value is the next state. Otherwise the current one is carried over.
+                nested = (NEXT, key) if isinstance(key, str) else (NEXT, *key)
+                value = get(tensordict, nested)
+                if value is None:
+                    value = get(tensordict, key)
                 if value is None:
                     raise _missing_state(self, key, tensordict)
                 set_(next_tensordict, key, value)
