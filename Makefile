@@ -3,50 +3,66 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# The torch version CI tests; an already-installed torch in the venv is kept.
+# The torch version CI tests; a torch already installed in the venv is kept.
 TORCH_VERSION ?= 2.13.0
-EXTRAS ?= gym,dev,plot
+# What the demo needs, what the default test suite needs (every optional backend whose tests run
+# by default), and what only slow-marked tests need (brax/jax, ~550 MB).
+DEMO_EXTRAS ?= gym,plot
+TEST_EXTRAS ?= gym,dev,plot,dm_control,vmas,pettingzoo,tensorboard,wandb
+SLOW_EXTRAS ?= brax
 PYTEST_ARGS ?=
 
-.PHONY: setup build demo test test-slow lint format docs bench clean
+.PHONY: setup setup-test build demo test test-slow lint format docs bench clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-$(VENV)/.installed: $(VENV)/bin/python pyproject.toml setup.py
+# torch first: otherwise a dependency's unpinned "torch" pulls a CUDA build.
+$(VENV)/.torch: $(VENV)/bin/python
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install -q torch==$(TORCH_VERSION)
-	$(PIP) install -q -e ".[$(EXTRAS)]"
 	touch $@
 
-setup: $(VENV)/.installed
+$(VENV)/.installed-demo: $(VENV)/.torch pyproject.toml setup.py
+	$(PIP) install -q -e ".[$(DEMO_EXTRAS)]"
+	touch $@
 
-# Rebuilds torchrl._C in place (after editing csrc/), and fails when it does not import.
-build: setup
+$(VENV)/.installed-test: $(VENV)/.torch pyproject.toml setup.py
+	$(PIP) install -q -e ".[$(TEST_EXTRAS)]"
+	touch $@
+
+setup: $(VENV)/.installed-demo
+setup-test: $(VENV)/.installed-test
+
+# Rebuilds torchrl._C in place (after editing csrc/) and fails when it does not import.
+build: $(VENV)/.torch
+	$(PY) -c "import pybind11, setuptools" 2>/dev/null || $(PIP) install -q "pybind11>=2.10" setuptools
 	$(PY) setup.py -q build_ext --inplace
 	$(PY) -c "import torchrl._C"
 
-demo: build
+demo: setup build
 	$(PY) examples/demo.py
 
-test: build
+# Runs from test/ so that files some simulators drop in the working directory stay there.
+test: setup-test build
 	cd test && ../$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) . ../torchrl --doctest-modules
 
-test-slow: build
+test-slow: setup-test build
+	$(PIP) install -q -e ".[$(TEST_EXTRAS),$(SLOW_EXTRAS)]"
 	cd test && ../$(PY) -m pytest -q -p no:cacheprovider -m slow $(PYTEST_ARGS) .
 
-lint: setup
+lint: setup-test
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-format: setup
+format: setup-test
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-docs: build
-	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+docs: setup-test build
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
-bench: build
+bench: setup-test build
 	for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
