@@ -1,5 +1,63 @@
-"""Objectives: losses and value estimators.
+"""Objectives: losses, target-parameter updates and value estimators.
 
-``torchrl.objectives.value.functional`` holds the value and advantage estimates as plain functions
-on tensors (GAE, TD(0), TD(1), TD(lambda), V-trace, reward-to-go).
+Every loss maps a TensorDict of data to a TensorDict of ``loss_*`` terms (sum them for the
+backward pass) plus detached diagnostics. ``torchrl.objectives.value`` holds the value and
+advantage estimates, as functions on tensors and as modules.
 """
+
+from torchrl.objectives.a2c import A2CLoss
+from torchrl.objectives.bc import BCLoss
+from torchrl.objectives.common import LossModule
+from torchrl.objectives.cql import CQLLoss, DiscreteCQLLoss
+from torchrl.objectives.ddpg import DDPGLoss
+from torchrl.objectives.decision_transformer import DTLoss, OnlineDTLoss
+from torchrl.objectives.dqn import DistributionalDQNLoss, DQNLoss
+from torchrl.objectives.iql import DiscreteIQLLoss, IQLLoss
+from torchrl.objectives.multiagent import QMixerLoss
+from torchrl.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
+from torchrl.objectives.redq import REDQLoss
+from torchrl.objectives.reinforce import ReinforceLoss
+from torchrl.objectives.sac import DiscreteSACLoss, SACLoss
+from torchrl.objectives.td3 import TD3Loss
+from torchrl.objectives.td3_bc import TD3BCLoss
+from torchrl.objectives.utils import (
+    HardUpdate,
+    SoftUpdate,
+    TargetNetUpdater,
+    ValueEstimators,
+    default_value_kwargs,
+    distance_loss,
+    hold_out_net,
+)
+
+__all__ = [
+    "A2CLoss",
+    "BCLoss",
+    "CQLLoss",
+    "ClipPPOLoss",
+    "DDPGLoss",
+    "DQNLoss",
+    "DTLoss",
+    "DiscreteCQLLoss",
+    "DiscreteIQLLoss",
+    "DiscreteSACLoss",
+    "DistributionalDQNLoss",
+    "HardUpdate",
+    "IQLLoss",
+    "KLPENPPOLoss",
+    "LossModule",
+    "OnlineDTLoss",
+    "PPOLoss",
+    "QMixerLoss",
+    "REDQLoss",
+    "ReinforceLoss",
+    "SACLoss",
+    "SoftUpdate",
+    "TD3BCLoss",
+    "TD3Loss",
+    "TargetNetUpdater",
+    "ValueEstimators",
+    "default_value_kwargs",
+    "distance_loss",
+    "hold_out_net",
+]

@@ -1,9 +1,19 @@
 """Value estimation: returns and advantages from rewards, values and episode ends.
 
-The functions live in :mod:`torchrl.objectives.value.functional` and are re-exported here.
+The functions live in :mod:`torchrl.objectives.value.functional` and are re-exported here; the
+estimator modules (``GAE``, ``TD0Estimator``, ...) live in
+:mod:`torchrl.objectives.value.estimators`.
 """
 
 from torchrl.objectives.value import functional
+from torchrl.objectives.value.estimators import (
+    GAE,
+    TD0Estimator,
+    TD1Estimator,
+    TDLambdaEstimator,
+    ValueEstimatorBase,
+    VTrace,
+)
 from torchrl.objectives.value.functional import (
     generalized_advantage_estimate,
     reward2go,
@@ -22,6 +32,12 @@ from torchrl.objectives.value.functional import (
 )
 
 __all__ = [
+    "GAE",
+    "TD0Estimator",
+    "TD1Estimator",
+    "TDLambdaEstimator",
+    "VTrace",
+    "ValueEstimatorBase",
     "functional",
     "generalized_advantage_estimate",
     "reward2go",

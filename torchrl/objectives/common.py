@@ -1,0 +1,522 @@
+"""``LossModule``: networks, target parameters, keys and the value estimator of a loss.
+
+A loss holds its networks as ordinary sub-modules. ``convert_to_functional`` registers one and,
+on request, makes
+
+- **target parameters**: a detached copy of the network's tensors, held as buffers in a
+  :class:`~tensordict.nn.TensorDictParams` at ``target_<name>_params`` (so ``parameters()``
+  never yields them and ``state_dict()`` saves them), updated by
+  :class:`~torchrl.objectives.SoftUpdate` / :class:`~torchrl.objectives.HardUpdate`;
+- **ensembles** (``expand_dim=n``): ``n`` independently initialised copies whose tensors are
+  stacked along a leading dim in ``<name>_params``; the module at ``<name>`` is then an empty
+  template, called member-wise under :func:`torch.vmap`.
+
+Networks are called with other tensors (targets, detached copies, ensemble members) by putting
+those tensors into the module's parameter and buffer slots for the duration of the call and
+putting the originals back: a handful of dict writes, several times cheaper than
+``TensorDict.to_module`` on small networks.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictParams
+from tensordict.utils import NestedKey
+from torch import Tensor, nn
+
+from torchrl._keys import NEXT
+from torchrl._utils import warn_once
+from torchrl.objectives.utils import ValueEstimators, default_value_kwargs
+from torchrl.objectives.value.estimators import (
+    GAE,
+    TD0Estimator,
+    TD1Estimator,
+    TDLambdaEstimator,
+    ValueEstimatorBase,
+    VTrace,
+)
+
+__all__ = ["LossModule"]
+
+_ESTIMATOR_CLASSES: dict[ValueEstimators, type[ValueEstimatorBase]] = {
+    ValueEstimators.TD0: TD0Estimator,
+    ValueEstimators.TD1: TD1Estimator,
+    ValueEstimators.TDLambda: TDLambdaEstimator,
+    ValueEstimators.GAE: GAE,
+    ValueEstimators.VTrace: VTrace,
+}
+
+
+def next_key(key: NestedKey) -> NestedKey:
+    """``("next", *key)``."""
+    return (NEXT, *key) if isinstance(key, tuple) else (NEXT, key)  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass
+class _Network:
+    """Bookkeeping of one converted network."""
+
+    keys: list[tuple[str, ...]]
+    # (owning sub-module, attribute name, is_parameter), in the order of ``keys``
+    slots: list[tuple[nn.Module, str, bool]]
+    ensemble_size: int | None
+    has_target: bool
+
+
+class _Unregistered:
+    """Holds a module without making it a sub-module (the estimator shares the loss's nets)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: Any = None
+
+    def __deepcopy__(self, memo: dict) -> _Unregistered:
+        out = _Unregistered()
+        out.value = copy.deepcopy(self.value, memo)
+        return out
+
+
+class _LeavesCache(dict):
+    """A dict that copies and pickles as empty: its lists point into the loss's own tensors."""
+
+    def __deepcopy__(self, memo: dict) -> _LeavesCache:
+        return _LeavesCache()
+
+    def __reduce__(self) -> tuple:
+        return (_LeavesCache, ())
+
+
+def _resolve_slots(
+    module: nn.Module, keys: Sequence[tuple[str, ...]]
+) -> list[tuple[nn.Module, str, bool]]:
+    slots = []
+    for key in keys:
+        owner = module.get_submodule(".".join(key[:-1])) if len(key) > 1 else module
+        name = key[-1]
+        if name in owner._parameters:
+            slots.append((owner, name, True))
+        elif name in owner._buffers:
+            slots.append((owner, name, False))
+        else:  # pragma: no cover - from_module only lists parameters and buffers
+            raise KeyError(f"{'.'.join(key)} is neither a parameter nor a buffer")
+    return slots
+
+
+def _check_initialized(module: nn.Module, name: str) -> None:
+    for pname, param in module.named_parameters():
+        if isinstance(param, nn.parameter.UninitializedParameter):
+            raise ValueError(
+                f"{name} has an uninitialized (lazy) parameter {pname!r}: run the network once "
+                "on example data before giving it to the loss"
+            )
+
+
+def _reset_parameters(module: nn.Module) -> bool:
+    """Re-draws the initial weights of every sub-module that can; says whether any could."""
+    reset = False
+    for sub in module.modules():
+        fn = getattr(sub, "reset_parameters", None)
+        if callable(fn):
+            fn()
+            reset = True
+    return reset
+
+
+class LossModule(nn.Module):
+    """Base of the losses: maps a TensorDict of data to a TensorDict of ``loss_*`` terms.
+
+    Sum the ``loss_*`` entries for the backward pass; the other entries are detached
+    diagnostics. Subclasses declare their keys in a nested ``_AcceptedKeys`` dataclass (see
+    :meth:`set_keys`), register their networks with :meth:`convert_to_functional`, and list the
+    value estimators they accept in ``_supported_estimators``.
+
+    Examples:
+        >>> from torchrl.modules import QValueActor
+        >>> from torchrl.objectives import DQNLoss
+        >>> loss = DQNLoss(QValueActor(nn.Linear(4, 2), action_space="categorical"))
+        >>> loss.target_network_names
+        ['value_network']
+        >>> any("target" in name for name, _ in loss.named_parameters())
+        False
+        >>> _ = loss.set_keys(reward="r")
+        >>> ("next", "r") in loss.in_keys
+        True
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """No keys: subclasses declare theirs."""
+
+    default_keys: Any = _AcceptedKeys
+    default_value_estimator: ValueEstimators | None = None
+    _supported_estimators: tuple[ValueEstimators, ...] = ()
+    out_keys: list[Any] = []
+    _tensor_keys: Any
+    # Networks the losses register with convert_to_functional (typed for static checkers; at
+    # run time they are ordinary sub-modules, or None where a loss has no such network).
+    actor_network: Any
+    critic_network: Any
+    value_network: Any
+    qvalue_network: Any
+    local_value_network: Any
+    mixer_network: Any
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tensor_keys = self._AcceptedKeys()
+        self._networks: dict[str, _Network] = {}
+        # Flat leaf lists of the TensorDictParams (ensembles, targets): walking a nested
+        # TensorDict costs ~50 us per call. Cleared whenever the tensors may be replaced.
+        self._leaves_cache: dict[str, list[Tensor]] = _LeavesCache()
+        self._estimator = _Unregistered()
+        self.value_type: ValueEstimators | None = None
+        self.deactivate_vmap = False
+        self.in_keys: list[NestedKey] = []
+
+    # ---- keys --------------------------------------------------------------------------------
+
+    @property
+    def tensor_keys(self) -> Any:
+        """The keys in use, a dataclass (fields: see the loss's ``_AcceptedKeys``)."""
+        return self._tensor_keys
+
+    def set_keys(self, **kwargs: NestedKey | None) -> LossModule:
+        """Renames the entries the loss reads or writes, e.g. ``loss.set_keys(reward="r")``.
+
+        The value estimator's keys follow.
+
+        Args:
+            **kwargs: new keys by name (the fields of the loss's ``_AcceptedKeys``); ``None``
+                leaves a key unchanged.
+
+        Returns:
+            The loss.
+        """
+        fields = {f.name for f in dataclasses.fields(self._tensor_keys)}
+        for name, key in kwargs.items():
+            if name not in fields:
+                raise ValueError(
+                    f"{type(self).__name__}.set_keys: unknown key name {name!r}; accepted: "
+                    f"{sorted(fields)}"
+                )
+            if key is not None:
+                setattr(self._tensor_keys, name, key)
+        self._sync_estimator_keys()
+        self._refresh_keys()
+        return self
+
+    def _refresh_keys(self) -> None:
+        """Recomputes ``in_keys`` after a key or network change."""
+        self.in_keys = list(dict.fromkeys(self._compute_in_keys()))
+
+    def _compute_in_keys(self) -> list[NestedKey]:
+        return []
+
+    def _adopt_out_key(self, field: str, network: Any) -> None:
+        """Points key ``field`` at what ``network`` writes, unless it writes the default already.
+
+        The last out key is used: a sequence (trunk -> head) writes its result last.
+        """
+        out_keys = list(getattr(network, "out_keys", None) or [])
+        if out_keys and getattr(self._tensor_keys, field) not in out_keys:
+            setattr(self._tensor_keys, field, out_keys[-1])
+
+    def _net_in_keys(self, module: nn.Module | None, with_next: bool = True) -> list[NestedKey]:
+        if module is None:
+            return []
+        keys = list(getattr(module, "in_keys", []))
+        return keys + ([next_key(k) for k in keys] if with_next else [])
+
+    def _check_inputs(self, tensordict: TensorDictBase, keys: Sequence[NestedKey]) -> None:
+        """Raises a ``KeyError`` naming the loss and the first missing key."""
+        if not isinstance(tensordict, TensorDictBase):
+            raise TypeError(
+                f"{type(self).__name__} takes a TensorDict (or tensors as keyword arguments), "
+                f"got {type(tensordict).__name__}"
+            )
+        for key in keys:
+            if tensordict.get(key, None) is None:
+                present = sorted(map(str, tensordict.keys(True, True)))
+                raise KeyError(
+                    f"{type(self).__name__}: the input tensordict has no entry {key!r} (rename "
+                    f"the loss's keys with set_keys); entries present: {present}"
+                )
+
+    # ---- networks ----------------------------------------------------------------------------
+
+    def convert_to_functional(
+        self,
+        module: nn.Module,
+        module_name: str,
+        expand_dim: int | None = None,
+        create_target_params: bool = False,
+        compare_against: Any = None,
+    ) -> None:
+        """Registers a network at ``module_name``, with target parameters or as an ensemble.
+
+        Args:
+            module: the network.
+            module_name: the attribute it is stored at (e.g. ``"actor_network"``).
+            expand_dim: when given, build an ensemble of that many independently initialised
+                copies (the first keeps ``module``'s weights); their tensors are stacked in
+                ``<module_name>_params`` (``[expand_dim, ...]``) and the loss holds its own
+                copy of the network.
+            create_target_params: also make ``target_<module_name>_params``, a detached copy
+                (buffers) updated by :class:`~torchrl.objectives.SoftUpdate` or
+                :class:`~torchrl.objectives.HardUpdate`.
+            compare_against: unused; parameters shared with other networks are handled by the
+                losses' ``separate_losses`` option.
+        """
+        if not isinstance(module, nn.Module):
+            raise TypeError(
+                f"{type(self).__name__}: {module_name} must be an nn.Module, got "
+                f"{type(module).__name__}"
+            )
+        _check_initialized(module, module_name)
+        if expand_dim is None:
+            source = TensorDict.from_module(module)
+            keys = [k if isinstance(k, tuple) else (k,) for k in source.keys(True, True)]
+            setattr(self, module_name, module)
+            slots = _resolve_slots(module, keys)
+        else:
+            if expand_dim < 1:
+                raise ValueError(f"expand_dim must be >= 1, got {expand_dim}")
+            members = [module] + [copy.deepcopy(module) for _ in range(expand_dim - 1)]
+            if expand_dim > 1 and not all(_reset_parameters(m) for m in members[1:]):
+                warn_once(
+                    f"{type(self).__name__}: {module_name} has no reset_parameters(); the "
+                    f"{expand_dim} ensemble members start identical"
+                )
+            source = TensorDict.from_modules(*members, as_module=True)
+            keys = [k if isinstance(k, tuple) else (k,) for k in source.keys(True, True)]
+            template = copy.deepcopy(module)
+            slots = _resolve_slots(template, keys)
+            # The template keeps no tensors of its own: the stacked ones are the only copy.
+            for owner, name, is_param in slots:
+                (owner._parameters if is_param else owner._buffers)[name] = None
+            setattr(self, module_name, template)
+            setattr(self, f"{module_name}_params", source)
+        if create_target_params:
+            target = TensorDictParams(source.detach().clone(), no_convert=True)
+            setattr(self, f"target_{module_name}_params", target)
+        self._networks[module_name] = _Network(
+            keys=keys, slots=slots, ensemble_size=expand_dim, has_target=create_target_params
+        )
+        self._leaves_cache.clear()
+
+    @property
+    def target_network_names(self) -> list[str]:
+        """Names of the networks that have target parameters."""
+        return [name for name, net in self._networks.items() if net.has_target]
+
+    def network_params(self, name: str, target: bool = False) -> TensorDictBase:
+        """The parameters and buffers of a converted network as a TensorDict.
+
+        Args:
+            name: the network's attribute name (e.g. ``"qvalue_network"``).
+            target: return the target copy instead.
+
+        Returns:
+            A TensorDict sharing the network's tensors (``[n, ...]`` for an ensemble of ``n``).
+        """
+        net = self._network(name)
+        if target:
+            if not net.has_target:
+                raise KeyError(f"{type(self).__name__}.{name} has no target parameters")
+            return getattr(self, f"target_{name}_params")
+        if net.ensemble_size is not None:
+            return getattr(self, f"{name}_params")
+        return TensorDict.from_module(getattr(self, name))
+
+    def _network(self, name: str) -> _Network:
+        try:
+            return self._networks[name]
+        except KeyError:
+            raise KeyError(
+                f"{type(self).__name__} has no converted network {name!r}; "
+                f"known: {sorted(self._networks)}"
+            ) from None
+
+    def _leaves(self, attr: str) -> list[Tensor]:
+        leaves = self._leaves_cache.get(attr)
+        if leaves is None:
+            leaves = self._leaves_cache[attr] = list(getattr(self, attr).values(True, True))
+        return leaves
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> LossModule:
+        self._leaves_cache.clear()
+        return super()._apply(fn, *args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """See :meth:`torch.nn.Module.load_state_dict` (``assign=True`` replaces tensors)."""
+        self._leaves_cache.clear()
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def _online_tensors(self, name: str) -> list[Tensor]:
+        net = self._network(name)
+        if net.ensemble_size is not None:
+            return self._leaves(f"{name}_params")
+        stores: list[dict[str, Any]] = [
+            owner._parameters if is_param else owner._buffers for owner, _, is_param in net.slots
+        ]
+        return [store[attr] for store, (_, attr, _) in zip(stores, net.slots)]
+
+    def _target_tensors(self, name: str) -> list[Tensor]:
+        net = self._network(name)
+        if not net.has_target:
+            # Without a delayed copy the target is the online network, without gradients.
+            return [t.detach() for t in self._online_tensors(name)]
+        return self._leaves(f"target_{name}_params")
+
+    def _tensors(self, name: str, which: str) -> list[Tensor]:
+        if which == "online":
+            return self._online_tensors(name)
+        if which == "target":
+            return self._target_tensors(name)
+        if which == "detached":
+            return [t.detach() for t in self._online_tensors(name)]
+        raise ValueError(f"which must be 'online', 'target' or 'detached', got {which!r}")
+
+    def _tensors_detaching_shared(self, name: str, other: str) -> list[Tensor]:
+        """``name``'s tensors, detached where they are shared with network ``other``."""
+        shared = {id(t) for t in self._online_tensors(other)}
+        return [t.detach() if id(t) in shared else t for t in self._online_tensors(name)]
+
+    @contextmanager
+    def _swapped(self, name: str, tensors: Sequence[Tensor]) -> Iterator[Any]:
+        """Runs the block with ``tensors`` in the network's parameter/buffer slots."""
+        net = self._networks[name]
+        saved = []
+        for (owner, attr, is_param), tensor in zip(net.slots, tensors):
+            store: dict[str, Any] = owner._parameters if is_param else owner._buffers
+            saved.append(store[attr])
+            store[attr] = tensor
+        try:
+            yield getattr(self, name)
+        finally:
+            for (owner, attr, is_param), old in zip(net.slots, saved):
+                restore: dict[str, Any] = owner._parameters if is_param else owner._buffers
+                restore[attr] = old
+
+    def _call_network(
+        self, name: str, tensordict: TensorDictBase, which: str = "online"
+    ) -> TensorDictBase:
+        """Calls a (non-ensemble) network on ``tensordict`` with online/target/detached tensors.
+
+        The outputs are written into ``tensordict``, which is returned.
+        """
+        if which == "online":
+            return getattr(self, name)(tensordict)
+        with self._swapped(name, self._tensors(name, which)) as module:
+            return module(tensordict)
+
+    def _call_ensemble(
+        self,
+        name: str,
+        tensordict: TensorDictBase,
+        out_keys: Sequence[NestedKey],
+        which: str | list[Tensor] = "online",
+    ) -> list[Tensor]:
+        """Calls every member of an ensemble on the same data.
+
+        ``which`` is ``"online"``, ``"target"``, ``"detached"`` or the stacked tensors to use
+        (e.g. a subset of the members).
+
+        Returns:
+            One tensor per key of ``out_keys``, stacked ``[n, *B, ...]`` over the members.
+        """
+        tensors = self._tensors(name, which) if isinstance(which, str) else which
+        module = getattr(self, name)
+        inputs = tensordict.select(*module.in_keys, strict=False)
+
+        def one(flat: list[Tensor]) -> tuple[Tensor, ...]:
+            with self._swapped(name, flat):
+                out = module(inputs.copy())
+            return tuple(out.get(k) for k in out_keys)
+
+        if self.deactivate_vmap:
+            outs = [one([t[i] for t in tensors]) for i in range(tensors[0].shape[0])]
+            return [torch.stack(group) for group in zip(*outs)]
+        return list(torch.vmap(one, randomness="different")(tensors))
+
+    # ---- value estimator ---------------------------------------------------------------------
+
+    @property
+    def value_estimator(self) -> ValueEstimatorBase:
+        """The value estimator (made with the loss's defaults on first use)."""
+        if self._estimator.value is None:
+            self.make_value_estimator()
+        return self._estimator.value
+
+    @value_estimator.setter
+    def value_estimator(self, estimator: ValueEstimatorBase) -> None:
+        self._estimator.value = estimator
+
+    def make_value_estimator(
+        self, value_type: ValueEstimators | str | None = None, **hyperparams: Any
+    ) -> LossModule:
+        """Chooses the value estimator, e.g. ``make_value_estimator(ValueEstimators.GAE, lmbda=0.9)``.
+
+        Args:
+            value_type: a :class:`~torchrl.objectives.ValueEstimators` member (default: the
+                loss's ``default_value_estimator``).
+            **hyperparams: estimator arguments (``gamma``, ``lmbda``, ``average_gae``, ...)
+                overriding :func:`~torchrl.objectives.utils.default_value_kwargs`.
+
+        Returns:
+            The loss.
+        """
+        if value_type is None:
+            value_type = self.default_value_estimator
+        if value_type is None:
+            raise NotImplementedError(f"{type(self).__name__} uses no value estimator")
+        value_type = ValueEstimators(value_type)
+        if value_type not in self._supported_estimators:
+            raise NotImplementedError(
+                f"{type(self).__name__} does not support the {value_type.name} value estimator; "
+                f"supported: {[v.name for v in self._supported_estimators]}"
+            )
+        kwargs: dict[str, Any] = dict(default_value_kwargs(value_type))
+        kwargs.update(hyperparams)
+        kwargs.setdefault("value_network", self._estimator_value_network())
+        if value_type is ValueEstimators.VTrace:
+            kwargs.setdefault("actor_network", self._estimator_actor_network())
+        self._estimator.value = _ESTIMATOR_CLASSES[value_type](**kwargs)
+        self.value_type = value_type
+        self._sync_estimator_keys()
+        return self
+
+    def _estimator_value_network(self) -> nn.Module | None:
+        """The network the estimator calls for ``V(s)`` (None: the loss gives the values)."""
+        return None
+
+    def _estimator_actor_network(self) -> nn.Module | None:
+        return None
+
+    def _sync_estimator_keys(self) -> None:
+        estimator = self._estimator.value
+        if estimator is None:
+            return
+        ours = dataclasses.asdict(self._tensor_keys)
+        theirs = {f.name for f in dataclasses.fields(estimator.tensor_keys)}
+        estimator.set_keys(**{k: v for k, v in ours.items() if k in theirs})
+
+    # ---- misc --------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Resets state kept across calls (none by default)."""
+
+    def __repr__(self) -> str:
+        nets = ", ".join(
+            f"{name}" + (f"[x{n.ensemble_size}]" if n.ensemble_size else "")
+            for name, n in self._networks.items()
+        )
+        return f"{type(self).__name__}(networks=[{nets}], value_type={self.value_type})"

@@ -1,0 +1,5 @@
+"""Multi-agent losses."""
+
+from torchrl.objectives.multiagent.qmixer import QMixerLoss
+
+__all__ = ["QMixerLoss"]

@@ -1,0 +1,464 @@
+"""Proximal policy optimisation losses (Schulman et al., 2017): plain, clipped and KL-penalised."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import ProbabilisticTensorDictSequential, dispatch
+from tensordict.utils import NestedKey
+from torch import Tensor
+
+from torchrl._keys import (
+    ACTION,
+    ADVANTAGE,
+    DONE,
+    REWARD,
+    SAMPLE_LOG_PROB,
+    STATE_VALUE,
+    TERMINATED,
+    VALUE_TARGET,
+)
+from torchrl.objectives.common import LossModule, next_key
+from torchrl.objectives.utils import (
+    _UNSET,
+    ValueEstimators,
+    _as_batch,
+    _check_loss_function,
+    _check_reduction,
+    _either,
+    _entropy,
+    _log_prob,
+    _reduce,
+    _standardize,
+    _value_loss,
+)
+
+__all__ = ["ClipPPOLoss", "KLPENPPOLoss", "PPOLoss"]
+
+
+def _sample_keys(actor: Any) -> list[NestedKey]:
+    keys = getattr(actor, "dist_sample_keys", None)
+    return list(keys) if keys else [ACTION]
+
+
+class PPOLoss(LossModule):
+    """The unclipped PPO objective ``-E[r_t(theta) A_t]`` with ``r_t = pi(a|s) / pi_old(a|s)``.
+
+    Also a critic loss ``critic_coef * d(V(s), value_target)`` and an entropy bonus
+    ``-entropy_coef * H(pi)``. The advantage is read at ``"advantage"`` or, when absent,
+    computed by the value estimator (GAE by default) and written into the input.
+    ``"sample_log_prob"`` must hold the log-probabilities of the data-collecting policy.
+
+    Args:
+        actor_network: a probabilistic actor (``get_dist``), e.g.
+            :class:`~torchrl.modules.ProbabilisticActor`; composite distributions work.
+        critic_network: a state-value network writing ``"state_value"`` (optional when the
+            advantage and value target come with the data).
+        entropy_bonus: add the entropy term.
+        samples_mc_entropy: samples of the Monte-Carlo entropy estimate (when the
+            distribution has no closed form).
+        entropy_coef: weight of the entropy bonus.
+        critic_coef: weight of the critic loss (``None`` drops the critic loss).
+        loss_critic_type: ``"l1"``, ``"l2"`` or ``"smooth_l1"``.
+        normalize_advantage: standardize the advantage over the batch.
+        normalize_advantage_exclude_dims: dims kept out of that standardization.
+        separate_losses: keep the critic loss from updating parameters shared with the actor.
+        clip_value: clip the new value to ``old_value +- clip_value`` in the critic loss
+            (PPO2 style; ``old_value`` is the ``"state_value"`` of the data).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+        functional: unused (kept for TorchRL compatibility).
+        entropy_coeff: TorchRL's current name of ``entropy_coef`` (give one).
+        critic_coeff: TorchRL's current name of ``critic_coef`` (give one).
+        device: unused.
+
+    Examples:
+        >>> from tensordict.nn import TensorDictModule, NormalParamExtractor
+        >>> from torch import nn
+        >>> from torchrl.modules import ProbabilisticActor, ValueOperator, TanhNormal
+        >>> actor = ProbabilisticActor(TensorDictModule(nn.Sequential(nn.Linear(3, 4),
+        ...     NormalParamExtractor()), ["observation"], ["loc", "scale"]),
+        ...     in_keys=["loc", "scale"], distribution_class=TanhNormal)
+        >>> critic = ValueOperator(nn.Linear(3, 1))
+        >>> loss = PPOLoss(actor, critic)
+        >>> td = TensorDict({"observation": torch.randn(4, 5, 3), "action": torch.rand(4, 5, 2),
+        ...     "sample_log_prob": torch.zeros(4, 5), "next": {"observation": torch.randn(4, 5, 3),
+        ...     "reward": torch.randn(4, 5, 1), "done": torch.zeros(4, 5, 1, dtype=torch.bool),
+        ...     "terminated": torch.zeros(4, 5, 1, dtype=torch.bool)}}, batch_size=[4, 5])
+        >>> out = loss(td)
+        >>> sorted(out.keys())
+        ['entropy', 'kl_approx', 'loss_critic', 'loss_entropy', 'loss_objective']
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Entries read and written by the PPO losses."""
+
+        advantage: NestedKey = ADVANTAGE
+        value_target: NestedKey = VALUE_TARGET
+        value: NestedKey = STATE_VALUE
+        sample_log_prob: NestedKey = SAMPLE_LOG_PROB
+        action: NestedKey = ACTION
+        reward: NestedKey = REWARD
+        done: NestedKey = DONE
+        terminated: NestedKey = TERMINATED
+
+    default_keys = _AcceptedKeys
+    default_value_estimator = ValueEstimators.GAE
+    _supported_estimators = tuple(ValueEstimators)
+
+    def __init__(
+        self,
+        actor_network: ProbabilisticTensorDictSequential,
+        critic_network: Any = None,
+        *,
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coef: float = _UNSET,
+        critic_coef: float | None = _UNSET,
+        loss_critic_type: str = "smooth_l1",
+        normalize_advantage: bool = False,
+        normalize_advantage_exclude_dims: tuple[int, ...] = (),
+        separate_losses: bool = False,
+        clip_value: float | None = None,
+        reduction: str = "mean",
+        functional: bool = True,
+        entropy_coeff: float = _UNSET,
+        critic_coeff: float | None = _UNSET,
+        device: Any = None,
+    ) -> None:
+        super().__init__()
+        entropy_coef = _either(
+            type(self).__name__, "entropy_coef", entropy_coef, "entropy_coeff", entropy_coeff, 0.01
+        )
+        critic_coef = _either(
+            type(self).__name__, "critic_coef", critic_coef, "critic_coeff", critic_coeff, 1.0
+        )
+        if not hasattr(actor_network, "get_dist"):
+            raise TypeError(
+                f"{type(self).__name__}: actor_network must be a probabilistic actor with "
+                f"get_dist() (e.g. ProbabilisticActor), got {type(actor_network).__name__}"
+            )
+        self.convert_to_functional(actor_network, "actor_network")
+        if critic_network is not None:
+            self.convert_to_functional(critic_network, "critic_network")
+            self._adopt_out_key("value", critic_network)
+        else:
+            self.critic_network = None
+        self.entropy_bonus = bool(entropy_bonus) and entropy_coef != 0
+        self.samples_mc_entropy = samples_mc_entropy
+        self.entropy_coef = float(entropy_coef)
+        self.critic_coef = None if critic_coef is None else float(critic_coef)
+        self.loss_critic_type = _check_loss_function(loss_critic_type)
+        self.normalize_advantage = normalize_advantage
+        self.normalize_advantage_exclude_dims = tuple(normalize_advantage_exclude_dims)
+        self.separate_losses = separate_losses
+        if clip_value is not None and clip_value <= 0:
+            raise ValueError(f"clip_value must be positive, got {clip_value}")
+        self.clip_value = None if clip_value is None else float(clip_value)
+        self.reduction = _check_reduction(reduction)
+        self._action_keys = _sample_keys(actor_network)
+        if self._action_keys != [ACTION]:
+            self._tensor_keys.action = self._action_keys[0]
+        self.out_keys = self._loss_out_keys()
+        self._refresh_keys()
+
+    # ---- keys --------------------------------------------------------------------------------
+
+    def _loss_out_keys(self) -> list[str]:
+        keys = ["loss_objective"]
+        if self.critic_network is not None and self.critic_coef is not None:
+            keys.append("loss_critic")
+        if self.entropy_bonus:
+            keys += ["loss_entropy", "entropy"]
+        keys.append("kl_approx")
+        return keys
+
+    def _compute_in_keys(self) -> list[NestedKey]:
+        keys = self.tensor_keys
+        actions = self._action_keys if len(self._action_keys) > 1 else [keys.action]
+        return [
+            *self.actor_network.in_keys,
+            *actions,
+            keys.sample_log_prob,
+            *self._net_in_keys(self.critic_network),
+            next_key(keys.reward),
+            next_key(keys.done),
+            next_key(keys.terminated),
+        ]
+
+    def _estimator_value_network(self) -> Any:
+        return self.critic_network
+
+    def _estimator_actor_network(self) -> Any:
+        return self.actor_network
+
+    # ---- pieces ------------------------------------------------------------------------------
+
+    def _advantage(self, tensordict: TensorDictBase) -> Tensor:
+        keys = self.tensor_keys
+        adv = tensordict.get(keys.advantage, None)
+        if adv is None:
+            if self.critic_network is None:
+                raise KeyError(
+                    f"{type(self).__name__}: the input has no {keys.advantage!r} entry and the "
+                    "loss has no critic to compute it"
+                )
+            self.value_estimator(tensordict)
+            adv = tensordict.get(keys.advantage)
+        adv = adv.detach()
+        if self.normalize_advantage:
+            adv = _standardize(adv, self.normalize_advantage_exclude_dims)
+        return adv
+
+    def _dist_and_log_weight(
+        self, tensordict: TensorDictBase
+    ) -> tuple[torch.distributions.Distribution, Tensor, Tensor]:
+        """``(current distribution, log_prob, log(pi / pi_old))``, shapes ``[*B]``."""
+        keys = self.tensor_keys
+        prev = tensordict.get(keys.sample_log_prob, None)
+        if prev is None:
+            prev = self._composite_prev_log_prob(tensordict)
+        if prev.requires_grad:
+            raise RuntimeError(
+                f"{type(self).__name__}: the stored {keys.sample_log_prob!r} requires grad; "
+                "collect data under torch.no_grad()"
+            )
+        # A shallow copy: the actor writes its new distribution parameters there, so the
+        # data keeps those of the collecting policy (KLPENPPOLoss reads them).
+        dist = self.actor_network.get_dist(tensordict.copy())
+        log_prob = _log_prob(dist, tensordict, keys.action)
+        prev = _as_batch(prev, log_prob, repr(keys.sample_log_prob), type(self).__name__)
+        return dist, log_prob, log_prob - prev
+
+    def _composite_prev_log_prob(self, tensordict: TensorDictBase) -> Tensor:
+        lp_keys = list(getattr(self.actor_network, "log_prob_keys", None) or [])
+        values = [tensordict.get(k, None) for k in lp_keys]
+        if not lp_keys or any(v is None for v in values):
+            raise KeyError(
+                f"{type(self).__name__}: the input has no {self.tensor_keys.sample_log_prob!r} "
+                "entry (log-probabilities of the data-collecting policy; set "
+                "return_log_prob=True on the actor)"
+            )
+        bdims = tensordict.batch_dims
+        return sum(v.reshape(*v.shape[:bdims], -1).sum(-1) for v in values)  # type: ignore[return-value]
+
+    def _match_adv(self, adv: Tensor, like: Tensor) -> Tensor:
+        if adv.shape != like.shape and adv.shape[-1:] == (1,) and adv.shape[:-1] == like.shape:
+            return adv.squeeze(-1)
+        return _as_batch(adv, like, "the advantage", type(self).__name__)
+
+    def _critic_terms(self, tensordict: TensorDictBase, out: dict[str, Tensor]) -> None:
+        if self.critic_network is None or self.critic_coef is None:
+            return
+        loss, clip_fraction = _value_loss(
+            self,
+            tensordict,
+            "critic_network",
+            self.loss_critic_type,
+            self.clip_value,
+            "actor_network" if self.separate_losses else None,
+        )
+        if clip_fraction is not None:
+            out["value_clip_fraction"] = clip_fraction
+        out["loss_critic"] = self.critic_coef * _reduce(loss, self.reduction)
+
+    def _entropy_terms(
+        self, dist: torch.distributions.Distribution, out: dict[str, Tensor]
+    ) -> None:
+        if not self.entropy_bonus:
+            return
+        entropy = _entropy(dist, self.samples_mc_entropy)
+        out["entropy"] = entropy.detach().mean()
+        out["loss_entropy"] = -self.entropy_coef * _reduce(entropy, self.reduction)
+
+    def _objective(
+        self,
+        tensordict: TensorDictBase,
+        dist: torch.distributions.Distribution,
+        log_weight: Tensor,
+        adv: Tensor,
+        out: dict[str, Tensor],
+    ) -> Tensor:
+        return -(log_weight.exp() * adv)
+
+    # ---- forward -----------------------------------------------------------------------------
+
+    @dispatch
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:  # type: ignore[override]
+        """Computes the loss terms.
+
+        Args:
+            tensordict: data ``[*B]`` (usually ``[*B, T]`` when the advantage is computed
+                here) with the actor inputs, the actions, ``"sample_log_prob"`` and, for the
+                critic, the value-estimator inputs or ``"advantage"``/``"value_target"``.
+
+        Returns:
+            A TensorDict with ``loss_objective``, ``loss_critic``, ``loss_entropy`` and the
+            detached ``entropy``, ``kl_approx`` (and ``clip_fraction`` / ``kl`` / ``beta`` /
+            ``value_clip_fraction`` where they apply).
+        """
+        self._check_inputs(tensordict, [*self.actor_network.in_keys])
+        adv = self._advantage(tensordict)
+        dist, log_prob, log_weight = self._dist_and_log_weight(tensordict)
+        adv = self._match_adv(adv, log_weight)
+        out: dict[str, Tensor] = {}
+        objective = self._objective(tensordict, dist, log_weight, adv, out)
+        out["loss_objective"] = _reduce(objective, self.reduction)
+        self._entropy_terms(dist, out)
+        self._critic_terms(tensordict, out)
+        out["kl_approx"] = (-log_weight).detach().mean()
+        return TensorDict(out, batch_size=[])
+
+
+class ClipPPOLoss(PPOLoss):
+    """Clipped PPO: ``-E[min(r A, clip(r, 1 - eps, 1 + eps) A)]``.
+
+    Args:
+        actor_network: see :class:`PPOLoss`.
+        critic_network: see :class:`PPOLoss`.
+        clip_epsilon: the clipping range ``eps`` (default 0.2).
+        **kwargs: the other :class:`PPOLoss` arguments.
+
+    Examples:
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torch import nn
+        >>> from torchrl.modules import ProbabilisticActor, OneHotCategorical
+        >>> actor = ProbabilisticActor(TensorDictModule(nn.Linear(3, 2), ["observation"],
+        ...     ["logits"]), in_keys=["logits"], distribution_class=OneHotCategorical)
+        >>> loss = ClipPPOLoss(actor, clip_epsilon=0.1)
+        >>> td = TensorDict({"observation": torch.randn(6, 3),
+        ...     "action": nn.functional.one_hot(torch.randint(2, (6,)), 2),
+        ...     "sample_log_prob": torch.full((6,), -0.7), "advantage": torch.randn(6, 1)}, [6])
+        >>> float(loss(td)["clip_fraction"]) <= 1.0
+        True
+    """
+
+    def __init__(
+        self,
+        actor_network: ProbabilisticTensorDictSequential,
+        critic_network: Any = None,
+        *,
+        clip_epsilon: float = 0.2,
+        **kwargs: Any,
+    ) -> None:
+        if not 0 < clip_epsilon < 1:
+            raise ValueError(f"clip_epsilon must lie in (0, 1), got {clip_epsilon}")
+        super().__init__(actor_network, critic_network, **kwargs)
+        self.clip_epsilon = float(clip_epsilon)
+
+    def _loss_out_keys(self) -> list[str]:
+        return [*super()._loss_out_keys(), "clip_fraction"]
+
+    def _objective(
+        self,
+        tensordict: TensorDictBase,
+        dist: torch.distributions.Distribution,
+        log_weight: Tensor,
+        adv: Tensor,
+        out: dict[str, Tensor],
+    ) -> Tensor:
+        eps = self.clip_epsilon
+        ratio = log_weight.exp()
+        gain = ratio * adv
+        clipped_gain = ratio.clamp(1.0 - eps, 1.0 + eps) * adv
+        out["clip_fraction"] = ((ratio - 1.0).abs() > eps).to(ratio.dtype).mean().detach()
+        return -torch.minimum(gain, clipped_gain)
+
+
+class KLPENPPOLoss(PPOLoss):
+    """KL-penalised PPO: ``-E[r A - beta KL(pi_old || pi)]`` with an adaptive ``beta``.
+
+    ``pi_old`` is rebuilt from the distribution parameters stored in the data (e.g.
+    ``"loc"``/``"scale"`` written by the collecting actor). After each training-mode call,
+    ``beta`` is multiplied by ``increment`` when the mean KL exceeds ``1.5 * dtarg`` and by
+    ``decrement`` when it is below ``dtarg / 1.5``.
+
+    Args:
+        actor_network: see :class:`PPOLoss`.
+        critic_network: see :class:`PPOLoss`.
+        dtarg: the target KL.
+        beta: the initial penalty weight.
+        increment: factor applied to ``beta`` when the KL is too large.
+        decrement: factor applied to ``beta`` when the KL is too small.
+        samples_mc_kl: samples of the Monte-Carlo KL estimate (no closed form).
+        **kwargs: the other :class:`PPOLoss` arguments.
+
+    Examples:
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torch import nn
+        >>> from torchrl.modules import ProbabilisticActor, OneHotCategorical
+        >>> actor = ProbabilisticActor(TensorDictModule(nn.Linear(3, 2), ["observation"],
+        ...     ["logits"]), in_keys=["logits"], distribution_class=OneHotCategorical)
+        >>> loss = KLPENPPOLoss(actor)
+        >>> td = TensorDict({"observation": torch.randn(6, 3), "logits": torch.zeros(6, 2),
+        ...     "action": nn.functional.one_hot(torch.randint(2, (6,)), 2),
+        ...     "sample_log_prob": torch.full((6,), -0.7), "advantage": torch.randn(6, 1)}, [6])
+        >>> sorted(loss(td).keys())
+        ['beta', 'entropy', 'kl', 'kl_approx', 'loss_entropy', 'loss_objective']
+    """
+
+    beta: Tensor
+
+    def __init__(
+        self,
+        actor_network: ProbabilisticTensorDictSequential,
+        critic_network: Any = None,
+        *,
+        dtarg: float = 0.01,
+        beta: float = 1.0,
+        increment: float = 2.0,
+        decrement: float = 0.5,
+        samples_mc_kl: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(actor_network, critic_network, **kwargs)
+        if increment < 1.0 or not 0.0 < decrement <= 1.0:
+            raise ValueError(
+                f"need increment >= 1 and 0 < decrement <= 1, got {increment}, {decrement}"
+            )
+        self.dtarg = float(dtarg)
+        self.register_buffer("beta", torch.tensor(float(beta)))
+        self.increment = float(increment)
+        self.decrement = float(decrement)
+        self.samples_mc_kl = samples_mc_kl
+        self.out_keys = self._loss_out_keys()
+
+    def _loss_out_keys(self) -> list[str]:
+        return [*super()._loss_out_keys(), "kl", "beta"]
+
+    def _compute_in_keys(self) -> list[NestedKey]:
+        params = list(getattr(self.actor_network, "dist_params_keys", None) or [])
+        return [*super()._compute_in_keys(), *params]
+
+    def _objective(
+        self,
+        tensordict: TensorDictBase,
+        dist: torch.distributions.Distribution,
+        log_weight: Tensor,
+        adv: Tensor,
+        out: dict[str, Tensor],
+    ) -> Tensor:
+        params = list(getattr(self.actor_network, "dist_params_keys", None) or [])
+        self._check_inputs(tensordict, params)
+        previous = self.actor_network.build_dist_from_params(tensordict.detach())
+        try:
+            kl = torch.distributions.kl.kl_divergence(previous, dist)
+        except NotImplementedError:
+            sample = previous.sample((self.samples_mc_kl,))
+            kl = (previous.log_prob(sample) - dist.log_prob(sample)).mean(0)
+        kl = _as_batch(kl, log_weight, "the KL divergence", type(self).__name__)
+        beta = self.beta.clone()
+        objective = -(log_weight.exp() * adv - beta * kl)
+        kl_mean = kl.detach().mean()
+        out["kl"] = kl_mean
+        out["beta"] = beta
+        if self.training:
+            with torch.no_grad():
+                if kl_mean > self.dtarg * 1.5:
+                    self.beta.mul_(self.increment)
+                elif kl_mean < self.dtarg / 1.5:
+                    self.beta.mul_(self.decrement)
+        return objective

@@ -1,0 +1,754 @@
+"""Value estimators as modules: read rewards, values and episode ends, write advantages.
+
+Each estimator reads a TensorDict laid out ``[*B, T]`` (time is the last batch dim unless
+``time_dim`` says otherwise) with ``("next", "reward")``, ``("next", "done")`` and
+``("next", "terminated")`` entries, computes ``V(s_t)`` and ``V(s_{t+1})`` with its
+``value_network`` (or reads them when there is no network), and writes ``"advantage"`` and
+``"value_target"``. The arithmetic lives in :mod:`torchrl.objectives.value.functional`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.nn import skip_existing as _global_skip_existing
+from tensordict.utils import NestedKey
+from torch import Tensor, nn
+
+from torchrl._keys import (
+    ADVANTAGE,
+    DONE,
+    NEXT,
+    REWARD,
+    SAMPLE_LOG_PROB,
+    STATE_VALUE,
+    TERMINATED,
+    VALUE_TARGET,
+)
+from torchrl.objectives.value import functional as vf
+
+__all__ = [
+    "GAE",
+    "TD0Estimator",
+    "TD1Estimator",
+    "TDLambdaEstimator",
+    "VTrace",
+    "ValueEstimatorBase",
+]
+
+STEPS_TO_NEXT_OBS = "steps_to_next_obs"
+
+
+def _next(key: NestedKey) -> NestedKey:
+    return (NEXT, *key) if isinstance(key, tuple) else (NEXT, key)  # type: ignore[arg-type]
+
+
+@contextmanager
+def _maybe_params(module: nn.Module, params: TensorDictBase | None) -> Iterator[None]:
+    if params is None:
+        yield
+    else:
+        with params.to_module(module):
+            yield
+
+
+class ValueEstimatorBase(nn.Module):
+    """Base of the value estimators: keys, value-network calls and the write-back.
+
+    Subclasses implement :meth:`_estimate` (advantage and value target from tensors).
+
+    Args:
+        gamma: the discount (a number or a tensor broadcastable to the reward).
+        value_network: a tensordict module writing the state value (``"state_value"``);
+            ``None`` when the values are already in the input.
+        shifted: compute ``V(s_t)`` and ``V(s_{t+1})`` in one call of the value network (on
+            the root and ``"next"`` data concatenated along time) instead of two.
+        differentiable: keep the graph through the value network (default: no gradients).
+        skip_existing: reuse values already in the input instead of recomputing them.
+            ``None`` follows :func:`tensordict.nn.skip_existing`.
+        device: unused (the tensors decide); kept for a TorchRL-compatible signature.
+        time_dim: the time dim among the TensorDict's batch dims (default: the last).
+    """
+
+    @dataclasses.dataclass
+    class _AcceptedKeys:
+        """Keys read and written by the estimators (change them with :meth:`set_keys`)."""
+
+        advantage: NestedKey = ADVANTAGE
+        value_target: NestedKey = VALUE_TARGET
+        value: NestedKey = STATE_VALUE
+        reward: NestedKey = REWARD
+        done: NestedKey = DONE
+        terminated: NestedKey = TERMINATED
+        steps_to_next_obs: NestedKey = STEPS_TO_NEXT_OBS
+        sample_log_prob: NestedKey = SAMPLE_LOG_PROB
+
+    default_keys = _AcceptedKeys
+    value_network: Any
+    actor_network: Any
+
+    def __init__(
+        self,
+        *,
+        gamma: float | Tensor,
+        value_network: TensorDictModuleBase | None = None,
+        shifted: bool = False,
+        differentiable: bool = False,
+        skip_existing: bool | None = None,
+        device: torch.device | str | None = None,
+        time_dim: int | None = None,
+    ) -> None:
+        super().__init__()
+        if value_network is not None and not (
+            hasattr(value_network, "in_keys") and hasattr(value_network, "out_keys")
+        ):
+            raise TypeError(
+                f"{type(self).__name__}: value_network must be a tensordict module (with in_keys "
+                f"and out_keys), got {type(value_network).__name__}"
+            )
+        self.gamma = gamma
+        self.value_network = value_network
+        self.shifted = shifted
+        self.differentiable = differentiable
+        self._skip_existing = skip_existing
+        self.device = device
+        self.time_dim = time_dim
+        self._tensor_keys = self._AcceptedKeys()
+        out_keys = list(getattr(value_network, "out_keys", None) or [])
+        if out_keys and self._tensor_keys.value not in out_keys:
+            # A sequence (trunk -> head) writes its result last.
+            self._tensor_keys.value = out_keys[-1]
+
+    # ---- keys ------------------------------------------------------------------------------
+
+    @property
+    def tensor_keys(self) -> _AcceptedKeys:
+        """The keys in use (a dataclass; see :meth:`set_keys`)."""
+        return self._tensor_keys
+
+    def set_keys(self, **kwargs: NestedKey | None) -> ValueEstimatorBase:
+        """Renames the entries the estimator reads or writes, e.g. ``set_keys(reward="r")``.
+
+        Args:
+            **kwargs: new keys by name (``advantage``, ``value_target``, ``value``, ``reward``,
+                ``done``, ``terminated``, ``steps_to_next_obs``, ``sample_log_prob``); ``None``
+                leaves a key unchanged.
+
+        Returns:
+            The estimator.
+        """
+        fields = {f.name for f in dataclasses.fields(self._tensor_keys)}
+        for name, key in kwargs.items():
+            if name not in fields:
+                raise ValueError(
+                    f"{type(self).__name__}.set_keys: unknown key name {name!r}; "
+                    f"accepted: {sorted(fields)}"
+                )
+            if key is not None:
+                setattr(self._tensor_keys, name, key)
+        return self
+
+    @property
+    def in_keys(self) -> list[NestedKey]:
+        """Entries read: the value network's inputs (root and ``"next"``), reward, done flags."""
+        keys = self.tensor_keys
+        net_keys = list(self.value_network.in_keys) if self.value_network is not None else []
+        if self.value_network is None:
+            net_keys = [keys.value]
+        return [
+            *net_keys,
+            *(_next(k) for k in net_keys),
+            _next(keys.reward),
+            _next(keys.done),
+            _next(keys.terminated),
+        ]
+
+    @property
+    def out_keys(self) -> list[NestedKey]:
+        """Entries written: the advantage and the value target."""
+        return [self.tensor_keys.advantage, self.tensor_keys.value_target]
+
+    @property
+    def skip_existing(self) -> bool:
+        """Whether values already in the input are reused."""
+        if self._skip_existing is None:
+            return bool(_global_skip_existing())
+        return self._skip_existing
+
+    # ---- helpers -----------------------------------------------------------------------------
+
+    def _get(self, td: TensorDictBase, key: NestedKey, what: str) -> Tensor:
+        value = td.get(key, None)
+        if value is None:
+            raise KeyError(
+                f"{type(self).__name__}: the input has no {what} entry {key!r} "
+                f"(rename it with set_keys); keys present: {sorted(map(str, td.keys(True, True)))}"
+            )
+        return value
+
+    def _reward_done(self, td: TensorDictBase) -> tuple[Tensor, Tensor, Tensor]:
+        keys = self.tensor_keys
+        reward = self._get(td, _next(keys.reward), "reward")
+        done = self._get(td, _next(keys.done), "done")
+        terminated = td.get(_next(keys.terminated), None)
+        if terminated is None:
+            terminated = done
+        if done.shape != reward.shape:
+            done = done.reshape(reward.shape)
+        if terminated.shape != reward.shape:
+            terminated = terminated.reshape(reward.shape)
+        return reward, done, terminated
+
+    def _gamma(self, td: TensorDictBase, reward: Tensor) -> float | Tensor:
+        """``gamma``, raised to the number of steps to the next observation when present."""
+        steps = td.get(self.tensor_keys.steps_to_next_obs, None)
+        if steps is None:
+            return self.gamma
+        return torch.as_tensor(self.gamma, device=reward.device, dtype=reward.dtype) ** steps.to(
+            reward.dtype
+        ).reshape(reward.shape)
+
+    def _td_time_dim(self, td: TensorDictBase) -> int:
+        """The time dim among the batch dims of ``td``, as a non-negative index."""
+        if td.batch_dims == 0:
+            raise ValueError(
+                f"{type(self).__name__}: the input has no batch dims; value estimates need at "
+                "least a time dim ([*B, T])"
+            )
+        return td.batch_dims - 1 if self.time_dim is None else self.time_dim % td.batch_dims
+
+    def _tensor_time_dim(self, td: TensorDictBase, reward: Tensor) -> int:
+        """The time dim of ``reward``, as a negative index (``-2`` for ``[*B, T, 1]``)."""
+        return self._td_time_dim(td) - reward.ndim
+
+    def _call_value_network(
+        self,
+        td: TensorDictBase,
+        params: TensorDictBase | None,
+        target_params: TensorDictBase | None,
+    ) -> tuple[Tensor, Tensor]:
+        """Returns ``(V(s_t), V(s_{t+1}))``, computing them with the network when needed."""
+        key = self.tensor_keys.value
+        next_td = td.get(NEXT, None)
+        if next_td is None:
+            raise KeyError(f"{type(self).__name__}: the input has no 'next' entry")
+        net = self.value_network
+        if net is None:
+            return self._get(td, key, "value"), self._get(next_td, key, "next value")
+        reuse = self.skip_existing
+        value = td.get(key, None) if reuse else None
+        next_value = next_td.get(key, None) if reuse else None
+        if value is not None and next_value is not None:
+            return value, next_value
+        in_keys = list(net.in_keys)
+        if (
+            self.shifted
+            and value is None
+            and next_value is None
+            and (params is None) == (target_params is None)
+            and (params is None or params is target_params)
+        ):
+            dim = self._td_time_dim(td)
+            both = torch.cat([td.select(*in_keys), next_td.select(*in_keys)], dim)
+            with _maybe_params(net, params):
+                both = net(both)
+            value, next_value = both.get(key).chunk(2, dim)
+            td.set(key, value)
+            next_td.set(key, next_value)
+            return value, next_value
+        if value is None:
+            with _maybe_params(net, params):
+                value = net(td.select(*in_keys)).get(key)
+            td.set(key, value)
+        if next_value is None:
+            with _maybe_params(net, target_params):
+                next_value = net(next_td.select(*in_keys)).get(key)
+            next_td.set(key, next_value)
+        return value, next_value
+
+    def _grad_context(self) -> Any:
+        return nullcontext() if self.differentiable else torch.no_grad()
+
+    # ---- API -----------------------------------------------------------------------------
+
+    def forward(
+        self,
+        tensordict: TensorDictBase,
+        *,
+        params: TensorDictBase | None = None,
+        target_params: TensorDictBase | None = None,
+    ) -> TensorDictBase:
+        """Writes the advantage and the value target into ``tensordict``.
+
+        Args:
+            tensordict: data ``[*B, T]`` with the value network's inputs (root and ``"next"``),
+                ``("next", "reward")`` and the done flags (``[*B, T, 1]``).
+            params: parameters to call the value network with on ``s_t`` (TensorDict).
+            target_params: parameters for ``s_{t+1}`` (e.g. a target network).
+
+        Returns:
+            ``tensordict``, with ``"advantage"`` and ``"value_target"`` (``[*B, T, 1]``) and the
+            values the network wrote.
+        """
+        with self._grad_context():
+            value, next_value = self._call_value_network(tensordict, params, target_params)
+            adv, target = self._estimate(tensordict, value, next_value)
+        tensordict.set(self.tensor_keys.advantage, adv)
+        tensordict.set(self.tensor_keys.value_target, target)
+        return tensordict
+
+    def value_estimate(
+        self,
+        tensordict: TensorDictBase,
+        target_params: TensorDictBase | None = None,
+        next_value: Tensor | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
+        """Returns the value target only (the return estimate).
+
+        Args:
+            tensordict: data as in :meth:`forward`.
+            target_params: parameters for ``V(s_{t+1})`` when the network computes it.
+            next_value: ``V(s_{t+1})`` (``[*B, T, 1]``) when the caller has it already; no
+                network call is made then.
+            **kwargs: unused.
+
+        Returns:
+            The value target, shaped like the reward.
+        """
+        with self._grad_context():
+            value = None
+            if next_value is None:
+                value, next_value = self._call_value_network(tensordict, None, target_params)
+            return self._return_estimate(tensordict, value, next_value)
+
+    def _return_estimate(
+        self, td: TensorDictBase, value: Tensor | None, next_value: Tensor
+    ) -> Tensor:
+        if value is None:
+            value = torch.zeros_like(next_value)
+        return self._estimate(td, value, next_value)[1]
+
+    def _estimate(
+        self, td: TensorDictBase, value: Tensor, next_value: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return f"gamma={self.gamma}, keys={self.tensor_keys}"
+
+
+class TD0Estimator(ValueEstimatorBase):
+    """One-step TD target ``r + gamma * (1 - terminated) * V(s')`` and its advantage.
+
+    Args:
+        gamma: the discount.
+        value_network: writes ``"state_value"`` (or ``None`` when the values are given).
+        shifted: see :class:`ValueEstimatorBase`.
+        average_rewards: standardize the rewards (zero mean, unit variance) first.
+        differentiable: keep the graph through the value network.
+        skip_existing: reuse values already present.
+        device: unused.
+        time_dim: the time dim among the batch dims (unused by TD(0)).
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict({"state_value": torch.zeros(1, 2, 1), "next": {
+        ...     "state_value": torch.ones(1, 2, 1), "reward": torch.ones(1, 2, 1),
+        ...     "done": torch.tensor([[[False], [True]]]),
+        ...     "terminated": torch.tensor([[[False], [True]]])}}, batch_size=[1, 2])
+        >>> TD0Estimator(gamma=0.5)(td)["value_target"].squeeze(-1)
+        tensor([[1.5000, 1.0000]])
+    """
+
+    def __init__(
+        self,
+        *,
+        gamma: float | Tensor,
+        value_network: TensorDictModuleBase | None = None,
+        shifted: bool = False,
+        average_rewards: bool = False,
+        differentiable: bool = False,
+        skip_existing: bool | None = None,
+        device: torch.device | str | None = None,
+        time_dim: int | None = None,
+    ) -> None:
+        super().__init__(
+            gamma=gamma,
+            value_network=value_network,
+            shifted=shifted,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            device=device,
+            time_dim=time_dim,
+        )
+        self.average_rewards = average_rewards
+
+    def _estimate(
+        self, td: TensorDictBase, value: Tensor, next_value: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        reward, _, terminated = self._reward_done(td)
+        reward = _maybe_standardize(reward, self.average_rewards)
+        target = vf.td0_return_estimate(self._gamma(td, reward), next_value, reward, terminated)
+        return target - value, target
+
+
+class TD1Estimator(ValueEstimatorBase):
+    """Monte-Carlo returns bootstrapped at truncations and at the end of the data (TD(1)).
+
+    Args:
+        gamma: the discount.
+        value_network: writes ``"state_value"`` (or ``None`` when the values are given).
+        average_rewards: standardize the rewards first.
+        differentiable: keep the graph through the value network.
+        skip_existing: reuse values already present.
+        device: unused.
+        time_dim: the time dim among the batch dims (default: the last).
+        shifted: see :class:`ValueEstimatorBase`.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict({"state_value": torch.zeros(1, 3, 1), "next": {
+        ...     "state_value": torch.zeros(1, 3, 1), "reward": torch.ones(1, 3, 1),
+        ...     "done": torch.zeros(1, 3, 1, dtype=torch.bool),
+        ...     "terminated": torch.zeros(1, 3, 1, dtype=torch.bool)}}, batch_size=[1, 3])
+        >>> TD1Estimator(gamma=0.5)(td)["value_target"].squeeze(-1)
+        tensor([[1.7500, 1.5000, 1.0000]])
+    """
+
+    def __init__(
+        self,
+        *,
+        gamma: float | Tensor,
+        value_network: TensorDictModuleBase | None = None,
+        average_rewards: bool = False,
+        differentiable: bool = False,
+        skip_existing: bool | None = None,
+        device: torch.device | str | None = None,
+        time_dim: int | None = None,
+        shifted: bool = False,
+    ) -> None:
+        super().__init__(
+            gamma=gamma,
+            value_network=value_network,
+            shifted=shifted,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            device=device,
+            time_dim=time_dim,
+        )
+        self.average_rewards = average_rewards
+
+    def _estimate(
+        self, td: TensorDictBase, value: Tensor, next_value: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        reward, done, terminated = self._reward_done(td)
+        reward = _maybe_standardize(reward, self.average_rewards)
+        target = vf.td1_return_estimate(
+            self._gamma(td, reward),
+            next_value,
+            reward,
+            done,
+            terminated,
+            time_dim=self._tensor_time_dim(td, reward),
+        )
+        return target - value, target
+
+
+class TDLambdaEstimator(ValueEstimatorBase):
+    """TD(lambda) returns: the lambda-weighted mixture of the n-step returns.
+
+    Args:
+        gamma: the discount.
+        lmbda: lambda, in ``[0, 1]``.
+        value_network: writes ``"state_value"`` (or ``None`` when the values are given).
+        average_rewards: standardize the rewards first.
+        differentiable: keep the graph through the value network.
+        vectorized: solve the recursion with O(log T) batched ops (for GPUs) instead of the
+            C++/loop path.
+        skip_existing: reuse values already present.
+        device: unused.
+        time_dim: the time dim among the batch dims (default: the last).
+        shifted: see :class:`ValueEstimatorBase`.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict({"state_value": torch.zeros(1, 2, 1), "next": {
+        ...     "state_value": torch.full((1, 2, 1), 2.0), "reward": torch.ones(1, 2, 1),
+        ...     "done": torch.zeros(1, 2, 1, dtype=torch.bool),
+        ...     "terminated": torch.zeros(1, 2, 1, dtype=torch.bool)}}, batch_size=[1, 2])
+        >>> TDLambdaEstimator(gamma=0.5, lmbda=0.5)(td)["value_target"].squeeze(-1)
+        tensor([[2., 2.]])
+    """
+
+    def __init__(
+        self,
+        *,
+        gamma: float | Tensor,
+        lmbda: float | Tensor,
+        value_network: TensorDictModuleBase | None = None,
+        average_rewards: bool = False,
+        differentiable: bool = False,
+        vectorized: bool = False,
+        skip_existing: bool | None = None,
+        device: torch.device | str | None = None,
+        time_dim: int | None = None,
+        shifted: bool = False,
+    ) -> None:
+        super().__init__(
+            gamma=gamma,
+            value_network=value_network,
+            shifted=shifted,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            device=device,
+            time_dim=time_dim,
+        )
+        self.lmbda = lmbda
+        self.average_rewards = average_rewards
+        self.vectorized = vectorized
+
+    def _estimate(
+        self, td: TensorDictBase, value: Tensor, next_value: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        reward, done, terminated = self._reward_done(td)
+        reward = _maybe_standardize(reward, self.average_rewards)
+        fn = vf.vec_td_lambda_return_estimate if self.vectorized else vf.td_lambda_return_estimate
+        target = fn(
+            self._gamma(td, reward),
+            self.lmbda,
+            next_value,
+            reward,
+            done,
+            terminated,
+            time_dim=self._tensor_time_dim(td, reward),
+        )
+        return target - value, target
+
+
+class GAE(ValueEstimatorBase):
+    """Generalized advantage estimation (Schulman et al., 2016).
+
+    Args:
+        gamma: the discount.
+        lmbda: GAE's lambda, in ``[0, 1]``.
+        value_network: writes ``"state_value"`` (or ``None`` when the values are given).
+        average_gae: standardize the advantage (zero mean, unit standard deviation).
+        differentiable: keep the graph through the value network.
+        vectorized: use the O(log T) blocked solver (for GPUs) instead of the C++/loop path.
+        skip_existing: reuse values already present.
+        device: unused.
+        time_dim: the time dim among the batch dims (default: the last).
+        shifted: see :class:`ValueEstimatorBase`.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import ValueOperator
+        >>> critic = ValueOperator(nn.Linear(3, 1))
+        >>> td = TensorDict({"observation": torch.randn(4, 10, 3), "next": {
+        ...     "observation": torch.randn(4, 10, 3), "reward": torch.randn(4, 10, 1),
+        ...     "done": torch.zeros(4, 10, 1, dtype=torch.bool),
+        ...     "terminated": torch.zeros(4, 10, 1, dtype=torch.bool)}}, batch_size=[4, 10])
+        >>> td = GAE(gamma=0.99, lmbda=0.95, value_network=critic)(td)
+        >>> td["advantage"].shape, td["value_target"].shape
+        (torch.Size([4, 10, 1]), torch.Size([4, 10, 1]))
+    """
+
+    def __init__(
+        self,
+        *,
+        gamma: float | Tensor,
+        lmbda: float | Tensor,
+        value_network: TensorDictModuleBase | None = None,
+        average_gae: bool = False,
+        differentiable: bool = False,
+        vectorized: bool = False,
+        skip_existing: bool | None = None,
+        device: torch.device | str | None = None,
+        time_dim: int | None = None,
+        shifted: bool = False,
+    ) -> None:
+        super().__init__(
+            gamma=gamma,
+            value_network=value_network,
+            shifted=shifted,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            device=device,
+            time_dim=time_dim,
+        )
+        self.lmbda = lmbda
+        self.average_gae = average_gae
+        self.vectorized = vectorized
+
+    def _estimate(
+        self, td: TensorDictBase, value: Tensor, next_value: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        reward, done, terminated = self._reward_done(td)
+        fn = (
+            vf.vec_generalized_advantage_estimate
+            if self.vectorized
+            else vf.generalized_advantage_estimate
+        )
+        adv, target = fn(
+            self._gamma(td, reward),
+            self.lmbda,
+            value,
+            next_value,
+            reward,
+            done,
+            terminated,
+            time_dim=self._tensor_time_dim(td, reward),
+        )
+        if self.average_gae:
+            adv = _maybe_standardize(adv, True)
+        return adv, target
+
+    def _return_estimate(
+        self, td: TensorDictBase, value: Tensor | None, next_value: Tensor
+    ) -> Tensor:
+        if value is None:
+            value = self._get(td, self.tensor_keys.value, "value")
+        return self._estimate(td, value, next_value)[1]
+
+    def value_estimate(
+        self,
+        tensordict: TensorDictBase,
+        target_params: TensorDictBase | None = None,
+        next_value: Tensor | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
+        """Returns the GAE value target ``advantage + V(s_t)``.
+
+        Args:
+            tensordict: data as in :meth:`forward`.
+            target_params: parameters for ``V(s_{t+1})``.
+            next_value: ``V(s_{t+1})`` when already known (``V(s_t)`` is then read or computed).
+            **kwargs: unused.
+
+        Returns:
+            The value target, shaped like the reward.
+        """
+        with self._grad_context():
+            value, computed_next = self._call_value_network(tensordict, None, target_params)
+            if next_value is None:
+                next_value = computed_next
+            return self._estimate(tensordict, value, next_value)[1]
+
+
+class VTrace(ValueEstimatorBase):
+    """V-trace off-policy targets and advantages (Espeholt et al., 2018).
+
+    The behaviour policy's log-probabilities are read at ``"sample_log_prob"``; the learned
+    policy's are computed with ``actor_network`` on the stored actions.
+
+    Args:
+        gamma: the discount.
+        actor_network: a probabilistic actor (``get_dist(td)``) for the learned policy.
+        value_network: writes ``"state_value"`` (or ``None`` when the values are given).
+        rho_thresh: clip of the importance weights in the TD errors.
+        c_thresh: clip of the importance weights in the trace.
+        average_adv: standardize the advantage.
+        differentiable: keep the graph through the value network.
+        skip_existing: reuse values already present.
+        device: unused.
+        time_dim: the time dim among the batch dims (default: the last).
+        shifted: see :class:`ValueEstimatorBase`.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules import ProbabilisticActor, OneHotCategorical
+        >>> actor = ProbabilisticActor(TensorDictModule(nn.Linear(3, 2), ["observation"],
+        ...     ["logits"]), in_keys=["logits"], distribution_class=OneHotCategorical)
+        >>> td = TensorDict({"observation": torch.randn(1, 5, 3),
+        ...     "action": torch.nn.functional.one_hot(torch.randint(2, (1, 5)), 2),
+        ...     "sample_log_prob": torch.full((1, 5), -0.7), "state_value": torch.zeros(1, 5, 1),
+        ...     "next": {"state_value": torch.zeros(1, 5, 1), "reward": torch.ones(1, 5, 1),
+        ...     "done": torch.zeros(1, 5, 1, dtype=torch.bool),
+        ...     "terminated": torch.zeros(1, 5, 1, dtype=torch.bool)}}, batch_size=[1, 5])
+        >>> VTrace(gamma=0.9, actor_network=actor)(td)["advantage"].shape
+        torch.Size([1, 5, 1])
+    """
+
+    def __init__(
+        self,
+        *,
+        gamma: float | Tensor,
+        actor_network: TensorDictModuleBase,
+        value_network: TensorDictModuleBase | None = None,
+        rho_thresh: float | Tensor = 1.0,
+        c_thresh: float | Tensor = 1.0,
+        average_adv: bool = False,
+        differentiable: bool = False,
+        skip_existing: bool | None = None,
+        device: torch.device | str | None = None,
+        time_dim: int | None = None,
+        shifted: bool = False,
+    ) -> None:
+        super().__init__(
+            gamma=gamma,
+            value_network=value_network,
+            shifted=shifted,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            device=device,
+            time_dim=time_dim,
+        )
+        if not hasattr(actor_network, "get_dist"):
+            raise TypeError(
+                "VTrace: actor_network must be a probabilistic actor with get_dist(), got "
+                f"{type(actor_network).__name__}"
+            )
+        self.actor_network = actor_network
+        self.rho_thresh = rho_thresh
+        self.c_thresh = c_thresh
+        self.average_adv = average_adv
+        self._action_keys = list(getattr(actor_network, "dist_sample_keys", None) or ["action"])
+
+    def _estimate(
+        self, td: TensorDictBase, value: Tensor, next_value: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        reward, done, terminated = self._reward_done(td)
+        log_mu = self._get(td, self.tensor_keys.sample_log_prob, "behaviour log-probability")
+        with torch.no_grad():
+            dist = self.actor_network.get_dist(td.copy())
+            log_pi = dist.log_prob(td.get(self._action_keys[0]))
+        log_mu = log_mu.reshape(reward.shape)
+        log_pi = log_pi.reshape(reward.shape)
+        adv, target = vf.vtrace_advantage_estimate(
+            self._gamma(td, reward),
+            log_pi,
+            log_mu,
+            value,
+            next_value,
+            reward,
+            done,
+            terminated,
+            rho_thresh=self.rho_thresh,
+            c_thresh=self.c_thresh,
+            time_dim=self._tensor_time_dim(td, reward),
+        )
+        if self.average_adv:
+            adv = _maybe_standardize(adv, True)
+        return adv, target
+
+    def _return_estimate(
+        self, td: TensorDictBase, value: Tensor | None, next_value: Tensor
+    ) -> Tensor:
+        if value is None:
+            value = self._get(td, self.tensor_keys.value, "value")
+        return self._estimate(td, value, next_value)[1]
+
+
+def _maybe_standardize(x: Tensor, enabled: bool) -> Tensor:
+    """``(x - mean) / std`` over all elements (std floored at 1e-6) when ``enabled``."""
+    if not enabled or x.numel() < 2:
+        return x
+    return (x - x.mean()) / x.std().clamp_min(1e-6)
