@@ -1,5 +1,6 @@
 """Data: tensor specs, replay buffers, and offline datasets."""
 
+from torchrl.data.postprocs import MultiStep  # noqa: F401
 from torchrl.data.replay_buffers import (  # noqa: F401
     LazyMemmapStorage,
     LazyTensorStorage,

@@ -1,0 +1,33 @@
+"""Data collectors: iterators of TensorDict batches collected by running a policy in envs.
+
+``SyncDataCollector`` steps its env in the calling process; ``MultiSyncDataCollector`` and
+``MultiaSyncDataCollector`` run one collector per worker process and move the data through
+shared memory. ``Collector``, ``MultiSyncCollector`` and ``MultiAsyncCollector`` are the same
+classes under TorchRL's current names.
+"""
+
+from torchrl.collectors._base import DataCollectorBase
+from torchrl.collectors._worker import RemoteTraceback
+from torchrl.collectors.multi import MultiaSyncDataCollector, MultiSyncDataCollector, WorkerError
+from torchrl.collectors.sync import SyncDataCollector
+from torchrl.collectors.utils import split_trajectories
+from torchrl.envs.utils import RandomPolicy
+
+#: TorchRL's current names for the same classes (equal, no warning).
+Collector = SyncDataCollector
+MultiSyncCollector = MultiSyncDataCollector
+MultiAsyncCollector = MultiaSyncDataCollector
+
+__all__ = [
+    "Collector",
+    "DataCollectorBase",
+    "MultiAsyncCollector",
+    "MultiSyncCollector",
+    "MultiSyncDataCollector",
+    "MultiaSyncDataCollector",
+    "RandomPolicy",
+    "RemoteTraceback",
+    "SyncDataCollector",
+    "WorkerError",
+    "split_trajectories",
+]

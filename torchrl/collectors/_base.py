@@ -1,0 +1,194 @@
+"""What every collector shares: iteration, background collection, context-manager use."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from torchrl._utils import logger, warn_once
+
+
+class DataCollectorBase:
+    """Base class of collectors: an iterable of TensorDict batches with a common life cycle.
+
+    Subclasses write :meth:`iterator`, :meth:`shutdown`, :meth:`set_seed`,
+    :meth:`update_policy_weights_`, :meth:`state_dict` and :meth:`load_state_dict`. This class
+    adds ``for batch in collector``, :meth:`next`, background collection into a replay buffer
+    (:meth:`start` / :meth:`async_shutdown`) and ``with collector: ...``.
+    """
+
+    frames_per_batch: int
+    total_frames: float
+    replay_buffer: Any
+
+    def _init_base(self) -> None:
+        self._closed = False
+        self._next_iter: Iterator[TensorDictBase | None] | None = None
+        self._bg_thread: threading.Thread | None = None
+        self._bg_stop = threading.Event()
+        self._bg_error: BaseException | None = None
+
+    # ------------------------------------------------------------------------------ iteration
+    def iterator(self) -> Iterator[TensorDictBase | None]:
+        """Yields batches until ``total_frames`` frames are collected."""
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[TensorDictBase | None]:
+        return self.iterator()
+
+    def next(self) -> TensorDictBase | None:
+        """Returns the next batch (``None`` when writing into a replay buffer).
+
+        Successive calls continue one iteration; once it is over, the next call starts another.
+        """
+        if self._next_iter is None:
+            self._next_iter = self.iterator()
+        try:
+            return next(self._next_iter)
+        except StopIteration:
+            self._next_iter = None
+            raise
+
+    # --------------------------------------------------------------------- background collection
+    def start(self) -> None:
+        """Collects in a background thread, writing every batch into ``replay_buffer``.
+
+        The thread runs until ``total_frames`` are collected or :meth:`async_shutdown` is
+        called. An exception in the thread is raised again by :meth:`async_shutdown`.
+        """
+        if getattr(self, "replay_buffer", None) is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.start() collects in the background into a replay "
+                "buffer: build the collector with replay_buffer=..."
+            )
+        if self._bg_thread is not None and self._bg_thread.is_alive():
+            raise RuntimeError(f"{type(self).__name__}.start(): already collecting")
+        self._bg_stop.clear()
+        self._bg_error = None
+        self._bg_thread = threading.Thread(
+            target=self._run_background, name=f"{type(self).__name__}-bg", daemon=True
+        )
+        self._bg_thread.start()
+
+    def _run_background(self) -> None:
+        try:
+            for _ in self.iterator():
+                if self._bg_stop.is_set():
+                    break
+        except BaseException as err:  # noqa: BLE001 - handed to the caller of async_shutdown
+            if self._bg_stop.is_set():
+                return  # interrupted by a shutdown: not a failure
+            self._bg_error = err
+            logger.error("background collection failed: %r", err)
+
+    def _stop_background(self, timeout: float | None) -> None:
+        """Asks the collecting thread to stop and waits for it (unless called from it)."""
+        self._bg_stop.set()
+        thread = self._bg_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            if thread.is_alive():
+                warn_once(f"{type(self).__name__}: the collecting thread did not stop in time")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} was shut down; build a new collector")
+
+    def _stop_requested(self) -> bool:
+        return self._bg_stop.is_set()
+
+    def async_shutdown(self, timeout: float | None = None, close_env: bool = True) -> None:
+        """Stops background collection (see :meth:`start`), then shuts the collector down.
+
+        Args:
+            timeout: seconds to wait for the thread to finish its current batch.
+            close_env: also close the envs (and workers). ``False`` keeps the collector usable.
+
+        Raises:
+            The exception that ended the background collection, if any.
+        """
+        self._stop_background(timeout)
+        self._bg_thread = None
+        if close_env:
+            self.shutdown()
+        else:
+            self._bg_stop.clear()  # the collector stays usable
+        error, self._bg_error = self._bg_error, None
+        if error is not None:
+            raise error
+
+    def is_running(self) -> bool:
+        """Whether background collection (see :meth:`start`) is under way."""
+        return self._bg_thread is not None and self._bg_thread.is_alive()
+
+    # ------------------------------------------------------------------------------- life cycle
+    def shutdown(self) -> None:
+        """Releases the envs (and worker processes); calling it again does nothing."""
+        raise NotImplementedError
+
+    def __enter__(self) -> DataCollectorBase:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    # ----------------------------------------------------------------------------- the abstract
+    def update_policy_weights_(self, policy_or_weights: Any = None) -> None:
+        """Makes the collecting policy use the current (or given) weights."""
+        raise NotImplementedError
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seeds the env(s); returns the next seed of the chain."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state of the envs, the policy and the frame counters."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Loads a :meth:`state_dict`."""
+        raise NotImplementedError
+
+
+def check_frames(
+    name: str, frames_per_batch: int, total_frames: int | float | None, unit: int
+) -> tuple[int, float]:
+    """Validates the frame counts; rounds them up to what a batch can hold.
+
+    Args:
+        name: the collector's class name, for messages.
+        frames_per_batch: frames requested per batch.
+        total_frames: frames in all (``-1`` or ``None``: no end).
+        unit: the frames one step adds (the number of envs stepped together).
+
+    Returns:
+        ``(frames_per_batch, total_frames)``: ``frames_per_batch`` rounded up to a multiple of
+        ``unit``, ``total_frames`` rounded up to a multiple of it (``inf`` for no end).
+    """
+    if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
+        raise ValueError(
+            f"{name}: frames_per_batch must be a positive int, got {frames_per_batch!r}"
+        )
+    if frames_per_batch % unit:
+        rounded = -(-frames_per_batch // unit) * unit
+        warn_once(
+            f"{name}: frames_per_batch={frames_per_batch} is not a multiple of the {unit} "
+            f"frames of one step; batches hold {rounded} frames instead"
+        )
+        frames_per_batch = rounded
+    if total_frames is None or total_frames == -1 or total_frames == math.inf:
+        return frames_per_batch, math.inf
+    if not isinstance(total_frames, int) or total_frames < 1:
+        raise ValueError(f"{name}: total_frames must be a positive int or -1, got {total_frames!r}")
+    if total_frames % frames_per_batch:
+        rounded = -(-total_frames // frames_per_batch) * frames_per_batch
+        warn_once(
+            f"{name}: total_frames={total_frames} is not a multiple of frames_per_batch="
+            f"{frames_per_batch}; {rounded} frames will be collected"
+        )
+        total_frames = rounded
+    return frames_per_batch, total_frames

@@ -1,0 +1,213 @@
+"""The worker process of the multi-process collectors, and how its failures reach the parent.
+
+A worker builds its env and a :class:`~torchrl.collectors.SyncDataCollector`, whose batch
+buffers live in shared memory. It sends each buffer to the parent once (the pickle carries a
+file descriptor, not the data); after that a batch is announced by a small message naming the
+buffer and how many steps it holds. The policy reads its weights from shared-memory tensors
+that the parent updates in place.
+
+Messages from the parent: ``("collect", None)`` (sync mode), ``("release", slot)`` (async
+mode: the parent is done reading a buffer), ``("seed", (seed, static))``, ``("state_dict",
+None)``, ``("load_state_dict", sd)``, ``("update", None)``, ``("reset", None)``, ``("close",
+None)``. Messages to the parent: ``("ready", info)``, ``("batch", (slot, steps, buffer or
+None))``, ``("reply", value)``, ``("error", (exception or None, traceback text))``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+import torch
+
+from torchrl.collectors._policy import bind_weights
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a worker process (chained as ``__cause__``)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text}"""'
+
+
+class SharedFlag:
+    """A stop flag in shared memory, read by workers at every step (a byte read, no syscall).
+
+    Passed as a collector's ``interruptor``: ``collection_stopped()`` is true while the parent
+    has the flag raised (to preempt stragglers of a sync batch, or to shut down).
+    """
+
+    def __init__(self) -> None:
+        self._tensor = torch.zeros(1, dtype=torch.uint8).share_memory_()
+        self._array: np.ndarray | None = None
+        self._array_pid = -1
+
+    def _view(self) -> np.ndarray:
+        if self._array is None or self._array_pid != os.getpid():
+            self._array = self._tensor.numpy()
+            self._array_pid = os.getpid()
+        return self._array
+
+    def set(self) -> None:
+        self._view()[0] = 1
+
+    def clear(self) -> None:
+        self._view()[0] = 0
+
+    def collection_stopped(self) -> bool:
+        return bool(self._view()[0])
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_tensor": self._tensor}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._tensor = state["_tensor"]
+        self._array = None
+        self._array_pid = -1
+
+
+def _send_error(conn: Connection, err: BaseException) -> None:
+    text = traceback.format_exc()
+    try:
+        payload = pickle.dumps(err)
+        pickle.loads(payload)
+    except Exception:  # noqa: BLE001 - an exception that does not pickle travels as text only
+        err = None  # type: ignore[assignment]
+    try:
+        conn.send(("error", (err, text)))
+    except (OSError, ValueError):
+        pass
+
+
+def worker_main(
+    conn: Connection,
+    index: int,
+    num_workers: int,
+    create_env_fn: Any,
+    create_env_kwargs: dict[str, Any] | None,
+    policy: Any,
+    weights: dict[str, torch.Tensor] | None,
+    collector_kwargs: dict[str, Any],
+    flag: SharedFlag,
+    num_threads: int,
+    num_slots: int,
+    sync: bool,
+    seed: int,
+) -> None:
+    """Runs one collector in a worker process until the parent says ``"close"``.
+
+    Args:
+        conn: the worker's end of the pipe to the parent.
+        index: the worker's index (its trajectory ids are ``k * num_workers + index``).
+        num_workers: how many workers the collector runs.
+        create_env_fn: an env or a callable returning one.
+        create_env_kwargs: keyword arguments for ``create_env_fn``.
+        policy: the policy (``None`` for random actions).
+        weights: shared-memory weights the policy reads (``None`` for a policy without any).
+        collector_kwargs: keyword arguments of the worker's ``SyncDataCollector``.
+        flag: the shared stop flag.
+        num_threads: torch threads in the worker.
+        num_slots: batch buffers (2 in async mode: one is filled while the parent reads one).
+        sync: wait for a ``"collect"`` message before each batch (else collect continuously).
+        seed: seeds the worker's torch generator (a forked worker would otherwise draw the
+            same random numbers as its siblings).
+    """
+    torch.set_num_threads(num_threads)
+    torch.manual_seed(seed)
+    from torchrl.collectors.sync import SyncDataCollector
+
+    collector = None
+    try:
+        if weights is not None:
+            bind_weights(policy, weights)
+        collector = SyncDataCollector(
+            create_env_fn, policy, create_env_kwargs=create_env_kwargs, **collector_kwargs
+        )
+        collector._traj_offset = index
+        collector._traj_stride = num_workers
+        collector._shared = True
+        collector._n_slots = num_slots
+        collector.interruptor = flag
+        conn.send(("ready", {"pid": os.getpid(), "batch_size": tuple(collector.env.batch_size)}))
+        _serve(conn, collector, policy, weights, num_slots, sync)
+    except (KeyboardInterrupt, BrokenPipeError, EOFError):
+        pass
+    except BaseException as err:  # noqa: BLE001 - every failure goes to the parent
+        _send_error(conn, err)
+    finally:
+        if collector is not None:
+            try:
+                collector.shutdown()
+            except Exception:  # noqa: BLE001 - the parent already knows, or is gone
+                pass
+        conn.close()
+
+
+def _serve(
+    conn: Connection,
+    collector: Any,
+    policy: Any,
+    weights: dict[str, torch.Tensor] | None,
+    num_slots: int,
+    sync: bool,
+) -> None:
+    sent: set[int] = set()
+    free = list(range(num_slots))
+    flag = collector.interruptor
+    while True:
+        # Async mode collects whenever a buffer is free and no message waits; otherwise (sync
+        # mode, every buffer in the parent's hands, or a raised stop flag) it blocks on the pipe.
+        if not sync and free and not flag.collection_stopped() and not conn.poll():
+            _collect(conn, collector, free.pop(0), sent)
+            continue
+        cmd, arg = conn.recv()
+        if cmd == "close":
+            return
+        if cmd == "collect":
+            _collect(conn, collector, 0, sent)
+        elif cmd == "release":
+            free.append(arg)
+        else:
+            conn.send(("reply", _command(collector, policy, weights, cmd, arg)))
+
+
+def _collect(conn: Connection, collector: Any, slot: int, sent: set[int]) -> None:
+    collector._slot = slot
+    batch = collector.rollout()
+    steps = batch.batch_size[collector._batch_dims] if batch.batch_dims else 0
+    buffer = None
+    if slot not in sent and collector._slots:
+        buffer = collector._slots[slot][0]
+        sent.add(slot)
+    collector.frames += batch.numel()
+    conn.send(("batch", (slot, steps, buffer)))
+
+
+def _command(collector: Any, policy: Any, weights: Any, cmd: str, arg: Any) -> Any:
+    if cmd == "seed":
+        seed, static = arg
+        # the policy's random draws follow the seed too, so that a seeded run repeats
+        torch.manual_seed(seed)
+        return collector.set_seed(seed, static_seed=static)
+    if cmd == "state_dict":
+        return collector.state_dict()
+    if cmd == "load_state_dict":
+        collector.load_state_dict(arg)
+        return None
+    if cmd == "update":
+        # Weights on another device than the shared ones are copies: refresh them.
+        if weights is not None:
+            bind_weights(policy, weights)
+        return None
+    if cmd == "reset":
+        collector.reset()
+        return None
+    raise ValueError(f"collector worker: unknown command {cmd!r}")

@@ -1,0 +1,664 @@
+"""``SyncDataCollector``: runs a policy in an env in the calling process, one batch at a time.
+
+The hot loop is: policy on the current input (in place), ``env.step_and_maybe_reset``, one
+``copy_`` per key into time slice ``t`` of a batch preallocated from the first transition, and
+the trajectory-id bookkeeping. Nothing else happens per step: no TensorDict is built by the
+collector, no spec is read, no check is made.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, cast
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from torchrl._keys import DONE, NEXT, TERMINATED, TRUNCATED
+from torchrl._utils import warn_once
+from torchrl.collectors._base import DataCollectorBase, check_frames
+from torchrl.collectors._buffer import TRAJ_KEY, StepWriter, allocate_batch
+from torchrl.collectors._policy import (
+    DevicePolicy,
+    copy_weights,
+    device_of,
+    named_weights,
+    random_policy,
+    wrap_policy,
+)
+from torchrl.collectors.utils import split_trajectories
+from torchrl.envs.common import EnvBase
+from torchrl.envs.utils import ExplorationType, RandomPolicy, set_exploration_type, step_mdp
+
+__all__ = ["SyncDataCollector", "make_env"]
+
+DeviceLike = torch.device | str | int | None
+
+
+def make_env(create_env_fn: Any, create_env_kwargs: dict[str, Any] | None, name: str) -> EnvBase:
+    """Returns the env given to a collector: an ``EnvBase``, or what a callable builds.
+
+    Args:
+        create_env_fn: an env, a callable returning one, or a one-element list of either.
+        create_env_kwargs: keyword arguments for the callable.
+        name: the collector's name, for messages.
+
+    Returns:
+        The env.
+    """
+    if isinstance(create_env_fn, Sequence) and not isinstance(create_env_fn, str):
+        if len(create_env_fn) != 1:
+            raise ValueError(
+                f"{name} runs one env; got {len(create_env_fn)} env constructors. Batch them "
+                "with SerialEnv/ParallelEnv, or use MultiSyncDataCollector"
+            )
+        create_env_fn = create_env_fn[0]
+    if isinstance(create_env_fn, EnvBase):
+        if create_env_kwargs:
+            raise ValueError(f"{name}: create_env_kwargs needs an env constructor, not an env")
+        env = create_env_fn
+    elif callable(create_env_fn):
+        env = create_env_fn(**(create_env_kwargs or {}))
+    else:
+        raise TypeError(
+            f"{name}: create_env_fn must be an EnvBase or a callable returning one, got "
+            f"{type(create_env_fn).__name__}"
+        )
+    if not isinstance(env, EnvBase):
+        raise TypeError(
+            f"{name}: the env constructor returned {type(env).__name__}, not an EnvBase"
+        )
+    return env
+
+
+class _Interrupted(Exception):
+    pass
+
+
+class SyncDataCollector(DataCollectorBase):
+    """Collects batches of ``frames_per_batch`` frames by running a policy in an env.
+
+    Batches have batch size ``[*env.batch_size, T]`` with ``T = frames_per_batch /
+    env.batch_size.numel()`` (``frames_per_batch`` is rounded up to a multiple of the number of
+    sub-envs, with a warning). Trajectories go on across batches, and ``("collector",
+    "traj_ids")`` numbers them uniquely. Steps run under ``torch.no_grad`` and the exploration
+    type. A batch is written in place into a buffer allocated from the first transition and
+    returned as a copy (``return_same_td=False``); keys that appear only later are not kept.
+
+    Args:
+        create_env_fn: an ``EnvBase`` or a callable returning one.
+        policy: a TensorDict module (or callable) writing the action; ``None`` draws uniform
+            random actions (:class:`~torchrl.envs.utils.RandomPolicy`). A plain ``nn.Module``
+            whose ``forward`` arguments are observation keys is wrapped to read and write them.
+        frames_per_batch: frames in each batch.
+        total_frames: frames in all; ``-1`` collects forever (rounded up to whole batches).
+        device: default for ``env_device``, ``policy_device`` and ``storing_device``.
+        storing_device: where batches are stored.
+        policy_device: where the policy runs (a copy of it when it lives elsewhere; see
+            :meth:`update_policy_weights_`).
+        env_device: where the env runs.
+        create_env_kwargs: keyword arguments for ``create_env_fn``.
+        max_frames_per_traj: truncate (and reset) trajectories after this many steps.
+        init_random_frames: collect this many first frames with random actions.
+        reset_at_each_iter: reset the env at the start of every batch.
+        postproc: applied to every batch (e.g. :class:`~torchrl.data.postprocs.MultiStep`).
+        split_trajs: return batches split into zero-padded trajectories (see
+            :func:`~torchrl.collectors.utils.split_trajectories`).
+        exploration_type: the exploration type of the policy calls (default ``RANDOM``).
+        return_same_td: return the internal buffer itself (overwritten by the next batch).
+        reset_when_done: reset sub-envs that are done (``False`` leaves that to the env).
+        interruptor: an object whose ``collection_stopped()`` ends a batch early when true.
+        set_truncated: mark the last step of every batch truncated (and reset the env after).
+        use_buffers: write into a preallocated batch (default); ``False`` stacks the steps,
+            which handles data whose keys or shapes vary.
+        replay_buffer: extend this buffer with every batch; the iterator then yields ``None``.
+        trust_policy: use the policy as given, without wrapping it.
+        extend_buffer: kept for TorchRL compatibility; batches are always written whole.
+
+    Examples:
+        >>> from torchrl.collectors import SyncDataCollector
+        >>> from torchrl.envs import GymEnv
+        >>> env = GymEnv("Pendulum-v1")
+        >>> _ = env.set_seed(0)
+        >>> collector = SyncDataCollector(env, None, frames_per_batch=50, total_frames=200)
+        >>> for batch in collector:
+        ...     pass
+        >>> batch.batch_size, collector.frames
+        (torch.Size([50]), 200)
+        >>> batch["collector", "traj_ids"].unique().numel()
+        1
+        >>> collector.shutdown()
+    """
+
+    def __init__(
+        self,
+        create_env_fn: EnvBase | Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]],
+        policy: Callable[[TensorDictBase], TensorDictBase | None] | None = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int | None = -1,
+        device: DeviceLike = None,
+        storing_device: DeviceLike = None,
+        policy_device: DeviceLike = None,
+        env_device: DeviceLike = None,
+        create_env_kwargs: dict[str, Any] | None = None,
+        max_frames_per_traj: int | None = None,
+        init_random_frames: int | None = None,
+        reset_at_each_iter: bool = False,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        split_trajs: bool | None = None,
+        exploration_type: ExplorationType = ExplorationType.RANDOM,
+        return_same_td: bool = False,
+        reset_when_done: bool = True,
+        interruptor: Any = None,
+        set_truncated: bool = False,
+        use_buffers: bool | None = None,
+        replay_buffer: Any = None,
+        trust_policy: bool | None = None,
+        extend_buffer: bool = True,
+    ) -> None:
+        self._init_base()
+        name = type(self).__name__
+        env = make_env(create_env_fn, create_env_kwargs, name)
+        device = torch.device(device) if device is not None else None
+        env_device = torch.device(env_device) if env_device is not None else device
+        if env_device is not None and env.device != env_device:
+            env = env.to(env_device)
+        self.env = env
+        self.env_device = env.device
+        self.storing_device = torch.device(storing_device) if storing_device is not None else device
+        self.n_env = int(env.batch_size.numel())
+        self.frames_per_batch, self.total_frames = check_frames(
+            name, frames_per_batch, total_frames, self.n_env
+        )
+        self._steps = self.frames_per_batch // self.n_env
+        if max_frames_per_traj is not None and max_frames_per_traj < 1:
+            raise ValueError(f"{name}: max_frames_per_traj must be >= 1, got {max_frames_per_traj}")
+        if replay_buffer is not None and split_trajs:
+            raise ValueError(f"{name}: split_trajs cannot be used with a replay_buffer")
+        self.max_frames_per_traj = max_frames_per_traj
+        self.init_random_frames = int(init_random_frames or 0)
+        self.reset_at_each_iter = bool(reset_at_each_iter)
+        self.postproc = postproc
+        self.split_trajs = bool(split_trajs)
+        self.exploration_type = exploration_type
+        self.return_same_td = bool(return_same_td)
+        self.reset_when_done = bool(reset_when_done)
+        self.interruptor = interruptor
+        self.set_truncated = bool(set_truncated)
+        self.use_buffers = True if use_buffers is None else bool(use_buffers)
+        self.replay_buffer = replay_buffer
+        self.extend_buffer = extend_buffer
+
+        # The policy: the user's object, and what the loop calls (a copy on policy_device).
+        policy = wrap_policy(policy, env, bool(trust_policy))
+        pdev = torch.device(policy_device) if policy_device is not None else device
+        current = device_of(policy)
+        # The policy the user holds, when the collector runs a copy of it on policy_device.
+        self._policy_source: nn.Module | None = None
+        if pdev is not None and current is not None and current != pdev:
+            self._policy_source = cast(nn.Module, policy)
+            policy = copy.deepcopy(self._policy_source).to(pdev)
+        self.policy = policy
+        self.policy_device = pdev if pdev is not None else current
+        call = policy
+        env_dev = self.env_device or torch.device("cpu")
+        if self.policy_device is not None and self.policy_device != env_dev:
+            call = DevicePolicy(policy, self.policy_device, env_dev)
+        self._policy_call = call
+        self._random_call = random_policy(env)
+        self._uses_random_policy = isinstance(policy, RandomPolicy)
+
+        self._step_fn = env.step_and_maybe_reset if self.reset_when_done else self._step_no_reset
+        self._carrier: TensorDictBase | None = None
+        self._needs_reset = True
+        batch = env.batch_size
+        self._batch_dims = len(batch)
+        self._traj_ids = torch.zeros(batch, dtype=torch.int64, device=self.storing_device)
+        self._pending_start = torch.ones(batch, dtype=torch.bool, device=self.storing_device)
+        self._traj_counter = 0
+        # Multi-process collectors interleave the ids of their workers (id * stride + offset).
+        self._traj_offset = 0
+        self._traj_stride = 1
+        self._step_count = (
+            torch.zeros(batch, dtype=torch.int64) if max_frames_per_traj is not None else None
+        )
+        self._shared = False
+        self._slots: list[tuple[TensorDictBase, StepWriter, StepWriter]] = []
+        self._slot = 0
+        self._n_slots = 1
+        self._policy_only: list[tuple[str, ...]] = []
+        self._zeroed_for_random = False
+        self.frames = 0
+        self._iter = 0
+
+    # ------------------------------------------------------------------------------ iteration
+    def iterator(self) -> Iterator[TensorDictBase | None]:
+        """Yields batches until ``total_frames`` frames are collected.
+
+        Yields:
+            A TensorDict of batch ``[*env.batch_size, T]`` (post-processed / split when asked),
+            or ``None`` when the collector writes into a ``replay_buffer``.
+        """
+        self._check_open()
+        while self.frames < self.total_frames:
+            self._check_open()
+            if self._stop_requested():
+                return
+            batch = self.rollout()
+            self.frames += batch.numel()
+            self._iter += 1
+            yield self._deliver(batch)
+
+    def _deliver(self, batch: TensorDictBase) -> TensorDictBase | None:
+        if self.replay_buffer is not None:
+            if self.postproc is not None:
+                batch = self.postproc(batch)
+            extend_replay_buffer(self.replay_buffer, batch)
+            return None
+        out = batch if self.return_same_td else batch.clone()
+        if self.split_trajs:
+            out = split_trajectories(out)
+        if self.postproc is not None:
+            out = self.postproc(out)
+        return out
+
+    def rollout(self) -> TensorDictBase:
+        """Collects one batch of ``frames_per_batch`` frames.
+
+        Returns:
+            The batch, ``[*env.batch_size, T]``: with buffers, the collector's own buffer
+            (overwritten by the next call), neither post-processed nor split.
+
+        Examples:
+            >>> from torchrl.collectors import SyncDataCollector
+            >>> from torchrl.envs import PendulumEnv
+            >>> collector = SyncDataCollector(PendulumEnv(batch_size=[2]), frames_per_batch=8)
+            >>> collector.rollout().batch_size
+            torch.Size([2, 4])
+        """
+        self._check_open()
+        random = (not self._uses_random_policy) and self.frames < self.init_random_frames
+        policy = self._random_call if random else self._policy_call
+        if self._needs_reset or self.reset_at_each_iter or self._carrier is None:
+            self._reset_all()
+        with torch.no_grad(), set_exploration_type(self.exploration_type, thread_local=True):
+            if self.use_buffers:
+                steps = self._rollout_buffered(policy, random)
+                batch = self._slots[self._slot][0]
+            else:
+                batch = self._rollout_stacked(policy)
+                steps = batch.batch_size[self._batch_dims]
+        if steps < self._steps:
+            batch = batch[(slice(None),) * self._batch_dims + (slice(0, steps),)]
+        if steps:
+            if self.set_truncated:
+                self._truncate_last(batch, steps)
+            self._assign_traj_ids(batch)
+        return batch
+
+    # ---------------------------------------------------------------------------- the hot loop
+    def _rollout_buffered(self, policy: Callable, random: bool) -> int:
+        td = self._carrier
+        assert td is not None
+        step = self._step_fn
+        stop = self.interruptor
+        start = 0
+        if not self._slots:
+            td = self._first_step(td, policy, random)
+            start = 1
+        batch, writer, writer_random = self._slots[self._slot]
+        if random:
+            if self._policy_only and not self._zeroed_for_random:
+                for path in self._policy_only:
+                    batch.get(path).zero_()
+                self._zeroed_for_random = True
+            writer = writer_random
+        write = writer.write
+        limit = self._count_step if self._step_count is not None else None
+        steps = self._steps
+        # The loop does the policy call, the env step and one copy per key: trajectory ids are
+        # derived from the done flags once per batch (see _assign_traj_ids).
+        for t in range(start, steps):
+            if stop is not None and stop.collection_stopped():
+                steps = t
+                break
+            out = policy(td)
+            if out is not None:
+                td = out
+            transition, td = step(td)
+            write(transition, t)
+            if limit is not None:
+                td = limit(td, [views[t] for views in writer.done], writer, t, None)
+        self._carrier = td
+        return steps
+
+    def _first_step(self, td: TensorDictBase, policy: Callable, random: bool) -> TensorDictBase:
+        probe = td.clone() if random else None
+        out = policy(td)
+        if out is not None:
+            td = out
+        transition, td_next = self._step_fn(td)
+        extra: dict[tuple[str, ...], torch.Tensor] = {}
+        if probe is not None:
+            # Random actions do not produce the policy's other outputs (log-probs, ...): run the
+            # policy once aside, without touching the global RNG, to allocate them too.
+            with torch.random.fork_rng(devices=[]):
+                out = self._policy_call(probe)
+            probe = probe if out is None else out
+            have = set(_paths(transition))
+            extra = {p: probe.get(p) for p in _paths(probe) if p not in have}
+            self._policy_only = list(extra)
+        self._allocate(transition, extra)
+        _, writer, writer_random = self._slots[self._slot]
+        writer = writer_random if random else writer
+        writer.write(transition, 0)
+        if self._step_count is not None:
+            td_next = self._count_step(td_next, [v[0] for v in writer.done], writer, 0, None)
+        return td_next
+
+    def _allocate(
+        self, transition: TensorDictBase, extra: dict[tuple[str, ...], torch.Tensor]
+    ) -> None:
+        for _ in range(self._n_slots):
+            batch, skipped = allocate_batch(
+                transition,
+                self.env.batch_size,
+                self._steps,
+                self.storing_device,
+                extra,
+                shared=self._shared,
+            )
+            if skipped:
+                warn_once(
+                    f"{type(self).__name__}: non-tensor entries {skipped} are not collected with "
+                    "use_buffers=True; pass use_buffers=False to keep them"
+                )
+            writer = StepWriter(batch, self._batch_dims)
+            writer_random = StepWriter(batch, self._batch_dims, skip=self._policy_only)
+            self._slots.append((batch, writer, writer_random))
+
+    def _assign_traj_ids(self, batch: TensorDictBase) -> None:
+        """Writes ``("collector", "traj_ids")`` for a batch, from its done flags.
+
+        A trajectory starts at the first step of the collector, after every done step, and
+        after a reset between batches. New ids are handed out in time order, then sub-env
+        order, from a counter (``id * stride + offset`` in multi-process workers); steps before
+        the first start of a row continue the row's trajectory from the previous batch.
+        """
+        nb = self._batch_dims
+        ends = None
+        for key in batch.get(NEXT).keys(True, True):
+            key_t = _as_tuple(key)
+            if key_t[-1] == DONE:
+                flag = batch.get((NEXT, *key_t))
+                flag = flag.reshape(*flag.shape[: nb + 1], -1).any(-1)
+                ends = flag if ends is None else ends | flag
+        steps = batch.batch_size[nb]
+        if ends is None:
+            ends = torch.zeros(batch.batch_size[: nb + 1], dtype=torch.bool)
+        ends = ends.to(self._traj_ids.device)
+        starts = torch.empty_like(ends)
+        starts[..., 0] = self._pending_start
+        starts[..., 1:] = ends[..., :-1]
+        time_major = starts.reshape(-1, steps).t()  # [T, n_env]: the order ids are handed out
+        rank = time_major.reshape(-1).cumsum(0).reshape(steps, -1) - 1
+        last = torch.where(time_major, rank, -1).cummax(0).values
+        fresh = (self._traj_counter + last) * self._traj_stride + self._traj_offset
+        ids = torch.where(last >= 0, fresh, self._traj_ids.reshape(1, -1))
+        self._traj_counter += int(time_major.sum())
+        ids = ids.t().reshape(batch.batch_size[: nb + 1])
+        current = batch.get(TRAJ_KEY, None)
+        if current is None or current.shape != ids.shape:
+            batch.set(TRAJ_KEY, ids)
+        else:
+            current.copy_(ids)
+        self._traj_ids.copy_(ids[..., -1])
+        self._pending_start = ends[..., -1].clone()
+
+    def _count_step(
+        self,
+        td: TensorDictBase,
+        done_flags: list[torch.Tensor],
+        writer: StepWriter | None,
+        t: int,
+        transition: TensorDictBase | None,
+    ) -> TensorDictBase:
+        """Counts the steps of each trajectory; truncates those reaching max_frames_per_traj."""
+        count = self._step_count
+        assert count is not None
+        count += 1
+        ended = self._episode_ends(done_flags)
+        if ended is not None:
+            count.masked_fill_(ended.to(count.device), 0)
+        hit = count >= self.max_frames_per_traj  # type: ignore[operator]
+        if bool(hit.any()):
+            td = self._truncate(td, hit, writer, t, transition)
+            count.masked_fill_(hit, 0)
+        return td
+
+    def _episode_ends(self, flags: list[torch.Tensor]) -> torch.Tensor | None:
+        ended = None
+        for flag in flags:
+            if flag.any():
+                per_env = flag.reshape(*flag.shape[: self._batch_dims], -1).any(-1)
+                ended = per_env if ended is None else ended | per_env
+        return ended
+
+    def _truncate(
+        self,
+        td: TensorDictBase,
+        hit: torch.Tensor,
+        writer: StepWriter | None,
+        t: int,
+        transition: TensorDictBase | None,
+    ) -> TensorDictBase:
+        """Marks the sub-envs in ``hit`` truncated at step ``t`` and resets them."""
+        nb = self._batch_dims
+        if writer is not None:
+            for views in (*writer.truncated, *writer.done):
+                flag = views[t]
+                flag |= _expand_mask(hit, flag, nb).to(flag.device)
+        elif transition is not None:
+            for key in transition.get(NEXT).keys(True, True):
+                key_t = _as_tuple(key)
+                if key_t[-1] in (TRUNCATED, DONE):
+                    flag = transition.get((NEXT, *key_t))
+                    transition.set((NEXT, *key_t), flag | _expand_mask(hit, flag, nb))
+        for key in self.env.reset_keys:
+            prefix = key[:-1] if isinstance(key, tuple) else ()
+            done = td.get((*prefix, DONE), None)
+            shape = done.shape if done is not None else (*self.env.batch_size, 1)
+            mask = hit.reshape(*hit.shape, *([1] * (len(shape) - nb))).expand(shape)
+            td.set(key, mask.to(self.env_device) if self.env_device is not None else mask)
+        return self.env.reset(td)
+
+    def _truncate_last(self, batch: TensorDictBase, steps: int) -> None:
+        index = (slice(None),) * self._batch_dims + (steps - 1,)
+        last = batch[index]
+        for key in last.get(NEXT).keys(True, True):
+            key_t = _as_tuple(key)
+            if key_t[-1] == TRUNCATED:
+                term = last.get((NEXT, *key_t[:-1], TERMINATED), None)
+                value = ~term if term is not None else torch.ones_like(last.get((NEXT, *key_t)))
+                batch.get((NEXT, *key_t))[index] |= value
+            elif key_t[-1] == DONE:
+                batch.get((NEXT, *key_t))[index] = True
+        self._needs_reset = True
+
+    def _rollout_stacked(self, policy: Callable) -> TensorDictBase:
+        td = self._carrier
+        assert td is not None
+        step = self._step_fn
+        stop = self.interruptor
+        done_keys = [(NEXT, *_as_tuple(k)) for k in self.env.done_keys if _as_tuple(k)[-1] == DONE]
+        tds = []
+        for t in range(self._steps):
+            if stop is not None and stop.collection_stopped():
+                break
+            out = policy(td)
+            if out is not None:
+                td = out
+            transition, td = step(td)
+            tds.append(transition)
+            if self._step_count is not None:
+                flags = [transition.get(k) for k in done_keys]
+                td = self._count_step(td, flags, None, t, transition)
+        self._carrier = td
+        if not tds:
+            raise RuntimeError(f"{type(self).__name__}: the batch was interrupted before any step")
+        out = cast(TensorDictBase, torch.stack(cast(Any, tds), dim=self._batch_dims))
+        if self.storing_device is not None:
+            out = out.to(self.storing_device)
+        return out
+
+    def _step_no_reset(self, td: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        td = self.env.step(td)
+        return td, step_mdp(
+            td,
+            reward_keys=self.env.reward_keys,
+            done_keys=self.env.done_keys,
+            action_keys=self.env.action_keys,
+        )
+
+    def _reset_all(self) -> None:
+        self._carrier = self.env.reset()
+        self._pending_start.fill_(True)
+        if self._step_count is not None:
+            self._step_count.zero_()
+        self._needs_reset = False
+
+    # -------------------------------------------------------------------------------- controls
+    def reset(self, index: Any = None) -> None:
+        """Resets the env; the next batch starts new trajectories.
+
+        Args:
+            index: which sub-envs of a batched env to reset (all when ``None``).
+        """
+        if index is None or self._carrier is None:
+            self._needs_reset = True
+            return
+        mask = torch.zeros(self.env.batch_size, dtype=torch.bool)
+        mask[index] = True
+        td = self._carrier
+        for key in self.env.reset_keys:
+            td.set(key, mask.unsqueeze(-1))
+        self._carrier = self.env.reset(td)
+        self._pending_start |= mask.to(self._pending_start.device)
+        if self._step_count is not None:
+            self._step_count.masked_fill_(mask, 0)
+
+    def update_policy_weights_(self, policy_or_weights: Any = None) -> None:
+        """Makes the collecting policy use new weights.
+
+        Without an argument, copies the weights of the policy given at construction into the
+        copy the collector runs (when it runs one on another device; else nothing to do).
+
+        Args:
+            policy_or_weights: a module, a state dict or a TensorDict of weights to load.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict.nn import TensorDictModule
+            >>> from torchrl.collectors import SyncDataCollector
+            >>> from torchrl.envs import PendulumEnv
+            >>> policy = TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["action"])
+            >>> collector = SyncDataCollector(PendulumEnv(), policy, frames_per_batch=4)
+            >>> collector.update_policy_weights_({"module.bias": torch.ones(1)})
+            >>> policy.module.bias
+            Parameter containing:
+            tensor([1.], requires_grad=True)
+        """
+        if not isinstance(self.policy, nn.Module):
+            return
+        dest = named_weights(self.policy)
+        if policy_or_weights is None:
+            if self._policy_source is None:
+                return  # the collector runs the user's policy itself
+            policy_or_weights = self._policy_source
+        copy_weights(dest, policy_or_weights)
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seeds the env; returns the seed for the next env of a chain.
+
+        Args:
+            seed: the seed.
+            static_seed: return ``seed`` itself.
+
+        Returns:
+            The next seed (see :meth:`torchrl.envs.EnvBase.set_seed`).
+        """
+        out = self.env.set_seed(seed, static_seed=static_seed)
+        self._needs_reset = True
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The env's and the policy's state dicts and the frame counters.
+
+        Returns:
+            ``{"env_state_dict", "policy_state_dict", "frames", "iter", "traj_counter"}``.
+        """
+        return {
+            "env_state_dict": self.env.state_dict(),
+            "policy_state_dict": self.policy.state_dict()
+            if isinstance(self.policy, nn.Module)
+            else {},
+            "frames": self.frames,
+            "iter": self._iter,
+            "traj_counter": self._traj_counter,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Loads a :meth:`state_dict`.
+
+        Args:
+            state_dict: what :meth:`state_dict` returned.
+        """
+        if state_dict.get("env_state_dict"):
+            self.env.load_state_dict(state_dict["env_state_dict"])
+        if state_dict.get("policy_state_dict") and isinstance(self.policy, nn.Module):
+            self.policy.load_state_dict(state_dict["policy_state_dict"])
+        self.frames = int(state_dict.get("frames", 0))
+        self._iter = int(state_dict.get("iter", 0))
+        self._traj_counter = int(state_dict.get("traj_counter", self._traj_counter))
+
+    def shutdown(self) -> None:
+        """Closes the env; calling it again does nothing."""
+        if self._closed:
+            return
+        # a batch in progress in the background thread finishes before the env closes
+        self._stop_background(None)
+        self._closed = True
+        if not self.env.is_closed:
+            self.env.close()
+        self._slots = []
+        self._carrier = None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(env={type(self.env).__name__}, frames_per_batch="
+            f"{self.frames_per_batch}, total_frames={self.total_frames}, frames={self.frames})"
+        )
+
+
+def extend_replay_buffer(replay_buffer: Any, batch: TensorDictBase) -> None:
+    """Writes a ``[*B, T]`` batch into a replay buffer, flattened unless its storage is N-d."""
+    storage = getattr(replay_buffer, "storage", None)
+    ndim = getattr(storage, "ndim", 1)
+    if ndim == 1 and batch.batch_dims > 1:
+        batch = batch.reshape(-1)
+    replay_buffer.extend(batch)
+
+
+def _as_tuple(key: Any) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def _paths(td: TensorDictBase) -> list[tuple[str, ...]]:
+    return [_as_tuple(k) for k in td.keys(True, True)]
+
+
+def _expand_mask(mask: torch.Tensor, like: torch.Tensor, batch_dims: int) -> torch.Tensor:
+    return mask.reshape(*mask.shape, *([1] * (like.ndim - batch_dims))).expand_as(like)
