@@ -1,0 +1,23 @@
+"""Recording: the experiment loggers (from :mod:`torchrl.trainers.loggers`) and ``VideoRecorder``."""
+
+from torchrl.record.loggers import (
+    CSVLogger,
+    Logger,
+    MLFlowLogger,
+    TensorboardLogger,
+    WandbLogger,
+    generate_exp_name,
+    get_logger,
+)
+from torchrl.record.recorder import VideoRecorder
+
+__all__ = [
+    "CSVLogger",
+    "Logger",
+    "MLFlowLogger",
+    "TensorboardLogger",
+    "VideoRecorder",
+    "WandbLogger",
+    "generate_exp_name",
+    "get_logger",
+]

@@ -1,0 +1,53 @@
+"""Trainers: a training loop with hooks, checkpointing, and experiment loggers."""
+
+from torchrl.trainers.checkpoint import load_checkpoint, save_checkpoint
+from torchrl.trainers.evaluation import EarlyStopping, LogValidationReward, Recorder
+from torchrl.trainers.hooks import (
+    BatchSubSampler,
+    ClearCudaCache,
+    CountFramesLog,
+    LogReward,
+    LogScalar,
+    OptimizerHook,
+    ReplayBufferTrainer,
+    RewardNormalizer,
+    SelectKeys,
+    UpdateWeights,
+)
+from torchrl.trainers.loggers import (
+    CSVLogger,
+    Logger,
+    MLFlowLogger,
+    TensorboardLogger,
+    WandbLogger,
+    generate_exp_name,
+    get_logger,
+)
+from torchrl.trainers.trainer import HOOK_POINTS, Trainer
+
+__all__ = [
+    "HOOK_POINTS",
+    "BatchSubSampler",
+    "CSVLogger",
+    "ClearCudaCache",
+    "CountFramesLog",
+    "EarlyStopping",
+    "LogReward",
+    "LogScalar",
+    "LogValidationReward",
+    "Logger",
+    "MLFlowLogger",
+    "OptimizerHook",
+    "Recorder",
+    "ReplayBufferTrainer",
+    "RewardNormalizer",
+    "SelectKeys",
+    "TensorboardLogger",
+    "Trainer",
+    "UpdateWeights",
+    "WandbLogger",
+    "generate_exp_name",
+    "get_logger",
+    "load_checkpoint",
+    "save_checkpoint",
+]

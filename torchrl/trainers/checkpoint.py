@@ -1,0 +1,137 @@
+"""Atomic checkpoint files and the random-number-generator states they carry."""
+
+from __future__ import annotations
+
+import os
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["get_rng_states", "load_checkpoint", "save_checkpoint", "set_rng_states"]
+
+#: Bumped when the layout of a trainer checkpoint changes.
+CHECKPOINT_VERSION = 1
+
+
+def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Writes ``state`` with ``torch.save`` to ``path`` atomically.
+
+    The data goes to a temporary file in the same folder, is flushed and ``fsync``-ed, and is
+    then renamed over ``path`` (``os.replace``), so a crash at any moment leaves either the old
+    checkpoint or the new one, never half a file. Temporary files left by writes that were
+    killed are removed after the next successful write (one writer per ``path``).
+
+    Args:
+        state: any object ``torch.save`` can write.
+        path: the checkpoint file; its folder is created if needed.
+
+    Returns:
+        The path written.
+
+    Examples:
+        >>> import tempfile
+        >>> path = save_checkpoint({"frames": 10}, tempfile.mkdtemp() + "/ckpt.pt")
+        >>> load_checkpoint(path)
+        {'frames': 10}
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Same folder as the target: os.replace is atomic only within one filesystem. "xb" (not
+    # mkstemp) so the file gets the usual umask permissions.
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        with open(tmp, "xb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # Leave no stray temporary file behind, whatever interrupted the write.
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    # Temporary files of writes that were killed before their rename are garbage now.
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            stale.unlink()
+        except FileNotFoundError:
+            pass
+    # Make the rename itself durable (POSIX: fsync the folder).
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return path
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: Any = None) -> Any:
+    """Reads a file written by :func:`save_checkpoint`.
+
+    Checkpoints hold optimizer states, numpy RNG states and plain Python values, so they are
+    loaded with ``weights_only=False``: only load files you wrote.
+
+    Args:
+        path: the checkpoint file.
+        map_location: passed to ``torch.load``.
+
+    Returns:
+        The saved object.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    return torch.load(path, map_location=map_location, weights_only=False)
+
+
+def get_rng_states() -> dict[str, Any]:
+    """The states of the torch (CPU and CUDA), numpy and Python ``random`` generators.
+
+    Returns:
+        A dict to give back to :func:`set_rng_states`.
+
+    Examples:
+        >>> state = get_rng_states()
+        >>> a = torch.rand(2)
+        >>> set_rng_states(state)
+        >>> torch.equal(a, torch.rand(2))
+        True
+    """
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_states(state: dict[str, Any]) -> None:
+    """Restores generator states returned by :func:`get_rng_states`.
+
+    Args:
+        state: the dict from :func:`get_rng_states`; missing entries are left alone.
+    """
+    if "torch" in state:
+        torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        np.random.set_state(state["numpy"])
+    if "python" in state:
+        random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
