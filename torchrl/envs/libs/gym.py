@@ -340,6 +340,9 @@ class GymWrapper(EnvBase):
         )
         self._env = env
         self._vector = vector
+        # gymnasium's reset_mask keeps the other sub-envs' data: no merge needed in EnvBase.reset
+        # (unless info readers add entries that a partial reset would overwrite).
+        self._handles_partial_reset = vector
         self._categorical = bool(categorical_action_encoding)
         self._from_pixels = bool(from_pixels)
         self._pixels_only = bool(from_pixels and pixels_only)
@@ -462,6 +465,7 @@ class GymWrapper(EnvBase):
             observation[key] = spec[key]
         self.observation_spec = observation
         self.info_dict_reader.append(info_dict_reader)
+        self._handles_partial_reset = False
         return self
 
     def _sample_infos(self) -> list[dict[str, Any]]:
