@@ -1,0 +1,20 @@
+"""Distributed collectors: local collectors run on Ray actors or on submitit/mp workers.
+
+They keep the iterator interface of the local collectors, so a training script changes one
+line to scale out. ``ray`` and ``submitit`` are optional (extras ``torchrl[ray]``,
+``torchrl[submitit]``) and imported only when a collector is built.
+"""
+
+from torchrl.collectors.distributed.generic import DistributedDataCollector
+from torchrl.collectors.distributed.ray import DEFAULT_REMOTE_CLASS_CONFIG, RayCollector
+from torchrl.collectors.distributed.replay import RayReplayBuffer
+from torchrl.collectors.distributed.utils import WorkerCore, policy_weights
+
+__all__ = [
+    "DEFAULT_REMOTE_CLASS_CONFIG",
+    "DistributedDataCollector",
+    "RayCollector",
+    "RayReplayBuffer",
+    "WorkerCore",
+    "policy_weights",
+]

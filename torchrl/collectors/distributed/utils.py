@@ -1,0 +1,137 @@
+"""Pieces shared by the distributed collectors: the worker-side loop and weight helpers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from torchrl.collectors._buffer import TRAJ_KEY
+from torchrl.collectors._policy import copy_weights, named_weights
+
+__all__ = ["WorkerCore", "policy_weights"]
+
+
+def policy_weights(policy: Any) -> dict[str, torch.Tensor]:
+    """Detached CPU copies of a policy's parameters and buffers, by name.
+
+    Args:
+        policy: an ``nn.Module`` (anything else has no weights: an empty dict comes back).
+
+    Returns:
+        ``{name: tensor}``, the tensors contiguous on the CPU, safe to send to other processes.
+
+    Examples:
+        >>> import torch
+        >>> sorted(policy_weights(torch.nn.Linear(2, 1)))
+        ['bias', 'weight']
+    """
+    if not isinstance(policy, nn.Module):
+        return {}
+    with torch.no_grad():
+        return {
+            name: t.detach().to("cpu", copy=True).contiguous()
+            for name, t in named_weights(policy).items()
+        }
+
+
+class WorkerCore:
+    """One remote worker's state: a local collector, its batch iterator and its rank.
+
+    Ray actors and ``torch.distributed`` worker processes both drive one of these. The worker's
+    collector runs without an end (``total_frames=-1``): the trainer counts the frames. Its
+    trajectory ids are spread as ``id * num_workers + index`` so that ids from different
+    workers never collide.
+
+    Args:
+        collector_class: the local collector class (e.g. ``SyncDataCollector``).
+        create_env_fn: the env constructor given to it.
+        policy: the policy given to it (the worker's own copy).
+        collector_kwargs: keyword arguments of the collector (``frames_per_batch`` included).
+        index: this worker's rank among the workers, from 0.
+        num_workers: how many workers there are.
+        num_threads: torch threads in this worker (small machines suffer from more).
+
+    Examples:
+        >>> from torchrl.collectors import SyncDataCollector
+        >>> from torchrl.envs import PendulumEnv
+        >>> core = WorkerCore(SyncDataCollector, PendulumEnv, None,
+        ...                   {"frames_per_batch": 8}, index=1, num_workers=2)
+        >>> batch, frames = core.next_batch()
+        >>> frames, (batch["collector", "traj_ids"] % 2 == 1).all().item()
+        (8, True)
+        >>> core.shutdown()
+    """
+
+    def __init__(
+        self,
+        collector_class: Callable[..., Any],
+        create_env_fn: Any,
+        policy: Any,
+        collector_kwargs: dict[str, Any],
+        index: int,
+        num_workers: int,
+        num_threads: int | None = 1,
+    ) -> None:
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        kwargs = dict(collector_kwargs)
+        kwargs["total_frames"] = -1
+        self.policy = policy
+        self.collector = collector_class(create_env_fn, policy, **kwargs)
+        self.index = index
+        self.num_workers = num_workers
+        self._iter: Any = None
+
+    def next_batch(self) -> tuple[TensorDictBase | None, int]:
+        """Collects one batch.
+
+        Returns:
+            ``(batch, frames)``; ``batch`` is ``None`` when the collector writes into a
+            replay buffer itself.
+        """
+        if self._iter is None:
+            self._iter = iter(self.collector)
+        batch = next(self._iter)
+        frames = int(self.collector.frames_per_batch)
+        if batch is not None:
+            ids = batch.get(TRAJ_KEY, None)
+            if ids is not None and self.num_workers > 1:
+                ids.mul_(self.num_workers).add_(self.index)
+            frames = batch.numel()
+        return batch, frames
+
+    def update_weights(self, weights: dict[str, torch.Tensor] | None) -> None:
+        """Loads new weights into the worker's policy, then into the collector's copy of it."""
+        if weights and isinstance(self.policy, nn.Module):
+            copy_weights(named_weights(self.policy), weights)
+        self.collector.update_policy_weights_()
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The worker policy's current weights (CPU copies)."""
+        return policy_weights(self.policy)
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seeds the worker's collector; returns the next seed of the chain."""
+        return int(self.collector.set_seed(seed, static_seed))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The worker collector's state dict."""
+        return self.collector.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Loads a state dict into the worker's collector."""
+        self.collector.load_state_dict(state_dict)
+
+    def pid(self) -> int:
+        """The worker's process id."""
+        return os.getpid()
+
+    def shutdown(self) -> None:
+        """Shuts the worker's collector down."""
+        self._iter = None
+        self.collector.shutdown()
