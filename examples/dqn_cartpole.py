@@ -1,0 +1,142 @@
+"""DQN on CartPole-v1: a Q-network, epsilon-greedy exploration, a replay buffer, a target network.
+
+The collector steps the env with the epsilon-greedy policy (epsilon annealed from 1 to
+``eps_end``) and hands over batches of ``frames_per_batch`` transitions; they go into the
+replay buffer; then ``updates_per_batch`` gradient steps on the DQN loss (double DQN) follow,
+each on a fresh sample, and the target network copies the online one every
+``target_update_interval`` gradient steps. Every ``eval_every`` frames the greedy policy is
+evaluated; training stops at the first evaluation that reaches ``target_return``.
+
+Usage: ``python examples/dqn_cartpole.py [--frames N] [--seed S] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from _common import episode_returns, evaluate, parse_config, plot_curve, report
+from tensordict.nn import TensorDictSequential
+from torch import nn
+from tqdm import tqdm
+
+from torchrl.collectors import SyncDataCollector
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.envs import GymEnv, RewardSum, TransformedEnv
+from torchrl.modules import MLP, EGreedyModule, QValueActor
+from torchrl.objectives import DQNLoss, HardUpdate
+
+
+@dataclass
+class Config:
+    env_name: str = "CartPole-v1"
+    frames: int = 100_096  # upper bound; training stops once solved
+    num_envs: int = 4
+    frames_per_batch: int = 256
+    updates_per_batch: int = 128
+    init_random_frames: int = 1024
+    buffer_size: int = 100_000
+    batch_size: int = 64
+    lr: float = 2.3e-3
+    gamma: float = 0.99
+    eps_end: float = 0.04
+    eps_frames: int = 16_000  # frames over which epsilon anneals to eps_end
+    target_update_interval: int = 10  # gradient steps
+    hidden: int = 256
+    eval_every: int = 2048
+    eval_episodes: int = 4
+    final_eval_episodes: int = 10
+    target_return: float = 475.0
+    seed: int = 0
+    out: str = "outputs"
+    progress: bool = True
+
+
+def train(cfg: Config) -> dict:
+    torch.manual_seed(cfg.seed)
+    env = TransformedEnv(GymEnv(cfg.env_name, num_envs=cfg.num_envs), RewardSum())
+    env.set_seed(cfg.seed)
+    eval_env = GymEnv(cfg.env_name, num_envs=cfg.eval_episodes)
+    eval_env.set_seed(cfg.seed + 10_000)
+
+    n_obs = env.observation_spec["observation"].shape[-1]
+    n_act = env.action_spec.shape[-1]
+    qnet = MLP(in_features=n_obs, out_features=n_act, num_cells=[cfg.hidden, cfg.hidden])
+    greedy = QValueActor(qnet, in_keys=["observation"], spec=env.action_spec)
+    egreedy = EGreedyModule(
+        env.action_spec, eps_init=1.0, eps_end=cfg.eps_end, annealing_num_steps=cfg.eps_frames
+    )
+    policy = TensorDictSequential(greedy, egreedy)
+
+    loss_fn = DQNLoss(greedy, delay_value=True, double_dqn=True, loss_function="smooth_l1")
+    loss_fn.make_value_estimator(gamma=cfg.gamma)
+    target_updater = HardUpdate(loss_fn, value_network_update_interval=cfg.target_update_interval)
+    optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr)
+
+    collector = SyncDataCollector(
+        env,
+        policy,
+        frames_per_batch=cfg.frames_per_batch,
+        total_frames=cfg.frames,
+        init_random_frames=cfg.init_random_frames,
+    )
+    buffer = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(cfg.buffer_size), batch_size=cfg.batch_size
+    )
+
+    history: dict = {"train": [], "eval": [], "solved_at": None}
+    frames, next_eval = 0, cfg.eval_every
+    start = time.perf_counter()
+    bar = tqdm(total=cfg.frames, unit="frames", disable=not cfg.progress, desc="DQN CartPole")
+    for batch in collector:
+        n = batch.numel()
+        frames += n
+        buffer.extend(batch.reshape(-1))
+        egreedy.step(n)
+        if frames >= cfg.init_random_frames:
+            for _ in range(cfg.updates_per_batch):
+                loss = loss_fn(buffer.sample())["loss"]
+                optim.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(loss_fn.parameters(), 10.0)
+                optim.step()
+                target_updater.step()
+            collector.update_policy_weights_()
+
+        history["train"] += episode_returns(batch, frames)
+        bar.update(n)
+        if frames >= next_eval:
+            next_eval += cfg.eval_every
+            ret = evaluate(eval_env, greedy, max_steps=500)
+            history["eval"].append((frames, ret))
+            bar.set_postfix(eval_return=f"{ret:.0f}", eps=f"{float(egreedy.eps):.2f}")
+            if ret >= cfg.target_return:
+                history["solved_at"] = frames
+                break
+    history["wall"] = time.perf_counter() - start
+    history["frames"] = frames
+    bar.close()
+    collector.shutdown()
+    eval_env.close()
+    final_env = GymEnv(cfg.env_name, num_envs=cfg.final_eval_episodes)
+    final_env.set_seed(cfg.seed + 20_000)
+    history["final_return"] = evaluate(final_env, greedy, max_steps=500)
+    final_env.close()
+    return history
+
+
+def main() -> None:
+    cfg = parse_config(Config, __doc__)
+    torch.set_num_threads(1)  # small networks: more threads only add overhead on small machines
+    history = train(cfg)
+    path = plot_curve(
+        history, f"{cfg.out}/dqn_cartpole.png", "DQN, CartPole-v1", target=cfg.target_return
+    )
+    if path:
+        print(f"learning curve written to {path}")
+    report("DQN CartPole-v1", history, cfg.target_return, history["final_return"])
+
+
+if __name__ == "__main__":
+    main()

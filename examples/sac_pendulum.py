@@ -1,0 +1,162 @@
+"""SAC on Pendulum-v1: a tanh-Gaussian actor, twin Q critics, a learned temperature.
+
+The collector steps the env with the stochastic actor (uniform random actions for the first
+``init_random_frames``); each batch goes into the replay buffer and is followed by
+``updates_per_frame`` gradient steps per collected frame on the SAC loss (actor, critics and
+temperature share one optimizer step); the target critics follow by Polyak averaging. Every
+``eval_every`` frames the deterministic policy (the squashed mean) is evaluated; training stops
+at the first evaluation that reaches ``target_return``.
+
+Usage: ``python examples/sac_pendulum.py [--frames N] [--seed S] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from _common import episode_returns, evaluate, parse_config, plot_curve, report
+from tensordict.nn import NormalParamExtractor, TensorDictModule
+from torch import nn
+from tqdm import tqdm
+
+from torchrl.collectors import SyncDataCollector
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.envs import GymEnv, RewardSum, TransformedEnv
+from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+from torchrl.objectives import SACLoss, SoftUpdate
+
+
+@dataclass
+class Config:
+    env_name: str = "Pendulum-v1"
+    frames: int = 30_000  # upper bound; training stops once solved
+    frames_per_batch: int = 200
+    updates_per_frame: float = 1.0
+    init_random_frames: int = 1000
+    buffer_size: int = 100_000
+    batch_size: int = 256
+    lr: float = 1e-3
+    gamma: float = 0.99
+    tau: float = 0.005
+    hidden: int = 64
+    eval_every: int = 1000
+    eval_episodes: int = 5
+    final_eval_episodes: int = 10
+    target_return: float = -200.0
+    seed: int = 0
+    out: str = "outputs"
+    progress: bool = True
+
+
+def make_agent(env: GymEnv, hidden: int) -> tuple[ProbabilisticActor, ValueOperator]:
+    n_obs = env.observation_spec["observation"].shape[-1]
+    n_act = env.action_spec.shape[-1]
+    actor_net = nn.Sequential(
+        MLP(
+            in_features=n_obs,
+            out_features=2 * n_act,
+            num_cells=[hidden, hidden],
+            activation_class=nn.ReLU,
+        ),
+        NormalParamExtractor(),
+    )
+    actor = ProbabilisticActor(
+        TensorDictModule(actor_net, in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        spec=env.action_spec,
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": env.action_spec.space.low, "high": env.action_spec.space.high},
+    )
+    qvalue = ValueOperator(
+        MLP(
+            in_features=n_obs + n_act,
+            out_features=1,
+            num_cells=[hidden, hidden],
+            activation_class=nn.ReLU,
+        ),
+        in_keys=["observation", "action"],
+    )
+    return actor, qvalue
+
+
+def train(cfg: Config) -> dict:
+    torch.manual_seed(cfg.seed)
+    env = TransformedEnv(GymEnv(cfg.env_name), RewardSum())
+    env.set_seed(cfg.seed)
+    eval_env = GymEnv(cfg.env_name, num_envs=cfg.eval_episodes)
+    eval_env.set_seed(cfg.seed + 10_000)
+    actor, qvalue = make_agent(env, cfg.hidden)
+
+    loss_fn = SACLoss(actor, qvalue, num_qvalue_nets=2, loss_function="l2")
+    loss_fn.make_value_estimator(gamma=cfg.gamma)
+    target_updater = SoftUpdate(loss_fn, tau=cfg.tau)
+    optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr)
+
+    collector = SyncDataCollector(
+        env,
+        actor,
+        frames_per_batch=cfg.frames_per_batch,
+        total_frames=cfg.frames,
+        init_random_frames=cfg.init_random_frames,
+    )
+    buffer = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(cfg.buffer_size), batch_size=cfg.batch_size
+    )
+
+    history: dict = {"train": [], "eval": [], "solved_at": None}
+    frames, next_eval = 0, cfg.eval_every
+    start = time.perf_counter()
+    bar = tqdm(total=cfg.frames, unit="frames", disable=not cfg.progress, desc="SAC Pendulum")
+    for batch in collector:
+        n = batch.numel()
+        frames += n
+        buffer.extend(batch.reshape(-1))
+        if frames >= cfg.init_random_frames:
+            for _ in range(int(n * cfg.updates_per_frame)):
+                losses = loss_fn(buffer.sample())
+                loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
+                optim.zero_grad()
+                loss.backward()
+                optim.step()
+                target_updater.step()
+            collector.update_policy_weights_()
+
+        history["train"] += episode_returns(batch, frames)
+        bar.update(n)
+        if frames >= next_eval:
+            next_eval += cfg.eval_every
+            ret = evaluate(eval_env, actor, max_steps=200)
+            history["eval"].append((frames, ret))
+            bar.set_postfix(eval_return=f"{ret:.0f}")
+            if ret >= cfg.target_return:
+                history["solved_at"] = frames
+                break
+    history["wall"] = time.perf_counter() - start
+    history["frames"] = frames
+    bar.close()
+    collector.shutdown()
+    eval_env.close()
+    final_env = GymEnv(cfg.env_name, num_envs=cfg.final_eval_episodes)
+    final_env.set_seed(cfg.seed + 20_000)
+    history["final_return"] = evaluate(final_env, actor, max_steps=200)
+    final_env.close()
+    history["actor"] = actor  # reused by iql_pendulum_offline.py as its behaviour policy
+    return history
+
+
+def main() -> None:
+    cfg = parse_config(Config, __doc__)
+    torch.set_num_threads(1)  # small networks: more threads only add overhead on small machines
+    history = train(cfg)
+    path = plot_curve(
+        history, f"{cfg.out}/sac_pendulum.png", "SAC, Pendulum-v1", target=cfg.target_return
+    )
+    if path:
+        print(f"learning curve written to {path}")
+    report("SAC Pendulum-v1", history, cfg.target_return, history["final_return"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Smoke runs: every example and tutorial script runs end to end with a tiny budget.
+
+The scripts run in this process (``runpy``) with patched ``sys.argv``, so the ~3 s import of
+torch and tensordict is paid once for the whole file instead of once per script.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+import pytest
+
+pytest.importorskip("gymnasium")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+TUTORIALS = os.path.join(ROOT, "tutorials")
+
+# Script -> the flags that make it a few-second run.
+OFF_POLICY_TINY = [
+    "--frames",
+    "400",
+    "--frames-per-batch",
+    "100",
+    "--init-random-frames",
+    "200",
+    "--batch-size",
+    "32",
+    "--eval-every",
+    "200",
+    "--eval-episodes",
+    "2",
+    "--final-eval-episodes",
+    "2",
+]
+OFFLINE_TINY = [
+    "--behaviour-frames",
+    "400",
+    "--dataset-frames",
+    "400",
+    "--offline-steps",
+    "20",
+    "--eval-every",
+    "10",
+    "--batch-size",
+    "32",
+    "--eval-episodes",
+    "2",
+    "--final-eval-episodes",
+    "2",
+]
+EXAMPLE_ARGS = {
+    "ppo_cartpole.py": ["--frames", "512", "--epochs", "2", "--eval-every", "256"],
+    "demo.py": ["--frames", "512", "--epochs", "2", "--eval-every", "256"],
+    "a2c_cartpole.py": ["--frames", "512", "--eval-every", "256"],
+    "reinforce_cartpole.py": ["--frames", "512", "--eval-every", "256"],
+    "dqn_cartpole.py": [
+        "--frames",
+        "512",
+        "--frames-per-batch",
+        "128",
+        "--init-random-frames",
+        "256",
+        "--updates-per-batch",
+        "4",
+        "--eval-every",
+        "256",
+        "--eval-episodes",
+        "2",
+        "--final-eval-episodes",
+        "2",
+    ],
+    "ppo_cartpole_trainer.py": [
+        "--frames",
+        "512",
+        "--optim-steps-per-batch",
+        "2",
+        "--eval-every",
+        "256",
+    ],
+    "sac_pendulum.py": OFF_POLICY_TINY,
+    "cql_pendulum_offline.py": OFFLINE_TINY,
+    "iql_pendulum_offline.py": OFFLINE_TINY,
+    "sac_pendulum_trainer.py": [
+        "--frames",
+        "400",
+        "--frames-per-batch",
+        "100",
+        "--init-random-frames",
+        "200",
+        "--batch-size",
+        "32",
+        "--eval-every",
+        "200",
+        "--eval-episodes",
+        "2",
+        "--final-eval-episodes",
+        "2",
+    ],
+    "ddpg_pendulum.py": OFF_POLICY_TINY,
+    "td3_pendulum.py": OFF_POLICY_TINY,
+}
+
+
+def _scripts(folder: str) -> list[str]:
+    if not os.path.isdir(folder):
+        return []
+    return sorted(f for f in os.listdir(folder) if f.endswith(".py") and not f.startswith("_"))
+
+
+def _run(path: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", [path, *args])
+    monkeypatch.syspath_prepend(os.path.dirname(path))
+    runpy.run_path(path, run_name="__main__")
+
+
+def test_every_example_has_smoke_args() -> None:
+    missing = [f for f in _scripts(EXAMPLES) if f not in EXAMPLE_ARGS and f != "ddpg_figure1.py"]
+    assert not missing, f"add tiny-budget flags for {missing} to EXAMPLE_ARGS"
+
+
+@pytest.mark.parametrize("script", [s for s in EXAMPLE_ARGS if s in _scripts(EXAMPLES)])
+def test_example_smoke(script: str, tmp_path, monkeypatch, capsys) -> None:
+    args = [*EXAMPLE_ARGS[script], "--out", str(tmp_path), "--no-progress"]
+    _run(os.path.join(EXAMPLES, script), args, monkeypatch)
+    out = capsys.readouterr().out
+    assert "final deterministic evaluation return" in out
+    assert list(tmp_path.glob("*.png")), "no learning-curve plot written"
+
+
+def test_ddpg_figure1_smoke(monkeypatch, capsys) -> None:
+    path = os.path.join(EXAMPLES, "ddpg_figure1.py")
+    if not os.path.exists(path):
+        pytest.skip("no ddpg_figure1.py")
+    _run(path, ["--frames", "300"], monkeypatch)
+
+
+@pytest.mark.parametrize("script", _scripts(TUTORIALS))
+def test_tutorial_smoke(script: str, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _run(os.path.join(TUTORIALS, script), ["--smoke"], monkeypatch)

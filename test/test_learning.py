@@ -1,0 +1,68 @@
+"""Learning tests: each example algorithm reaches its target score (slow; `make test-slow`).
+
+PPO, A2C, REINFORCE and DQN must reach a deterministic evaluation return >= 475 on CartPole-v1;
+SAC, TD3 and DDPG a mean deterministic return >= -200 on Pendulum-v1; offline IQL and CQL must
+beat the behaviour policy that collected their dataset. Each test prints the frames and wall
+time it needed (``pytest -s`` shows them).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("gymnasium")
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+CASES = [
+    ("ppo_cartpole", 0),
+    ("ppo_cartpole", 1),
+    ("ppo_cartpole", 2),
+    ("a2c_cartpole", 0),
+    ("reinforce_cartpole", 0),
+    ("dqn_cartpole", 0),
+    ("sac_pendulum", 0),
+    ("td3_pendulum", 0),
+    ("ddpg_pendulum", 0),
+    ("ppo_cartpole_trainer", 0),
+    ("sac_pendulum_trainer", 0),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["iql_pendulum_offline", "cql_pendulum_offline"])
+def test_offline_beats_behaviour(name: str, tmp_path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(EXAMPLES)
+    module = importlib.import_module(name)
+    torch.set_num_threads(1)
+    history = module.train(module.Config(seed=0, out=str(tmp_path), progress=False))
+    print(
+        f"\n{name}: final {history['final_return']:.1f} vs behaviour "
+        f"{history['behaviour_return']:.1f}, {history['wall']:.1f} s offline",
+        file=sys.stderr,
+    )
+    assert history["final_return"] > history["behaviour_return"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "seed"), CASES)
+def test_example_learns(name: str, seed: int, tmp_path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(EXAMPLES)
+    module = importlib.import_module(name)
+    torch.set_num_threads(1)
+    cfg = module.Config(seed=seed, out=str(tmp_path), progress=False)
+    history = module.train(cfg)
+    print(
+        f"\n{name} seed {seed}: solved at {history['solved_at']} frames, "
+        f"{history['wall']:.1f} s, final deterministic return {history['final_return']:.1f}",
+        file=sys.stderr,
+    )
+    assert history["solved_at"] is not None, (
+        f"{name} (seed {seed}) did not reach {cfg.target_return} in {history['frames']} frames; "
+        f"evaluations: {history['eval']}"
+    )
