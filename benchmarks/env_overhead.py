@@ -1,0 +1,372 @@
+"""Env-layer overhead: frames per second of single, serial and parallel envs against their peers.
+
+For CartPole-v1 and Pendulum-v1, with random actions and no policy, every loop resetting
+finished episodes (no stop at the first done):
+
+- ``raw_gymnasium``: ``env.step(env.action_space.sample())``, reset at episode ends;
+- ``GymEnv rollout`` and ``GymEnv step_and_maybe_reset`` (ours): one env; rollouts (here and
+  below) are calls of ``rollout(--rollout-steps, break_when_any_done=False)``, 500 steps by
+  default, as a collector makes them;
+- ``SerialEnv(8)``: 8 ``GymEnv`` stepped in this process, ``rollout``;
+- ``ParallelEnv(2x4)``: 2 worker processes holding a ``SerialEnv(4)`` each, ``rollout``
+  (also ``ParallelEnv(2x4 vec)``, workers holding a gymnasium vector env of 4, and
+  ``ParallelEnv(8)``, one process per env);
+- gymnasium's ``SyncVectorEnv(8)`` and ``AsyncVectorEnv(8)``: ``envs.step(sample())`` with their
+  default autoreset;
+- TorchRL's ``GymEnv`` / ``SerialEnv(8)`` / ``ParallelEnv(2x4)`` and SB3's ``DummyVecEnv(8)`` /
+  ``SubprocVecEnv(8)``, run by ``benchmarks/_peers/env_overhead_peers.py`` under the peers' python
+  (``TORCHRL_PEERS_PYTHON``, default ``/work/peers-venv/bin/python``; skipped with a note when
+  absent).
+
+``steps_per_s`` counts env frames (sub-env steps) per second of wall time, best of ``--repeats``
+runs of ``--frames`` frames, the loops of one env timed round-robin (so that the varying load
+of a shared machine hits them alike); ``cpu_us_per_frame`` is this process's CPU time per frame (for the
+in-process loops; it is not inflated by other processes on a shared machine). Torch runs with 1
+thread (``torch.set_num_threads(1)``), and so do the workers. A last line compares ratios with
+the targets of the issue. Prints one JSON object per line.
+
+Usage: ``python benchmarks/env_overhead.py [--frames 16000] [--repeats 3] [--no-peers]
+[--envs CartPole-v1,Pendulum-v1] [--profile NAME] [--breakdown]`` (``--profile`` prints a
+cProfile of the named measurement to stderr, e.g. ``--profile "SerialEnv(8)"``; ``--breakdown``
+adds the CPU cost of each layer of a batched step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from torchrl.envs import GymEnv, ParallelEnv, SerialEnv
+
+torch.set_num_threads(1)
+
+N_ENVS = 8
+ROLLOUT_STEPS = 500
+RESULTS: dict[tuple[str, str], float] = {}
+
+
+def _emit(**record: object) -> None:
+    print(json.dumps({"bench": "env_overhead", **record}), flush=True)
+
+
+class _Case:
+    """One loop to time: ``run()`` makes ``frames`` frames; ``close()`` releases its env."""
+
+    def __init__(
+        self,
+        impl: str,
+        loop: str,
+        frames: int,
+        run: Callable[[], None],
+        close: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.impl, self.loop, self.frames, self.run, self.close = impl, loop, frames, run, close
+        self.best_wall = self.best_cpu = float("inf")
+
+
+def _run_cases(env_name: str, cases: list[_Case], repeats: int) -> None:
+    """Times the cases round-robin (each once per round), keeping each one's best run.
+
+    Interleaving exposes every case alike to the load of a shared machine, which varies over a
+    run; every case runs once untimed first (warm caches, workers up).
+    """
+    try:
+        for case in cases:
+            case.run()
+        for _ in range(repeats):
+            for case in cases:
+                cpu, wall = time.process_time(), time.perf_counter()
+                case.run()
+                case.best_wall = min(case.best_wall, time.perf_counter() - wall)
+                case.best_cpu = min(case.best_cpu, time.process_time() - cpu)
+    finally:
+        for case in cases:
+            case.close()
+    for case in cases:
+        RESULTS[(env_name, case.impl)] = case.frames / case.best_wall
+        _emit(
+            env=env_name,
+            impl=case.impl,
+            loop=case.loop,
+            steps_per_s=round(case.frames / case.best_wall),
+            us_per_frame=round(case.best_wall / case.frames * 1e6, 2),
+            cpu_us_per_frame=round(case.best_cpu / case.frames * 1e6, 2),
+            torch_threads=torch.get_num_threads(),
+        )
+
+
+# ---------------------------------------------------------------------------------- gymnasium
+def gymnasium_cases(env_name: str, frames: int) -> list[_Case]:
+    import gymnasium as gym
+
+    env = gym.make(env_name)
+    env.reset(seed=0)
+    env.action_space.seed(0)
+
+    def raw() -> None:
+        step, sample, reset = env.step, env.action_space.sample, env.reset
+        for _ in range(frames):
+            _, _, terminated, truncated, _ = step(sample())
+            if terminated or truncated:
+                reset()
+
+    cases = [_Case("raw_gymnasium", "env.step loop", frames, raw, env.close)]
+    make = partial(gym.make, env_name)
+    for name, cls in (
+        ("SyncVectorEnv(8)", gym.vector.SyncVectorEnv),
+        ("AsyncVectorEnv(8)", gym.vector.AsyncVectorEnv),
+    ):
+        cases.append(_vector(name, cls([make] * N_ENVS), frames))
+    return cases
+
+
+def _vector(name: str, envs, frames: int) -> _Case:
+    envs.reset(seed=0)
+    envs.action_space.seed(0)
+    steps = frames // N_ENVS
+
+    def run() -> None:
+        step, sample = envs.step, envs.action_space.sample
+        for _ in range(steps):
+            step(sample())
+
+    return _Case(name, "envs.step loop (autoreset)", steps * N_ENVS, run, envs.close)
+
+
+# --------------------------------------------------------------------------------------- ours
+def _rollout(env, steps: int) -> Callable[[], None]:
+    """``steps`` steps as rollouts of ``ROLLOUT_STEPS`` steps (a collector's batch, not one
+    rollout of ``steps``: a rollout keeps every step alive until it stacks them)."""
+
+    def run() -> None:
+        done = 0
+        while done < steps:
+            n = min(ROLLOUT_STEPS, steps - done)
+            env.rollout(n, break_when_any_done=False)
+            done += n
+
+    return run
+
+
+def our_cases(env_name: str, frames: int) -> list[_Case]:
+    make = partial(GymEnv, env_name)
+    env = make()
+    env.set_seed(0)
+
+    def step_loop() -> None:
+        td = env.reset()
+        rand_action, step_and_maybe_reset = env.rand_action, env.step_and_maybe_reset
+        for _ in range(frames):
+            td = rand_action(td)
+            _, td = step_and_maybe_reset(td)
+
+    cases = [
+        _Case("GymEnv", "rollout", frames, _rollout(env, frames)),
+        _Case("GymEnv step_and_maybe_reset", "loop", frames, step_loop, env.close),
+    ]
+    steps = frames // N_ENVS
+    batched = [
+        ("SerialEnv(8)", lambda: SerialEnv(N_ENVS, make)),
+        ("ParallelEnv(2x4)", lambda: ParallelEnv(2, partial(SerialEnv, 4, make))),
+        ("ParallelEnv(2x4 vec)", lambda: ParallelEnv(2, partial(GymEnv, env_name, num_envs=4))),
+        ("ParallelEnv(8)", lambda: ParallelEnv(N_ENVS, make)),
+    ]
+    for name, build in batched:
+        benv = build()
+        benv.set_seed(0)
+        cases.append(_Case(name, "rollout", steps * N_ENVS, _rollout(benv, steps), benv.close))
+    return cases
+
+
+def _profile(case: _Case) -> None:
+    profiler = cProfile.Profile()
+    profiler.runcall(case.run)
+    pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(30)
+
+
+# ---------------------------------------------------------------------------------- breakdown
+def breakdown(env_name: str, steps: int) -> None:
+    """CPU microseconds per batched step of each layer of ``SerialEnv(8)`` and the parallel one.
+
+    Random actions; finished episodes are reset as in a rollout. For ``ParallelEnv(2x4)``, the
+    CPU time of the parent and of each worker (read from ``/proc``) per batched step.
+    """
+    make = partial(GymEnv, env_name)
+    serial = SerialEnv(N_ENVS, make)
+    serial.set_seed(0)
+    envs = serial.envs
+    actions = [serial.action_spec.rand()[i] for i in range(N_ENVS)]
+    tds = [env.reset() for env in envs]
+    for td, action in zip(tds, actions):
+        td.set("action", action)
+    gym_envs = [env.env for env in envs]
+    gym_actions = [env._write_action(action) for env, action in zip(envs, actions)]
+
+    def cpu_us(fn: Callable[[], None], calls: int = steps) -> float:
+        fn()
+        best = float("inf")
+        for _ in range(3):
+            start = time.process_time()
+            for _ in range(calls):
+                fn()
+            best = min(best, time.process_time() - start)
+        return best / calls * 1e6
+
+    def gym_steps() -> None:
+        for env, action in zip(gym_envs, gym_actions):
+            if env.step(action)[2]:
+                env.reset()
+
+    def wrapper_steps() -> None:
+        for env, td in zip(envs, tds):
+            if env._step(td)["done"]:
+                env._reset(None)
+
+    state = {"td": serial.reset()}
+
+    def serial_step() -> None:
+        td = serial.rand_action(state["td"])
+        state["td"] = serial.step_and_maybe_reset(td)[1]
+
+    records = {
+        "gymnasium env.step x8": cpu_us(gym_steps),
+        "GymEnv._step x8": cpu_us(wrapper_steps),
+        "EnvBase.rand_action (batch 8)": cpu_us(lambda: serial.rand_action(state["td"])),
+        "SerialEnv(8) rand_action + step_and_maybe_reset": cpu_us(serial_step),
+        "SerialEnv(8) rollout, per step": cpu_us(_rollout(serial, ROLLOUT_STEPS), 1)
+        / ROLLOUT_STEPS,
+    }
+    serial.close()
+    for name, value in records.items():
+        _emit(env=env_name, breakdown=name, cpu_us_per_batched_step=round(value, 1))
+    parallel = ParallelEnv(2, partial(SerialEnv, 4, make))
+    parallel.set_seed(0)
+    state["td"] = parallel.reset()
+
+    def proc_cpu(pid: int) -> float:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def parallel_step() -> None:
+        td = parallel.rand_action(state["td"])
+        state["td"] = parallel.step_and_maybe_reset(td)[1]
+
+    parallel_step()
+    pids = parallel.worker_pids
+    before = [proc_cpu(pid) for pid in pids]
+    start, wall = time.process_time(), time.perf_counter()
+    for _ in range(steps):
+        parallel_step()
+    parent = (time.process_time() - start) / steps * 1e6
+    wall = (time.perf_counter() - wall) / steps * 1e6
+    workers = [(proc_cpu(pid) - b) / steps * 1e6 for pid, b in zip(pids, before)]
+    parallel.close()
+    _emit(
+        env=env_name,
+        breakdown="ParallelEnv(2x4) rand_action + step_and_maybe_reset",
+        wall_us_per_batched_step=round(wall, 1),
+        parent_cpu_us_per_batched_step=round(parent, 1),
+        worker_cpu_us_per_batched_step=[round(w, 1) for w in workers],
+    )
+
+
+# -------------------------------------------------------------------------------------- peers
+def bench_peers(envs: list[str], frames: int, repeats: int) -> None:
+    python = os.environ.get("TORCHRL_PEERS_PYTHON", "/work/peers-venv/bin/python")
+    script = Path(__file__).parent / "_peers" / "env_overhead_peers.py"
+    if not Path(python).exists():
+        _emit(impl="peers", note=f"skipped: no peers python at {python}")
+        return
+    # Our package is also called torchrl: run the peers outside this repo's import path.
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    environ["OMP_NUM_THREADS"] = "1"
+    cmd = [python, str(script), "--frames", str(frames), "--repeats", str(repeats)]
+    cmd += ["--envs", ",".join(envs), "--rollout-steps", str(ROLLOUT_STEPS)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd="/", env=environ, timeout=3600)
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            print(line, flush=True)
+            record = json.loads(line)
+            if "steps_per_s" in record:
+                RESULTS[(record["env"], record["impl"])] = record["steps_per_s"]
+    if proc.returncode != 0:
+        _emit(impl="peers", note="failed", stderr=proc.stderr[-1500:])
+
+
+def _summary(envs: list[str]) -> None:
+    def ratio(env_name: str, a: str, b: str) -> float | None:
+        x, y = RESULTS.get((env_name, a)), RESULTS.get((env_name, b))
+        return round(x / y, 2) if x and y else None
+
+    for env_name in envs:
+        gym_env = RESULTS.get((env_name, "GymEnv"))
+        _emit(
+            env=env_name,
+            summary="ratios (targets: GymEnv CartPole >= 15k/s and >= 4x TorchRL's; batched "
+            ">= 0.5x gymnasium's vector envs; ParallelEnv >= 1x SerialEnv)",
+            gymenv_steps_per_s=round(gym_env) if gym_env else None,
+            gymenv_vs_torchrl=ratio(env_name, "GymEnv", "torchrl GymEnv"),
+            gymenv_vs_raw=ratio(env_name, "GymEnv", "raw_gymnasium"),
+            serial_vs_sync=ratio(env_name, "SerialEnv(8)", "SyncVectorEnv(8)"),
+            serial_vs_torchrl=ratio(env_name, "SerialEnv(8)", "torchrl SerialEnv(8)"),
+            **{
+                f"{name}_vs_{other}": ratio(env_name, impl, ref)
+                for name, impl in (
+                    ("parallel_2x4", "ParallelEnv(2x4)"),
+                    ("parallel_2x4_vec", "ParallelEnv(2x4 vec)"),
+                    ("parallel_8", "ParallelEnv(8)"),
+                )
+                for other, ref in (
+                    ("async", "AsyncVectorEnv(8)"),
+                    ("serial", "SerialEnv(8)"),
+                    ("torchrl", "torchrl ParallelEnv(2x4)"),
+                )
+            },
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frames", type=int, default=16000, help="frames per timed run")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs (the best is kept)")
+    parser.add_argument("--envs", default="CartPole-v1,Pendulum-v1")
+    parser.add_argument("--no-peers", action="store_true", help="skip TorchRL and SB3")
+    parser.add_argument("--profile", default=None, help="cProfile one measurement of ours")
+    parser.add_argument("--breakdown", action="store_true", help="CPU cost of each layer")
+    parser.add_argument("--rollout-steps", type=int, default=500, help="steps per rollout call")
+    args = parser.parse_args()
+    global ROLLOUT_STEPS
+    ROLLOUT_STEPS = args.rollout_steps
+    np.random.seed(0)
+    torch.manual_seed(0)
+    envs = args.envs.split(",")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    _emit(note="setup", torch_threads=1, cpus=os.cpu_count(), load_avg_1min=load)
+    for env_name in envs:
+        cases = gymnasium_cases(env_name, args.frames) + our_cases(env_name, args.frames)
+        for case in cases:
+            if case.impl == args.profile:
+                _profile(case)
+        _run_cases(env_name, cases, args.repeats)
+        if args.breakdown:
+            breakdown(env_name, max(args.frames // N_ENVS, 100))
+    if not args.no_peers:
+        bench_peers(envs, args.frames, args.repeats)
+    _summary(envs)
+
+
+if __name__ == "__main__":
+    main()

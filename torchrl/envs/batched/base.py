@@ -1,0 +1,363 @@
+"""``BatchedEnvBase``: ``n`` copies of an env behind one env of batch ``[n, *inner]``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from torchrl.envs._contract import _complete_done, _set_next
+from torchrl.envs.batched._common import (
+    EnvMetaData,
+    Path,
+    _get_leaf,
+    _is_non_tensor,
+    _Layout,
+    _normalize_args,
+    _normalize_kwargs,
+    _read_metas,
+    _reset_entries,
+    _stack_metas,
+    _unravel,
+)
+from torchrl.envs.common import EnvBase
+from torchrl.envs.utils import _apply_mdp_plan, _key_tuple
+
+__all__ = ["BatchedEnvBase"]
+
+_Merge = Callable[[TensorDictBase], None]
+
+
+class BatchedEnvBase(EnvBase):
+    """Base of :class:`SerialEnv` and :class:`ParallelEnv`: ``n`` workers behind one env.
+
+    Worker ``i`` runs ``create_env_fn[i](**create_env_kwargs[i])``, an env of batch ``[*inner]``;
+    the batched env has batch ``[n, *inner]`` and the workers' specs stacked along a first dim.
+    Workers start on first use (``reset``, ``step``, ``set_seed``) or on :meth:`start`, and stop
+    on :meth:`close`; a closed batched env starts again on its next use.
+
+    What moves between the batched env and its workers is fixed by the specs: a step hands each
+    worker its actions and states (``full_action_spec`` and ``full_state_spec`` entries) and
+    brings back observations, rewards and done flags; a reset hands the states and ``"_reset"``
+    masks present in its input and brings back observations, done flags and states. Entries the
+    specs do not declare do not cross. A partial reset resets only the workers with a ``True`` in
+    their slice of ``"_reset"``; sub-envs that were not reset keep the input's entries.
+
+    Subclasses implement ``_start``, ``_stop``, ``_run_step``, ``_run_step_and_reset``,
+    ``_run_reset`` and ``_seed_worker``.
+
+    Args:
+        num_workers: the number of workers ``n``.
+        create_env_fn: a callable returning a torchrl env, or a list of ``n`` of them.
+        create_env_kwargs: keyword arguments of ``create_env_fn``: a dict for all workers or a
+            list of ``n`` dicts.
+
+    Examples:
+        >>> from torchrl.envs import BatchedEnvBase, PendulumEnv, SerialEnv
+        >>> env = SerialEnv(2, PendulumEnv, {"batch_size": [3]})
+        >>> isinstance(env, BatchedEnvBase), env.batch_size, env.is_started
+        (True, torch.Size([2, 3]), False)
+        >>> td = env.reset()  # starts the workers
+        >>> env.is_started, td["observation"].shape
+        (True, torch.Size([2, 3, 3]))
+    """
+
+    # Workers holding a batched env let it step and reset in one call (it resets its finished
+    # sub-envs one by one, without the generic partial-reset merge).
+    _fused_step_and_reset = True
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]],
+        create_env_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+    ) -> None:
+        name = type(self).__name__
+        fns, kwargs = _normalize_args(num_workers, create_env_fn, create_env_kwargs, name)
+        metas, built = _read_metas(fns, kwargs, keep=self._keeps_built_envs())
+        first = metas[0]
+        super().__init__(
+            device=first.device,
+            batch_size=(num_workers, *first.batch_size),
+            allow_done_after_reset=any(m.allow_done_after_reset for m in metas),
+        )
+        self._num_workers = num_workers
+        self._create_env_fn = fns
+        self._create_env_kwargs = kwargs
+        self._started = False
+        self._built: dict[int, EnvBase] = built
+        try:
+            self._apply_metas(metas)
+        except BaseException:
+            self._close()
+            raise
+
+    # ----------------------------------------------------------------------------- setup
+    def _keeps_built_envs(self) -> bool:
+        """Whether envs built in this process to read specs are kept (as workers) or closed."""
+        return False
+
+    def _apply_metas(self, metas: list[EnvMetaData]) -> None:
+        name = type(self).__name__
+        output_spec, input_spec = _stack_metas(metas, name)
+        self._metas = metas
+        self._batch_size = torch.Size([self._num_workers, *metas[0].batch_size])
+        self.output_spec = output_spec
+        self.input_spec = input_spec
+        specs = [getattr(self, n) for n in ("full_observation_spec", "full_reward_spec")]
+        specs += [getattr(self, n) for n in ("full_done_spec", "full_action_spec")]
+        specs.append(self.full_state_spec)
+        for spec in specs:
+            for key in spec.keys(True, True):
+                if _is_non_tensor(spec[key]):
+                    raise NotImplementedError(
+                        f"{name}: entry {key!r} is a non-tensor spec ({spec[key]!r}); batched "
+                        f"envs move tensors only"
+                    )
+
+        def node_shape(prefix: Path) -> torch.Size:
+            if not prefix:
+                return self._batch_size
+            for spec in specs:
+                if prefix in spec:
+                    return spec[prefix].shape
+            return self._batch_size
+
+        def leaves(spec: Any) -> list[tuple[Path, Any]]:
+            return [(_key_tuple(k), spec[k]) for k in spec.keys(True, True)]
+
+        obs = leaves(self.full_observation_spec)
+        reward = leaves(self.full_reward_spec)
+        done = leaves(self.full_done_spec)
+        action = leaves(self.full_action_spec)
+        state = leaves(self.full_state_spec)
+        resets = _reset_entries(self)
+        device = self.device
+        self._input_layout = _Layout(action + state + resets, node_shape, 1, device)
+        self._step_layout = _Layout(obs + reward + done, node_shape, 1, device)
+        self._root_layout = _Layout(obs + done + state, node_shape, 1, device)
+        index = {path: i for i, path in enumerate(self._input_layout.paths)}
+        self._action_idx = [index[p] for p, _ in action]
+        self._state_idx = [index[p] for p, _ in state if index[p] not in self._action_idx]
+        self._reset_idx = [index[p] for p, _ in resets]
+
+    # ------------------------------------------------------------------------- attributes
+    @property
+    def num_workers(self) -> int:
+        """The number of workers."""
+        return self._num_workers
+
+    @property
+    def create_env_fn(self) -> list[Callable[..., EnvBase]]:
+        """The env constructor of each worker."""
+        return list(self._create_env_fn)
+
+    @property
+    def create_env_kwargs(self) -> list[dict[str, Any]]:
+        """The keyword arguments of each worker's constructor (copies)."""
+        return [dict(k) for k in self._create_env_kwargs]
+
+    @property
+    def meta_data(self) -> list[EnvMetaData]:
+        """What was read from each worker's env: batch size, device, specs."""
+        return list(self._metas)
+
+    @property
+    def is_started(self) -> bool:
+        """Whether the workers are running."""
+        return self._started
+
+    # ------------------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        """Starts the workers (builds the envs); does nothing when they run already.
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv, SerialEnv
+            >>> env = SerialEnv(2, PendulumEnv)
+            >>> env.start(); env.is_started
+            True
+        """
+        if self._started:
+            return
+        self._start()
+        self._started = True
+        self._closed = False
+
+    def _close(self) -> None:
+        if self._started:
+            self._started = False
+            self._stop()
+        for env in self._built.values():
+            env.close()
+        self._built = {}
+
+    def update_kwargs(self, kwargs: dict[str, Any] | Sequence[dict[str, Any]]) -> None:
+        """Updates the constructor keyword arguments of the workers.
+
+        Running workers are stopped; they start again, with the new arguments, on the next use.
+        The specs are read again from an env built with the new arguments.
+
+        Args:
+            kwargs: a dict merged into every worker's arguments, or a list of one dict per worker.
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv, SerialEnv
+            >>> env = SerialEnv(2, PendulumEnv, {"batch_size": [3]})
+            >>> env.update_kwargs({"batch_size": [4]})
+            >>> env.batch_size
+            torch.Size([2, 4])
+        """
+        name = type(self).__name__
+        if isinstance(kwargs, dict):
+            updates = [kwargs] * self._num_workers
+        else:
+            updates = _normalize_kwargs(self._num_workers, kwargs, name)
+        new_kwargs = [{**old, **up} for old, up in zip(self._create_env_kwargs, updates)]
+        if self._started or self._built:
+            self.close()
+        metas, built = _read_metas(self._create_env_fn, new_kwargs, self._keeps_built_envs())
+        self._create_env_kwargs = new_kwargs
+        self._built = built
+        self._apply_metas(metas)
+
+    # ------------------------------------------------------------------------------ seeds
+    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int:
+        """Seeds the workers one after the other, each with the seed returned by the previous.
+
+        Args:
+            seed: the first worker's seed; ``None`` draws one from torch's global generator.
+            static_seed: give every worker ``seed`` itself.
+
+        Returns:
+            The seed returned by the last worker (to seed a next env of a chain).
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv, SerialEnv
+            >>> env = SerialEnv(2, PendulumEnv)
+            >>> env.set_seed(0) == PendulumEnv().set_seed(PendulumEnv().set_seed(0))
+            True
+        """
+        if seed is None:
+            seed = int(torch.randint(0, 2**32 - 1, (), dtype=torch.int64))
+        seed = int(seed)
+        self.start()
+        for i in range(self._num_workers):
+            seed = int(self._seed_worker(i, seed, static_seed))
+        return seed
+
+    def _set_seed(self, seed: int | None) -> None:
+        self.set_seed(seed)
+
+    # ----------------------------------------------------------------------------- steps
+    def _step_values(self, tensordict: TensorDictBase) -> tuple[list[Any], bool]:
+        """The input entries of a step (actions and states), aligned with the input layout.
+
+        Returns them and whether all of them are present.
+        """
+        layout = self._input_layout
+        values: list[Any] = [None] * len(layout)
+        paths = layout.paths
+        for j in self._action_idx:
+            value = _get_leaf(tensordict, paths[j])
+            if value is None:
+                raise KeyError(
+                    f"{type(self).__name__}.step: the input has no action entry "
+                    f"{_unravel(paths[j])!r} (spec: {layout.specs[j]!r})"
+                )
+            values[j] = value
+        complete = True
+        for j in self._state_idx:
+            value = values[j] = _get_leaf(tensordict, paths[j])
+            if value is None:
+                complete = False
+        return values, complete
+
+    def _reset_values(self, tensordict: TensorDictBase | None) -> tuple[list[Any], list[bool]]:
+        """The input entries of a reset (states, ``"_reset"`` masks) and the workers to reset."""
+        layout = self._input_layout
+        values: list[Any] = [None] * len(layout)
+        n = self._num_workers
+        if tensordict is None:
+            return values, [True] * n
+        paths = layout.paths
+        for j in self._state_idx:
+            values[j] = _get_leaf(tensordict, paths[j])
+        need = None
+        for j in self._reset_idx:
+            mask = _get_leaf(tensordict, paths[j])
+            if mask is not None:
+                values[j] = mask
+                per_worker = mask.reshape(n, -1).any(-1)
+                need = per_worker if need is None else need | per_worker
+        return values, [True] * n if need is None else need.tolist()
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if not self._started:
+            self.start()
+        values, complete = self._step_values(tensordict)
+        return self._run_step(values, complete)
+
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
+        if not self._started:
+            self.start()
+        values, need = self._reset_values(tensordict)
+        return self._run_reset(values, need, kwargs)
+
+    def step_and_maybe_reset(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase]:
+        """Steps, then resets the finished sub-envs; each worker does both in one go.
+
+        Same contract as :meth:`EnvBase.step_and_maybe_reset`; a worker whose sub-envs are done
+        resets them right after its step, without a second round trip.
+
+        Args:
+            tensordict: batch ``[n, *inner]`` with the actions.
+
+        Returns:
+            ``(tensordict, next_input)``: the transition and the next step's input.
+        """
+        if self._batch_locked and tensordict.batch_size != self._batch_size:
+            self._check_batch(tensordict, "step_and_maybe_reset")
+        if not self._started:
+            self.start()
+        values, complete = self._step_values(tensordict)
+        next_td, merge = self._run_step_and_reset(values, complete)
+        cache = self._cache or self._spec_cache()
+        _complete_done(next_td, cache.done_groups)
+        if self.run_type_checks:
+            self._type_check(next_td, "step()", next_=True)
+        _set_next(tensordict, next_td)
+        next_input = _apply_mdp_plan(tensordict, cache.mdp_plan)
+        if merge is not None:
+            merge(next_input)
+        return tensordict, next_input
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _stop(self) -> None:
+        raise NotImplementedError
+
+    def _seed_worker(self, index: int, seed: int, static_seed: bool) -> int:
+        raise NotImplementedError
+
+    def _run_step(self, values: list[Any], complete: bool) -> TensorDictBase:
+        raise NotImplementedError
+
+    def _run_step_and_reset(
+        self, values: list[Any], complete: bool
+    ) -> tuple[TensorDictBase, _Merge | None]:
+        raise NotImplementedError
+
+    def _run_reset(
+        self, values: list[Any], need: list[bool], kwargs: dict[str, Any]
+    ) -> TensorDictBase:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        head, rest = super().__repr__().split("(", 1)
+        return f"{head}(\n    num_workers={self._num_workers},{rest}"
