@@ -26,9 +26,11 @@ thread (``torch.set_num_threads(1)``), and so do the workers. A last line compar
 the targets of the issue. Prints one JSON object per line.
 
 Usage: ``python benchmarks/env_overhead.py [--frames 16000] [--repeats 3] [--no-peers]
-[--envs CartPole-v1,Pendulum-v1] [--profile NAME] [--breakdown]`` (``--profile`` prints a
-cProfile of the named measurement to stderr, e.g. ``--profile "SerialEnv(8)"``; ``--breakdown``
-adds the CPU cost of each layer of a batched step).
+[--envs CartPole-v1,Pendulum-v1] [--profile NAME] [--breakdown] [--crossover]``
+(``--profile`` prints a cProfile of the named measurement to stderr, e.g. ``--profile
+"SerialEnv(8)"``; ``--breakdown`` adds the CPU cost of each layer of a batched step;
+``--crossover`` times ``ParallelEnv(2x4)`` against ``SerialEnv(8)`` on a CartPole whose step
+burns 0-200 extra microseconds of CPU, to show where processes start to pay).
 """
 
 from __future__ import annotations
@@ -283,6 +285,39 @@ def breakdown(env_name: str, steps: int) -> None:
     )
 
 
+# ---------------------------------------------------------------------------------- crossover
+class _CostlyCartPole(GymEnv):
+    """CartPole whose step also burns ``cost_us`` of CPU: a stand-in for a costlier simulator."""
+
+    def __init__(self, cost_us: float) -> None:
+        super().__init__("CartPole-v1")
+        self.cost_s = cost_us * 1e-6
+
+    def _step(self, tensordict):
+        end = time.perf_counter() + self.cost_s
+        while time.perf_counter() < end:
+            pass
+        return super()._step(tensordict)
+
+
+def crossover(repeats: int) -> None:
+    """``ParallelEnv(2x4)`` against ``SerialEnv(8)`` as the env step gets costlier."""
+    for cost in (0, 25, 50, 100, 200):
+        make = partial(_CostlyCartPole, cost)
+        steps = 200
+        cases = [
+            _Case(f"SerialEnv(8) +{cost}us", "rollout", steps * N_ENVS, lambda: None),
+            _Case(f"ParallelEnv(2x4) +{cost}us", "rollout", steps * N_ENVS, lambda: None),
+        ]
+        envs = [SerialEnv(N_ENVS, make), ParallelEnv(2, partial(SerialEnv, 4, make))]
+        for case, env in zip(cases, envs):
+            env.set_seed(0)
+            case.run, case.close = _rollout(env, steps), env.close
+        _run_cases(f"CartPole-v1 +{cost}us/step", cases, repeats)
+        serial, parallel = (c.frames / c.best_wall for c in cases)
+        _emit(env="CartPole-v1", extra_cost_us=cost, parallel_vs_serial=round(parallel / serial, 2))
+
+
 # -------------------------------------------------------------------------------------- peers
 def bench_peers(envs: list[str], frames: int, repeats: int) -> None:
     python = os.environ.get("TORCHRL_PEERS_PYTHON", "/work/peers-venv/bin/python")
@@ -346,6 +381,9 @@ def main() -> None:
     parser.add_argument("--no-peers", action="store_true", help="skip TorchRL and SB3")
     parser.add_argument("--profile", default=None, help="cProfile one measurement of ours")
     parser.add_argument("--breakdown", action="store_true", help="CPU cost of each layer")
+    parser.add_argument(
+        "--crossover", action="store_true", help="ParallelEnv vs SerialEnv on costlier steps"
+    )
     parser.add_argument("--rollout-steps", type=int, default=500, help="steps per rollout call")
     args = parser.parse_args()
     global ROLLOUT_STEPS
@@ -363,6 +401,8 @@ def main() -> None:
         _run_cases(env_name, cases, args.repeats)
         if args.breakdown:
             breakdown(env_name, max(args.frames // N_ENVS, 100))
+    if args.crossover:
+        crossover(args.repeats)
     if not args.no_peers:
         bench_peers(envs, args.frames, args.repeats)
     _summary(envs)
