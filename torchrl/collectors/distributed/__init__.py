@@ -8,12 +8,14 @@ line to scale out. ``ray`` and ``submitit`` are optional (extras ``torchrl[ray]`
 from torchrl.collectors.distributed.generic import DistributedDataCollector
 from torchrl.collectors.distributed.ray import DEFAULT_REMOTE_CLASS_CONFIG, RayCollector
 from torchrl.collectors.distributed.replay import RayReplayBuffer
+from torchrl.collectors.distributed.rpc_replay import RPCReplayBuffer
 from torchrl.collectors.distributed.utils import WorkerCore, policy_weights
 
 __all__ = [
     "DEFAULT_REMOTE_CLASS_CONFIG",
     "DistributedDataCollector",
     "RayCollector",
+    "RPCReplayBuffer",
     "RayReplayBuffer",
     "WorkerCore",
     "policy_weights",
