@@ -233,7 +233,7 @@ class _WorkerPool:
 
     def _fail_dead(self, i: int, command: str) -> NoReturn:
         proc = self.procs[i]
-        proc.join(0.5)
+        proc.join(2.0)  # a killed worker exits at once; one that closed its pipe may linger
         code = proc.exitcode
         if code is None:
             how = "closed its pipe"
