@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from torchrl.objectives.value import _recursions as recursions
 from torchrl.objectives.value import functional as vf
 
 torch.set_num_threads(1)
@@ -102,7 +103,7 @@ def run_ours(data: dict[str, np.ndarray], reps: int) -> np.ndarray:
 
     ref = vf.generalized_advantage_estimate(*args)[0]
     median, best = _time(lambda: vf.generalized_advantage_estimate(*args), reps)
-    backend = "cpp" if hasattr(vf._C, "value_recurrence") else "torch-loop (no extension)"
+    backend = "cpp" if hasattr(recursions._C, "value_recurrence") else "torch-loop (no extension)"
     _emit(
         {
             "impl": "torchrl (ours)",
@@ -128,8 +129,8 @@ def run_ours(data: dict[str, np.ndarray], reps: int) -> np.ndarray:
         }
     )
 
-    saved = vf._C
-    vf._C = None
+    saved = recursions._C
+    recursions._C = None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -138,7 +139,7 @@ def run_ours(data: dict[str, np.ndarray], reps: int) -> np.ndarray:
                 lambda: vf.generalized_advantage_estimate(*args), max(reps // 4, 3)
             )
     finally:
-        vf._C = saved
+        recursions._C = saved
     _emit(
         {
             "impl": "torchrl-loop (ours)",

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import torchrl._utils
+from torchrl.objectives.value import _recursions as recursions
 from torchrl.objectives.value import functional as vf
 
 # ------------------------------------------------------------------------------------------------
@@ -178,10 +179,10 @@ SHAPES = [
 
 
 def _use_backend(name, monkeypatch):
-    if name == "cpp" and not hasattr(vf._C, "value_recurrence"):
+    if name == "cpp" and not hasattr(recursions._C, "value_recurrence"):
         pytest.skip("torchrl._C is not built")
     if name == "torch":
-        monkeypatch.setattr(vf, "_C", None)
+        monkeypatch.setattr(recursions, "_C", None)
         monkeypatch.setattr(torchrl._utils, "_warned", set())
     return name
 
@@ -512,7 +513,7 @@ def test_reward2go(kernel_backend, shape, time_dim, varying):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("varying", [False, True])
 def test_cpp_torch_vec_agree_long_rows(monkeypatch, dtype, varying):
-    if not hasattr(vf._C, "value_recurrence"):
+    if not hasattr(recursions._C, "value_recurrence"):
         pytest.skip("torchrl._C is not built")
     # T = 700 > 16**2 exercises three levels of the blocked solver; 9 rows leave a partial group
     # of lanes in the C++ kernel.
@@ -532,7 +533,7 @@ def test_cpp_torch_vec_agree_long_rows(monkeypatch, dtype, varying):
     cpp_ret = vf.td_lambda_return_estimate(*args[:2], *args[3:])
     vec = vf.vec_generalized_advantage_estimate(*args)
     vec_ret = vf.vec_td_lambda_return_estimate(*args[:2], *args[3:])
-    monkeypatch.setattr(vf, "_C", None)
+    monkeypatch.setattr(recursions, "_C", None)
     loop = vf.generalized_advantage_estimate(*args)
     loop_ret = vf.td_lambda_return_estimate(*args[:2], *args[3:])
     tol = {"rtol": 1e-4, "atol": 1e-4} if dtype == torch.float32 else {"rtol": 0, "atol": 1e-9}
@@ -545,7 +546,7 @@ def test_cpp_torch_vec_agree_long_rows(monkeypatch, dtype, varying):
 @pytest.mark.parametrize("shape", [(2, 4500, 3), (9, 2100, 1)])
 def test_cpp_tiles_and_feature_lanes(monkeypatch, shape):
     """Rows longer than the kernel's time tile (2048), feature lanes, partial lane groups."""
-    if not hasattr(vf._C, "value_recurrence"):
+    if not hasattr(recursions._C, "value_recurrence"):
         pytest.skip("torchrl._C is not built")
     d = make_data(shape, seed=17, varying=True)
     args = (
@@ -560,7 +561,7 @@ def test_cpp_tiles_and_feature_lanes(monkeypatch, shape):
     cpp = vf.generalized_advantage_estimate(*args)
     cpp_ret = vf.td_lambda_return_estimate(*args[:2], *args[3:])
     cpp_r2g = vf.reward2go(d["reward"], d["done"], d["gamma"])
-    monkeypatch.setattr(vf, "_C", None)
+    monkeypatch.setattr(recursions, "_C", None)
     loop = vf.generalized_advantage_estimate(*args)
     loop_ret = vf.td_lambda_return_estimate(*args[:2], *args[3:])
     loop_r2g = vf.reward2go(d["reward"], d["done"], d["gamma"])
@@ -623,7 +624,7 @@ def test_gradients_td_lambda_vtrace_agree_across_paths():
 
 
 def test_no_grad_mode_uses_kernel_with_grad_inputs():
-    if not hasattr(vf._C, "value_recurrence"):
+    if not hasattr(recursions._C, "value_recurrence"):
         pytest.skip("torchrl._C is not built")
     d = make_data((2, 6, 1), seed=14)
     value = d["state_value"].clone().requires_grad_()
@@ -702,26 +703,28 @@ def test_shape_mismatch_names_argument():
 
 
 def test_kernel_validates_buffers():
-    if not hasattr(vf._C, "value_recurrence"):
+    if not hasattr(recursions._C, "value_recurrence"):
         pytest.skip("torchrl._C is not built")
     r = torch.zeros(2, 3, 1).numpy()
     done = torch.zeros(2, 3, 1, dtype=torch.bool).numpy()
     out = torch.zeros(2, 3, 1).numpy()
     with pytest.raises(ValueError, match="`next_state_value` has shape"):
-        vf._C.value_recurrence(1, r, None, r[:, :2], done, None, 0.9, 0.9, out, None)
+        recursions._C.value_recurrence(1, r, None, r[:, :2], done, None, 0.9, 0.9, out, None)
     with pytest.raises(ValueError, match="`done` has dtype"):
-        vf._C.value_recurrence(2, r, None, None, r, None, 0.9, 0.9, out, None)
+        recursions._C.value_recurrence(2, r, None, None, r, None, 0.9, 0.9, out, None)
     with pytest.raises(ValueError, match="`out` has dtype float64"):
-        vf._C.value_recurrence(2, r, None, None, done, None, 0.9, 0.9, out.astype("f8"), None)
+        recursions._C.value_recurrence(
+            2, r, None, None, done, None, 0.9, 0.9, out.astype("f8"), None
+        )
     with pytest.raises(ValueError, match="C-contiguous"):
         strided = torch.zeros(2, 6, 1).numpy()[:, ::2]
-        vf._C.value_recurrence(2, r, None, None, done, None, 0.9, 0.9, strided, None)
+        recursions._C.value_recurrence(2, r, None, None, done, None, 0.9, 0.9, strided, None)
     with pytest.raises(ValueError, match="mode must be"):
-        vf._C.value_recurrence(5, r, None, None, done, None, 0.9, 0.9, out, None)
+        recursions._C.value_recurrence(5, r, None, None, done, None, 0.9, 0.9, out, None)
 
 
 def test_missing_extension_warns_once(monkeypatch):
-    monkeypatch.setattr(vf, "_C", None)
+    monkeypatch.setattr(recursions, "_C", None)
     monkeypatch.setattr(torchrl._utils, "_warned", set())
     x = torch.zeros(2, 5, 1)
     done = torch.zeros(2, 5, 1, dtype=torch.bool)
