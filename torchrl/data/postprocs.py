@@ -9,11 +9,10 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
 from torch import nn
 
 from torchrl._keys import COLLECTOR, DONE, MASK, NEXT, REWARD, TRAJ_IDS
-
-NestedKey = str | tuple[str, ...]
 
 __all__ = ["MultiStep", "split_trajectories"]
 

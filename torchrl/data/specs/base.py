@@ -169,6 +169,41 @@ def _prepare_mask(
     return mask
 
 
+def _mask_repr(mask: torch.Tensor | None) -> str:
+    return "" if mask is None else f", mask={_fmt(mask)}"
+
+
+def _round_index(val: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
+    """Rounds and clamps any numeric tensor to int64 indices in ``[0, high]``."""
+    if val.is_floating_point():
+        val = torch.nan_to_num(val.double().round(), nan=0.0).clamp(min=0)
+        val = torch.minimum(val, torch.as_tensor(high, dtype=val.dtype, device=val.device))
+        return val.long()
+    return torch.minimum(val.long().clamp(min=0), torch.as_tensor(high, device=val.device))
+
+
+def _one_hot_mask_reason(val: torch.Tensor, mask: torch.Tensor | None) -> str | None:
+    """Why a one-hot ``val`` selects a category that ``mask`` forbids (``None`` if it does not)."""
+    if mask is None:
+        return None
+    bad = val.bool() & ~mask.to(val.device)
+    if not bool(bad.any()):
+        return None
+    where = _first_bad(bad.any(-1))
+    return (
+        f"value masked out: {_loc(where)} = {val[where].tolist()} selects a "
+        f"category forbidden by the mask {_fmt(mask)}"
+    )
+
+
+def _masked_scores(val: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``val`` as float64 scores for an arg-max: NaN counts as 0, forbidden categories as -inf."""
+    scores = torch.nan_to_num(val.double(), nan=0.0)
+    if mask is not None:
+        scores = scores.masked_fill(~mask.to(val.device), float("-inf"))
+    return scores
+
+
 def _sample_masked(mask: torch.Tensor, lead: torch.Size) -> torch.Tensor:
     """Uniform indices among the allowed entries of ``mask[..., n]``, with ``lead`` extra dims."""
     scores = torch.rand(lead + mask.shape, device=mask.device)

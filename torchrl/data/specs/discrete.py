@@ -21,9 +21,13 @@ from torchrl.data.specs.base import (
     _fmt,
     _loc,
     _mask_equal,
+    _mask_repr,
+    _masked_scores,
     _nearest_allowed,
+    _one_hot_mask_reason,
     _prepare_mask,
     _raw_tensor,
+    _round_index,
     _sample_masked,
     _size,
     _spec_shape,
@@ -31,19 +35,6 @@ from torchrl.data.specs.base import (
 
 # Up to this many categories, one-hot samples are rows of a cached identity matrix.
 _EYE_MAX_N = 256
-
-
-def _mask_repr(mask: torch.Tensor | None) -> str:
-    return "" if mask is None else f", mask={_fmt(mask)}"
-
-
-def _round_index(val: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
-    """Rounds and clamps any numeric tensor to int64 indices in ``[0, high]``."""
-    if val.is_floating_point():
-        val = torch.nan_to_num(val.double().round(), nan=0.0).clamp(min=0)
-        val = torch.minimum(val, torch.as_tensor(high, dtype=val.dtype, device=val.device))
-        return val.long()
-    return torch.minimum(val.long().clamp(min=0), torch.as_tensor(high, device=val.device))
 
 
 class Categorical(TensorSpec):
@@ -323,15 +314,7 @@ class OneHot(TensorSpec):
         if not bool(ok.all()):
             where = _first_bad(~ok)
             return f"not one-hot: {_loc(where)} = {val[where].tolist()} has not exactly one 1"
-        if self.mask is not None:
-            bad = val.bool() & ~self.mask.to(val.device)
-            if bool(bad.any()):
-                where = _first_bad(bad.any(-1))
-                return (
-                    f"value masked out: {_loc(where)} = {val[where].tolist()} selects a "
-                    f"category forbidden by the mask {_fmt(self.mask)}"
-                )
-        return None
+        return _one_hot_mask_reason(val, self.mask)
 
     def project(self, val: torch.Tensor) -> torch.Tensor:
         """Keeps a valid one-hot value; otherwise one-hot of the (allowed) arg-max.
@@ -344,9 +327,7 @@ class OneHot(TensorSpec):
         """
         if self._why_not_in(val) is None:
             return val
-        scores = torch.nan_to_num(val.double(), nan=0.0)
-        if self.mask is not None:
-            scores = scores.masked_fill(~self.mask.to(val.device), float("-inf"))
+        scores = _masked_scores(val, self.mask)
         idx = scores.argmax(-1, keepdim=True)
         return torch.zeros(val.shape, dtype=self.dtype, device=val.device).scatter_(-1, idx, 1)
 

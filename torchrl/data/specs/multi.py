@@ -21,9 +21,13 @@ from torchrl.data.specs.base import (
     _fmt,
     _loc,
     _mask_equal,
+    _mask_repr,
+    _masked_scores,
     _nearest_allowed,
+    _one_hot_mask_reason,
     _prepare_mask,
     _raw_tensor,
+    _round_index,
     _sample_masked,
     _size,
     _spec_shape,
@@ -52,10 +56,6 @@ def _check_groups(mask: torch.Tensor, nvec: list[int], owner: str) -> None:
     for i, part in enumerate(mask.split(nvec, -1)):
         if part.numel() and not bool(part.any(-1).all()):
             raise ValueError(f"{owner}: the mask allows no value in group {i} for some entries")
-
-
-def _mask_repr(mask: torch.Tensor | None) -> str:
-    return "" if mask is None else f", mask={_fmt(mask)}"
 
 
 class MultiCategorical(TensorSpec):
@@ -207,11 +207,7 @@ class MultiCategorical(TensorSpec):
             A tensor in the spec.
         """
         high = (self.nvec - 1).to(val.device)
-        if val.is_floating_point():
-            work = torch.nan_to_num(val.double().round(), nan=0.0).clamp(min=0)
-            idx = torch.minimum(work, high.double()).long()
-        else:
-            idx = torch.minimum(val.long().clamp(min=0), high)
+        idx = _round_index(val, high)
         if self.mask is not None:
             assert self._nvec_list is not None
             parts = self.mask.split(self._nvec_list, -1)
@@ -387,15 +383,7 @@ class MultiOneHot(TensorSpec):
                 f"not multi-one-hot: group {where[-1]} of {_loc(where[:-1])} = "
                 f"{val[where[:-1]].tolist()} has not exactly one 1 (nvec={self.nvec})"
             )
-        if self.mask is not None:
-            bad = val.bool() & ~self.mask.to(val.device)
-            if bool(bad.any()):
-                where = _first_bad(bad.any(-1))
-                return (
-                    f"value masked out: {_loc(where)} = {val[where].tolist()} selects a "
-                    f"category forbidden by the mask {_fmt(self.mask)}"
-                )
-        return None
+        return _one_hot_mask_reason(val, self.mask)
 
     def project(self, val: torch.Tensor) -> torch.Tensor:
         """Keeps a valid value; otherwise one-hot of each group's (allowed) arg-max.
@@ -408,9 +396,7 @@ class MultiOneHot(TensorSpec):
         """
         if self._why_not_in(val) is None:
             return val
-        scores = torch.nan_to_num(val.double(), nan=0.0)
-        if self.mask is not None:
-            scores = scores.masked_fill(~self.mask.to(val.device), float("-inf"))
+        scores = _masked_scores(val, self.mask)
         idx = torch.stack([p.argmax(-1) for p in scores.split(self.nvec, -1)], -1)
         _, starts, _ = self._constants(val.device)
         lead = val.shape[: val.dim() - self.ndim]
