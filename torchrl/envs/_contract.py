@@ -15,10 +15,10 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from torchrl._keys import DONE, NEXT, RESET, TERMINATED, TRUNCATED
-from torchrl.envs.utils import _key_tuple, _mdp_plan
+from torchrl.data.specs import Composite
+from torchrl.envs.utils import _key_tuple, _mdp_plan, check_entry
 
 if TYPE_CHECKING:
-    from torchrl.data.specs import Composite
     from torchrl.envs.common import EnvBase
 
 NestedKey = str | tuple[str, ...]
@@ -342,3 +342,93 @@ def _cast_policy(policy: Callable, env_device: torch.device | None) -> Callable:
         return out.to(env_device) if env_device is not None else out
 
     return call
+
+
+def _check_spec_shape(owner: str, spec: Any, name: str, batch_size: torch.Size) -> None:
+    """Raises unless ``spec`` (and every leaf of a ``Composite``) starts with ``batch_size``."""
+    n = len(batch_size)
+    specs = [(name, spec)]
+    if isinstance(spec, Composite):
+        specs += [
+            (f"{name}[{k!r}]", spec[k]) for k in spec.keys(include_nested=True, leaves_only=True)
+        ]
+    for label, s in specs:
+        if tuple(s.shape[:n]) != tuple(batch_size):
+            raise ValueError(
+                f"{owner}.{label}: the spec's shape {tuple(s.shape)} must start "
+                f"with the env batch size {tuple(batch_size)} (spec: {s!r})"
+            )
+
+
+def _check_not_done(
+    owner: str,
+    out: TensorDictBase,
+    masks: dict[tuple[str, ...], torch.Tensor],
+    groups: list[_DoneGroup],
+) -> None:
+    """Raises if a sub-env marked by ``masks`` (all when none) is still done after its reset."""
+    for group in groups:
+        flags = group.flags(out)
+        mask = masks.get(group.prefix)
+        if mask is None or mask.shape != flags.shape:
+            mask = _covering_mask(masks, group.prefix, groups)
+            if mask is not None:
+                mask = _broadcast(mask, flags.ndim)
+        if mask is not None:
+            flags = flags & mask
+        if _any(flags):
+            raise RuntimeError(
+                f"{owner}.reset(): sub-envs that were reset are still done "
+                f"(group {group.prefix or 'root'}); pass allow_done_after_reset=True if the "
+                f"env may start in a done state"
+            )
+
+
+def _check_against_specs(env: EnvBase, td: TensorDictBase, where: str, next_: bool) -> None:
+    """Checks a ``reset`` (``next_=False``) or ``step`` output of ``env`` against its specs."""
+    owner = type(env).__name__
+    names: tuple[str, ...] = ("full_observation_spec", "full_done_spec")
+    if next_:
+        names += ("full_reward_spec",)
+    # A batch-unlocked env may see inputs with extra leading dims: check against specs
+    # expanded to them.
+    lead = _leading_shape(td.batch_size, env.batch_size)
+    nb = td.batch_dims
+    for name in names:
+        spec = getattr(env, name)
+        if lead:
+            spec = spec.expand(*lead, *spec.shape)
+        for key in spec.keys(include_nested=True, leaves_only=True):
+            value = td.get(key, None)
+            if value is None:
+                raise ValueError(
+                    f"{owner}.{where}: entry {key!r} declared in {name} "
+                    f"({spec[key]!r}) is missing from the output"
+                )
+            check_entry(f"{owner}.{where}", key, spec[key], value, nb)
+
+
+def _any_group_done(next_td: TensorDictBase, groups: list[_DoneGroup]) -> bool:
+    """Whether any sub-env is done in any done group of ``next_td``."""
+    for group in groups:
+        if _any(group.flags(next_td)):
+            return True
+    return False
+
+
+def _done_per_env(next_td: TensorDictBase, groups: list[_DoneGroup]) -> torch.Tensor:
+    """A boolean of shape ``next_td.batch_size``: whether each sub-env is done in any group."""
+    batch = next_td.batch_size
+    out = torch.zeros(batch, dtype=torch.bool, device=next_td.device)
+    for group in groups:
+        out |= group.flags(next_td).reshape(*batch, -1).any(-1)
+    return out
+
+
+def _spec_summary(spec: Composite) -> str:
+    """``{key: (shape) dtype, ...}`` over the leaves of ``spec``, for ``EnvBase.__repr__``."""
+    items = [
+        f"{k!r}: {tuple(spec[k].shape)} {spec[k].dtype}"
+        for k in spec.keys(include_nested=True, leaves_only=True)
+    ]
+    return "{" + ", ".join(items) + "}"

@@ -27,11 +27,13 @@ from torchrl.data.specs import Categorical, Composite, Unbounded
 from torchrl.envs._contract import (
     _all,
     _any,
-    _broadcast,
+    _any_group_done,
     _cast_policy,
+    _check_against_specs,
+    _check_not_done,
+    _check_spec_shape,
     _complete_done,
-    _covering_mask,
-    _DoneGroup,
+    _done_per_env,
     _drop_reset_keys,
     _keep_unreset,
     _leading_shape,
@@ -41,10 +43,11 @@ from torchrl.envs._contract import (
     _raw,
     _set_next,
     _single_or_all,
+    _spec_summary,
     _SpecCache,
     _stack_steps,
 )
-from torchrl.envs.utils import _apply_mdp_plan, check_entry
+from torchrl.envs.utils import _apply_mdp_plan
 
 NestedKey = str | tuple[str, ...]
 
@@ -202,28 +205,13 @@ class EnvBase(nn.Module):
             cache = self._cache = _SpecCache(self)
         return cache
 
-    def _check_shape(self, spec: Any, name: str) -> None:
-        n = len(self._batch_size)
-        specs = [(name, spec)]
-        if isinstance(spec, Composite):
-            specs += [
-                (f"{name}[{k!r}]", spec[k])
-                for k in spec.keys(include_nested=True, leaves_only=True)
-            ]
-        for label, s in specs:
-            if tuple(s.shape[:n]) != tuple(self._batch_size):
-                raise ValueError(
-                    f"{type(self).__name__}.{label}: the spec's shape {tuple(s.shape)} must start "
-                    f"with the env batch size {tuple(self._batch_size)} (spec: {s!r})"
-                )
-
     def _prepare(self, spec: Any, name: str, wrap_key: NestedKey | None) -> Composite:
         if not isinstance(spec, Composite):
             if wrap_key is None:
                 raise TypeError(f"{type(self).__name__}.{name} must be a Composite, got {spec!r}")
-            self._check_shape(spec, name)
+            _check_spec_shape(type(self).__name__, spec, name, self._batch_size)
             spec = Composite({wrap_key: spec}, shape=self._batch_size, device=spec.device)
-        self._check_shape(spec, name)
+        _check_spec_shape(type(self).__name__, spec, name, self._batch_size)
         if self._device is not None and spec.device != self._device:
             spec = spec.to(self._device)
         return spec
@@ -311,7 +299,7 @@ class EnvBase(nn.Module):
     @full_done_spec.setter
     def full_done_spec(self, value: Any) -> None:
         if not isinstance(value, Composite):
-            self._check_shape(value, "full_done_spec")
+            _check_spec_shape(type(self).__name__, value, "full_done_spec", self._batch_size)
             value = Composite(
                 {DONE: value, TERMINATED: value.clone(), TRUNCATED: value.clone()},
                 shape=self._batch_size,
@@ -516,53 +504,13 @@ class EnvBase(nn.Module):
         if self.run_type_checks:
             self._type_check(out, "reset()", next_=False)
         if not self.allow_done_after_reset:
-            self._check_not_done(out, masks, groups)
+            _check_not_done(type(self).__name__, out, masks, groups)
         if tensordict is not None and out is not tensordict:
             return tensordict.update(out)
         return out
 
-    def _check_not_done(
-        self,
-        out: TensorDictBase,
-        masks: dict[tuple[str, ...], torch.Tensor],
-        groups: list[_DoneGroup],
-    ) -> None:
-        for group in groups:
-            flags = group.flags(out)
-            mask = masks.get(group.prefix)
-            if mask is None or mask.shape != flags.shape:
-                mask = _covering_mask(masks, group.prefix, groups)
-                if mask is not None:
-                    mask = _broadcast(mask, flags.ndim)
-            if mask is not None:
-                flags = flags & mask
-            if _any(flags):
-                raise RuntimeError(
-                    f"{type(self).__name__}.reset(): sub-envs that were reset are still done "
-                    f"(group {group.prefix or 'root'}); pass allow_done_after_reset=True if the "
-                    f"env may start in a done state"
-                )
-
     def _type_check(self, td: TensorDictBase, where: str, next_: bool) -> None:
-        names: tuple[str, ...] = ("full_observation_spec", "full_done_spec")
-        if next_:
-            names += ("full_reward_spec",)
-        # A batch-unlocked env may see inputs with extra leading dims: check against specs
-        # expanded to them.
-        lead = _leading_shape(td.batch_size, self._batch_size)
-        nb = td.batch_dims
-        for name in names:
-            spec = getattr(self, name)
-            if lead:
-                spec = spec.expand(*lead, *spec.shape)
-            for key in spec.keys(include_nested=True, leaves_only=True):
-                value = td.get(key, None)
-                if value is None:
-                    raise ValueError(
-                        f"{type(self).__name__}.{where}: entry {key!r} declared in {name} "
-                        f"({spec[key]!r}) is missing from the output"
-                    )
-                check_entry(f"{type(self).__name__}.{where}", key, spec[key], value, nb)
+        _check_against_specs(self, td, where, next_)
 
     def step_and_maybe_reset(
         self, tensordict: TensorDictBase
@@ -603,19 +551,6 @@ class EnvBase(nn.Module):
                 next_td.set(group.reset_key, flags)
             next_td = self.reset(next_td)
         return tensordict, next_td
-
-    def _any_done(self, next_td: TensorDictBase, groups: list[_DoneGroup]) -> bool:
-        for group in groups:
-            if _any(group.flags(next_td)):
-                return True
-        return False
-
-    def _done_per_env(self, next_td: TensorDictBase, groups: list[_DoneGroup]) -> torch.Tensor:
-        batch = next_td.batch_size
-        out = torch.zeros(batch, dtype=torch.bool, device=next_td.device)
-        for group in groups:
-            out |= group.flags(next_td).reshape(*batch, -1).any(-1)
-        return out
 
     def rollout(
         self,
@@ -688,7 +623,7 @@ class EnvBase(nn.Module):
                     callback(self, td)
                 raw = _raw(td)
                 next_td = raw[NEXT] if raw is not None else td.get(NEXT)
-                if i + 1 == max_steps or self._any_done(next_td, groups):
+                if i + 1 == max_steps or _any_group_done(next_td, groups):
                     break
                 td = _apply_mdp_plan(td, plan)
         else:
@@ -703,7 +638,7 @@ class EnvBase(nn.Module):
                 if callback is not None:
                     callback(self, transition)
                 if break_when_all_done:
-                    flags = self._done_per_env(transition.get(NEXT), groups)
+                    flags = _done_per_env(transition.get(NEXT), groups)
                     seen = flags if seen is None else seen | flags
                     if seen.all():
                         break
@@ -849,25 +784,15 @@ class EnvBase(nn.Module):
         self.close()
 
     def __repr__(self) -> str:
-        def summary(spec: Composite) -> str:
-            items = [
-                f"{k!r}: {tuple(spec[k].shape)} {spec[k].dtype}"
-                for k in spec.keys(include_nested=True, leaves_only=True)
-            ]
-            return "{" + ", ".join(items) + "}"
-
         lines = [
             f"batch_size={list(self._batch_size)}",
             f"device={self._device}",
-            f"observation_spec={summary(self.full_observation_spec)}",
-            f"action_spec={summary(self.full_action_spec)}",
-            f"reward_spec={summary(self.full_reward_spec)}",
-            f"done_spec={summary(self.full_done_spec)}",
+            f"observation_spec={_spec_summary(self.full_observation_spec)}",
+            f"action_spec={_spec_summary(self.full_action_spec)}",
+            f"reward_spec={_spec_summary(self.full_reward_spec)}",
+            f"done_spec={_spec_summary(self.full_done_spec)}",
         ]
         if self.state_keys:
-            lines.append(f"state_spec={summary(self.full_state_spec)}")
+            lines.append(f"state_spec={_spec_summary(self.full_state_spec)}")
         body = ",\n    ".join(lines)
         return f"{type(self).__name__}(\n    {body})"
-
-
-# --------------------------------------------------------------------------------- helpers

@@ -11,7 +11,7 @@ from tensordict import TensorDictBase
 
 from torchrl._keys import DONE, NEXT, OBSERVATION, PIXELS, RESET
 from torchrl.data.specs import Composite, TensorSpec
-from torchrl.envs._contract import _complete_done
+from torchrl.envs._contract import _any_group_done, _complete_done
 from torchrl.envs.transforms._utils import (
     NestedKey,
     expand_right,
@@ -338,7 +338,7 @@ class FrameSkipTransform(Transform):
         rewards = [get(next_tensordict, k) for k in reward_keys]
         td_in = self._input_at_level(tensordict)
         for _ in range(self.frame_skip - 1):
-            if parent._any_done(next_tensordict, groups):
+            if _any_group_done(next_tensordict, groups):
                 break
             td_in = shallow_copy(td_in)
             td_in.update(next_tensordict)
@@ -422,7 +422,7 @@ class NoopResetEnv(Transform):
             td = parent.step(parent.rand_action(td))
             td = _apply_mdp_plan(td, cache.mdp_plan)
             i += 1
-            if parent._any_done(td, groups):
+            if _any_group_done(td, groups):
                 trials += 1
                 if trials >= _MAX_NOOP_TRIALS:
                     raise RuntimeError(
