@@ -184,8 +184,6 @@ class A2CLoss(LossModule):
         dist = self.actor_network.get_dist(tensordict.copy())
         log_prob = _log_prob(dist, tensordict, keys.action)
         adv = adv.detach()
-        if adv.shape[:-1] == log_prob.shape and adv.shape[-1:] == (1,):
-            adv = adv.squeeze(-1)
         adv = _as_batch(adv, log_prob, "the advantage", "A2CLoss")
         out: dict[str, Tensor] = {"loss_objective": _reduce(-(log_prob * adv), self.reduction)}
         if self.entropy_bonus:

@@ -34,7 +34,7 @@ from torchrl.objectives.utils import (
     _priority,
     _reduce,
     _resolve_action_space,
-    _run,
+    _run_q,
     _without_greedy_head,
     distance_loss,
 )
@@ -165,12 +165,7 @@ class DQNLoss(LossModule):
         ]
 
     def _action_values(self, tensordict: TensorDictBase, which: str) -> Tensor:
-        inputs = tensordict.select(*self.value_network.in_keys, strict=False)
-        if which == "online":
-            out = _run(self._q_modules, inputs)
-        else:
-            with self._swapped("value_network", self._tensors("value_network", which)):
-                out = _run(self._q_modules, inputs)
+        out = _run_q(self, "value_network", tensordict, which)
         return out.get(self.tensor_keys.action_value)
 
     def _next_value(self, tensordict: TensorDictBase) -> Tensor:
@@ -320,12 +315,7 @@ class DistributionalDQNLoss(LossModule):
         ]
 
     def _log_probs(self, tensordict: TensorDictBase, which: str) -> Tensor:
-        inputs = tensordict.select(*self.value_network.in_keys, strict=False)
-        if which == "online":
-            out = _run(self._q_modules, inputs)
-        else:
-            with self._swapped("value_network", self._tensors("value_network", which)):
-                out = _run(self._q_modules, inputs)
+        out = _run_q(self, "value_network", tensordict, which)
         log_p = out.get(self.tensor_keys.action_value)
         if log_p.shape[-2] != self.support.numel():
             raise ValueError(

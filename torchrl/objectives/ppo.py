@@ -246,8 +246,7 @@ class PPOLoss(LossModule):
         return sum(v.reshape(*v.shape[:bdims], -1).sum(-1) for v in values)  # type: ignore[return-value]
 
     def _match_adv(self, adv: Tensor, like: Tensor) -> Tensor:
-        if adv.shape != like.shape and adv.shape[-1:] == (1,) and adv.shape[:-1] == like.shape:
-            return adv.squeeze(-1)
+        # A trailing singleton feature dim ([*B, 1] vs [*B]) is reshaped away by _as_batch.
         return _as_batch(adv, like, "the advantage", type(self).__name__)
 
     def _critic_terms(self, tensordict: TensorDictBase, out: dict[str, Tensor]) -> None:

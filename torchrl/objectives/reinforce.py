@@ -161,8 +161,6 @@ class ReinforceLoss(LossModule):
         dist = self.actor_network.get_dist(tensordict.copy())
         log_prob = _log_prob(dist, tensordict, keys.action)
         adv = adv.detach()
-        if adv.shape[:-1] == log_prob.shape and adv.shape[-1:] == (1,):
-            adv = adv.squeeze(-1)
         adv = _as_batch(adv, log_prob, "the advantage", "ReinforceLoss")
         out: dict[str, Tensor] = {"loss_actor": _reduce(-(log_prob * adv), self.reduction)}
         if self.critic_network is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -641,7 +641,15 @@ def _without_greedy_head(network: Any) -> tuple[Any, ...]:
     return (network,)
 
 
-def _run(modules: tuple[Any, ...], tensordict: Any) -> Any:
-    for module in modules:
-        tensordict = module(tensordict)
-    return tensordict
+def _run_q(loss: Any, name: str, tensordict: Any, which: str) -> Any:
+    """Runs ``loss._q_modules`` (network ``name`` minus its greedy head) on ``name``'s inputs.
+
+    ``which`` picks the online, target or detached tensors, as in ``LossModule._call_network``.
+    """
+    out = tensordict.select(*getattr(loss, name).in_keys, strict=False)
+    # The online tensors already sit in the slots: no swap needed.
+    swap = nullcontext() if which == "online" else loss._swapped(name, loss._tensors(name, which))
+    with swap:
+        for module in loss._q_modules:
+            out = module(out)
+    return out

@@ -33,7 +33,7 @@ from torchrl.objectives.utils import (
     _priority,
     _reduce,
     _resolve_action_space,
-    _run,
+    _run_q,
     _without_greedy_head,
     distance_loss,
 )
@@ -168,13 +168,7 @@ class QMixerLoss(LossModule):
         return self._call_network("mixer_network", inputs, which).get(keys.global_value)
 
     def _local_values(self, tensordict: TensorDictBase, which: str) -> Tensor:
-        inputs = tensordict.select(*self.local_value_network.in_keys, strict=False)
-        if which == "online":
-            out = _run(self._q_modules, inputs)
-        else:
-            tensors = self._tensors("local_value_network", which)
-            with self._swapped("local_value_network", tensors):
-                out = _run(self._q_modules, inputs)
+        out = _run_q(self, "local_value_network", tensordict, which)
         return out.get(self.tensor_keys.action_value)
 
     @dispatch

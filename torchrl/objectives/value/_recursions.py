@@ -393,8 +393,34 @@ def _is_varying_arg(value: Discount) -> TypeGuard[Tensor]:
     return isinstance(value, Tensor) and value.numel() > 1
 
 
-def _check_state_value(fn: str, state_value: Tensor, reward: Tensor) -> None:
+def _td_lambda_advantage(
+    fn: str,
+    gamma: Discount,
+    lmbda: Discount,
+    state_value: Tensor,
+    next_state_value: Tensor,
+    reward: Tensor,
+    done: Tensor,
+    terminated: Tensor | None,
+    rolling_gamma: bool | None,
+    time_dim: int,
+    vectorized: bool,
+) -> Tensor:
+    """The TD(1)/TD(lambda) advantage wrappers' shared body: the return minus ``state_value``."""
     _check_tensors(fn, reward, state_value=state_value)
+    ret = _td_lambda(
+        fn,
+        gamma,
+        lmbda,
+        next_state_value,
+        reward,
+        done,
+        terminated,
+        rolling_gamma,
+        time_dim,
+        vectorized,
+    )
+    return ret - state_value
 
 
 def _solve_discounted_sum(x: Tensor, c: Tensor, stop: Tensor) -> Tensor:

@@ -610,13 +610,6 @@ class GAE(ValueEstimatorBase):
             adv = _maybe_standardize(adv, True)
         return adv, target
 
-    def _return_estimate(
-        self, td: TensorDictBase, value: Tensor | None, next_value: Tensor
-    ) -> Tensor:
-        if value is None:
-            value = self._get(td, self.tensor_keys.value, "value")
-        return self._estimate(td, value, next_value)[1]
-
     def value_estimate(
         self,
         tensordict: TensorDictBase,

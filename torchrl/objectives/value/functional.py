@@ -28,22 +28,19 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor
 
-from torchrl.objectives.value._recursions import (  # noqa: F401
+from torchrl.objectives.value._recursions import (
     _DISCOUNTED_SUM,
     _GAE,
-    _check_state_value,
     _check_tensors,
     _discount,
     _flag,
     _is_varying,
-    _kernel_usable,
     _Layout,
-    _np,
     _recursion,
-    _solve,
     _solve_discounted_sum,
     _stops,
     _td_lambda,
+    _td_lambda_advantage,
 )
 
 __all__ = [
@@ -389,12 +386,11 @@ def td1_advantage_estimate(
         >>> td1_advantage_estimate(0.5, value, value, reward, done).squeeze(-1)
         tensor([[0.7500, 0.5000, 0.0000]])
     """
-    fn = "td1_advantage_estimate"
-    _check_state_value(fn, state_value, reward)
-    ret = _td_lambda(
-        fn,
+    return _td_lambda_advantage(
+        "td1_advantage_estimate",
         gamma,
         1.0,
+        state_value,
         next_state_value,
         reward,
         done,
@@ -403,7 +399,6 @@ def td1_advantage_estimate(
         time_dim,
         vectorized=False,
     )
-    return ret - state_value
 
 
 def vec_td1_advantage_estimate(
@@ -438,12 +433,11 @@ def vec_td1_advantage_estimate(
         >>> vec_td1_advantage_estimate(0.5, value, value, reward, done).squeeze(-1)
         tensor([[0.7500, 0.5000, 0.0000]])
     """
-    fn = "vec_td1_advantage_estimate"
-    _check_state_value(fn, state_value, reward)
-    ret = _td_lambda(
-        fn,
+    return _td_lambda_advantage(
+        "vec_td1_advantage_estimate",
         gamma,
         1.0,
+        state_value,
         next_state_value,
         reward,
         done,
@@ -452,7 +446,6 @@ def vec_td1_advantage_estimate(
         time_dim,
         vectorized=True,
     )
-    return ret - state_value
 
 
 def td_lambda_advantage_estimate(
@@ -489,12 +482,11 @@ def td_lambda_advantage_estimate(
         >>> td_lambda_advantage_estimate(0.5, 0.5, value, value, reward, done).squeeze(-1)
         tensor([[0.6250, 0.5000, 0.0000]])
     """
-    fn = "td_lambda_advantage_estimate"
-    _check_state_value(fn, state_value, reward)
-    ret = _td_lambda(
-        fn,
+    return _td_lambda_advantage(
+        "td_lambda_advantage_estimate",
         gamma,
         lmbda,
+        state_value,
         next_state_value,
         reward,
         done,
@@ -503,7 +495,6 @@ def td_lambda_advantage_estimate(
         time_dim,
         vectorized=False,
     )
-    return ret - state_value
 
 
 def vec_td_lambda_advantage_estimate(
@@ -540,12 +531,11 @@ def vec_td_lambda_advantage_estimate(
         >>> vec_td_lambda_advantage_estimate(0.5, 0.5, value, value, reward, done).squeeze(-1)
         tensor([[0.6250, 0.5000, 0.0000]])
     """
-    fn = "vec_td_lambda_advantage_estimate"
-    _check_state_value(fn, state_value, reward)
-    ret = _td_lambda(
-        fn,
+    return _td_lambda_advantage(
+        "vec_td_lambda_advantage_estimate",
         gamma,
         lmbda,
+        state_value,
         next_state_value,
         reward,
         done,
@@ -554,7 +544,6 @@ def vec_td_lambda_advantage_estimate(
         time_dim,
         vectorized=True,
     )
-    return ret - state_value
 
 
 # --------------------------------------------------------------------------------------------
