@@ -15,15 +15,19 @@ Prints one JSON line per iteration (frames, mean reward per agent-step, losses, 
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
+import os
+import sys
 import time
 from dataclasses import dataclass
 
 import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from _common import parse_config  # noqa: E402
 
 from torchrl.collectors import SyncDataCollector
 from torchrl.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
@@ -60,15 +64,7 @@ class Config:
 
 def parse_args(argv: list[str] | None = None) -> Config:
     """A ``Config`` from ``--flag value`` pairs (bools take ``true``/``false``)."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    for f in dataclasses.fields(Config):
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(f.default, bool):
-            parser.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"))
-        else:
-            parser.add_argument(flag, type=type(f.default))
-        parser.set_defaults(**{f.name: f.default})
-    return Config(**vars(parser.parse_args(argv)))
+    return parse_config(Config, __doc__, argv)
 
 
 def make_networks(env: VmasEnv, cfg: Config) -> tuple[TensorDictModule, TensorDictModule]:
