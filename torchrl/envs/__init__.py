@@ -7,6 +7,7 @@ from torchrl.envs.env_creator import EnvCreator
 from torchrl.envs.libs._marl import MarlGroupMapType, check_marl_grouping
 from torchrl.envs.libs.brax import BraxEnv, BraxWrapper
 from torchrl.envs.libs.dm_control import DMControlEnv, DMControlWrapper
+from torchrl.envs.libs.envpool import MultiThreadedEnv, MultiThreadedEnvWrapper
 from torchrl.envs.libs.gym import GymEnv, GymWrapper, default_info_dict_reader
 from torchrl.envs.libs.pettingzoo import PettingZooEnv, PettingZooWrapper
 from torchrl.envs.libs.vmas import VmasEnv, VmasWrapper
@@ -70,6 +71,8 @@ __all__ = [
     "GymEnv",
     "GymWrapper",
     "MarlGroupMapType",
+    "MultiThreadedEnv",
+    "MultiThreadedEnvWrapper",
     "ParallelEnv",
     "PendulumEnv",
     "PettingZooEnv",

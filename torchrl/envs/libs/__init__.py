@@ -3,6 +3,7 @@
 from torchrl.envs.libs._marl import MarlGroupMapType, check_marl_grouping
 from torchrl.envs.libs.brax import BraxEnv, BraxWrapper
 from torchrl.envs.libs.dm_control import DMControlEnv, DMControlWrapper
+from torchrl.envs.libs.envpool import MultiThreadedEnv, MultiThreadedEnvWrapper
 from torchrl.envs.libs.gym import (
     BaseInfoDictReader,
     GymEnv,
@@ -21,6 +22,8 @@ __all__ = [
     "GymEnv",
     "GymWrapper",
     "MarlGroupMapType",
+    "MultiThreadedEnv",
+    "MultiThreadedEnvWrapper",
     "PettingZooEnv",
     "PettingZooWrapper",
     "VmasEnv",
