@@ -22,9 +22,16 @@ of this process and its child processes: what a quiet machine would give when ot
 the cores; for multi-process cases it shows the cost per frame, not the parallel speed). Modes: ``--profile`` prints where the time of ``sync_1env`` on CartPole goes
 (cProfile, grouped); ``--memory FRAMES`` collects FRAMES CartPole frames with
 ``MultiaSyncDataCollector`` and reports the resident-memory growth (parent + workers) after a
-warm-up. One JSON object per line. Usage:
-``python benchmarks/collect.py [--seconds 3] [--envs CartPole-v1 Pendulum-v1] [--no-peers]
-[--profile] [--memory 1000000]``.
+warm-up. One JSON object per line. ``--envs HalfCheetah-v5`` (gymnasium MuJoCo, needs the ``mujoco``
+package) is the case where the env step (~60 us) costs more than the policy (~30 us): there the
+multi-process collectors should beat ``sync_1env`` in wall clock by up to the number of free
+cores, at about the same ``frames_per_cpu_s``. On a machine whose cores are busy with other
+jobs only the CPU figures compare: with Linux autogroup scheduling
+(``/proc/sys/kernel/sched_autogroup_enabled``) all processes of one session share one session's
+CPU share, so extra workers get no extra CPU time (``SleepyPendulum``, whose step waits without
+using the CPU, shows the parallel speed even then). Usage:
+``python benchmarks/collect.py [--seconds 3] [--envs CartPole-v1 Pendulum-v1 HalfCheetah-v5]
+[--cases sync_1env multisync_2w ...] [--no-peers] [--profile] [--memory 1000000]``.
 """
 
 from __future__ import annotations
@@ -329,11 +336,15 @@ def profile(seconds: float) -> None:
     total = sum(v[2] for v in stats.stats.values())  # type: ignore[attr-defined]
     # cumulative time of the entry points of each part of a step
     groups = {
-        "policy (TensorDictModule + MLP)": ("tensordict/nn/common.py", "wrapper"),
+        "policy (direct TensorDictModule call + MLP)": (
+            "torchrl/collectors/_policy.py",
+            "__call__",
+        ),
         "env.step_and_maybe_reset (all)": ("torchrl/envs/common.py", "step_and_maybe_reset"),
         "  gymnasium env.step (raw)": ("gymnasium/wrappers/common.py", "step"),
         "  env.reset (partial resets)": ("torchrl/envs/common.py", "reset"),
         "collector write into batch": ("torchrl/collectors/_buffer.py", "write"),
+        "batch hand-out / buffer reuse": ("torchrl/collectors/sync.py", "_renew_slot"),
         "collector traj ids (per batch)": ("torchrl/collectors/sync.py", "_assign_traj_ids"),
         "batch clone": ("tensordict/base.py", "clone"),
     }

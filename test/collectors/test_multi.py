@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 from _collector_helpers import RaisingEnv, SlowEnv, child_pids, counting_env, threshold_policy
+from _envs import CountingEnv
 
 from torchrl.collectors import (
     MultiAsyncCollector,
@@ -26,6 +27,21 @@ from torchrl.envs import PendulumEnv
 
 TRAJ = ("collector", "traj_ids")
 BOTH = [MultiSyncDataCollector, MultiaSyncDataCollector]
+
+
+class _HangingEnv(CountingEnv):
+    """A ``CountingEnv`` whose ``_step`` never returns from its ``hang_at``-th call."""
+
+    def __init__(self, hang_at: int = 3) -> None:
+        super().__init__()
+        self.hang_at = hang_at
+        self.steps = 0
+
+    def _step(self, tensordict):
+        self.steps += 1
+        while self.steps >= self.hang_at:
+            time.sleep(60)  # alive, but never answers
+        return super()._step(tensordict)
 
 
 def _open_fds() -> int:
@@ -69,6 +85,7 @@ def test_aliases():
         ({"frames_per_batch": 4, "preemptive_threshold": 1.5}, "preemptive_threshold"),
         ({"frames_per_batch": 4, "preemptive_threshold": 0.5, "cat_results": "stack"}, "stack"),
         ({"frames_per_batch": 4, "cat_results": "concat"}, "cat_results"),
+        ({"frames_per_batch": 4, "timeout": 0}, "timeout"),
     ],
 )
 def test_bad_arguments_fail_before_starting_workers(kwargs, match):
@@ -279,6 +296,17 @@ class TestFailures:
             for _ in range(1000):
                 next(it)
         assert time.monotonic() - start < 10
+        collector.shutdown()
+
+    def test_hung_worker_times_out(self, cls):
+        collector = cls([counting_env, _HangingEnv], frames_per_batch=10, timeout=1.0)
+        hung = collector._procs[1]
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"worker 1 \(pid \d+\) is alive but sent nothing"):
+            for _ in collector:
+                pass
+        assert time.monotonic() - start < 4.0
+        assert not hung.is_alive()  # stopped at once; the fixture checks no child is left
         collector.shutdown()
 
     def test_shutdown_is_idempotent_and_complete(self, cls):

@@ -7,6 +7,7 @@ costs one ``copy_`` per key and no TensorDict construction.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -122,17 +123,48 @@ class StepWriter:
             return tensor.movedim(batch_dims, 0)
 
         self.paths = paths
-        self.root: list[tuple[str, Any]] = []
-        self.next: list[tuple[str, Any]] = []
-        self.deep: list[tuple[tuple[str, ...], Any]] = []
-        for path in paths:
-            views = slices(batch.get(path))
-            if len(path) == 1:
-                self.root.append((path[0], views))
-            elif len(path) == 2 and path[0] == NEXT:
-                self.next.append((path[1], views))
-            else:
-                self.deep.append((path, views))
+        # Sources are read in this order: root keys, ("next", key) keys, deeper paths.
+        self.root_keys: list[str] = []
+        self.next_keys: list[str] = []
+        self.deep_paths: list[tuple[str, ...]] = []
+        ordered: list[Any] = []
+        for group in ("root", "next", "deep"):
+            for path in paths:
+                kind = (
+                    "root"
+                    if len(path) == 1
+                    else "next"
+                    if len(path) == 2 and path[0] == NEXT
+                    else "deep"
+                )
+                if kind != group:
+                    continue
+                if kind == "root":
+                    self.root_keys.append(path[0])
+                elif kind == "next":
+                    self.next_keys.append(path[1])
+                else:
+                    self.deep_paths.append(path)
+                ordered.append(slices(batch.get(path)))
+        # dests[t]: the views of slice t, in source order (one foreach copy per step).
+        self._views = ordered
+        self._dests = [[v[t] for v in ordered] for t in range(steps)] if precompute else None
+        # Root entries carried over from the previous step's "next" ones (observations, flags):
+        # (root position, next position) in source order. See ``defer``.
+        order: list[tuple[str, ...]] = [(k,) for k in self.root_keys]
+        order += [(NEXT, k) for k in self.next_keys] + self.deep_paths
+        where = {path: i for i, path in enumerate(order)}
+        self._pairs = [
+            (i, where[(NEXT,) + path])
+            for i, path in enumerate(order)
+            if path[0] != NEXT and (NEXT,) + path in where
+        ]
+        self._full = [batch.get(path) for path in order]
+        self._batch_dims = batch_dims
+        self.defer = False
+        self._last: list[tuple[Any, int]] | None = None
+        self._last_t = -2
+        self._deferred: list[list[int]] = [[] for _ in self._pairs]
         self.traj = slices(batch.get(TRAJ_KEY))
         # Per-env episode ends, read back from the batch (``("next", ..., "done")`` leaves).
         self.done = [slices(batch.get(p)) for p in paths if p[0] == NEXT and p[-1] == DONE]
@@ -145,26 +177,80 @@ class StepWriter:
         try:
             if type(td) is TensorDict:
                 raw = td._tensordict
-                for key, views in self.root:
-                    views[t].copy_(raw[key])
-                nxt = raw[NEXT]
-                if self.next:
-                    nraw = nxt._tensordict if type(nxt) is TensorDict else None
-                    if nraw is None:
-                        for key, views in self.next:
-                            views[t].copy_(nxt.get(key))
+                sources = [raw[key] for key in self.root_keys]
+                if self.next_keys:
+                    nxt = raw[NEXT]
+                    if type(nxt) is TensorDict:
+                        nraw = nxt._tensordict
+                        sources += [nraw[key] for key in self.next_keys]
                     else:
-                        for key, views in self.next:
-                            views[t].copy_(nraw[key])
+                        sources += [nxt.get(key) for key in self.next_keys]
             else:
-                for key, views in self.root:
-                    views[t].copy_(td.get(key))
-                for key, views in self.next:
-                    views[t].copy_(td.get((NEXT, key)))
-            for path, views in self.deep:
-                views[t].copy_(td.get(path))
-        except (KeyError, RuntimeError) as err:
+                sources = [td.get(key) for key in self.root_keys]
+                sources += [td.get((NEXT, key)) for key in self.next_keys]
+            if self.deep_paths:
+                sources += [td.get(path) for path in self.deep_paths]
+        except KeyError as err:
             raise self._explain(td, err) from err
+        dests = self._dests[t] if self._dests is not None else [v[t] for v in self._views]
+        if self.defer and self._pairs:
+            dests, sources = self._defer_carried(dests, sources, t)
+        try:
+            # One dispatch for all the copies: a Python loop of copy_ costs ~2x more per step.
+            torch._foreach_copy_(dests, sources)
+        except RuntimeError:
+            try:  # e.g. devices foreach does not mix: key by key, naming a bad entry
+                for dest, source in zip(dests, sources):
+                    dest.copy_(source)
+            except RuntimeError as err:
+                raise self._explain(td, err) from err
+
+    def _defer_carried(self, dests: list[Any], sources: list[Any], t: int) -> tuple[list, list]:
+        """Leaves out root entries that are the previous step's "next" tensors, unchanged.
+
+        With many sub-envs, copying each step's root observation (strided, into a cold
+        buffer) costs as much as the observation itself; when the root tensor is the very
+        tensor written as ``"next"`` at ``t - 1`` and was not modified in place since (same
+        object, same version counter), its slice is copied from the batch by :meth:`flush`,
+        all deferred steps at once. Anything else (a reset, an in-place change) is copied now.
+        """
+        if t == 0:  # a new batch (whatever an interrupted one left behind)
+            for steps in self._deferred:
+                steps.clear()
+        last = self._last
+        current = [(sources[j], sources[j]._version) for _, j in self._pairs]
+        if last is not None and t == self._last_t + 1:
+            skip = set()
+            for n, (i, _) in enumerate(self._pairs):
+                prev, version = last[n]
+                if sources[i] is prev and prev._version == version:
+                    self._deferred[n].append(t)
+                    skip.add(i)
+            if skip:
+                dests = [d for k, d in enumerate(dests) if k not in skip]
+                sources = [x for k, x in enumerate(sources) if k not in skip]
+        self._last, self._last_t = current, t
+        return dests, sources
+
+    def flush(self) -> None:
+        """Copies the deferred root slices from the batch's ``"next"`` slices of the step before."""
+        nb = self._batch_dims
+        for n, (i, j) in enumerate(self._pairs):
+            steps = self._deferred[n]
+            if not steps:
+                continue
+            root, nxt = self._full[i], self._full[j]
+            start = prev = steps[0]
+            for t in [*steps[1:], None]:
+                if t is not None and t == prev + 1:
+                    prev = t
+                    continue
+                length = prev - start + 1
+                root.narrow(nb, start, length).copy_(nxt.narrow(nb, start - 1, length))
+                if t is not None:
+                    start = prev = t
+            steps.clear()
+        self._last, self._last_t = None, -2
 
     def _explain(self, td: TensorDictBase, err: Exception) -> Exception:
         for path in self.paths:
@@ -177,3 +263,99 @@ class StepWriter:
                     f"use_buffers=False for data whose keys change from step to step"
                 )
         return RuntimeError(f"collector: could not write a transition into the batch: {err}")
+
+
+def _reference_counts(holder: list[TensorDictBase], i: int) -> list[tuple[int, ...]] | None:
+    """The reference counts of ``holder[i]``'s nodes and leaves (``None``: not plain TensorDicts).
+
+    Root first (``(refcount,)``), then nested nodes (``(refcount,)``) and leaves (``(refcount,
+    TensorImpl uses, storage uses)``) depth first. Read the same way for every TensorDict, so
+    that counts compare with those of a TensorDict known to be referenced by nobody else.
+    """
+    root = holder[i]
+    if type(root) is not TensorDict:
+        return None
+    out: list[tuple[int, ...]] = [(sys.getrefcount(root),)]
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for value in node._tensordict.values():
+            if type(value) is torch.Tensor:
+                storage = value.untyped_storage()._cdata
+                uses = (value._use_count(), torch._C._storage_Use_Count(storage))  # type: ignore[attr-defined]
+                out.append((sys.getrefcount(value), *uses))
+            elif type(value) is TensorDict:
+                out.append((sys.getrefcount(value),))
+                stack.append(value)
+            else:
+                return None
+    return out
+
+
+_ALONE_ROOT: int | None = None
+
+
+def _alone_root() -> int:
+    """The count :func:`_reference_counts` reads for a root referenced by its holder only."""
+    global _ALONE_ROOT
+    if _ALONE_ROOT is None:
+        holder = [TensorDict()]
+        counts = _reference_counts(holder, 0)
+        assert counts is not None
+        _ALONE_ROOT = counts[0][0]
+    return _ALONE_ROOT
+
+
+class BufferPool:
+    """Batches handed to the user, kept to be written again once nobody else holds them.
+
+    A collector that hands out its buffer instead of a copy needs another buffer for the next
+    batch; a new one costs page faults on every first write (as much as a copy) and new
+    per-step views. A delivered batch that the user has dropped is reused instead, with the
+    writers made for it. Dropped means: no other reference to the TensorDict, its nested
+    TensorDicts, its tensors, nor to their storage (views, slices, numpy arrays, DLPack
+    capsules all count), judged by comparing reference counts with those the batch had
+    before it was handed out.
+
+    Args:
+        keep: how many delivered batches to keep track of.
+    """
+
+    def __init__(self, keep: int = 3) -> None:
+        self.keep = keep
+        self._batches: list[TensorDictBase] = []
+        self._rest: list[tuple[Any, list[tuple[int, ...]]]] = []
+
+    @staticmethod
+    def counts(batch: TensorDictBase) -> list[tuple[int, ...]] | None:
+        """The reference counts of a batch's nested nodes and leaves, before it is handed out.
+
+        ``None`` when the batch cannot be tracked (not made of plain TensorDicts).
+        """
+        counts = _reference_counts([batch], 0)
+        return None if counts is None else counts[1:]
+
+    def add(self, batch: TensorDictBase, extra: Any, counts: list[tuple[int, ...]] | None) -> None:
+        """Tracks a delivered batch with what goes with it (``counts``: see :meth:`counts`)."""
+        if counts is None:
+            return
+        self._batches.append(batch)
+        self._rest.append((extra, counts))
+        if len(self._batches) > self.keep:
+            self._batches.pop(0)
+            self._rest.pop(0)
+
+    def take(self) -> tuple[TensorDictBase, Any, list[tuple[int, ...]]] | None:
+        """A tracked batch that nobody else references (with its extra and counts), or ``None``."""
+        root = _alone_root()
+        for i in range(len(self._batches)):
+            counts = _reference_counts(self._batches, i)
+            if counts is not None and counts[0][0] == root and counts[1:] == self._rest[i][1]:
+                extra, before = self._rest.pop(i)
+                return self._batches.pop(i), extra, before
+        return None
+
+    def clear(self) -> None:
+        """Forgets every tracked batch."""
+        self._batches = []
+        self._rest = []

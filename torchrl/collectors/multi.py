@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import pickle
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -109,11 +110,15 @@ class _MultiDataCollector(DataCollectorBase):
         trust_policy: bool | None = None,
         cat_results: str | int | None = None,
         mp_start_method: str | None = None,
+        timeout: float | None = 600.0,
     ) -> None:
         self._init_base()
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
         name = type(self).__name__
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"{name}: timeout must be a positive number of seconds or None")
+        self.timeout = None if timeout is None else float(timeout)
         fns, kwargs = _env_constructors(create_env_fn, create_env_kwargs, num_workers, name)
         n = len(fns)
         self.num_workers = n
@@ -211,6 +216,9 @@ class _MultiDataCollector(DataCollectorBase):
             child.close()
             self._procs.append(proc)
             self._conns.append(parent)
+        # When each worker was last heard from or given work: a worker that owes an answer and
+        # stays silent for longer than ``timeout`` is taken as hung.
+        self._silent_since = [time.monotonic()] * n
         self._finalizer = weakref.finalize(
             self, _stop_processes, self._procs, self._conns, self._flag, 1.0
         )
@@ -243,6 +251,7 @@ class _MultiDataCollector(DataCollectorBase):
             self._conns[i].send((cmd, arg))
         except (BrokenPipeError, OSError) as err:
             self._raise_dead(i, err)
+        self._silent_since[i] = time.monotonic()
 
     def _next_message(
         self, only: Sequence[int] | None = None, queued: bool = True
@@ -264,7 +273,18 @@ class _MultiDataCollector(DataCollectorBase):
         conns = {self._conns[i]: i for i in workers}
         sentinels = {self._procs[i].sentinel: i for i in workers}
         while True:
-            ready = set(wait([*conns, *sentinels], timeout=_WAIT_SLICE_S))
+            slice_s = _WAIT_SLICE_S
+            if self.timeout is not None:
+                oldest = min(self._silent_since[i] for i in workers)
+                slice_s = min(slice_s, max(oldest + self.timeout - time.monotonic(), 0.0) + 0.01)
+            ready = set(wait([*conns, *sentinels], timeout=slice_s))
+            if self.timeout is not None:
+                # Checked even when another worker answered: in async mode a busy sibling
+                # must not hide a hung worker.
+                now = time.monotonic()
+                for conn, i in conns.items():
+                    if conn not in ready and now - self._silent_since[i] > self.timeout:
+                        self._raise_hung(i, now - self._silent_since[i])
             for conn, i in conns.items():
                 if conn not in ready:
                     continue
@@ -275,6 +295,7 @@ class _MultiDataCollector(DataCollectorBase):
                 if kind == "error":
                     self._raise_remote(i, *payload)
                 self._rr = i + 1
+                self._silent_since[i] = time.monotonic()
                 return i, kind, payload
             for obj in ready:
                 if obj in sentinels:
@@ -302,6 +323,17 @@ class _MultiDataCollector(DataCollectorBase):
         if err is None:
             raise RuntimeError(f"collector worker {i} failed:\n{text}") from cause
         raise err from cause
+
+    def _raise_hung(self, i: int, silent_s: float) -> None:
+        proc = self._procs[i]
+        # A hung worker would not answer "close": stop it now rather than after a join timeout.
+        proc.terminate()
+        self.shutdown()
+        raise TimeoutError(
+            f"collector worker {i} (pid {proc.pid}) is alive but sent nothing for "
+            f"{silent_s:.1f} s (timeout={self.timeout} s): a hung env or policy? All workers "
+            "were shut down; raise the collector's timeout for slower batches"
+        )
 
     def _raise_dead(self, i: int, err: BaseException | None) -> None:
         proc = self._procs[i]
@@ -470,6 +502,11 @@ class MultiSyncDataCollector(_MultiDataCollector):
         num_threads: torch threads of this process (unchanged by default).
         num_sub_threads: torch threads of each worker (1).
         mp_start_method: ``"fork"`` (default where available) , ``"spawn"`` or ``"forkserver"``.
+        timeout: seconds a worker may stay silent while it owes an answer (a batch, a reply,
+            its start-up) before it is taken as hung: the collector then stops every worker
+            and raises ``TimeoutError`` naming it. The default, 600 s, leaves room for slow
+            simulators and long batches; ``None`` waits forever. (A worker that dies or
+            raises is reported at once, whatever the timeout.)
         **others: as :class:`~torchrl.collectors.SyncDataCollector` (``device``,
             ``storing_device`` (CPU only), ``env_device``, ``policy_device``,
             ``create_env_kwargs``, ``max_frames_per_traj``, ``init_random_frames``,

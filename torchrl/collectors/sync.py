@@ -1,9 +1,10 @@
 """``SyncDataCollector``: runs a policy in an env in the calling process, one batch at a time.
 
-The hot loop is: policy on the current input (in place), ``env.step_and_maybe_reset``, one
-``copy_`` per key into time slice ``t`` of a batch preallocated from the first transition, and
-the trajectory-id bookkeeping. Nothing else happens per step: no TensorDict is built by the
-collector, no spec is read, no check is made.
+The hot loop is: policy on the current input (in place; a plain ``TensorDictModule`` is called
+directly, see :class:`~torchrl.collectors._policy.DirectModuleCall`), ``env.step_and_maybe_reset``
+and one ``torch._foreach_copy_`` of every key into time slice ``t`` of a batch preallocated from
+the first transition. Nothing else happens per step: no TensorDict is built by the collector, no
+spec is read, no check is made; trajectory ids are derived once per batch.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from torch import nn
 from torchrl._keys import DONE, NEXT, TERMINATED, TRUNCATED
 from torchrl._utils import warn_once
 from torchrl.collectors._base import DataCollectorBase, check_frames
-from torchrl.collectors._buffer import TRAJ_KEY, StepWriter, allocate_batch
+from torchrl.collectors._buffer import TRAJ_KEY, BufferPool, StepWriter, allocate_batch
 from torchrl.collectors._policy import (
     DevicePolicy,
+    DirectModuleCall,
     copy_weights,
     device_of,
+    direct_call,
     named_weights,
     random_policy,
     wrap_policy,
@@ -35,6 +38,10 @@ from torchrl.envs.utils import ExplorationType, RandomPolicy, set_exploration_ty
 __all__ = ["SyncDataCollector", "make_env"]
 
 DeviceLike = torch.device | str | int | None
+
+# Mean bytes of one leaf at one time step from which a batch is handed out rather than copied
+# (see SyncDataCollector._allocate).
+_FRESH_MIN_BYTES = 4096
 
 
 def make_env(create_env_fn: Any, create_env_kwargs: dict[str, Any] | None, name: str) -> EnvBase:
@@ -85,7 +92,10 @@ class SyncDataCollector(DataCollectorBase):
     sub-envs, with a warning). Trajectories go on across batches, and ``("collector",
     "traj_ids")`` numbers them uniquely. Steps run under ``torch.no_grad`` and the exploration
     type. A batch is written in place into a buffer allocated from the first transition and
-    returned as a copy (``return_same_td=False``); keys that appear only later are not kept.
+    returned as a batch of the caller's own (``return_same_td=False``): a copy of the buffer
+    or, for big steps (thousands of vectorized envs), the buffer itself, the next batch going
+    into an earlier batch the caller has dropped (or a new buffer). Keys that appear only later
+    are not kept.
 
     Args:
         create_env_fn: an ``EnvBase`` or a callable returning one.
@@ -207,7 +217,7 @@ class SyncDataCollector(DataCollectorBase):
         env_dev = self.env_device or torch.device("cpu")
         if self.policy_device is not None and self.policy_device != env_dev:
             call = DevicePolicy(policy, self.policy_device, env_dev)
-        self._policy_call = call
+        self._policy_call = direct_call(call)
         self._random_call = random_policy(env)
         self._uses_random_policy = isinstance(policy, RandomPolicy)
 
@@ -231,6 +241,10 @@ class SyncDataCollector(DataCollectorBase):
         self._n_slots = 1
         self._policy_only: list[tuple[str, ...]] = []
         self._zeroed_for_random = False
+        self._fresh_buffers = False
+        self._defer = False
+        self._pool = BufferPool()
+        self._counts: list[tuple[int, ...]] | None = None
         self.frames = 0
         self._iter = 0
 
@@ -258,7 +272,13 @@ class SyncDataCollector(DataCollectorBase):
                 batch = self.postproc(batch)
             extend_replay_buffer(self.replay_buffer, batch)
             return None
-        out = batch if self.return_same_td else batch.clone()
+        if self.return_same_td:
+            out = batch
+        elif self._fresh_buffers:
+            out = batch  # the next batch goes into another buffer (see _renew_slot)
+            self._renew_slot()
+        else:
+            out = batch.clone()
         if self.split_trajs:
             out = split_trajectories(out)
         if self.postproc is not None:
@@ -282,6 +302,8 @@ class SyncDataCollector(DataCollectorBase):
         self._check_open()
         random = (not self._uses_random_policy) and self.frames < self.init_random_frames
         policy = self._random_call if random else self._policy_call
+        if type(policy) is DirectModuleCall:
+            policy.refresh()
         if self._needs_reset or self.reset_at_each_iter or self._carrier is None:
             self._reset_all()
         with torch.no_grad(), set_exploration_type(self.exploration_type, thread_local=True):
@@ -332,6 +354,7 @@ class SyncDataCollector(DataCollectorBase):
             write(transition, t)
             if limit is not None:
                 td = limit(td, [views[t] for views in writer.done], writer, t, None)
+        writer.flush()
         self._carrier = td
         return steps
 
@@ -376,9 +399,50 @@ class SyncDataCollector(DataCollectorBase):
                     f"{type(self).__name__}: non-tensor entries {skipped} are not collected with "
                     "use_buffers=True; pass use_buffers=False to keep them"
                 )
-            writer = StepWriter(batch, self._batch_dims)
-            writer_random = StepWriter(batch, self._batch_dims, skip=self._policy_only)
-            self._slots.append((batch, writer, writer_random))
+            self._slots.append(self._slot_for(batch))
+        batch = self._slots[0][0]
+        leaves = max(len(self._slots[0][1].paths), 1)
+        per_leaf_step = batch.bytes() / (leaves * self._steps)
+        # A delivered batch is normally a copy of the buffer. For big steps (thousands of
+        # vectorized envs) handing out the buffer itself and writing the next batch into
+        # another (a dropped earlier batch, else a new one) saves that copy; for small steps
+        # the copy is cheap and a new buffer's per-step views (about a microsecond each)
+        # would cost more.
+        self._fresh_buffers = (
+            not self._shared and not self.return_same_td and per_leaf_step >= _FRESH_MIN_BYTES
+        )
+        # Big steps also defer their carried-over root entries (see StepWriter._defer_carried).
+        self._defer = per_leaf_step >= _FRESH_MIN_BYTES
+        for _, writer, writer_random in self._slots:
+            writer.defer = writer_random.defer = self._defer
+        self._counts = BufferPool.counts(batch) if self._fresh_buffers else None
+
+    def _slot_for(self, batch: TensorDictBase) -> tuple[TensorDictBase, StepWriter, StepWriter]:
+        writer = StepWriter(batch, self._batch_dims)
+        writer_random = StepWriter(batch, self._batch_dims, skip=self._policy_only)
+        writer.defer = writer_random.defer = self._defer
+        return batch, writer, writer_random
+
+    def _renew_slot(self) -> None:
+        """Gives the current buffer away: the next batch goes into another of the same layout.
+
+        That is a delivered batch nobody references any more (see :class:`BufferPool`), or a
+        new, uninitialized one. Every leaf is rewritten by the next batch (policy-only ones
+        are zeroed again when random actions leave them out), so nothing needs clearing.
+        """
+        delivered, counts = self._slots[self._slot], self._counts
+        taken = self._pool.take()
+        if taken is None:
+            empty = delivered[0].apply(torch.empty_like, filter_empty=False)
+            assert empty is not None
+            slot = self._slot_for(empty)
+            self._counts = BufferPool.counts(slot[0])
+        else:
+            batch, writers, self._counts = taken
+            slot = (batch, *writers)
+        self._pool.add(delivered[0], delivered[1:], counts)
+        self._slots[self._slot] = slot
+        self._zeroed_for_random = False
 
     def _assign_traj_ids(self, batch: TensorDictBase) -> None:
         """Writes ``("collector", "traj_ids")`` for a batch, from its done flags.
@@ -403,13 +467,20 @@ class SyncDataCollector(DataCollectorBase):
         starts = torch.empty_like(ends)
         starts[..., 0] = self._pending_start
         starts[..., 1:] = ends[..., :-1]
-        time_major = starts.reshape(-1, steps).t()  # [T, n_env]: the order ids are handed out
-        rank = time_major.reshape(-1).cumsum(0).reshape(steps, -1) - 1
-        last = torch.where(time_major, rank, -1).cummax(0).values
-        fresh = (self._traj_counter + last) * self._traj_stride + self._traj_offset
-        ids = torch.where(last >= 0, fresh, self._traj_ids.reshape(1, -1))
-        self._traj_counter += int(time_major.sum())
-        ids = ids.t().reshape(batch.batch_size[: nb + 1])
+        flat = starts.reshape(-1, steps)  # [n_env, T]
+        n_starts = int(flat.sum())
+        if n_starts == 0:  # every row goes on with its trajectory (most batches of long episodes)
+            ids = self._traj_ids.reshape(-1, 1).expand(-1, steps).clone()
+        else:
+            # Rank of each start in (time, sub-env) order: the starts at earlier times, plus
+            # those at the same time in earlier or the same sub-envs, minus one.
+            per_time = flat.sum(0)
+            rank = flat.cumsum(0) + (per_time.cumsum(0) - per_time - 1)
+            last = torch.where(flat, rank, -1).cummax(1).values
+            fresh = (self._traj_counter + last) * self._traj_stride + self._traj_offset
+            ids = torch.where(last >= 0, fresh, self._traj_ids.reshape(-1, 1))
+        self._traj_counter += n_starts
+        ids = ids.reshape(batch.batch_size[: nb + 1])
         current = batch.get(TRAJ_KEY, None)
         if current is None or current.shape != ids.shape:
             batch.set(TRAJ_KEY, ids)
@@ -634,6 +705,7 @@ class SyncDataCollector(DataCollectorBase):
         if not self.env.is_closed:
             self.env.close()
         self._slots = []
+        self._pool.clear()
         self._carrier = None
 
     def __repr__(self) -> str:
