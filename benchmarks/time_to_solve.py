@@ -3,16 +3,26 @@
 "Solved" is the first deterministic evaluation (every 2048 frames for PPO over 4 episodes, every
 1000 frames for SAC over 5 episodes) reaching 475 (CartPole) or -200 (Pendulum). Ours runs the
 ``train`` function of ``examples/ppo_cartpole.py`` / ``examples/sac_pendulum.py`` with their
-default configs; Stable-Baselines3 and TorchRL run the same hyper-parameters and the same
-evaluation protocol under the peers venv (``benchmarks/_peers/time_to_solve_peers.py``; set
+default configs; Stable-Baselines3 and TorchRL run the same hyper-parameters (read from our
+config) under the peers venv (``benchmarks/_peers/time_to_solve_peers.py``; set
 ``TORCHRL_PEERS_PYTHON``, default ``/work/peers-venv/bin/python``; skipped with a note when
-absent). ``wall_s`` is the training loop's wall time including the evaluations, and
-``train_wall_s`` the same without them. Torch uses 1 thread everywhere
-(``torch.set_num_threads(1)``).
+absent). ``sb3_zoo`` is SB3 with the RL Zoo's own CartPole PPO settings (20 epochs, lr 1e-3;
+ours: 10 epochs, lr 2e-3), SB3 at its best. Every library uses torch's fused Adam, as our
+examples do.
+
+Evaluation protocol, the same for all: the evaluation envs (a vector of ``eval_episodes``
+gymnasium envs) are made and seeded once (``seed + 10000``); each evaluation resets them (fresh
+initial states every time), runs the deterministic policy (most likely action / squashed mean)
+until every env has finished one episode or after 500 (CartPole) / 200 (Pendulum) steps, and
+averages the returns of those first episodes. It runs after the update on the frames counted so
+far (SB3: at the start of the next rollout). ``wall_s`` is the training loop's wall time
+including the evaluations, ``train_wall_s`` the same without them, ``cpu_s`` the CPU time of the process over the loop
+(steadier than wall time on a loaded machine). Torch uses 1 thread
+everywhere (``torch.set_num_threads(1)``).
 
 Prints one JSON object per run, then one summary object (medians) per library and task.
 Usage: ``python benchmarks/time_to_solve.py [--seeds 3] [--tasks ppo_cartpole,sac_pendulum]
-[--libs ours,sb3,torchrl]``.
+[--libs ours,sb3,sb3_zoo,torchrl]``.
 """
 
 from __future__ import annotations
@@ -32,11 +42,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(ROOT, "benchmarks", "_peers", "time_to_solve_peers.py")
 PEERS_PYTHON = os.environ.get("TORCHRL_PEERS_PYTHON", "/work/peers-venv/bin/python")
 EXAMPLE = {"ppo_cartpole": "ppo_cartpole", "sac_pendulum": "sac_pendulum"}
-# Peer functions per (library, task); TorchRL's SAC is not written yet.
+# Peer functions per (library, task). ``sb3_zoo`` is SB3 with the RL Zoo's own CartPole PPO
+# settings (20 epochs, lr 1e-3) instead of ours.
 PEER_FN = {
     ("sb3", "ppo_cartpole"): "sb3_ppo_cartpole",
+    ("sb3_zoo", "ppo_cartpole"): "sb3_zoo_ppo_cartpole",
     ("sb3", "sac_pendulum"): "sb3_sac_pendulum",
     ("torchrl", "ppo_cartpole"): "torchrl_ppo_cartpole",
+    ("torchrl", "sac_pendulum"): "torchrl_sac_pendulum",
 }
 
 
@@ -56,6 +69,7 @@ def run_ours(task: str, seed: int) -> dict:
         "frames": h["solved_at"],
         "wall_s": round(h["wall"], 2),
         "train_wall_s": round(h["wall"] - h.get("eval_wall", 0.0), 2),
+        "cpu_s": round(h["cpu"], 2),
         "solved": h["solved_at"] is not None,
     }
 
@@ -90,7 +104,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--tasks", default="ppo_cartpole,sac_pendulum")
-    parser.add_argument("--libs", default="ours,sb3,torchrl")
+    parser.add_argument("--libs", default="ours,sb3,sb3_zoo,torchrl")
     args = parser.parse_args()
     torch.set_num_threads(1)
     results: dict[tuple[str, str], list[dict]] = {}
@@ -119,6 +133,10 @@ def main() -> None:
                 if solved
                 else None
             ),
+            "median_cpu_s": (
+                statistics.median(r["cpu_s"] for r in solved if "cpu_s" in r) if solved else None
+            ),
+            "load_avg_1min": round(os.getloadavg()[0], 2),
         }
         print(json.dumps(summary), flush=True)
 

@@ -41,8 +41,11 @@ def parse_config(cls: type[C], doc: str | None = None, argv: list[str] | None = 
 def evaluate(env: Any, policy: Any, max_steps: int) -> float:
     """Mean return of one deterministic episode in each sub-env of a batched ``env``.
 
-    Each sub-env counts its rewards up to (and including) its first ``done``; the rollout
-    stops once every sub-env has finished or after ``max_steps`` steps.
+    The protocol of ``benchmarks/time_to_solve.py``: every call resets all sub-envs (fresh
+    initial states; ``env`` is seeded once by the caller), runs the policy with its most likely
+    action, and counts each sub-env's rewards up to (and including) its first ``done``; the
+    rollout stops once every sub-env has finished or after ``max_steps`` steps. The episodes run
+    side by side, as in SB3's vectorised ``evaluate_policy``, and are independent.
     """
     with set_exploration_type(ExplorationType.DETERMINISTIC):
         rollout = env.rollout(max_steps, policy, break_when_all_done=True)

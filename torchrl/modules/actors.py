@@ -8,12 +8,16 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import (
+    CompositeDistribution,
     InteractionType,
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
     TensorDictModule,
     TensorDictModuleBase,
     TensorDictSequential,
+    interaction_type,
+    set_interaction_type,
+    skip_existing,
 )
 from tensordict.nn.distributions import Delta
 from tensordict.utils import NestedKey
@@ -162,6 +166,34 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         self.spec = as_composite(spec, out_keys)
         self.safe = safe
         self._sample_keys = out_keys
+        self._set_fast_path()
+
+    def _set_fast_path(self) -> None:
+        # The generic sequence re-checks its layout, dispatch and output selection on every
+        # call: several times the cost of a small policy network. When the layout is the
+        # plain ``parameter modules -> one sampler`` one, ``forward`` runs the same steps
+        # directly. Kept out of the module registry (``__dict__``): these are the children.
+        *params, sampler = list(self.module)
+        dist_class = sampler.distribution_class
+        plain = (
+            isinstance(sampler, ProbabilisticTensorDictModule)
+            and not any(
+                isinstance(m, (ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential))
+                for m in params
+            )
+            and isinstance(dist_class, type)
+            and not issubclass(dist_class, CompositeDistribution)
+            and len(sampler.dist_sample_keys) == 1
+            and sampler.num_samples is None
+            and not sampler.cache_dist
+            and getattr(sampler, "_generator", None) is None
+            and getattr(sampler, "_generator_key", None) is None
+            and self._requires_sample
+            and not self.return_composite
+            and not self._select_before_return
+            and self.inplace in (None, True)
+        )
+        self.__dict__["_fast"] = (tuple(params), sampler) if plain else None
 
     def forward(
         self,
@@ -169,10 +201,83 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         tensordict_out: TensorDictBase | None = None,
         **kwargs: Any,
     ) -> TensorDictBase:
-        out = super().forward(tensordict, tensordict_out, **kwargs)
+        fast = self.__dict__.get("_fast")
+        if fast is not None and tensordict_out is None and not kwargs and not skip_existing():
+            out = self._fast_forward(tensordict, *fast)
+        else:
+            out = super().forward(tensordict, tensordict_out, **kwargs)
         if self.safe:
             project_keys(out, self.spec, self._sample_keys)
         return out
+
+    def get_dist(
+        self,
+        tensordict: TensorDictBase,
+        tensordict_out: TensorDictBase | None = None,
+        **kwargs: Any,
+    ) -> torch.distributions.Distribution:
+        """Runs the parameter modules on ``tensordict`` and returns the distribution.
+
+        Args:
+            tensordict: the input; the parameter modules write their outputs into it (or into
+                ``tensordict_out``).
+            tensordict_out: where to write the parameters instead.
+            **kwargs: passed to the parameter modules.
+
+        Returns:
+            The distribution built from the parameters.
+        """
+        fast = self.__dict__.get("_fast")
+        if fast is None or tensordict_out is not None or kwargs:
+            return super().get_dist(tensordict, tensordict_out, **kwargs)
+        params, sampler = fast
+        return sampler.get_dist(self._run_params(tensordict, params, sampler))
+
+    @staticmethod
+    def _run_params(
+        tensordict: TensorDictBase,
+        params: tuple[TensorDictModuleBase, ...],
+        sampler: ProbabilisticTensorDictModule,
+    ) -> TensorDictBase:
+        # The parameter modules run under the sampler's default interaction type when none
+        # is set, as in tensordict's ``get_dist_params``.
+        if interaction_type() is None:
+            with set_interaction_type(sampler.default_interaction_type):
+                for module in params:
+                    tensordict = module(tensordict)
+            return tensordict
+        for module in params:
+            tensordict = module(tensordict)
+        return tensordict
+
+    @classmethod
+    def _fast_forward(
+        cls,
+        tensordict: TensorDictBase,
+        params: tuple[TensorDictModuleBase, ...],
+        sampler: ProbabilisticTensorDictModule,
+    ) -> TensorDictBase:
+        """Parameter modules, distribution, one draw per the interaction type, log-prob."""
+        tensordict = cls._run_params(tensordict, params, sampler)
+        dist = sampler.get_dist(tensordict)
+        mode = interaction_type() or sampler.default_interaction_type
+        log_prob = None
+        if mode is InteractionType.RANDOM:
+            # A distribution that draws and scores in one go is scored on its own draw (e.g.
+            # the pre-tanh value of a TanhNormal), as tensordict's sampler does.
+            name = "rsample_and_log_prob" if dist.has_rsample else "sample_and_log_prob"
+            if sampler.return_log_prob and callable(getattr(type(dist), name, None)):
+                sample, log_prob = getattr(dist, name)(torch.Size())
+            else:
+                sample = dist.rsample() if dist.has_rsample else dist.sample()
+        else:
+            sample = sampler._dist_sample(dist, interaction_type=mode)
+        tensordict.set(sampler.dist_sample_keys[0], sample)
+        if sampler.return_log_prob:
+            if log_prob is None:
+                log_prob = dist.log_prob(sample)
+            tensordict.set(sampler.log_prob_key, log_prob)
+        return tensordict
 
     def with_trunk(self, trunk: TensorDictModuleBase) -> ProbabilisticActor:
         """Returns ``trunk -> self`` as one actor (same spec and safety, shared parameters).
@@ -185,6 +290,7 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         out.spec = self.spec
         out.safe = self.safe
         out._sample_keys = self._sample_keys
+        out._set_fast_path()
         return out
 
 

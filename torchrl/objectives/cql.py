@@ -62,7 +62,8 @@ class CQLLoss(SACLoss):
         lagrange_thresh: the target gap of the Lagrangian version.
         priority_key: where to write the TD error.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
-        deactivate_vmap: loop over the critics instead of vmapping.
+        deactivate_vmap: loop over the critics instead of vmapping (always done for
+            two critics on CPU, where it is faster).
 
     Examples:
         >>> from tensordict.nn import TensorDictModule, NormalParamExtractor

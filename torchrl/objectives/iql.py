@@ -59,7 +59,8 @@ class IQLLoss(LossModule):
         priority_key: where to write the TD error.
         separate_losses: unused.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
-        deactivate_vmap: loop over the critics instead of vmapping.
+        deactivate_vmap: loop over the critics instead of vmapping (always done for
+            two critics on CPU, where it is faster).
 
     Examples:
         >>> from tensordict.nn import TensorDictModule, NormalParamExtractor

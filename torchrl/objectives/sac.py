@@ -86,7 +86,8 @@ class SACLoss(LossModule):
         priority_key: where to write the TD error.
         separate_losses: unused (the actor loss never updates the critics).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
-        deactivate_vmap: loop over the critics instead of vmapping.
+        deactivate_vmap: loop over the critics instead of vmapping (always done for
+            two critics on CPU, where it is faster).
 
     Examples:
         >>> from tensordict.nn import TensorDictModule, NormalParamExtractor
@@ -314,7 +315,8 @@ class DiscreteSACLoss(LossModule):
         priority_key: where to write the TD error.
         separate_losses: unused.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
-        deactivate_vmap: loop over the critics instead of vmapping.
+        deactivate_vmap: loop over the critics instead of vmapping (always done for
+            two critics on CPU, where it is faster).
 
     Examples:
         >>> from tensordict.nn import TensorDictModule

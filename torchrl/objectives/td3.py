@@ -50,7 +50,8 @@ class TD3Loss(LossModule):
         delay_qvalue: keep target critic parameters.
         separate_losses: unused (the actor loss never updates the critics).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
-        deactivate_vmap: loop over the critics instead of vmapping.
+        deactivate_vmap: loop over the critics instead of vmapping (always done for
+            two critics on CPU, where it is faster).
 
     Examples:
         >>> from torch import nn

@@ -1,7 +1,8 @@
 """Action distributions that work with tensordict's probabilistic modules and interaction types.
 
-``Delta``, ``OneHotCategorical`` and ``NormalParamExtractor`` are tensordict's own classes,
-re-exported here so that policies import every distribution from one place.
+``Delta`` and ``NormalParamExtractor`` are tensordict's own classes, re-exported here so that
+policies import every distribution from one place; ``OneHotCategorical`` subclasses tensordict's
+with cheaper per-step sampling and scoring.
 """
 
 from tensordict.nn import NormalParamExtractor

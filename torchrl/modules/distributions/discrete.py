@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from tensordict.nn.distributions import OneHotCategorical
+from tensordict.nn.distributions import OneHotCategorical as _OneHotCategorical
 from torch import distributions as D
 
 ShapeLike = torch.Size | Sequence[int]
@@ -24,6 +24,85 @@ def _indices_to_mask(
         indices = torch.where(indices == padding_value, num_categories, indices)
     mask.scatter_(-1, indices.long(), True)
     return mask[..., :num_categories]
+
+
+def _scatter_one_hot(index: torch.Tensor, num_categories: int) -> torch.Tensor:
+    """Long one-hot of ``index [*B, 1]`` (``F.one_hot`` also range-checks its input: slower)."""
+    shape = (*index.shape[:-1], num_categories)
+    return torch.zeros(shape, dtype=torch.long, device=index.device).scatter_(-1, index, 1)
+
+
+class OneHotCategorical(_OneHotCategorical):
+    """A categorical distribution with one-hot (long) values, tuned for small per-step batches.
+
+    The same distribution and interface as tensordict's ``OneHotCategorical`` (of which it is
+    a subclass): ``sample``, ``mode``/``deterministic_sample`` return ``[*B, N]`` long one-hot
+    tensors, ``log_prob`` takes one. Policies call it once per env step on a few rows, where
+    each kernel launch counts: the logits are normalised with one ``log_softmax``, samples are
+    drawn with the Gumbel-max trick (multinomial when built from ``probs``), and ``log_prob``
+    reads the log-probability through the one-hot value (no index conversion).
+
+    Args:
+        logits: unnormalised log-probabilities ``[*B, N]`` (a trailing size-1 dim is dropped).
+        probs: probabilities ``[*B, N]``; pass ``logits`` or ``probs``.
+        validate_args: check the arguments (torch's default when ``None``).
+
+    Examples:
+        >>> dist = OneHotCategorical(logits=torch.tensor([[0.0, 2.0, 1.0]]))
+        >>> dist.mode
+        tensor([[0, 1, 0]])
+        >>> dist.sample().sum(-1)
+        tensor([1])
+        >>> dist.log_prob(torch.tensor([[0, 1, 0]]))
+        tensor([-0.4076])
+    """
+
+    def __init__(
+        self,
+        logits: torch.Tensor | None = None,
+        probs: torch.Tensor | None = None,
+        validate_args: bool | None = None,
+    ) -> None:
+        self._gumbel = logits is not None and probs is None
+        if not self._gumbel:
+            super().__init__(logits=logits, probs=probs, validate_args=validate_args)
+            return
+        if logits.shape[-1] == 1:
+            logits = logits[..., 0]
+        if logits.dim() < 1:
+            raise ValueError("`logits` parameter must be at least one-dimensional.")
+        # Same normalisation as torch's ``logits - logits.logsumexp(-1)``, in one kernel.
+        self.logits = self._param = logits.log_softmax(-1)
+        self._num_events = logits.shape[-1]
+        D.Distribution.__init__(self, logits.shape[:-1], validate_args=validate_args)
+
+    def sample(self, sample_shape: ShapeLike | None = None) -> torch.Tensor:
+        """Draws one-hot ``[*sample_shape, *B, N]`` long samples."""
+        if not self._gumbel:
+            # Logits derived from probabilities are clamped (log 0 is finite there): a zero
+            # probability must stay impossible, which multinomial guarantees.
+            return super().sample(sample_shape)
+        logits = self.logits.detach()
+        if sample_shape:
+            logits = logits.expand(*sample_shape, *logits.shape)
+        # Gumbel-max: argmax(logits - log(E)) with E ~ Exp(1) is an exact draw, in fewer
+        # kernels than multinomial + one_hot.
+        noise = torch.empty_like(logits).exponential_().log_()
+        return _scatter_one_hot((logits - noise).argmax(-1, keepdim=True), self._num_events)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """Log-probability ``[*B]`` of the category marked in the one-hot ``value [*B, N]``."""
+        if self._validate_args:
+            return super().log_prob(value)
+        # A select, not a product: 0 * -inf (a masked logit) would be nan.
+        return torch.where(value.bool(), self.logits, 0.0).sum(-1)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        """One-hot of the most likely category (the first one when several tie)."""
+        return _scatter_one_hot(self.logits.argmax(-1, keepdim=True), self._num_events)
+
+    deterministic_sample = mode
 
 
 class MaskedCategorical(D.Categorical):
