@@ -7,7 +7,8 @@ finished episodes (no stop at the first done):
 - ``GymEnv rollout`` and ``GymEnv step_and_maybe_reset`` (ours): one env; rollouts (here and
   below) are calls of ``rollout(--rollout-steps, break_when_any_done=False)``, 500 steps by
   default, as a collector makes them;
-- ``SerialEnv(8)``: 8 ``GymEnv`` stepped in this process, ``rollout``;
+- ``SerialEnv(8)``: 8 ``GymEnv`` stepped in this process (as one batch: ``GymWrapper``'s
+  batched stepper), ``rollout``;
 - ``ParallelEnv(2x4)``: 2 worker processes holding a ``SerialEnv(4)`` each, ``rollout``
   (also ``ParallelEnv(2x4 vec)``, workers holding a gymnasium vector env of 4, and
   ``ParallelEnv(8)``, one process per env);
@@ -50,7 +51,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from torchrl.envs import GymEnv, ParallelEnv, SerialEnv
+from torchrl.envs import GymEnv, GymWrapper, ParallelEnv, SerialEnv
 
 torch.set_num_threads(1)
 
@@ -286,24 +287,32 @@ def breakdown(env_name: str, steps: int) -> None:
 
 
 # ---------------------------------------------------------------------------------- crossover
-class _CostlyCartPole(GymEnv):
-    """CartPole whose step also burns ``cost_us`` of CPU: a stand-in for a costlier simulator."""
+def _burn(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
-    def __init__(self, cost_us: float) -> None:
-        super().__init__("CartPole-v1")
-        self.cost_s = cost_us * 1e-6
 
-    def _step(self, tensordict):
-        end = time.perf_counter() + self.cost_s
-        while time.perf_counter() < end:
-            pass
-        return super()._step(tensordict)
+def _costly_cartpole(cost_us: float) -> GymWrapper:
+    """CartPole whose step also burns ``cost_us`` of CPU: a stand-in for a costlier simulator.
+
+    The cost is burnt inside the gymnasium env (a gymnasium wrapper), so that our envs step it
+    as any gymnasium env, ``SerialEnv``'s batched path included.
+    """
+    import gymnasium as gym
+
+    class Costly(gym.Wrapper):
+        def step(self, action):
+            _burn(cost_us * 1e-6)
+            return self.env.step(action)
+
+    return GymWrapper(Costly(gym.make("CartPole-v1")))
 
 
 def crossover(repeats: int) -> None:
     """``ParallelEnv(2x4)`` against ``SerialEnv(8)`` as the env step gets costlier."""
     for cost in (0, 25, 50, 100, 200):
-        make = partial(_CostlyCartPole, cost)
+        make = partial(_costly_cartpole, cost)
         steps = 200
         cases = [
             _Case(f"SerialEnv(8) +{cost}us", "rollout", steps * N_ENVS, lambda: None),

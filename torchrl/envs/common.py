@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from torchrl._keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
@@ -41,11 +41,12 @@ from torchrl.envs._contract import (
     _next_seed,
     _only,
     _raw,
+    _set_leaf,
     _set_next,
     _single_or_all,
     _spec_summary,
     _SpecCache,
-    _stack_steps,
+    _StepStore,
 )
 from torchrl.envs.utils import _apply_mdp_plan
 
@@ -610,7 +611,7 @@ class EnvBase(nn.Module):
         cache = self._cache or self._spec_cache()
         groups = cache.done_groups
         step = self.step
-        tds: list[TensorDictBase] = []
+        tds = _StepStore(lazy=not return_contiguous)
         if break_when_any_done:
             plan = cache.mdp_plan
             for i in range(max_steps):
@@ -642,9 +643,7 @@ class EnvBase(nn.Module):
                     seen = flags if seen is None else seen | flags
                     if seen.all():
                         break
-        if return_contiguous:
-            return _stack_steps(tds)
-        return LazyStackedTensorDict.lazy_stack(tds, dim=-1)
+        return tds.result(return_contiguous)
 
     # ------------------------------------------------------------------------------ helpers
     def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int:
@@ -689,8 +688,9 @@ class EnvBase(nn.Module):
         cache = self._cache or self._spec_cache()
         lead = _leading_shape(tensordict.batch_size, self._batch_size)
         if cache.action_leaf is not None and cache.action_key is not None:
-            value = cache.action_leaf.rand() if lead is None else cache.action_leaf.rand(lead)
-            tensordict.set(cache.action_key, value)
+            fast = cache.action_rand if lead is None else None
+            value = fast() if fast is not None else cache.action_leaf.rand(lead)
+            _set_leaf(tensordict, cache.action_key, value)
         elif cache.action_keys:
             tensordict.update(self.full_action_spec.rand(lead))
         return tensordict

@@ -174,7 +174,14 @@ def _materialize(items: dict[str, Any], batch_size: torch.Size, device: Any) -> 
 class _MDPPlan:
     """What ``step_mdp`` drops from the root and from ``"next"``, for one set of arguments."""
 
-    __slots__ = ("keep_other", "next_drop", "root_drop", "root_keep")
+    __slots__ = (
+        "flat_next_drop",
+        "flat_root_drop",
+        "keep_other",
+        "next_drop",
+        "root_drop",
+        "root_keep",
+    )
 
     def __init__(
         self,
@@ -199,6 +206,10 @@ class _MDPPlan:
         self.next_drop = _build_tree(next_drop) or None
         # With keep_other=False only the actions survive from the root (when they are kept).
         self.root_keep = () if exclude_action else action_keys
+        # Plans dropping root-level keys only also have a path for TensorDicts of plain tensors.
+        flat = all(len(k) == 1 for k in root_drop) and all(len(k) == 1 for k in next_drop)
+        self.flat_root_drop = frozenset(k[0] for k in root_drop) if flat else None
+        self.flat_next_drop = frozenset(k[0] for k in next_drop) if flat else None
 
 
 @lru_cache(maxsize=64)
@@ -211,6 +222,13 @@ def _apply_mdp_plan(
     plan: _MDPPlan,
     next_tensordict: TensorDictBase | None = None,
 ) -> TensorDictBase:
+    if plan.flat_root_drop is not None and plan.keep_other and type(tensordict) is TensorDict:
+        out = _flat_step(tensordict, plan.flat_root_drop, plan.flat_next_drop)
+        if out is not None:
+            if next_tensordict is not None:
+                next_tensordict.update(out)
+                return next_tensordict
+            return out
     items: dict[str, Any] = {}
     if plan.keep_other:
         _gather(tensordict, plan.root_drop, items)
@@ -231,6 +249,35 @@ def _apply_mdp_plan(
         next_tensordict.update(out)
         return next_tensordict
     return out
+
+
+def _flat_step(
+    tensordict: TensorDict, root_drop: frozenset[str], next_drop: frozenset[str] | None
+) -> TensorDict | None:
+    """``_apply_mdp_plan`` for TensorDicts of plain tensors (``None`` when there is more)."""
+    raw = tensordict._tensordict
+    items = {}
+    tensor = torch.Tensor
+    for key, value in raw.items():
+        if key not in root_drop:
+            if type(value) is not tensor:
+                return None
+            items[key] = value
+    nxt = raw.get(NEXT)
+    if nxt is not None:
+        if type(nxt) is not TensorDict or nxt._batch_size != tensordict._batch_size:
+            return None
+        for key, value in nxt._tensordict.items():
+            if next_drop is None or key not in next_drop:
+                if type(value) is not tensor:
+                    return None
+                items[key] = value
+    return TensorDict._new_unsafe(
+        cast(dict, items),
+        batch_size=tensordict._batch_size,
+        device=tensordict._device,
+        nested=False,
+    )
 
 
 def _set_nested(

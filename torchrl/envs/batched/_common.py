@@ -19,7 +19,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import DONE, NEXT, TERMINATED, TRUNCATED
 from torchrl.data.specs import Composite, TensorSpec, stack_specs
-from torchrl.envs._contract import _any, _any_group_done, _complete_done, _set_next
+from torchrl.envs._contract import _any, _complete_done, _set_next
 from torchrl.envs.common import EnvBase
 from torchrl.envs.utils import _apply_mdp_plan, _key_tuple
 
@@ -255,12 +255,6 @@ def _inner_step(env: EnvBase, tensordict: TensorDictBase, fast: bool) -> TensorD
         _complete_done(out, (env._cache or env._spec_cache()).done_groups)
         return out
     return env.step(tensordict).get(NEXT)
-
-
-def _any_done(env: EnvBase, next_out: TensorDictBase) -> bool:
-    """Whether any sub-env of ``env`` is done in a step's output."""
-    cache = env._cache or env._spec_cache()
-    return _any_group_done(next_out, cache.done_groups)
 
 
 def _reset_finished(

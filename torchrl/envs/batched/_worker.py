@@ -30,12 +30,10 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
-from torchrl._keys import NEXT
 from torchrl.envs._contract import _next_seed
 from torchrl.envs.batched._common import (
-    _any_done,
     _check_value,
     _fast_step,
     _get_leaf,
@@ -133,6 +131,17 @@ class _Worker:
         return self.input_layout.build(values, full=False)
 
     def _write(self, out: TensorDictBase, layout: _Layout, views: list, what: str) -> None:
+        keys = layout.flat_keys
+        if keys is not None and type(out) is TensorDict:
+            # the common case: a plain TensorDict holding every entry of a flat layout
+            raw = out._tensordict
+            values = [raw.get(key) for key in keys]
+            if all(
+                type(v) is torch.Tensor and v.shape == view.shape for v, view in zip(values, views)
+            ):
+                for value, view in zip(values, views):
+                    view.copy_(value)
+                return
         for path, spec, view in zip(layout.paths, layout.specs, views):
             value = _get_leaf(out, path)
             if value is None and what == "reset":
@@ -150,10 +159,8 @@ class _Worker:
         env = self.env
         if self.fused:
             # A batched env resets its finished sub-envs itself, worker by worker.
-            transition, next_td = env.step_and_maybe_reset(td)
-            out = transition.get(NEXT)
+            out, root = env._step_and_reset_outputs(td)
             self._write(out, self.step_layout, self.steps, "step")
-            root = next_td if _any_done(env, out) else None
         else:
             out = _inner_step(env, td, self.fast)  # type: ignore[arg-type]
             self._write(out, self.step_layout, self.steps, "step")

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from torchrl.envs._contract import _complete_done, _set_next
+from torchrl._keys import NEXT
+from torchrl.envs._contract import _any_group_done, _complete_done, _set_next
 from torchrl.envs.batched._common import (
     EnvMetaData,
     Path,
@@ -334,6 +335,19 @@ class BatchedEnvBase(EnvBase):
         if merge is not None:
             merge(next_input)
         return tensordict, next_input
+
+    def _step_and_reset_outputs(
+        self, tensordict: TensorDictBase
+    ) -> tuple[TensorDictBase, TensorDictBase | None]:
+        """What a process worker holding this env needs of a step-and-reset.
+
+        Returns the step's ``"next"`` entries and, when a sub-env was reset, the next step's
+        input (``None`` otherwise). Subclasses may get them more directly.
+        """
+        transition, next_input = self.step_and_maybe_reset(tensordict)
+        out = transition.get(NEXT)
+        cache = self._cache or self._spec_cache()
+        return out, next_input if _any_group_done(out, cache.done_groups) else None
 
     # ------------------------------------------------------------------ subclass hooks
     def _start(self) -> None:

@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 import torch
 from tensordict import TensorDictBase
 
+from torchrl.envs._contract import _set_leaf
 from torchrl.envs.batched._common import _get_leaf, _Layout, _unravel
 from torchrl.envs.batched._worker import (
     CLOSE,
@@ -498,14 +499,20 @@ class ParallelEnv(BatchedEnvBase):
         root_bufs = self._root_bufs
 
         def merge(next_input: TensorDictBase) -> None:
+            masks: dict[int, torch.Tensor] = {}
             for path, buffer in zip(paths, root_bufs):
                 current = _get_leaf(next_input, path)
                 if current is None:
                     value = buffer.clone()
                 else:
-                    mask = reset.reshape(-1, *([1] * (buffer.ndim - 1)))
+                    mask = masks.get(buffer.ndim)
+                    if mask is None:
+                        mask = masks[buffer.ndim] = reset.reshape(-1, *([1] * (buffer.ndim - 1)))
                     value = torch.where(mask, buffer, current)
-                next_input.set(_unravel(path), value)
+                if len(path) == 1:
+                    _set_leaf(next_input, path[0], value)
+                else:
+                    next_input.set(path, value)
 
         return next_td, merge
 

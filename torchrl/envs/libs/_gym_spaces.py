@@ -235,13 +235,16 @@ def _make_writer(space: Any, categorical: bool, batched: bool) -> _ToGym:
     if isinstance(space, spaces.Discrete):
         start = int(space.start)
         if not batched:
+            # a numpy scalar of the space's dtype, as space.sample() gives: gymnasium checks it
+            # faster than a Python int
+            scalar = np.dtype(space.dtype).type
             if categorical:
-                return lambda action: int(action) + start
+                return lambda action: scalar(int(action) + start)
 
-            def write_one_hot(action: torch.Tensor) -> int:
+            def write_one_hot(action: torch.Tensor) -> Any:
                 # a list search beats any tensor op on 2-20 entries (and takes bool tensors)
                 values = action.tolist()
-                return values.index(max(values)) + start
+                return scalar(values.index(max(values)) + start)
 
             return write_one_hot
         # numpy's argmax takes bool one-hot tensors, which torch's does not

@@ -385,6 +385,8 @@ class GymWrapper(EnvBase):
         if self._from_pixels:
             entries[PIXELS] = self._pixels_spec()
         self.observation_spec = Composite(entries, shape=batch, device=device)
+        # outputs without nested entries skip the constructor's search for nested dicts
+        self._nested_output = any(type(k) is not str for k in self.observation_keys)
         # Dict/Tuple actions nest under "action" so that the action stays one entry
         action = _gym_to_torchrl_spec_transform(action_space, device, self._categorical, batch)
         self.full_action_spec = Composite({ACTION: action}, shape=batch, device=device)
@@ -492,15 +494,23 @@ class GymWrapper(EnvBase):
         if device is None or device.type == "cpu":
             # _new_unsafe skips the checks and device moves of the TensorDict constructor: the
             # data was just built on the CPU with the specs' shapes, so there is nothing to check
-            out = TensorDict._new_unsafe(data, batch_size=self.batch_size, device=device)
+            out = TensorDict._new_unsafe(
+                data, batch_size=self.batch_size, device=device, nested=self._nested_output
+            )
         else:
             out = TensorDict(data, batch_size=self.batch_size, device=device)
         for reader in self.info_dict_reader:
             out = reader(info, out)
         return out
 
+    def _reset_gym(self, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Resets the gymnasium env with the seed given by ``set_seed``, if any (used once)."""
+        seed = self._next_seed
+        if seed is not None:  # nn.Module's attribute assignment is slow: only when needed
+            self._next_seed = None
+        return self._env.reset(seed=seed, options=options)
+
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
-        seed, self._next_seed = self._next_seed, None
         options = kwargs.get("options")
         if self._vector and tensordict is not None:
             reset = tensordict.get(RESET, None)
@@ -509,7 +519,7 @@ class GymWrapper(EnvBase):
                 if not mask.all():
                     # gymnasium resets only these sub-envs and returns the others' current data
                     options = dict(options or {}, reset_mask=mask.copy())
-        obs, info = self._env.reset(seed=seed, options=options)
+        obs, info = self._reset_gym(options)
         data = self._read_obs(obs)
         flags = torch.zeros(self._flag_shape, dtype=torch.bool)
         data[TERMINATED] = flags
@@ -518,7 +528,11 @@ class GymWrapper(EnvBase):
         return self._output(data, info)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        gym_action = self._write_action(tensordict.get(ACTION))
+        raw = tensordict._tensordict if type(tensordict) is TensorDict else None
+        action = raw.get(ACTION) if raw is not None else None
+        if action is None:
+            action = tensordict.get(ACTION)
+        gym_action = self._write_action(action)
         step = self._env.step
         obs, reward, terminated, truncated, info = step(gym_action)
         if self._frame_skip > 1:
@@ -554,6 +568,17 @@ class GymWrapper(EnvBase):
             obs, reward, terminated, truncated, info = step(action)
             total += reward
         return obs, total if self._vector else float(total), terminated, truncated, info
+
+    @classmethod
+    def _batched_stepper(cls, envs: Sequence[EnvBase]) -> Any:
+        """Steps ``envs`` as one batch for :class:`~torchrl.envs.SerialEnv` (``None``: cannot).
+
+        Plain unbatched wrappers of one class qualify (see ``_gym_batched.py``); the stepper
+        gives the values that stepping and resetting the envs one by one would give.
+        """
+        from torchrl.envs.libs._gym_batched import batched_stepper
+
+        return batched_stepper(cls, envs)
 
     def _close(self) -> None:
         self._env.close()

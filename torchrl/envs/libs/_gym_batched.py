@@ -1,0 +1,210 @@
+"""Stepping several single gymnasium envs as one batch: the fast path of ``SerialEnv``.
+
+:class:`~torchrl.envs.SerialEnv` asks the class of its envs for a *batched stepper* with the
+classmethod ``_batched_stepper(envs)`` (see :mod:`torchrl.envs.batched.serial`). For plain
+:class:`~torchrl.envs.GymWrapper` envs, :class:`_GymBatchStepper` turns the batch of actions
+into gymnasium actions at once, calls each gymnasium env's ``step`` in a loop and builds the
+stacked outputs from the lists of results, with one numpy array and one TensorDict per batched
+step instead of a TensorDict per env plus a stack. Values are exactly those of the wrapper's
+own ``_step`` and ``reset``: same dtypes, same casts, same seeds consumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from torchrl._keys import DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from torchrl.envs.common import EnvBase
+from torchrl.envs.libs._gym_spaces import _gymnasium
+
+if TYPE_CHECKING:
+    from torchrl.envs.libs.gym import GymWrapper
+
+
+def _batched_writer(env: GymWrapper) -> Callable[[torch.Tensor], list[Any]]:
+    """Turns actions of batch ``[n]`` into ``n`` gymnasium actions, equal to the env's own."""
+    spaces = _gymnasium().spaces
+    space = env.env.action_space
+    if type(space) is spaces.Discrete:
+        start = int(space.start)
+        dtype = np.dtype(space.dtype)
+        if env._categorical:
+            # numpy scalars of the space's dtype, like the wrapper's own writer
+            return lambda action: list(
+                action.detach().reshape(-1).cpu().numpy().astype(dtype) + start
+            )
+
+        def write_one_hot(action: torch.Tensor) -> list[Any]:
+            # numpy's argmax takes bool one-hot tensors, which torch's does not
+            index = action.detach().cpu().numpy().argmax(-1)
+            return list((index + start if start else index).astype(dtype, copy=False))
+
+        return write_one_hot
+    if type(space) is spaces.Box:
+        np_dtype = space.dtype
+
+        def write_box(action: torch.Tensor) -> list[Any]:
+            # rows of one array: the same values as the wrapper's cast of each row
+            return list(np.asarray(action.detach().cpu().numpy(), dtype=np_dtype))
+
+        return write_box
+    write = env._write_action
+    return lambda action: [write(a) for a in action.unbind(0)]
+
+
+def _batched_reader(env: GymWrapper) -> Callable[[Sequence[Any]], dict[str, torch.Tensor]]:
+    """Turns ``n`` gymnasium observations into the stacked observation entries."""
+    spaces = _gymnasium().spaces
+    space = env.env.observation_space
+    if type(space) is spaces.Box and list(env.observation_keys) == [OBSERVATION]:
+        np_dtype = space.dtype
+
+        def read_box(obs: Sequence[Any]) -> dict[str, torch.Tensor]:
+            # np.array of a list of equal arrays stacks them, at a quarter of np.stack's cost
+            return {OBSERVATION: torch.from_numpy(np.array(obs, dtype=np_dtype))}
+
+        return read_box
+    read = env._read_obs
+
+    def read_all(obs: Sequence[Any]) -> dict[str, torch.Tensor]:
+        reads = [read(o) for o in obs]
+        return {key: torch.stack([r[key] for r in reads]) for key in reads[0]}
+
+    return read_all
+
+
+class _GymBatchStepper:
+    """Steps ``n`` unbatched :class:`GymWrapper` envs of one kind as one env of batch ``[n]``.
+
+    The interface :class:`~torchrl.envs.SerialEnv` expects of a batched stepper:
+    ``step(action)`` and ``step_and_reset(action)``.
+
+    Args:
+        envs: the envs (built, with equal specs up to bounds).
+
+    Examples:
+        >>> import torch
+        >>> from torchrl.envs import GymEnv
+        >>> envs = [GymEnv("CartPole-v1") for _ in range(3)]
+        >>> roots = [env.reset() for env in envs]
+        >>> stepper = GymEnv._batched_stepper(envs)
+        >>> out = stepper.step(torch.eye(2, dtype=torch.bool)[[0, 1, 0]])
+        >>> out["observation"].shape, out["done"].shape
+        (torch.Size([3, 4]), torch.Size([3, 1]))
+    """
+
+    def __init__(self, envs: Sequence[GymWrapper]) -> None:
+        first = envs[0]
+        self.envs = list(envs)
+        self.gym_steps = [env.env.step for env in envs]
+        self.n = len(envs)
+        self.batch_size = torch.Size([self.n])
+        self.device = first.device
+        self.write = _batched_writer(first)
+        self.read = _batched_reader(first)
+        self.frame_skip = first.frame_skip
+        self.shape = (self.n, 1)
+
+    def _run(self, action: torch.Tensor) -> tuple[list[Any], TensorDictBase, list[int]]:
+        actions = self.write(action)
+        if self.frame_skip == 1:
+            results = [step(act) for step, act in zip(self.gym_steps, actions)]
+        else:
+            results = [
+                env._repeat(act, *step(act))
+                for env, step, act in zip(self.envs, self.gym_steps, actions)
+            ]
+        obs, rewards, terms, truncs, _ = zip(*results)
+        data = self.read(obs)
+        shape = self.shape
+        data[REWARD] = torch.from_numpy(np.array(rewards, dtype=np.float32).reshape(shape))
+        terminated = np.array(terms, dtype=bool).reshape(shape)
+        truncated = np.array(truncs, dtype=bool).reshape(shape)
+        done = terminated | truncated
+        data[TERMINATED] = torch.from_numpy(terminated)
+        data[TRUNCATED] = torch.from_numpy(truncated)
+        data[DONE] = torch.from_numpy(done)
+        finished = np.flatnonzero(done).tolist() if any(terms) or any(truncs) else []
+        return list(obs), self._td(data), finished
+
+    def _td(self, data: dict[str, torch.Tensor]) -> TensorDictBase:
+        device = self.device
+        if device is None or device.type == "cpu":
+            return TensorDict._new_unsafe(
+                cast(dict, data), batch_size=self.batch_size, device=device, nested=False
+            )
+        return TensorDict(data, batch_size=self.batch_size, device=device)
+
+    def step(self, action: torch.Tensor) -> TensorDictBase:
+        """Steps every env with its row of ``action`` (batch ``[n]``).
+
+        Returns:
+            The stacked ``"next"`` entries: observations, ``"reward"``, done flags (``[n, 1]``).
+        """
+        return self._run(action)[1]
+
+    def step_and_reset(
+        self, action: torch.Tensor
+    ) -> tuple[TensorDictBase, TensorDictBase | None, list[int]]:
+        """Steps every env, then resets those that are done (with the seeds they were given).
+
+        Returns:
+            The stacked ``"next"`` entries; the entries of the next step's input (observations
+            and done flags, with the reset envs' first observations), or ``None`` when no env
+            is done; and the indices of the reset envs.
+        """
+        obs, next_td, finished = self._run(action)
+        if not finished:
+            return next_td, None, finished
+        for i in finished:
+            obs[i] = self.envs[i]._reset_gym()[0]
+        root = self.read(obs)
+        # every env of the next input is not done: the finished ones were just reset
+        flags = torch.zeros(self.shape, dtype=torch.bool)
+        root[TERMINATED] = flags
+        root[TRUNCATED] = flags.clone()
+        root[DONE] = flags.clone()
+        return next_td, self._td(root), finished
+
+
+def batched_stepper(cls: Any, envs: Sequence[EnvBase]) -> _GymBatchStepper | None:
+    """A :class:`_GymBatchStepper` for ``envs`` when they qualify, else ``None``.
+
+    They qualify when all are instances of ``cls`` exactly, unbatched (not vector envs), without
+    pixels, info readers or type checks, and when ``cls`` changes none of the wrapper's step,
+    reset and output methods (a subclass that does must be stepped through them).
+    """
+    from torchrl.envs.libs.gym import GymWrapper
+
+    if not envs or any(type(env) is not cls for env in envs):
+        return None
+    names = ("_step", "_reset", "_reset_gym", "_output", "_repeat", "_make_converters", "_set_seed")
+    for name in names:
+        if getattr(cls, name, None) is not getattr(GymWrapper, name, None):
+            return None
+    if cls.step is not EnvBase.step or cls.reset is not EnvBase.reset:
+        return None
+    wrappers = cast("list[GymWrapper]", list(envs))
+    first = wrappers[0]
+    for env in wrappers:
+        if (
+            env._vector
+            or env._from_pixels
+            or env.info_dict_reader
+            or env.run_type_checks
+            or env.batch_size
+            or env.device != first.device
+            or env._categorical != first._categorical
+            or env.frame_skip != first.frame_skip
+            or type(env.env.action_space) is not type(first.env.action_space)
+            or type(env.env.observation_space) is not type(first.env.observation_space)
+        ):
+            return None
+    if any(type(key) is not str for key in first.observation_keys):
+        return None
+    return _GymBatchStepper(wrappers)
