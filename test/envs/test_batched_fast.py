@@ -248,3 +248,24 @@ def test_rand_action_one_hot_sampler_matches_spec(batch):
     env.action_spec.update_mask(mask)
     for _ in range(10):
         assert bool(env.rand_action()["action"][..., 2].all())
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize(
+    "name,action,expected",
+    [
+        ("CartPole-v1", torch.tensor(1), "OneHot"),  # an index given to a one-hot env
+        ("Pendulum-v1", torch.tensor(0.0), "Bounded"),  # the trailing action dim missing
+    ],
+)
+def test_action_of_the_wrong_shape_names_key_and_spec(batched, name, action, expected):
+    if batched:
+        env = SerialEnv(2, partial(GymEnv, name))
+        action = action.expand(2)
+    else:
+        env = GymEnv(name)
+    td = env.reset()
+    td["action"] = action
+    with pytest.raises(ValueError, match=rf"'action' does not fit the action spec {expected}"):
+        env.step(td)
+    env.close()

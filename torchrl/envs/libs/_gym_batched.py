@@ -111,14 +111,20 @@ class _GymBatchStepper:
         self.shape = (self.n, 1)
 
     def _run(self, action: torch.Tensor) -> tuple[list[Any], TensorDictBase, list[int]]:
-        actions = self.write(action)
-        if self.frame_skip == 1:
-            results = [step(act) for step, act in zip(self.gym_steps, actions)]
-        else:
-            results = [
-                env._repeat(act, *step(act))
-                for env, step, act in zip(self.envs, self.gym_steps, actions)
-            ]
+        try:
+            actions = self.write(action)
+            if self.frame_skip == 1:
+                results = [step(act) for step, act in zip(self.gym_steps, actions)]
+            else:
+                results = [
+                    env._repeat(act, *step(act))
+                    for env, step, act in zip(self.envs, self.gym_steps, actions)
+                ]
+        except (TypeError, ValueError, AttributeError, IndexError) as err:
+            from torchrl.envs.libs.gym import _raise_if_bad_action
+
+            _raise_if_bad_action(self.envs[0], action, self.batch_size, err)
+            raise
         obs, rewards, terms, truncs, _ = zip(*results)
         data = self.read(obs)
         shape = self.shape

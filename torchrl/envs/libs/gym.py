@@ -249,6 +249,30 @@ def _env_name(env: Any) -> str:
     return type(getattr(env, "unwrapped", env)).__name__
 
 
+def _raise_if_bad_action(env: EnvBase, action: Any, batch: Sequence[int], err: Exception) -> None:
+    """Turns an error of the action conversion into one naming the key, the spec and the action.
+
+    Called when converting or stepping failed: if the action does not have the shape of the
+    action spec (an index given to a one-hot env, a missing trailing dim...), that is the cause.
+    """
+    spec = env.full_action_spec[ACTION]
+    expected = (*batch, *spec.shape[len(env.batch_size) :])
+    got = tuple(action.shape) if isinstance(action, torch.Tensor) else None
+    if got != expected:
+        described = f"shape {got}, dtype {action.dtype}" if got is not None else type(action)
+        hint = (
+            " A one-hot spec takes one-hot actions; build the env with "
+            "categorical_action_encoding=True for integer indices."
+            if type(spec).__name__ == "OneHot"
+            else ""
+        )
+        raise ValueError(
+            f"{type(env).__name__}: the action under key {ACTION!r} does not fit the action spec "
+            f"{type(spec).__name__} (expected shape {expected}, dtype {spec.dtype}); got "
+            f"{described}.{hint}"
+        ) from err
+
+
 class GymWrapper(EnvBase):
     """Wraps a gymnasium env (or vector env) behind the torchrl env contract.
 
@@ -532,9 +556,12 @@ class GymWrapper(EnvBase):
         action = raw.get(ACTION) if raw is not None else None
         if action is None:
             action = tensordict.get(ACTION)
-        gym_action = self._write_action(action)
-        step = self._env.step
-        obs, reward, terminated, truncated, info = step(gym_action)
+        try:
+            gym_action = self._write_action(action)
+            obs, reward, terminated, truncated, info = self._env.step(gym_action)
+        except (TypeError, ValueError, AttributeError, IndexError) as err:
+            _raise_if_bad_action(self, action, self.batch_size, err)
+            raise
         if self._frame_skip > 1:
             obs, reward, terminated, truncated, info = self._repeat(
                 gym_action, obs, reward, terminated, truncated, info
