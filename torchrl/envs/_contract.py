@@ -7,7 +7,7 @@ hot paths (see :func:`_raw`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
@@ -370,6 +370,16 @@ def _try_stack_plain(tds: list[TensorDictBase]) -> TensorDict | None:
 
 def _cat_plain(tds: list[TensorDict], dim: int) -> TensorDict:
     """Concatenates plain TensorDicts of one structure along batch dim ``dim``, leaf by leaf."""
+    return _join_plain(tds, dim, torch.cat)
+
+
+def _stack_plain(tds: list[TensorDictBase], dim: int) -> TensorDict:
+    """Stacks plain TensorDicts of one structure along a new batch dim ``dim``, leaf by leaf."""
+    return _join_plain(tds, dim, torch.stack)
+
+
+def _join_plain(tds: Sequence[TensorDictBase], dim: int, join: Callable) -> TensorDict:
+    # raises _Heterogeneous unless every TensorDict is plain and keyed like the first
     first = tds[0]
     keys = first._tensordict.keys()
     raws = []
@@ -380,33 +390,14 @@ def _cat_plain(tds: list[TensorDict], dim: int) -> TensorDict:
     out: dict[str, Any] = {}
     for key, value in first._tensordict.items():
         if isinstance(value, torch.Tensor):
-            out[key] = torch.cat([raw[key] for raw in raws], dim)
+            out[key] = join([raw[key] for raw in raws], dim)
         else:
-            out[key] = _cat_plain([raw[key] for raw in raws], dim)
+            out[key] = _join_plain([raw[key] for raw in raws], dim, join)
     batch = list(first.batch_size)
-    batch[dim] = sum(td.batch_size[dim] for td in tds)
-    return TensorDict._new_unsafe(
-        cast(dict, out), batch_size=torch.Size(batch), device=first.device, nested=False
-    )
-
-
-def _stack_plain(tds: list[TensorDictBase], dim: int) -> TensorDict:
-    first = tds[0]
-    ref = first._tensordict
-    keys = ref.keys()
-    raws = []
-    for td in tds:
-        if type(td) is not TensorDict or td._tensordict.keys() != keys:
-            raise _Heterogeneous
-        raws.append(td._tensordict)
-    out: dict[str, Any] = {}
-    for key, value in ref.items():
-        if type(value) is torch.Tensor or isinstance(value, torch.Tensor):
-            out[key] = torch.stack([raw[key] for raw in raws], dim)
-        else:
-            out[key] = _stack_plain([raw[key] for raw in raws], dim)
-    batch = list(first.batch_size)
-    batch.insert(dim, len(tds))
+    if join is torch.cat:
+        batch[dim] = sum(td.batch_size[dim] for td in tds)
+    else:
+        batch.insert(dim, len(tds))
     return TensorDict._new_unsafe(
         cast(dict, out), batch_size=torch.Size(batch), device=first.device, nested=False
     )
