@@ -101,7 +101,40 @@ EXAMPLE_ARGS = {
     ],
     "ddpg_pendulum.py": OFF_POLICY_TINY,
     "td3_pendulum.py": OFF_POLICY_TINY,
+    "sac_mujoco.py": [
+        *OFF_POLICY_TINY,
+        "--frames",
+        "300",
+        "--eval-every",
+        "300",
+        "--updates-per-frame",
+        "0.25",
+        "--hidden",
+        "32",
+        "--buffer-size",
+        "1000",
+        "--max-episode-steps",
+        "50",
+    ],
+    "ppo_mujoco.py": [
+        "--frames",
+        "256",
+        "--steps-per-batch",
+        "128",
+        "--epochs",
+        "2",
+        "--eval-every",
+        "128",
+        "--max-episode-steps",
+        "50",
+        "--eval-episodes",
+        "2",
+        "--final-eval-episodes",
+        "2",
+    ],
 }
+# Examples that need the MuJoCo simulator: skipped when it is not installed.
+MUJOCO_EXAMPLES = {"sac_mujoco.py", "ppo_mujoco.py"}
 
 
 def _scripts(folder: str) -> list[str]:
@@ -123,6 +156,8 @@ def test_every_example_has_smoke_args() -> None:
 
 @pytest.mark.parametrize("script", [s for s in EXAMPLE_ARGS if s in _scripts(EXAMPLES)])
 def test_example_smoke(script: str, tmp_path, monkeypatch, capsys) -> None:
+    if script in MUJOCO_EXAMPLES:
+        pytest.importorskip("mujoco")
     args = [*EXAMPLE_ARGS[script], "--out", str(tmp_path), "--no-progress"]
     _run(os.path.join(EXAMPLES, script), args, monkeypatch)
     out = capsys.readouterr().out
