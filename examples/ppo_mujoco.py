@@ -45,7 +45,13 @@ from torchrl.envs import (
     TransformedEnv,
     VecNorm,
 )
-from torchrl.modules import MLP, IndependentNormal, ProbabilisticActor, ValueOperator
+from torchrl.modules import (
+    MLP,
+    AddStateIndependentNormalScale,
+    IndependentNormal,
+    ProbabilisticActor,
+    ValueOperator,
+)
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
@@ -72,19 +78,6 @@ class Config:
     seed: int = 0
     out: str = "outputs"
     progress: bool = True
-
-
-class GaussianHead(nn.Module):
-    """The policy network's output as the mean, next to a learned state-independent scale."""
-
-    def __init__(self, net: nn.Module, n_act: int) -> None:
-        super().__init__()
-        self.net = net
-        self.log_scale = nn.Parameter(torch.zeros(n_act))
-
-    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        loc = self.net(observation)
-        return loc, self.log_scale.exp().expand_as(loc)
 
 
 def make_env(
@@ -118,7 +111,10 @@ def make_agent(env: TransformedEnv, hidden: int) -> tuple[ProbabilisticActor, Va
     )
     actor = ProbabilisticActor(
         TensorDictModule(
-            GaussianHead(policy_net, n_act), in_keys=["observation"], out_keys=["loc", "scale"]
+            # the mean from the network, a learned state-independent scale beside it
+            nn.Sequential(policy_net, AddStateIndependentNormalScale(n_act)),
+            in_keys=["observation"],
+            out_keys=["loc", "scale"],
         ),
         in_keys=["loc", "scale"],
         spec=env.action_spec,

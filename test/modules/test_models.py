@@ -390,3 +390,46 @@ class TestBatchRenorm:
         torch.testing.assert_close(
             norm(torch.full((3, 2), 3.0)), torch.full((3, 2), 2.0 / (4 + 1e-5) ** 0.5)
         )
+
+
+class TestAddStateIndependentNormalScale:
+    def test_scale_is_mapped_broadcast_and_learned(self):
+        from torchrl.modules import AddStateIndependentNormalScale
+
+        head = AddStateIndependentNormalScale(3, init_value=-1.0)
+        loc = torch.randn(4, 5, 3)
+        out_loc, scale = head(loc)
+        assert out_loc is loc
+        assert scale.shape == loc.shape
+        torch.testing.assert_close(scale, torch.full_like(loc, float(torch.tensor(-1.0).exp())))
+        # the scale does not depend on the input, and gradients reach the parameter
+        _, other = head(torch.randn(4, 5, 3))
+        assert torch.equal(scale, other)
+        scale.sum().backward()
+        torch.testing.assert_close(head.scale.grad, torch.full((3,), 20 * float(scale[0, 0, 0])))
+
+    @pytest.mark.parametrize(
+        "mapping,param,expected",
+        [("softplus", 0.0, 0.6931471805599453), ("biased_softplus_1.0", 0.0, 1.0)],
+    )
+    def test_mappings(self, mapping, param, expected):
+        from torchrl.modules import AddStateIndependentNormalScale
+
+        head = AddStateIndependentNormalScale(2, scale_mapping=mapping, init_value=param)
+        _, scale = head(torch.zeros(2))
+        torch.testing.assert_close(scale, torch.full((2,), expected))
+
+    def test_lower_bound_and_scalar_shape(self):
+        from torchrl.modules import AddStateIndependentNormalScale
+
+        head = AddStateIndependentNormalScale(None, scale_lb=0.5, init_value=-10.0)
+        _, scale = head(torch.zeros(3, 2))
+        assert torch.equal(scale, torch.full((3, 2), 0.5))
+
+    def test_errors(self):
+        from torchrl.modules import AddStateIndependentNormalScale
+
+        with pytest.raises(ValueError, match="trailing shape \\(4,\\) does not match"):
+            AddStateIndependentNormalScale(3)(torch.zeros(2, 4))
+        with pytest.raises(ValueError, match="scale_lb must be >= 0"):
+            AddStateIndependentNormalScale(3, scale_lb=-1.0)

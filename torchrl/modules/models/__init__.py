@@ -12,10 +12,11 @@ from torchrl.modules.models.transformer import (
     DTActor,
     DTConfig,
 )
-from torchrl.modules.models.utils import SquashDims, Squeeze2dLayer
+from torchrl.modules.models.utils import AddStateIndependentNormalScale, SquashDims, Squeeze2dLayer
 
 __all__ = [
     "MLP",
+    "AddStateIndependentNormalScale",
     "BatchRenorm1d",
     "CausalTransformer",
     "ConvNet",

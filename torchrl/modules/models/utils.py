@@ -121,3 +121,72 @@ class ScalarBias(nn.Module):
 
     def forward(self, value: torch.Tensor) -> torch.Tensor:
         return value + self.bias
+
+
+class AddStateIndependentNormalScale(nn.Module):
+    """Pairs a network's output (the mean) with a learned scale that does not depend on the input.
+
+    The usual head of Gaussian policies for continuous control with PPO: the scale is a
+    parameter vector, mapped to positive values and broadcast to the mean's shape.
+
+    Args:
+        scale_shape: shape of the scale parameter, the trailing shape of the mean (e.g. the
+            action dim); ``None`` for a scalar shared by every dim.
+        scale_mapping: how the parameter becomes a scale: ``"exp"`` (default), ``"softplus"``,
+            ``"biased_softplus_<value>"`` (``value`` at parameter 0), or any name
+            ``tensordict.nn.utils.mappings`` knows.
+        scale_lb: lower bound of the scale.
+        init_value: initial value of the parameter (so the initial scale is
+            ``mapping(init_value)``).
+
+    Examples:
+        >>> import torch
+        >>> head = AddStateIndependentNormalScale(3)
+        >>> loc, scale = head(torch.randn(5, 3))
+        >>> scale.shape, bool((scale == 1.0).all())
+        (torch.Size([5, 3]), True)
+    """
+
+    def __init__(
+        self,
+        scale_shape: int | Sequence[int] | torch.Size | None = None,
+        scale_mapping: str = "exp",
+        scale_lb: float = 1e-4,
+        init_value: float = 0.0,
+    ) -> None:
+        from tensordict.nn.utils import mappings
+
+        super().__init__()
+        if scale_shape is None:
+            shape = torch.Size()
+        elif isinstance(scale_shape, int):
+            shape = torch.Size([scale_shape])
+        else:
+            shape = torch.Size(scale_shape)
+        if scale_lb < 0:
+            raise ValueError(
+                f"AddStateIndependentNormalScale: scale_lb must be >= 0, got {scale_lb}"
+            )
+        self.scale_lb = float(scale_lb)
+        self.scale_mapping = scale_mapping
+        self._mapping = mappings(scale_mapping)
+        self.scale = nn.Parameter(torch.full(shape, float(init_value)))
+
+    def forward(self, loc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns ``(loc, scale)``, the scale broadcast to ``loc``'s shape.
+
+        Args:
+            loc: the mean, shape ``[*batch, *scale_shape]``.
+
+        Returns:
+            ``loc`` itself and the scale, same shape.
+        """
+        shape = self.scale.shape
+        if shape and loc.shape[loc.dim() - len(shape) :] != shape:
+            raise ValueError(
+                f"AddStateIndependentNormalScale: the input's trailing shape "
+                f"{tuple(loc.shape[loc.dim() - len(shape) :])} does not match scale_shape "
+                f"{tuple(shape)}"
+            )
+        scale = self._mapping(self.scale).clamp_min(self.scale_lb)
+        return loc, scale.expand_as(loc)
