@@ -55,6 +55,23 @@ def evaluate(env: Any, policy: Any, max_steps: int) -> float:
     return float((reward * alive_before).sum(-1).mean())
 
 
+def evaluate_confirmed(
+    env: Any, policy: Any, max_steps: int, target: float, confirm: bool = True
+) -> float:
+    """An :func:`evaluate` that, with ``confirm``, re-checks a passing score on fresh episodes.
+
+    A policy that has just crossed the target often still fails some starting states, and a
+    handful of evaluation episodes can pass by luck. With ``confirm``, a first evaluation that
+    reaches ``target`` is followed by a second one on new initial states, and the lower of the two
+    is returned: the caller counts the task solved only if both pass. A failing first evaluation
+    is returned as it is (no second rollout).
+    """
+    ret = evaluate(env, policy, max_steps)
+    if confirm and ret >= target:
+        ret = min(ret, evaluate(env, policy, max_steps))
+    return ret
+
+
 def episode_returns(batch: Any, frames: int) -> list[tuple[int, float]]:
     """``(frames, return)`` for every episode that ends in ``batch`` (needs ``RewardSum``)."""
     nxt = batch["next"]

@@ -5,7 +5,8 @@ for the first ``init_random_frames``); each batch goes into the replay buffer an
 ``updates_per_frame`` gradient steps per collected frame: the critic regresses on the one-step
 TD target of the target networks, the actor climbs the critic; both targets follow by Polyak
 averaging. Every ``eval_every`` frames the noiseless actor is evaluated; training stops at the
-first evaluation that reaches ``target_return``.
+first evaluation that reaches ``target_return`` and, with ``confirm`` (the default), a second one
+on fresh episodes agrees: five episodes can pass by luck while other starting states still fail.
 
 Usage: ``python examples/ddpg_pendulum.py [--frames N] [--seed S] [--out DIR]``.
 """
@@ -16,7 +17,14 @@ import time
 from dataclasses import dataclass
 
 import torch
-from _common import episode_returns, evaluate, parse_config, plot_curve, report
+from _common import (
+    episode_returns,
+    evaluate,
+    evaluate_confirmed,
+    parse_config,
+    plot_curve,
+    report,
+)
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from tqdm import tqdm
@@ -45,6 +53,7 @@ class Config:
     hidden: int = 64
     eval_every: int = 1000
     eval_episodes: int = 5
+    confirm: bool = True  # re-check a passing evaluation on fresh episodes before stopping
     final_eval_episodes: int = 10
     target_return: float = -200.0
     seed: int = 0
@@ -108,7 +117,7 @@ def train(cfg: Config) -> dict:
 
     history: dict = {"train": [], "eval": [], "solved_at": None}
     frames, next_eval = 0, cfg.eval_every
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     bar = tqdm(total=cfg.frames, unit="frames", disable=not cfg.progress, desc="DDPG Pendulum")
     for batch in collector:
         n = batch.numel()
@@ -127,13 +136,14 @@ def train(cfg: Config) -> dict:
         bar.update(n)
         if frames >= next_eval:
             next_eval += cfg.eval_every
-            ret = evaluate(eval_env, actor, max_steps=200)
+            ret = evaluate_confirmed(eval_env, actor, 200, cfg.target_return, cfg.confirm)
             history["eval"].append((frames, ret))
             bar.set_postfix(eval_return=f"{ret:.0f}")
             if ret >= cfg.target_return:
                 history["solved_at"] = frames
                 break
     history["wall"] = time.perf_counter() - start
+    history["cpu"] = time.process_time() - cpu_start
     history["frames"] = frames
     bar.close()
     collector.shutdown()

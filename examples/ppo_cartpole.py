@@ -19,7 +19,14 @@ import time
 from dataclasses import dataclass
 
 import torch
-from _common import episode_returns, evaluate, parse_config, plot_curve, report
+from _common import (
+    episode_returns,
+    evaluate,
+    evaluate_confirmed,
+    parse_config,
+    plot_curve,
+    report,
+)
 from tensordict.nn import TensorDictModule
 from torch import nn
 from tqdm import tqdm
@@ -133,11 +140,7 @@ def train(cfg: Config) -> dict:
         if frames >= next_eval:
             next_eval += cfg.eval_every
             eval_start = time.perf_counter()
-            ret = evaluate(eval_env, actor, max_steps=500)
-            if cfg.confirm and ret >= cfg.target_return:
-                # A policy that has just crossed the line often still fails a few starting
-                # states: count it solved only if fresh episodes agree.
-                ret = min(ret, evaluate(eval_env, actor, max_steps=500))
+            ret = evaluate_confirmed(eval_env, actor, 500, cfg.target_return, cfg.confirm)
             history["eval_wall"] += time.perf_counter() - eval_start
             history["eval"].append((frames, ret))
             bar.set_postfix(eval_return=f"{ret:.0f}")

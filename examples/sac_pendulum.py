@@ -5,7 +5,9 @@ The collector steps the env with the stochastic actor (uniform random actions fo
 ``updates_per_frame`` gradient steps per collected frame on the SAC loss (actor, critics and
 temperature share one optimizer step); the target critics follow by Polyak averaging. Every
 ``eval_every`` frames the deterministic policy (the squashed mean) is evaluated; training stops
-at the first evaluation that reaches ``target_return``.
+at the first evaluation that reaches ``target_return`` and, with ``confirm`` (the default), a
+second one on fresh episodes agrees: five episodes can pass by luck while other starting states
+still fail.
 
 Usage: ``python examples/sac_pendulum.py [--frames N] [--seed S] [--out DIR]``.
 """
@@ -16,7 +18,14 @@ import time
 from dataclasses import dataclass
 
 import torch
-from _common import episode_returns, evaluate, parse_config, plot_curve, report
+from _common import (
+    episode_returns,
+    evaluate,
+    evaluate_confirmed,
+    parse_config,
+    plot_curve,
+    report,
+)
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 from tqdm import tqdm
@@ -43,6 +52,7 @@ class Config:
     hidden: int = 64
     eval_every: int = 1000
     eval_episodes: int = 5
+    confirm: bool = True  # re-check a passing evaluation on fresh episodes before stopping
     final_eval_episodes: int = 10
     target_return: float = -200.0
     seed: int = 0
@@ -129,7 +139,7 @@ def train(cfg: Config) -> dict:
         if frames >= next_eval:
             next_eval += cfg.eval_every
             eval_start = time.perf_counter()
-            ret = evaluate(eval_env, actor, max_steps=200)
+            ret = evaluate_confirmed(eval_env, actor, 200, cfg.target_return, cfg.confirm)
             history["eval_wall"] += time.perf_counter() - eval_start
             history["eval"].append((frames, ret))
             bar.set_postfix(eval_return=f"{ret:.0f}")

@@ -4,8 +4,12 @@ The collector steps the env with the actor plus additive Gaussian noise (uniform
 for the first ``init_random_frames``); each batch goes into the replay buffer and is followed by
 ``updates_per_frame`` gradient steps per collected frame. The two critics regress on the
 smaller of their target values at a noise-smoothed target action; every ``policy_delay``-th
-step the actor climbs the first critic and all targets follow by Polyak averaging. Every ``eval_every`` frames the noiseless actor is evaluated; training stops at the
-first evaluation that reaches ``target_return``.
+step the actor climbs the first critic and all targets follow by Polyak averaging. Every
+``eval_every`` frames the noiseless actor is evaluated; an evaluation passes when it reaches
+``target_return`` and, with ``confirm`` (the default), a second one on fresh episodes agrees.
+Training stops after ``passes_to_stop`` passing evaluations in a row: a freshly passing TD3 actor
+often still fails from a few starting states (it pushes one way and hangs near the bottom) or
+falls back for a while, which ten episodes can miss.
 
 Usage: ``python examples/td3_pendulum.py [--frames N] [--seed S] [--out DIR]``.
 """
@@ -16,7 +20,14 @@ import time
 from dataclasses import dataclass
 
 import torch
-from _common import episode_returns, evaluate, parse_config, plot_curve, report
+from _common import (
+    episode_returns,
+    evaluate,
+    evaluate_confirmed,
+    parse_config,
+    plot_curve,
+    report,
+)
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from tqdm import tqdm
@@ -48,6 +59,8 @@ class Config:
     hidden: int = 64
     eval_every: int = 1000
     eval_episodes: int = 5
+    confirm: bool = True  # re-check a passing evaluation on fresh episodes before stopping
+    passes_to_stop: int = 2  # consecutive passing evaluations (eval_every apart) before stopping
     final_eval_episodes: int = 10
     target_return: float = -200.0
     seed: int = 0
@@ -115,8 +128,8 @@ def train(cfg: Config) -> dict:
     )
 
     history: dict = {"train": [], "eval": [], "solved_at": None}
-    frames, next_eval, updates = 0, cfg.eval_every, 0
-    start = time.perf_counter()
+    frames, next_eval, updates, passes = 0, cfg.eval_every, 0, 0
+    start, cpu_start = time.perf_counter(), time.process_time()
     bar = tqdm(total=cfg.frames, unit="frames", disable=not cfg.progress, desc="TD3 Pendulum")
     for batch in collector:
         n = batch.numel()
@@ -145,13 +158,15 @@ def train(cfg: Config) -> dict:
         bar.update(n)
         if frames >= next_eval:
             next_eval += cfg.eval_every
-            ret = evaluate(eval_env, actor, max_steps=200)
+            ret = evaluate_confirmed(eval_env, actor, 200, cfg.target_return, cfg.confirm)
             history["eval"].append((frames, ret))
             bar.set_postfix(eval_return=f"{ret:.0f}")
-            if ret >= cfg.target_return:
+            passes = passes + 1 if ret >= cfg.target_return else 0
+            if passes >= cfg.passes_to_stop:
                 history["solved_at"] = frames
                 break
     history["wall"] = time.perf_counter() - start
+    history["cpu"] = time.process_time() - cpu_start
     history["frames"] = frames
     bar.close()
     collector.shutdown()
