@@ -1,6 +1,7 @@
-"""CQL on Pendulum-v1 from the offline dataset of ``iql_pendulum_offline.py``.
+"""CQL on Pendulum-v1 from an offline dataset made by ``iql_pendulum_offline.make_dataset``.
 
-The same dataset (a half-trained SAC policy acting stochastically, see that script), then
+Its ``dataset="policy"`` kind (a half-trained SAC policy acting stochastically, see that
+script), then
 conservative Q-learning: SAC's actor, critic and temperature losses, plus a penalty that pushes
 Q down on actions the dataset does not contain (random and policy actions) and up on the
 dataset's own actions, weighted by ``min_q_weight``. No env interaction during training; the
@@ -27,6 +28,7 @@ from torchrl.objectives import CQLLoss, SoftUpdate
 @dataclass
 class Config:
     env_name: str = "Pendulum-v1"
+    dataset: str = "policy"  # see iql_pendulum_offline.make_dataset
     behaviour_frames: int = 3000
     dataset_frames: int = 10_000
     offline_steps: int = 5000
@@ -34,11 +36,12 @@ class Config:
     lr: float = 1e-3
     gamma: float = 0.99
     tau: float = 0.005
-    min_q_weight: float = 1.0
+    min_q_weight: float = 5.0  # the published CQL(H) weight for continuous control (Kumar et al.)
     hidden: int = 64
     eval_every: int = 500  # gradient steps
     eval_episodes: int = 5
-    final_eval_episodes: int = 10
+    final_eval_episodes: int = 50  # Pendulum returns vary a lot with the start state
+    cosine_lr: bool = True  # decay the learning rate to 0 over the offline steps
     seed: int = 0
     out: str = "outputs"
     progress: bool = True
@@ -61,6 +64,13 @@ def train(cfg: Config) -> dict:
     loss_fn.make_value_estimator(gamma=cfg.gamma)
     target_updater = SoftUpdate(loss_fn, tau=cfg.tau)
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr)
+    # With a fixed budget of gradient steps, a decaying rate lets the policy settle instead of
+    # being read off mid-oscillation (IQL's published recipe decays the actor's rate this way).
+    schedule = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(optim, cfg.offline_steps)
+        if cfg.cosine_lr
+        else None
+    )
 
     history: dict = {"train": [], "eval": [], "behaviour_return": behaviour_return}
     start = time.perf_counter()
@@ -71,6 +81,8 @@ def train(cfg: Config) -> dict:
         optim.zero_grad()
         loss.backward()
         optim.step()
+        if schedule is not None:
+            schedule.step()
         target_updater.step()
         if step % cfg.eval_every == 0 or step == cfg.offline_steps:
             ret = evaluate(eval_env, actor, max_steps=200)

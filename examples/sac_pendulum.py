@@ -156,7 +156,9 @@ def train(cfg: Config) -> dict:
     final_env.set_seed(cfg.seed + 20_000)
     history["final_return"] = evaluate(final_env, actor, max_steps=200)
     final_env.close()
-    history["actor"] = actor  # reused by iql_pendulum_offline.py as its behaviour policy
+    # reused by iql_pendulum_offline.py: its behaviour policy, or its training data as a dataset
+    history["actor"] = actor
+    history["buffer"] = buffer
     return history
 
 

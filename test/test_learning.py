@@ -1,8 +1,10 @@
 """Learning tests: each example algorithm reaches its target score (slow; `make test-slow`).
 
 PPO, A2C, REINFORCE and DQN must reach a deterministic evaluation return >= 475 on CartPole-v1;
-SAC, TD3 and DDPG a mean deterministic return >= -200 on Pendulum-v1; offline IQL and CQL must
-beat the behaviour policy that collected their dataset. Each test prints the frames and wall
+SAC, TD3 and DDPG a mean deterministic return >= -200 on Pendulum-v1, judged on the final
+evaluation (10 episodes from starting states never used to decide when to stop), since a
+5-episode evaluation can pass by luck; offline IQL and CQL must beat the behaviour policy that
+collected their dataset. Each test prints the frames and wall
 time it needed (``pytest -s`` shows them).
 """
 
@@ -33,22 +35,31 @@ CASES = [
     ("dqn_cartpole", 1),
     ("dqn_cartpole", 2),
     ("sac_pendulum", 0),
+    ("sac_pendulum", 1),
+    ("sac_pendulum", 2),
     ("td3_pendulum", 0),
+    ("td3_pendulum", 1),
+    ("td3_pendulum", 2),
     ("ddpg_pendulum", 0),
+    ("ddpg_pendulum", 1),
+    ("ddpg_pendulum", 2),
     ("ppo_cartpole_trainer", 0),
     ("sac_pendulum_trainer", 0),
 ]
+# Examples judged on their final evaluation instead of the one that stopped training.
+FINAL_EVAL = {"sac_pendulum", "td3_pendulum", "ddpg_pendulum"}
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("name", ["iql_pendulum_offline", "cql_pendulum_offline"])
-def test_offline_beats_behaviour(name: str, tmp_path, monkeypatch) -> None:
+def test_offline_beats_behaviour(name: str, seed: int, tmp_path, monkeypatch) -> None:
     monkeypatch.syspath_prepend(EXAMPLES)
     module = importlib.import_module(name)
     torch.set_num_threads(1)
-    history = module.train(module.Config(seed=0, out=str(tmp_path), progress=False))
+    history = module.train(module.Config(seed=seed, out=str(tmp_path), progress=False))
     print(
-        f"\n{name}: final {history['final_return']:.1f} vs behaviour "
+        f"\n{name} seed {seed}: final {history['final_return']:.1f} vs behaviour "
         f"{history['behaviour_return']:.1f}, {history['wall']:.1f} s offline",
         file=sys.stderr,
     )
@@ -68,10 +79,17 @@ def test_example_learns(name: str, seed: int, tmp_path, monkeypatch) -> None:
         f"{history['wall']:.1f} s, final deterministic return {history['final_return']:.1f}",
         file=sys.stderr,
     )
-    assert history["solved_at"] is not None, (
-        f"{name} (seed {seed}) did not reach {cfg.target_return} in {history['frames']} frames; "
-        f"evaluations: {history['eval']}"
-    )
+    if name in FINAL_EVAL:
+        assert history["final_return"] >= cfg.target_return, (
+            f"{name} (seed {seed}): final evaluation {history['final_return']:.1f} over "
+            f"{cfg.final_eval_episodes} episodes is below {cfg.target_return} after "
+            f"{history['frames']} frames; evaluations: {history['eval']}"
+        )
+    else:
+        assert history["solved_at"] is not None, (
+            f"{name} (seed {seed}) did not reach {cfg.target_return} in {history['frames']} "
+            f"frames; evaluations: {history['eval']}"
+        )
 
 
 @pytest.mark.slow
