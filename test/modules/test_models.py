@@ -406,7 +406,9 @@ class TestAddStateIndependentNormalScale:
         _, other = head(torch.randn(4, 5, 3))
         assert torch.equal(scale, other)
         scale.sum().backward()
-        torch.testing.assert_close(head.scale.grad, torch.full((3,), 20 * float(scale[0, 0, 0])))
+        torch.testing.assert_close(
+            head.scale.grad, torch.full((3,), 20 * float(scale.detach()[0, 0, 0]))
+        )
 
     @pytest.mark.parametrize(
         "mapping,param,expected",
