@@ -22,16 +22,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import sac_pendulum  # its make_agent: the same SAC networks, wider here
 import torch
 from _common import episode_returns, evaluate, parse_config, plot_curve
-from tensordict.nn import NormalParamExtractor, TensorDictModule
-from torch import nn
 from tqdm import tqdm
 
 from torchrl.collectors import SyncDataCollector
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs import Compose, DoubleToFloat, GymEnv, RewardSum, TransformedEnv
-from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import SACLoss, SoftUpdate
 
 
@@ -63,44 +61,13 @@ def make_env(name: str, num_envs: int | None = None) -> TransformedEnv:
     return TransformedEnv(env, Compose(DoubleToFloat(), RewardSum()))
 
 
-def make_agent(env: TransformedEnv, hidden: int) -> tuple[ProbabilisticActor, ValueOperator]:
-    n_obs = env.observation_spec["observation"].shape[-1]
-    n_act = env.action_spec.shape[-1]
-    actor_net = nn.Sequential(
-        MLP(
-            in_features=n_obs,
-            out_features=2 * n_act,
-            num_cells=[hidden, hidden],
-            activation_class=nn.ReLU,
-        ),
-        NormalParamExtractor(),
-    )
-    actor = ProbabilisticActor(
-        TensorDictModule(actor_net, in_keys=["observation"], out_keys=["loc", "scale"]),
-        in_keys=["loc", "scale"],
-        spec=env.action_spec,
-        distribution_class=TanhNormal,
-        distribution_kwargs={"low": env.action_spec.space.low, "high": env.action_spec.space.high},
-    )
-    qvalue = ValueOperator(
-        MLP(
-            in_features=n_obs + n_act,
-            out_features=1,
-            num_cells=[hidden, hidden],
-            activation_class=nn.ReLU,
-        ),
-        in_keys=["observation", "action"],
-    )
-    return actor, qvalue
-
-
 def train(cfg: Config) -> dict:
     torch.manual_seed(cfg.seed)
     env = make_env(cfg.env_name)
     env.set_seed(cfg.seed)
     eval_env = make_env(cfg.env_name, num_envs=cfg.eval_episodes)
     eval_env.set_seed(cfg.seed + 10_000)
-    actor, qvalue = make_agent(env, cfg.hidden)
+    actor, qvalue = sac_pendulum.make_agent(env, cfg.hidden)
 
     loss_fn = SACLoss(actor, qvalue, num_qvalue_nets=2, loss_function="l2")
     loss_fn.make_value_estimator(gamma=cfg.gamma)
