@@ -34,10 +34,17 @@ def _batched_writer(env: GymWrapper) -> Callable[[torch.Tensor], list[Any]]:
         start = int(space.start)
         dtype = np.dtype(space.dtype)
         if env._categorical:
-            # numpy scalars of the space's dtype, like the wrapper's own writer
-            return lambda action: list(
-                action.detach().reshape(-1).cpu().numpy().astype(dtype) + start
-            )
+
+            def write_index(action: torch.Tensor) -> list[Any]:
+                # numpy scalars of the space's dtype, like the wrapper's own writer
+                if action.device.type != "cpu":
+                    action = action.cpu()
+                index = action.detach().numpy().reshape(-1)
+                if index.dtype != dtype:
+                    index = index.astype(dtype)
+                return list(index + start if start else index)
+
+            return write_index
 
         def write_one_hot(action: torch.Tensor) -> list[Any]:
             # numpy's argmax takes bool one-hot tensors, which torch's does not
