@@ -20,7 +20,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from torchrl.envs.common import EnvBase
-from torchrl.envs.libs._gym_spaces import _gymnasium
+from torchrl.envs.libs._gym_spaces import _gymnasium, _raise_if_bad_action
 
 if TYPE_CHECKING:
     from torchrl.envs.libs.gym import GymWrapper
@@ -128,8 +128,6 @@ class _GymBatchStepper:
                     for env, step, act in zip(self.envs, self.gym_steps, actions)
                 ]
         except (TypeError, ValueError, AttributeError, IndexError) as err:
-            from torchrl.envs.libs.gym import _raise_if_bad_action
-
             _raise_if_bad_action(self.envs[0], action, self.batch_size, err)
             raise
         obs, rewards, terms, truncs, _ = zip(*results)

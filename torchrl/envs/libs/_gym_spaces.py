@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from torchrl._keys import ACTION
 from torchrl._utils import import_optional
 from torchrl.data.specs import (
     Binary,
@@ -277,3 +278,27 @@ def _make_writer(space: Any, categorical: bool, batched: bool) -> _ToGym:
         members = [(str(i), _make_writer(sub, categorical, batched)) for i, sub in enumerate(space)]
         return lambda action: tuple(write(action.get(key)) for key, write in members)
     raise NotImplementedError(f"cannot write actions for gymnasium space {space!r}")
+
+
+def _raise_if_bad_action(env: Any, action: Any, batch: Sequence[int], err: Exception) -> None:
+    """Turns an error of the action conversion into one naming the key, the spec and the action.
+
+    Called when converting or stepping failed: if the action does not have the shape of the
+    action spec (an index given to a one-hot env, a missing trailing dim...), that is the cause.
+    """
+    spec = env.full_action_spec[ACTION]
+    expected = (*batch, *spec.shape[len(env.batch_size) :])
+    got = tuple(action.shape) if isinstance(action, torch.Tensor) else None
+    if got != expected:
+        described = f"shape {got}, dtype {action.dtype}" if got is not None else type(action)
+        hint = (
+            " A one-hot spec takes one-hot actions; build the env with "
+            "categorical_action_encoding=True for integer indices."
+            if type(spec).__name__ == "OneHot"
+            else ""
+        )
+        raise ValueError(
+            f"{type(env).__name__}: the action under key {ACTION!r} does not fit the action spec "
+            f"{type(spec).__name__} (expected shape {expected}, dtype {spec.dtype}); got "
+            f"{described}.{hint}"
+        ) from err

@@ -35,7 +35,16 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from torchrl._keys import ACTION, DONE, OBSERVATION, RESET, REWARD, TERMINATED, TRUNCATED
+from torchrl._keys import (
+    ACTION,
+    DONE,
+    NEXT,
+    OBSERVATION,
+    RESET,
+    REWARD,
+    TERMINATED,
+    TRUNCATED,
+)
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Composite, Unbounded
 from torchrl.envs.common import EnvBase
@@ -51,7 +60,7 @@ __all__ = ["MultiThreadedEnv", "MultiThreadedEnvWrapper"]
 
 _has_envpool = has_module("envpool")
 
-_RESERVED = frozenset({ACTION, REWARD, DONE, TERMINATED, TRUNCATED, RESET, "next"})
+_RESERVED = frozenset({ACTION, REWARD, DONE, TERMINATED, TRUNCATED, RESET, NEXT})
 
 
 def _envpool() -> Any:

@@ -52,6 +52,7 @@ from torchrl.envs.libs._gym_spaces import (
     _gymnasium,
     _make_reader,
     _make_writer,
+    _raise_if_bad_action,
     _tensor_from_array,
     _torch_dtype,
     _ToTensor,
@@ -247,30 +248,6 @@ def _env_name(env: Any) -> str:
     if spec is not None and getattr(spec, "id", None):
         return str(spec.id)
     return type(getattr(env, "unwrapped", env)).__name__
-
-
-def _raise_if_bad_action(env: EnvBase, action: Any, batch: Sequence[int], err: Exception) -> None:
-    """Turns an error of the action conversion into one naming the key, the spec and the action.
-
-    Called when converting or stepping failed: if the action does not have the shape of the
-    action spec (an index given to a one-hot env, a missing trailing dim...), that is the cause.
-    """
-    spec = env.full_action_spec[ACTION]
-    expected = (*batch, *spec.shape[len(env.batch_size) :])
-    got = tuple(action.shape) if isinstance(action, torch.Tensor) else None
-    if got != expected:
-        described = f"shape {got}, dtype {action.dtype}" if got is not None else type(action)
-        hint = (
-            " A one-hot spec takes one-hot actions; build the env with "
-            "categorical_action_encoding=True for integer indices."
-            if type(spec).__name__ == "OneHot"
-            else ""
-        )
-        raise ValueError(
-            f"{type(env).__name__}: the action under key {ACTION!r} does not fit the action spec "
-            f"{type(spec).__name__} (expected shape {expected}, dtype {spec.dtype}); got "
-            f"{described}.{hint}"
-        ) from err
 
 
 class GymWrapper(EnvBase):

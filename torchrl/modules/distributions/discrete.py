@@ -63,10 +63,11 @@ class OneHotCategorical(_OneHotCategorical):
         probs: torch.Tensor | None = None,
         validate_args: bool | None = None,
     ) -> None:
-        self._gumbel = logits is not None and probs is None
-        if not self._gumbel:
+        self._gumbel = False
+        if logits is None or probs is not None:
             super().__init__(logits=logits, probs=probs, validate_args=validate_args)
             return
+        self._gumbel = True
         if logits.shape[-1] == 1:
             logits = logits[..., 0]
         if logits.dim() < 1:
