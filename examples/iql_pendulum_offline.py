@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import sac_pendulum
 import torch
@@ -29,7 +30,7 @@ from torchrl.collectors import SyncDataCollector
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs import GymEnv, RewardSum, TransformedEnv
 from torchrl.modules import MLP, ValueOperator
-from torchrl.objectives import IQLLoss, SoftUpdate
+from torchrl.objectives import IQLLoss, LossModule, SoftUpdate
 
 
 @dataclass
@@ -103,8 +104,6 @@ def train(cfg: Config) -> dict:
     torch.manual_seed(cfg.seed)
     buffer, behaviour_return = make_dataset(cfg)
     env = GymEnv(cfg.env_name)
-    eval_env = GymEnv(cfg.env_name, num_envs=cfg.eval_episodes)
-    eval_env.set_seed(cfg.seed + 10_000)
     actor, qvalue = sac_pendulum.make_agent(env, cfg.hidden)
     n_obs = env.observation_spec["observation"].shape[-1]
     value = ValueOperator(
@@ -121,6 +120,25 @@ def train(cfg: Config) -> dict:
         temperature=cfg.temperature,
     )
     loss_fn.make_value_estimator(gamma=cfg.gamma)
+    return train_offline(cfg, loss_fn, actor, buffer, behaviour_return, "IQL")
+
+
+def train_offline(
+    cfg: Any,
+    loss_fn: LossModule,
+    actor: nn.Module,
+    buffer: TensorDictReplayBuffer,
+    behaviour_return: float,
+    name: str,
+) -> dict:
+    """The offline loop shared with ``cql_pendulum_offline.py``: gradient steps on the dataset.
+
+    Adam on every loss term, an optional cosine decay of the rate, soft target updates, a
+    deterministic evaluation every ``cfg.eval_every`` steps and a final one on
+    ``cfg.final_eval_episodes`` fresh episodes.
+    """
+    eval_env = GymEnv(cfg.env_name, num_envs=cfg.eval_episodes)
+    eval_env.set_seed(cfg.seed + 10_000)
     target_updater = SoftUpdate(loss_fn, tau=cfg.tau)
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr)
     # With a fixed budget of gradient steps, a decaying rate lets the policy settle instead of
@@ -133,10 +151,10 @@ def train(cfg: Config) -> dict:
 
     history: dict = {"train": [], "eval": [], "behaviour_return": behaviour_return}
     start = time.perf_counter()
-    bar = tqdm(range(1, cfg.offline_steps + 1), disable=not cfg.progress, desc="IQL offline")
+    bar = tqdm(range(1, cfg.offline_steps + 1), disable=not cfg.progress, desc=f"{name} offline")
     for step in bar:
         losses = loss_fn(buffer.sample())
-        loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_value"]
+        loss = sum(v for k, v in losses.items() if k.startswith("loss_"))
         optim.zero_grad()
         loss.backward()
         optim.step()
@@ -157,14 +175,12 @@ def train(cfg: Config) -> dict:
     return history
 
 
-def main() -> None:
-    cfg = parse_config(Config, __doc__)
-    torch.set_num_threads(1)  # small networks: more threads only add overhead on small machines
-    history = train(cfg)
+def report_offline(cfg: Any, history: dict, name: str) -> None:
+    """Writes the learning curve and prints the final line (shared with the CQL example)."""
     path = plot_curve(
         history,
-        f"{cfg.out}/iql_pendulum_offline.png",
-        "IQL offline, Pendulum-v1",
+        f"{cfg.out}/{name.lower()}_pendulum_offline.png",
+        f"{name} offline, Pendulum-v1",
         target=history["behaviour_return"],
         xlabel="gradient steps",
         target_label="behaviour policy",
@@ -172,10 +188,16 @@ def main() -> None:
     if path:
         print(f"learning curve written to {path}")
     print(
-        f"IQL Pendulum-v1 (offline): final deterministic evaluation return "
+        f"{name} Pendulum-v1 (offline): final deterministic evaluation return "
         f"{history['final_return']:.1f}; behaviour policy {history['behaviour_return']:.1f}; "
         f"{cfg.offline_steps} gradient steps in {history['wall']:.1f} s"
     )
+
+
+def main() -> None:
+    cfg = parse_config(Config, __doc__)
+    torch.set_num_threads(1)  # small networks: more threads only add overhead on small machines
+    report_offline(cfg, train(cfg), "IQL")
 
 
 if __name__ == "__main__":
