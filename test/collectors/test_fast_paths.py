@@ -73,6 +73,31 @@ class TestDirectCall:
         fast(td)
         assert calls == [1]
 
+    def test_chain_layers_follow_their_parameters(self):
+        torch.manual_seed(0)
+        net = nn.Sequential(
+            nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 8), nn.Sigmoid(), nn.Linear(8, 8),
+            nn.ReLU(inplace=True), nn.Linear(8, 2, bias=False), nn.Tanh(),
+        )  # fmt: skip
+        fast = direct_call(TensorDictModule(net, in_keys=["observation"], out_keys=["action"]))
+        assert fast.chain is not None and len(fast.chain) == 8
+        td = TensorDict(observation=torch.randn(5, 3), batch_size=[5])
+
+        def check():
+            with torch.no_grad():
+                torch.testing.assert_close(fast(td.clone())["action"], net(td["observation"]))
+
+        check()
+        # in-place updates (optimizer steps, update_policy_weights_, load_state_dict) are seen
+        with torch.no_grad():
+            net[0].weight.mul_(-2.0)
+            net[6].weight.add_(1.0)
+        check()
+        # a parameter replaced by a new object is seen from the next refresh (next batch)
+        net[2].bias = nn.Parameter(torch.full((8,), 3.0))
+        fast.refresh()
+        check()
+
     def test_global_hooks_and_odd_layers_keep_module_calls(self):
         class Odd(nn.Linear):
             def __call__(self, x):

@@ -39,7 +39,9 @@ def _batched_writer(env: GymWrapper) -> Callable[[torch.Tensor], list[Any]]:
                 # numpy scalars of the space's dtype, like the wrapper's own writer
                 if action.device.type != "cpu":
                     action = action.cpu()
-                index = action.detach().numpy().reshape(-1)
+                if action.requires_grad:
+                    action = action.detach()
+                index = action.numpy().reshape(-1)
                 if index.dtype != dtype:
                     index = index.astype(dtype)
                 return list(index + start if start else index)
@@ -176,10 +178,11 @@ class _GymBatchStepper:
             obs[i] = self.envs[i]._reset_gym()[0]
         root = self.read(obs)
         # every env of the next input is not done: the finished ones were just reset
-        flags = torch.zeros(self.shape, dtype=torch.bool)
-        root[TERMINATED] = flags
-        root[TRUNCATED] = flags.clone()
-        root[DONE] = flags.clone()
+        # (three distinct tensors: an in-place edit of one flag must not change another)
+        terminated, truncated, done = np.zeros((3, *self.shape), dtype=bool)
+        root[TERMINATED] = torch.from_numpy(terminated)
+        root[TRUNCATED] = torch.from_numpy(truncated)
+        root[DONE] = torch.from_numpy(done)
         return next_td, self._td(root), finished
 
 
