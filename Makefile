@@ -54,6 +54,7 @@ test-slow: setup-test build
 lint: setup-test
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy torchrl
 
 format: setup-test
 	$(PY) -m ruff format .

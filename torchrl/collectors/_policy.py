@@ -273,8 +273,7 @@ def _layer_call(layer: nn.Module) -> Callable[[Any], Any]:
     ``update_policy_weights_``, ``load_state_dict``, ``.to()``) keep the same objects and are
     seen; a parameter replaced by a new object is seen from the next batch on.
     """
-    kind = type(layer)
-    if kind is nn.Linear:
+    if type(layer) is nn.Linear:
         weight, bias = layer.weight, layer.bias
         linear = torch.nn.functional.linear
 
@@ -282,9 +281,9 @@ def _layer_call(layer: nn.Module) -> Callable[[Any], Any]:
             return linear(x, weight, bias)
 
         return call
-    if kind is nn.ReLU and not layer.inplace:
+    if type(layer) is nn.ReLU and not layer.inplace:
         return torch.relu
-    return _ACTIVATIONS.get(kind, layer.forward)
+    return _ACTIVATIONS.get(type(layer), layer.forward)
 
 
 def direct_call(policy: Any) -> Any:

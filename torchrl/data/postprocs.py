@@ -5,7 +5,7 @@ Both work on batches whose last batch dim is time (``[*B, T]``), as collectors r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -139,7 +139,7 @@ class MultiStep(nn.Module):
 
 
 def _as_tuple(key: NestedKey) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else tuple(key)
+    return (key,) if isinstance(key, str) else tuple(cast(tuple[str, ...], key))
 
 
 def split_trajectories(

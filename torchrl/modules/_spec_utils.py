@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -24,7 +24,16 @@ def as_composite(spec: Any, keys: Sequence[NestedKey]) -> Any:
         return spec
     if not keys:
         raise ValueError("a leaf spec needs at least one out_key to describe")
-    return Composite({keys[0]: spec})
+    return Composite({cast(Any, keys[0]): spec})
+
+
+def module_keys(keys: Iterable[NestedKey]) -> list[Any]:
+    """``keys`` as a list for ``TensorDictModuleBase.in_keys`` / ``out_keys``.
+
+    tensordict types those setters narrower (``list[str | tuple[str]]``) than its own
+    ``NestedKey``; this is the one place that says nested keys are fine there.
+    """
+    return list(keys)
 
 
 def leaf_spec(spec: Any, key: NestedKey) -> Any:

@@ -30,7 +30,7 @@ from torchrl._keys import (
     STATE_ACTION_VALUE,
     STATE_VALUE,
 )
-from torchrl.modules._spec_utils import as_composite, leaf_spec, project_keys
+from torchrl.modules._spec_utils import as_composite, leaf_spec, module_keys, project_keys
 
 
 def _as_list(
@@ -150,7 +150,7 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         if isinstance(in_keys, (str, tuple)):
             in_keys = [in_keys]
         sampler = ProbabilisticTensorDictModule(
-            in_keys=in_keys,
+            in_keys=cast(Any, in_keys),
             out_keys=out_keys,
             default_interaction_type=default_interaction_type,
             distribution_class=distribution_class,
@@ -356,8 +356,8 @@ class TanhModule(TensorDictModuleBase):
         clamp: bool = False,
     ) -> None:
         super().__init__()
-        self.in_keys = _as_list(in_keys, [])
-        self.out_keys = _as_list(out_keys, self.in_keys)
+        self.in_keys = module_keys(_as_list(in_keys, []))
+        self.out_keys = module_keys(_as_list(out_keys, self.in_keys))
         if len(self.in_keys) != len(self.out_keys):
             raise ValueError(
                 f"in_keys {self.in_keys} and out_keys {self.out_keys} differ in length"

@@ -17,7 +17,13 @@ from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from tensordict.utils import NestedKey
 
 from torchrl._keys import ACTION, IS_INIT
-from torchrl.modules._spec_utils import exploring, leaf_spec, masked_uniform_index, spec_kind
+from torchrl.modules._spec_utils import (
+    exploring,
+    leaf_spec,
+    masked_uniform_index,
+    module_keys,
+    spec_kind,
+)
 
 
 class _Annealed(TensorDictModuleBase):
@@ -100,8 +106,8 @@ class EGreedyModule(_Annealed):
         self.spec = leaf_spec(spec, action_key)
         self.action_key = action_key
         self.action_mask_key = action_mask_key
-        self.in_keys = [action_key] + ([action_mask_key] if action_mask_key else [])
-        self.out_keys = [action_key]
+        self.in_keys = module_keys([action_key] + ([action_mask_key] if action_mask_key else []))
+        self.out_keys = module_keys([action_key])
         if device is not None:
             self.to(device)
 
@@ -182,8 +188,8 @@ class AdditiveGaussianModule(_Annealed):
         self.std = std
         self.action_key = action_key
         self.safe = safe
-        self.in_keys = [action_key]
-        self.out_keys = [action_key]
+        self.in_keys = module_keys([action_key])
+        self.out_keys = module_keys([action_key])
         if device is not None:
             self.to(device)
 
@@ -275,8 +281,8 @@ class OrnsteinUhlenbeckProcessModule(_Annealed):
         self.noise_key = noise_key
         self.steps_key = steps_key
         self.safe = safe
-        self.in_keys = [action_key, is_init_key, noise_key, steps_key]
-        self.out_keys = [action_key, noise_key, steps_key]
+        self.in_keys = module_keys([action_key, is_init_key, noise_key, steps_key])
+        self.out_keys = module_keys([action_key, noise_key, steps_key])
         if device is not None:
             self.to(device)
 

@@ -16,6 +16,7 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 
 from torchrl._keys import ACTION, ADVANTAGE, DONE, NEXT, REWARD
+from torchrl.modules._spec_utils import module_keys
 
 
 class _ActionSequence:
@@ -52,7 +53,7 @@ class MPCPlannerBase(TensorDictModuleBase):
         self.env = env
         self.action_key = action_key
         self.in_keys = list(env.observation_spec.keys(True, True))
-        self.out_keys = [action_key]
+        self.out_keys = module_keys([action_key])
         action_spec = env.full_action_spec[action_key]
         self._action_spec = action_spec
         self._action_shape = action_spec.shape[len(env.batch_size) :]

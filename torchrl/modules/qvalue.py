@@ -12,7 +12,13 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from torchrl._keys import ACTION, ACTION_VALUE, OBSERVATION
-from torchrl.modules._spec_utils import as_composite, leaf_spec, project_keys, spec_kind
+from torchrl.modules._spec_utils import (
+    as_composite,
+    leaf_spec,
+    module_keys,
+    project_keys,
+    spec_kind,
+)
 
 #: Default key of the value of the greedy action (``[*B, 1]``).
 CHOSEN_ACTION_VALUE = "chosen_action_value"
@@ -60,8 +66,10 @@ class _GreedyBase(TensorDictModuleBase):
         super().__init__()
         self.action_value_key = ACTION_VALUE if action_value_key is None else action_value_key
         self.action_mask_key = action_mask_key
-        self.in_keys = [self.action_value_key] + ([action_mask_key] if action_mask_key else [])
-        self.out_keys = list(default_out_keys if out_keys is None else out_keys)
+        self.in_keys = module_keys(
+            [self.action_value_key] + ([action_mask_key] if action_mask_key else [])
+        )
+        self.out_keys = module_keys(default_out_keys if out_keys is None else out_keys)
         self.action_key = self.out_keys[0]
         self.action_space = _resolve_action_space(action_space, spec, self.action_key)
         if self.action_space in ("mult_one_hot", "multi_categorical"):

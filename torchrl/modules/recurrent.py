@@ -22,6 +22,7 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from torchrl._keys import IS_INIT, NEXT
+from torchrl.modules._spec_utils import module_keys
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -118,12 +119,12 @@ class _RecurrentModule(TensorDictModuleBase):
         if getattr(rnn, "proj_size", 0):
             raise ValueError(f"{self._rnn_name}Module does not support proj_size > 0")
         self.rnn = rnn
-        self.in_keys = self._keys(in_key, in_keys, default_state_keys, "in")
+        self.in_keys = module_keys(self._keys(in_key, in_keys, default_state_keys, "in"))
         if out_keys is not None and out_key is not None:
             raise ValueError("pass exactly one of out_key and out_keys")
         if out_keys is None and out_key is not None:
             out_keys = [out_key, *[(NEXT, k) for k in default_state_keys]]
-        self.out_keys = self._keys(None, out_keys, [], "out")
+        self.out_keys = module_keys(self._keys(None, out_keys, [], "out"))
         if len(self.out_keys) != 1 + self._n_states:
             raise ValueError(
                 f"{self._rnn_name}Module needs {1 + self._n_states} out_keys (output, "

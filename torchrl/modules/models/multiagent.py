@@ -144,7 +144,8 @@ class MultiAgentNetBase(nn.Module):
         """Whether the stacked net is Linear layers plus parameter-free elementwise layers."""
         if self._bmm_ok is None:
             plain = self._event_ndims == 1 and getattr(self.agent_net, "_out_shape", None) is None
-            layers = list(self.agent_net.children()) if plain else []
+            net = self.agent_net
+            layers = list(net.children()) if plain and net is not None else []
             self._bmm_ok = bool(layers) and all(
                 isinstance(m, nn.Linear)
                 or not (any(True for _ in m.parameters()) or any(True for _ in m.buffers()))
