@@ -58,6 +58,7 @@ torch.set_num_threads(1)
 N_ENVS = 8
 ROLLOUT_STEPS = 500
 RESULTS: dict[tuple[str, str], float] = {}
+HANDOFF = "bare 2-process hand-off(2x4)"
 
 
 def _emit(**record: object) -> None:
@@ -132,7 +133,110 @@ def gymnasium_cases(env_name: str, frames: int) -> list[_Case]:
         ("AsyncVectorEnv(8)", gym.vector.AsyncVectorEnv),
     ):
         cases.append(_vector(name, cls([make] * N_ENVS), frames))
+    handoff = _ProcessHandOff(env_name, workers=2, per_worker=N_ENVS // 2)
+    steps = frames // N_ENVS
+
+    def run_handoff() -> None:
+        step = handoff.step
+        for _ in range(steps):
+            step()
+
+    cases.append(_Case(HANDOFF, "step loop", steps * N_ENVS, run_handoff, handoff.close))
     return cases
+
+
+class _ProcessHandOff:
+    """The floor of a process-based vector env that sleeps while it waits (no spinning).
+
+    ``workers`` forked processes each step ``per_worker`` raw gymnasium envs (reset at episode
+    ends); actions, observations, rewards and done flags live in one shared ``mmap``; a step is
+    one byte written to each worker's pipe and one byte read back from each: no library code on
+    either side, no pickling, no checks. Every process-based design (ours, gymnasium's
+    ``AsyncVectorEnv``, SB3's ``SubprocVecEnv``) pays at least these hand-offs, so a step cheaper
+    than this one is only reachable in one process (or by spinning).
+    """
+
+    def __init__(self, env_name: str, workers: int, per_worker: int) -> None:
+        import mmap
+
+        import gymnasium as gym
+
+        probe = gym.make(env_name)
+        space = probe.action_space
+        self.discrete = isinstance(space, gym.spaces.Discrete)
+        n, obs_dim = workers * per_worker, int(np.prod(probe.observation_space.shape))
+        act_dim = 1 if self.discrete else int(np.prod(space.shape))
+        self.high = None if self.discrete else (space.low, space.high)
+        probe.close()
+        sizes = [(np.float32, n * obs_dim), (np.float32, n), (np.bool_, n)]
+        sizes.append((np.int64 if self.discrete else np.float32, n * act_dim))
+        self.memory = mmap.mmap(-1, sum(np.dtype(t).itemsize * k + 64 for t, k in sizes))
+        arrays, offset = [], 0
+        for dtype, count in sizes:
+            arrays.append(np.frombuffer(self.memory, dtype, count, offset))
+            offset += np.dtype(dtype).itemsize * count + 64
+        obs, reward, done, action = arrays
+        self.obs, self.reward, self.done = obs.reshape(n, obs_dim), reward, done
+        self.action = action if self.discrete else action.reshape(n, act_dim)
+        self.rng = np.random.default_rng(0)
+        self.n, self.pids, self.pipes = n, [], []
+        for w in range(workers):
+            (cmd_r, cmd_w), (ack_r, ack_w) = os.pipe(), os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the worker
+                os.close(cmd_w)
+                os.close(ack_r)
+                for _, theirs in self.pipes:
+                    os.close(theirs)
+                code = 0
+                try:
+                    self._serve(env_name, range(w * per_worker, (w + 1) * per_worker), cmd_r, ack_w)
+                except BaseException:
+                    code = 1
+                os._exit(code)
+            os.close(cmd_r)
+            os.close(ack_w)
+            self.pids.append(pid)
+            self.pipes.append((ack_r, cmd_w))
+
+    def _serve(self, env_name: str, rows: range, cmd: int, ack: int) -> None:
+        import gymnasium as gym
+
+        envs = [gym.make(env_name) for _ in rows]
+        for row, env in zip(rows, envs):
+            self.obs[row] = env.reset(seed=row)[0]
+        obs, reward, done, action = self.obs, self.reward, self.done, self.action
+        while os.read(cmd, 1) == b"s":
+            for row, env in zip(rows, envs):
+                o, r, terminated, truncated, _ = env.step(action[row])
+                if terminated or truncated:
+                    o = env.reset()[0]
+                obs[row], reward[row], done[row] = o, r, terminated or truncated
+            os.write(ack, b"k")
+
+    def step(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Random actions in, fresh copies of the observations, rewards and dones out."""
+        if self.discrete:
+            self.action[:] = self.rng.integers(0, 2, self.n)
+        else:
+            self.action[:] = self.rng.uniform(*self.high, size=self.action.shape)
+        for _, cmd in self.pipes:
+            os.write(cmd, b"s")
+        for ack, _ in self.pipes:
+            if os.read(ack, 1) != b"k":
+                raise RuntimeError("a hand-off worker died")
+        return self.obs.copy(), self.reward.copy(), self.done.copy()
+
+    def close(self) -> None:
+        for ack, cmd in self.pipes:
+            # a quit byte, not EOF: processes forked later (other cases' workers) hold copies
+            # of the write end
+            os.write(cmd, b"q")
+            os.close(cmd)
+            os.close(ack)
+        for pid in self.pids:
+            os.waitpid(pid, 0)
+        self.pipes, self.pids = [], []
 
 
 def _vector(name: str, envs, frames: int) -> _Case:
@@ -365,6 +469,8 @@ def _summary(envs: list[str]) -> None:
             gymenv_vs_torchrl=ratio(env_name, "GymEnv", "torchrl GymEnv"),
             gymenv_vs_raw=ratio(env_name, "GymEnv", "raw_gymnasium"),
             serial_vs_sync=ratio(env_name, "SerialEnv(8)", "SyncVectorEnv(8)"),
+            bare_handoff_vs_serial=ratio(env_name, HANDOFF, "SerialEnv(8)"),
+            parallel_2x4_vs_bare_handoff=ratio(env_name, "ParallelEnv(2x4)", HANDOFF),
             serial_vs_torchrl=ratio(env_name, "SerialEnv(8)", "torchrl SerialEnv(8)"),
             **{
                 f"{name}_vs_{other}": ratio(env_name, impl, ref)
