@@ -14,6 +14,10 @@ finished episodes (no stop at the first done):
   ``ParallelEnv(8)``, one process per env);
 - gymnasium's ``SyncVectorEnv(8)`` and ``AsyncVectorEnv(8)``: ``envs.step(sample())`` with their
   default autoreset;
+- ``bare 2-process hand-off(2x4)``: 2 forked processes stepping 4 raw gymnasium envs each, data
+  in one shared ``mmap``, one byte per pipe each way and nothing else (no library code on either
+  side): the floor of any process-based vector env that sleeps while it waits, to read the
+  ``ParallelEnv`` figures against (``bare_handoff_vs_serial`` in the summary);
 - TorchRL's ``GymEnv`` / ``SerialEnv(8)`` / ``ParallelEnv(2x4)`` and SB3's ``DummyVecEnv(8)`` /
   ``SubprocVecEnv(8)``, run by ``benchmarks/_peers/env_overhead_peers.py`` under the peers' python
   (``TORCHRL_PEERS_PYTHON``, default ``/work/peers-venv/bin/python``; skipped with a note when
