@@ -303,6 +303,14 @@ class ParallelEnv(BatchedEnvBase):
     the parent blocks (no busy-waiting) until every worker answers. A worker may itself hold
     several envs (``create_env_fn`` returning a ``SerialEnv`` or a vector env).
 
+    Processes pay off when a step of a worker's envs costs more than handing the step over to
+    another process and back: every step wakes each worker and then the parent, and each
+    process resumes with cold caches. On a small virtual machine that is some 50-100
+    microseconds per step, more than 8 CartPoles cost in one process, so there a
+    :class:`SerialEnv` (one process, a batched fast path for gymnasium envs) is faster; costlier
+    simulators (MuJoCo, rendering, anything over ~50 us per env step) gain from processes.
+    ``python benchmarks/env_overhead.py --crossover`` measures the break-even point on a machine.
+
     Workers start on first use or :meth:`start`. An exception in a worker is raised here as a
     ``RuntimeError`` naming the worker and carrying its traceback; a worker that dies is noticed
     as soon as it exits. Either way all workers are shut down and the env is closed (its next
