@@ -45,9 +45,11 @@ CASES = [
     ("ddpg_pendulum", 2),
     ("ppo_cartpole_trainer", 0),
     ("sac_pendulum_trainer", 0),
+    ("sac_pendulum_trainer", 1),
+    ("sac_pendulum_trainer", 2),
 ]
 # Examples judged on their final evaluation instead of the one that stopped training.
-FINAL_EVAL = {"sac_pendulum", "td3_pendulum", "ddpg_pendulum"}
+FINAL_EVAL = {"sac_pendulum", "td3_pendulum", "ddpg_pendulum", "sac_pendulum_trainer"}
 
 
 @pytest.mark.slow
