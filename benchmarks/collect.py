@@ -53,18 +53,14 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict.nn import TensorDictModule
-from torch import nn
 
 from torchrl.collectors import MultiaSyncDataCollector, MultiSyncDataCollector, SyncDataCollector
 from torchrl.envs import GymEnv, GymWrapper, SerialEnv
 
-DIMS = {
-    "CartPole-v1": (4, 2),
-    "Pendulum-v1": (3, 1),
-    "HalfCheetah-v5": (17, 6),
-    "SleepyPendulum": (3, 1),
-}
-SCALE = {"Pendulum-v1": 2.0, "HalfCheetah-v5": 1.0, "SleepyPendulum": 2.0}
+sys.path.insert(0, str(Path(__file__).resolve().parent / "_peers"))
+
+from collect_cases import DIMS, SCALE, make_net, rate  # noqa: E402  (shared with the peers)
+
 # "SleepyPendulum": Pendulum-v1 whose step also waits 1 ms (a simulator or device that answers
 # slowly without using this CPU): shows the parallel speed of multi-process collectors on a
 # machine whose cores are busy with other work.
@@ -91,40 +87,6 @@ def _emit(record: dict) -> None:
     print(json.dumps({"bench": "collect", **record}), flush=True)
 
 
-class ToFloat(nn.Module):
-    """Casts observations to float32 (MuJoCo envs return float64; a no-op otherwise)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.float()
-
-
-class Head(nn.Module):
-    """Turns the MLP's outputs into actions: argmax (discrete) or ``scale * tanh``."""
-
-    def __init__(self, scale: float | None) -> None:
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.scale is None:
-            return x.argmax(-1)
-        return self.scale * torch.tanh(x)
-
-
-def make_net(env_name: str) -> nn.Sequential:
-    n_in, n_out = DIMS[env_name]
-    torch.manual_seed(0)
-    return nn.Sequential(
-        ToFloat(),
-        nn.Linear(n_in, 64),
-        nn.Tanh(),
-        nn.Linear(64, 64),
-        nn.Tanh(),
-        nn.Linear(64, n_out),
-        Head(SCALE.get(env_name)),
-    )
-
-
 def make_policy(env_name: str) -> TensorDictModule:
     return TensorDictModule(make_net(env_name), in_keys=["observation"], out_keys=["action"])
 
@@ -137,54 +99,10 @@ def make_env(env_name: str, num_envs: int = 0) -> GymEnv | GymWrapper:
     return GymEnv(env_name, num_envs=num_envs, categorical_action_encoding=True)
 
 
-def _children_cpu() -> float:
-    """CPU seconds (user + system) used so far by the live child processes (from /proc)."""
-    me, tick, total = os.getpid(), os.sysconf("SC_CLK_TCK"), 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me:
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
-def _rate(run_batch: Callable[[], int], seconds: float) -> dict:
-    """Frames per second of ``run_batch`` over ``seconds``: the best of ``REPEATS`` windows.
-
-    Every case (ours, the reference loops, the peers) is timed alike; the best window is the one
-    least disturbed by other work on a shared machine.
-    """
-    run_batch()  # warm-up (allocation, first resets)
-    best: dict | None = None
-    for _ in range(REPEATS):
-        frames, start = 0, time.perf_counter()
-        cpu, children = time.process_time(), _children_cpu()
-        while time.perf_counter() - start < seconds:
-            frames += run_batch()
-        wall = time.perf_counter() - start
-        own = time.process_time() - cpu
-        # Wall clock is the figure; CPU time (this process and its workers) shows what a quiet
-        # machine would give when other jobs share the cores.
-        window = {
-            "frames_per_s": round(frames / wall),
-            "frames_per_cpu_s": round(frames / max(own + _children_cpu() - children, 1e-9)),
-            "frames": frames,
-        }
-        if best is None or window["frames_per_s"] > best["frames_per_s"]:
-            best = window
-    assert best is not None
-    return {**best, "windows": REPEATS}
-
-
 def bench_collector(collector: Any, seconds: float) -> dict:
     it = iter(collector)
     try:
-        out = _rate(lambda: next(it).numel(), seconds)
+        out = rate(lambda: next(it).numel(), seconds, REPEATS)
     finally:
         collector.shutdown()
     return out
@@ -221,7 +139,7 @@ def handloop_single(env_name: str, seconds: float, steps: int = 1000) -> dict:
         return steps
 
     try:
-        return _rate(batch, seconds)
+        return rate(batch, seconds, REPEATS)
     finally:
         env.close()
 
@@ -256,7 +174,7 @@ def handloop(env_name: str, vector: str, seconds: float, n: int = 8, steps: int 
         return steps * n
 
     try:
-        return _rate(batch, seconds)
+        return rate(batch, seconds, REPEATS)
     finally:
         env.close()
 

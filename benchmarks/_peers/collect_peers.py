@@ -12,98 +12,20 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
-import time
 import traceback
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
+from collect_cases import make_net, rate  # this script's own folder
 
-DIMS = {"CartPole-v1": (4, 2), "Pendulum-v1": (3, 1), "HalfCheetah-v5": (17, 6)}
-SCALE = {"Pendulum-v1": 2.0, "HalfCheetah-v5": 1.0}
 REPEATS = 1
 
 
 def _emit(impl: str, record: dict) -> None:
     print(json.dumps({"bench": "collect", "impl": impl, **record}), flush=True)
-
-
-def _children_cpu() -> float:
-    """CPU seconds (user + system) used so far by the live child processes (from /proc)."""
-    me, tick, total = os.getpid(), os.sysconf("SC_CLK_TCK"), 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me:
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
-def _rate(run_batch: Callable[[], int], seconds: float) -> dict:
-    """Frames per second of ``run_batch`` over ``seconds``: the best of ``REPEATS`` windows.
-
-    Every case (ours, the reference loops, the peers) is timed alike; the best window is the one
-    least disturbed by other work on a shared machine.
-    """
-    run_batch()  # warm-up (allocation, first resets)
-    best: dict | None = None
-    for _ in range(REPEATS):
-        frames, start = 0, time.perf_counter()
-        cpu, children = time.process_time(), _children_cpu()
-        while time.perf_counter() - start < seconds:
-            frames += run_batch()
-        wall = time.perf_counter() - start
-        own = time.process_time() - cpu
-        # Wall clock is the figure; CPU time (this process and its workers) shows what a quiet
-        # machine would give when other jobs share the cores.
-        window = {
-            "frames_per_s": round(frames / wall),
-            "frames_per_cpu_s": round(frames / max(own + _children_cpu() - children, 1e-9)),
-            "frames": frames,
-        }
-        if best is None or window["frames_per_s"] > best["frames_per_s"]:
-            best = window
-    assert best is not None
-    return {**best, "windows": REPEATS}
-
-
-class ToFloat(nn.Module):
-    """Casts observations to float32 (MuJoCo envs return float64; a no-op otherwise)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.float()
-
-
-class Head(nn.Module):
-    """argmax (discrete) or ``scale * tanh`` of the MLP outputs (module level: picklable)."""
-
-    def __init__(self, scale: float | None) -> None:
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.scale is None:
-            return x.argmax(-1)
-        return self.scale * torch.tanh(x)
-
-
-def _net(env_name: str) -> nn.Sequential:
-    n_in, n_out = DIMS[env_name]
-    torch.manual_seed(0)
-    return nn.Sequential(
-        ToFloat(),
-        nn.Linear(n_in, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, n_out),
-        Head(SCALE.get(env_name)),
-    )  # fmt: skip
 
 
 def _make_env(env_name: str) -> Any:
@@ -123,7 +45,7 @@ def torchrl_cases(env_name: str, seconds: float) -> None:
     env_fn = functools.partial(_make_env, env_name)
 
     def policy() -> Any:
-        return TensorDictModule(_net(env_name), in_keys=["observation"], out_keys=["action"])
+        return TensorDictModule(make_net(env_name), in_keys=["observation"], out_keys=["action"])
 
     cases: dict[str, Callable[[], Any]] = {
         "sync_1env": lambda: Collector(env_fn(), policy(), frames_per_batch=1000),
@@ -136,7 +58,7 @@ def torchrl_cases(env_name: str, seconds: float) -> None:
             collector = build()
             it = iter(collector)
             try:
-                out = _rate(lambda it=it: next(it).numel(), seconds)
+                out = rate(lambda it=it: next(it).numel(), seconds, REPEATS)
             finally:
                 collector.shutdown()
             _emit(impl, {"env": env_name, "case": case, **out})
@@ -178,7 +100,7 @@ def sb3_cases(env_name: str, seconds: float) -> None:
                     "env": env_name,
                     "case": case,
                     "note": "also runs the value net",
-                    **_rate(batch, seconds),
+                    **rate(batch, seconds, REPEATS),
                 },
             )
             venv.close()
