@@ -170,8 +170,10 @@ class DirectModuleCall:
 
     A network that is a plain ``nn.Sequential`` (no hooks, no compiled call, ``__call__`` not
     overridden, anywhere in it) is run as the chain of its layers' ``forward`` methods, which
-    is what ``nn.Module.__call__`` does without hooks, minus about a microsecond per layer.
-    :meth:`refresh` re-reads the layers and hooks: the collector calls it before every batch.
+    is what ``nn.Module.__call__`` does without hooks, minus about a microsecond per layer;
+    ``nn.Linear`` layers and plain activations as the torch functions their ``forward`` calls,
+    with the parameters read once per batch. :meth:`refresh` re-reads the layers, parameters
+    and hooks: the collector calls it before every batch.
 
     Args:
         module: a ``TensorDictModule`` accepted by :func:`direct_call`.
