@@ -235,7 +235,10 @@ class _ProcessHandOff:
         for ack, cmd in self.pipes:
             # a quit byte, not EOF: processes forked later (other cases' workers) hold copies
             # of the write end
-            os.write(cmd, b"q")
+            try:
+                os.write(cmd, b"q")
+            except OSError:  # that worker is gone already
+                pass
             os.close(cmd)
             os.close(ack)
         for pid in self.pids:
