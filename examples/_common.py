@@ -89,7 +89,10 @@ def plot_curve(
     xlabel: str = "frames",
     target_label: str = "target",
 ) -> str | None:
-    """Writes a PNG of return vs frames: training episodes (dots) and evaluations (line)."""
+    """Writes a PNG of return vs frames (training episodes: dots, evaluations: line), says where.
+
+    Returns the path written, or ``None`` when matplotlib is missing.
+    """
     try:
         import matplotlib
 
@@ -117,14 +120,27 @@ def plot_curve(
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    print(f"learning curve written to {path}")
     return path
 
 
-def report(name: str, history: dict, target: float, final_return: float) -> None:
-    """Prints the one-line summary every example ends with."""
-    solved = history.get("solved_at")
-    when = f"solved at {solved} frames" if solved is not None else "not solved"
-    print(
-        f"{name}: final deterministic evaluation return {final_return:.1f} (target {target:g}); "
-        f"{when}; {history['frames']} frames in {history['wall']:.1f} s"
-    )
+def report(
+    name: str,
+    history: dict,
+    target: float | None,
+    final_return: float,
+    episodes: int | None = None,
+) -> None:
+    """Prints the one-line summary every example ends with.
+
+    ``target=None`` (an example without a solve threshold) leaves out the target and whether it
+    was reached; ``episodes`` says how many episodes the final evaluation averaged.
+    """
+    head = f"{name}: final deterministic evaluation return {final_return:.1f}"
+    if target is None:
+        head += f" ({episodes} episodes)" if episodes is not None else ""
+    else:
+        solved = history.get("solved_at")
+        when = f"solved at {solved} frames" if solved is not None else "not solved"
+        head += f" (target {target:g}); {when}"
+    print(f"{head}; {history['frames']} frames in {history['wall']:.1f} s")

@@ -31,14 +31,12 @@ def main(argv: list[str] | None = None) -> dict:
         f"evaluation >= {cfg.target_return:g} (at most {cfg.frames} frames)"
     )
     history = train(cfg)
-    path = plot_curve(
+    plot_curve(
         history,
         os.path.join(cfg.out, "demo_ppo_cartpole.png"),
         f"PPO on {cfg.env_name} (seed {cfg.seed})",
         target=cfg.target_return,
     )
-    if path:
-        print(f"learning curve written to {path}")
     report(f"PPO {cfg.env_name}", history, cfg.target_return, history["final_return"])
     return history
 

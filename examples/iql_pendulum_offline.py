@@ -177,7 +177,7 @@ def train_offline(
 
 def report_offline(cfg: Any, history: dict, name: str) -> None:
     """Writes the learning curve and prints the final line (shared with the CQL example)."""
-    path = plot_curve(
+    plot_curve(
         history,
         f"{cfg.out}/{name.lower()}_pendulum_offline.png",
         f"{name} offline, Pendulum-v1",
@@ -185,8 +185,6 @@ def report_offline(cfg: Any, history: dict, name: str) -> None:
         xlabel="gradient steps",
         target_label="behaviour policy",
     )
-    if path:
-        print(f"learning curve written to {path}")
     print(
         f"{name} Pendulum-v1 (offline): final deterministic evaluation return "
         f"{history['final_return']:.1f}; behaviour policy {history['behaviour_return']:.1f}; "

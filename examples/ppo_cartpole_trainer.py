@@ -138,14 +138,12 @@ def main() -> None:
     cfg = parse_config(Config, __doc__)
     torch.set_num_threads(1)  # small networks: more threads only add overhead on small machines
     history = train(cfg)
-    path = plot_curve(
+    plot_curve(
         history,
         f"{cfg.out}/ppo_cartpole_trainer.png",
         "PPO (Trainer), CartPole-v1",
         target=cfg.target_return,
     )
-    if path:
-        print(f"learning curve written to {path}")
     report("PPO (Trainer) CartPole-v1", history, cfg.target_return, history["final_return"])
 
 

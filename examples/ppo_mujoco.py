@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 
 import torch
-from _common import episode_returns, evaluate, parse_config, plot_curve
+from _common import episode_returns, evaluate, parse_config, plot_curve, report
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
@@ -200,13 +200,13 @@ def main() -> None:
     cfg = parse_config(Config, __doc__)
     torch.set_num_threads(1)  # small networks gain little from more threads; runs share cores
     history = train(cfg)
-    path = plot_curve(history, f"{cfg.out}/ppo_mujoco.png", f"PPO, {cfg.env_name}")
-    if path:
-        print(f"learning curve written to {path}")
-    print(
-        f"PPO {cfg.env_name}: final deterministic evaluation return {history['final_return']:.1f} "
-        f"({cfg.final_eval_episodes} episodes); {history['frames']} frames in "
-        f"{history['wall']:.1f} s"
+    plot_curve(history, f"{cfg.out}/ppo_mujoco.png", f"PPO, {cfg.env_name}")
+    report(
+        f"PPO {cfg.env_name}",
+        history,
+        None,
+        history["final_return"],
+        episodes=cfg.final_eval_episodes,
     )
 
 

@@ -105,14 +105,12 @@ def main() -> None:
     cfg = parse_config(Config, __doc__)
     torch.set_num_threads(1)  # small networks: more threads only add overhead on small machines
     history = train(cfg)
-    path = plot_curve(
+    plot_curve(
         history,
         f"{cfg.out}/reinforce_cartpole.png",
         "REINFORCE, CartPole-v1",
         target=cfg.target_return,
     )
-    if path:
-        print(f"learning curve written to {path}")
     report("REINFORCE CartPole-v1", history, cfg.target_return, history["final_return"])
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import sac_pendulum  # its make_agent: the same SAC networks, wider here
 import torch
-from _common import episode_returns, evaluate, parse_config, plot_curve
+from _common import episode_returns, evaluate, parse_config, plot_curve, report
 from tqdm import tqdm
 
 from torchrl.collectors import SyncDataCollector
@@ -128,13 +128,13 @@ def main() -> None:
     cfg = parse_config(Config, __doc__)
     torch.set_num_threads(1)  # small networks gain little from more threads; runs share cores
     history = train(cfg)
-    path = plot_curve(history, f"{cfg.out}/sac_mujoco.png", f"SAC, {cfg.env_name}")
-    if path:
-        print(f"learning curve written to {path}")
-    print(
-        f"SAC {cfg.env_name}: final deterministic evaluation return {history['final_return']:.1f} "
-        f"({cfg.final_eval_episodes} episodes); {history['frames']} frames in "
-        f"{history['wall']:.1f} s"
+    plot_curve(history, f"{cfg.out}/sac_mujoco.png", f"SAC, {cfg.env_name}")
+    report(
+        f"SAC {cfg.env_name}",
+        history,
+        None,
+        history["final_return"],
+        episodes=cfg.final_eval_episodes,
     )
 
 

@@ -182,11 +182,7 @@ def main() -> None:
     cfg = parse_config(Config, __doc__)
     torch.set_num_threads(1)  # small networks: more threads only add overhead on small machines
     history = train(cfg)
-    path = plot_curve(
-        history, f"{cfg.out}/td3_pendulum.png", "TD3, Pendulum-v1", target=cfg.target_return
-    )
-    if path:
-        print(f"learning curve written to {path}")
+    plot_curve(history, f"{cfg.out}/td3_pendulum.png", "TD3, Pendulum-v1", target=cfg.target_return)
     report("TD3 Pendulum-v1", history, cfg.target_return, history["final_return"])
 
 
