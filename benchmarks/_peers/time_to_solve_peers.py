@@ -105,17 +105,7 @@ def sb3_ppo_cartpole(
     )
     start, cpu_start = time.perf_counter(), time.process_time()
     model.learn(max_frames, callback=Eval())
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    return {
-        "lib": lib,
-        "task": "ppo_cartpole",
-        "seed": seed,
-        "frames": state["solved"],
-        "wall_s": round(wall, 2),
-        "train_wall_s": round(wall - state["eval_wall"], 2),
-        "cpu_s": round(cpu, 2),
-        "solved": state["solved"] is not None,
-    }
+    return _record(lib, "ppo_cartpole", seed, state["solved"], start, cpu_start, state["eval_wall"])
 
 
 def sb3_zoo_ppo_cartpole(seed: int) -> dict:
@@ -178,17 +168,9 @@ def sb3_sac_pendulum(seed: int, max_frames: int = 30_000) -> dict:
     )
     start, cpu_start = time.perf_counter(), time.process_time()
     model.learn(max_frames, callback=Eval())
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    return {
-        "lib": "sb3",
-        "task": "sac_pendulum",
-        "seed": seed,
-        "frames": state["solved"],
-        "wall_s": round(wall, 2),
-        "train_wall_s": round(wall - state["eval_wall"], 2),
-        "cpu_s": round(cpu, 2),
-        "solved": state["solved"] is not None,
-    }
+    return _record(
+        "sb3", "sac_pendulum", seed, state["solved"], start, cpu_start, state["eval_wall"]
+    )
 
 
 def torchrl_ppo_cartpole(seed: int, max_frames: int = 102_400) -> dict:
@@ -269,11 +251,25 @@ def torchrl_ppo_cartpole(seed: int, max_frames: int = 102_400) -> dict:
             if ret >= 475:
                 solved = frames
                 break
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    result = _record("torchrl", "ppo_cartpole", seed, solved, start, cpu_start, eval_wall)
     collector.shutdown()
+    return result
+
+
+def _record(
+    lib: str,
+    task: str,
+    seed: int,
+    solved: int | None,
+    start: float,
+    cpu_start: float,
+    eval_wall: float,
+) -> dict:
+    """One run's result, timed up to now from ``start`` (wall) and ``cpu_start`` (CPU)."""
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     return {
-        "lib": "torchrl",
-        "task": "ppo_cartpole",
+        "lib": lib,
+        "task": task,
         "seed": seed,
         "frames": solved,
         "wall_s": round(wall, 2),
@@ -380,18 +376,9 @@ def torchrl_sac_pendulum(seed: int) -> dict:
             if ret >= target:
                 solved = frames
                 break
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    result = _record("torchrl", "sac_pendulum", seed, solved, start, cpu_start, eval_wall)
     collector.shutdown()
-    return {
-        "lib": "torchrl",
-        "task": "sac_pendulum",
-        "seed": seed,
-        "frames": solved,
-        "wall_s": round(wall, 2),
-        "train_wall_s": round(wall - eval_wall, 2),
-        "cpu_s": round(cpu, 2),
-        "solved": solved is not None,
-    }
+    return result
 
 
 if __name__ == "__main__":
