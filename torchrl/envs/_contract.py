@@ -108,6 +108,7 @@ class _SpecCache:
         "action_keys",
         "action_leaf",
         "action_rand",
+        "check_actions",
         "done_groups",
         "done_keys",
         "mdp_plan",
@@ -131,6 +132,7 @@ class _SpecCache:
         self.action_key = self.action_keys[0] if len(self.action_keys) == 1 else None
         self.action_leaf = action_spec[self.action_key] if self.action_key is not None else None
         self.action_rand = _fast_sampler(self.action_leaf)
+        self.check_actions = env._make_action_check(self.action_keys)
         prefixes: list[tuple[str, ...]] = []
         for key in self.done_keys:
             key_t = _key_tuple(key)

@@ -24,6 +24,7 @@ from torch import nn
 
 from torchrl._keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from torchrl.data.specs import Categorical, Composite, Unbounded
+from torchrl.envs._action_checks import make_action_check
 from torchrl.envs._contract import (
     _all,
     _any,
@@ -84,6 +85,13 @@ class EnvBase(nn.Module):
         run_type_checks: check every ``reset``/``step`` output against the specs (slow; for
             debugging).
         allow_done_after_reset: do not raise when a sub-env is done right after its reset.
+        validate_actions: check the actions of every ``step`` against the action spec before
+            the env is stepped (shape, dtype, bounds, one-hot rows, NaN), raising a
+            ``ValueError`` that names the key, the spec and the action. It costs about 1-2
+            microseconds per step on small CPU actions (a few percent of a gymnasium
+            CartPole step); ``False`` skips it. Envs that hold envs (``TransformedEnv``,
+            ``SerialEnv``, ``ParallelEnv``) check at their own level and step the inner envs
+            below their ``step``, so an action is checked once.
 
     Examples:
         >>> import torch
@@ -118,6 +126,7 @@ class EnvBase(nn.Module):
         batch_size: Sequence[int] | torch.Size | int | None = None,
         run_type_checks: bool = False,
         allow_done_after_reset: bool = False,
+        validate_actions: bool = True,
     ) -> None:
         super().__init__()
         if batch_size is None:
@@ -130,6 +139,7 @@ class EnvBase(nn.Module):
         self._device = _make_device(device)
         self.run_type_checks = run_type_checks
         self.allow_done_after_reset = allow_done_after_reset
+        self.validate_actions = bool(validate_actions)
         self._batch_locked = True
         self._closed = False
         self._cache: _SpecCache | None = None
@@ -412,17 +422,40 @@ class EnvBase(nn.Module):
                 f"{list(tensordict.batch_size)} differs from the env's {list(self._batch_size)}"
             )
 
+    def _make_action_check(
+        self, action_keys: list[NestedKey]
+    ) -> Callable[[TensorDictBase], None] | None:
+        """The check of a step's actions (``None``: none); built with the spec cache."""
+        return make_action_check(
+            type(self).__name__, self.full_action_spec, action_keys, len(self._batch_size)
+        )
+
+    def _check_actions(self, tensordict: TensorDictBase) -> None:
+        """Checks the actions of a step input (when ``validate_actions``), as ``step`` does.
+
+        For subclasses whose own stepping methods do not go through :meth:`step`.
+        """
+        if self.validate_actions:
+            check = (self._cache or self._spec_cache()).check_actions
+            if check is not None:
+                check(tensordict)
+
     def step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Makes one step: writes what ``_step`` returns under ``"next"`` of ``tensordict``.
 
         Missing done flags are derived (``truncated = done & ~terminated``, ``done = terminated |
-        truncated``; a lone ``done`` counts as a termination).
+        truncated``; a lone ``done`` counts as a termination). With ``validate_actions`` (the
+        default), the actions are checked against the action spec first.
 
         Args:
             tensordict: batch ``[*batch_size]``, holding the action(s) and any state.
 
         Returns:
             ``tensordict`` itself, with ``("next", ...)`` entries: observations, reward, done flags.
+
+        Raises:
+            ValueError: an action does not fit the action spec (wrong shape or dtype, out of
+                bounds, not one-hot, NaN); the env is not stepped.
 
         Examples:
             >>> from torchrl.envs import PendulumEnv
@@ -433,6 +466,10 @@ class EnvBase(nn.Module):
         """
         if self._batch_locked and tensordict.batch_size != self._batch_size:
             self._check_batch(tensordict, "step")
+        if self.validate_actions:
+            check = (self._cache or self._spec_cache()).check_actions
+            if check is not None:
+                check(tensordict)
         next_td = self._step(tensordict)
         cache = self._cache or self._spec_cache()
         _complete_done(next_td, cache.done_groups)

@@ -322,6 +322,7 @@ class BatchedEnvBase(EnvBase):
         """
         if self._batch_locked and tensordict.batch_size != self._batch_size:
             self._check_batch(tensordict, "step_and_maybe_reset")
+        self._check_actions(tensordict)
         if not self._started:
             self.start()
         values, complete = self._step_values(tensordict)

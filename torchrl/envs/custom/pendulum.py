@@ -54,6 +54,8 @@ class PendulumEnv(EnvBase):
         device: where the tensors live.
         td_params: physical parameters as made by :meth:`gen_params` (defaults: gymnasium's).
         seed: the seed of the env's random generator (drawn from torch's when ``None``).
+        validate_actions: check every action against the action spec (see
+            :class:`~torchrl.envs.EnvBase`).
 
     Examples:
         >>> import torch
@@ -78,8 +80,9 @@ class PendulumEnv(EnvBase):
         device: torch.device | str | None = None,
         td_params: TensorDictBase | None = None,
         seed: int | None = None,
+        validate_actions: bool = True,
     ) -> None:
-        super().__init__(device=device, batch_size=batch_size)
+        super().__init__(device=device, batch_size=batch_size, validate_actions=validate_actions)
         # Inputs of any batch size are fine: everything the step needs is in the input.
         self.batch_locked = False
         if td_params is None:

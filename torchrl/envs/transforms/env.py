@@ -35,6 +35,9 @@ class TransformedEnv(EnvBase):
         env: the base env.
         transform: a transform or a ``Compose`` (default: an empty ``Compose``).
         cache_specs: keep the transformed specs (``False``: recompute them on every access).
+        validate_actions: check the actions that reach the base env (after the inverse
+            transforms, so that a transform may project them, as ``ClipTransform`` does) against
+            the base env's action spec, once per step (``None``: as the base env does).
 
     Examples:
         >>> from torchrl.envs import PendulumEnv, check_env_specs
@@ -55,6 +58,7 @@ class TransformedEnv(EnvBase):
         transform: Transform | None = None,
         cache_specs: bool = True,
         *,
+        validate_actions: bool | None = None,
         _adopt: bool = True,
     ) -> None:
         if not isinstance(env, EnvBase):
@@ -63,6 +67,7 @@ class TransformedEnv(EnvBase):
             device=env.device,
             batch_size=env.batch_size,
             allow_done_after_reset=env.allow_done_after_reset,
+            validate_actions=env.validate_actions if validate_actions is None else validate_actions,
         )
         # Registered as children directly: the ``base_env`` and ``transform`` properties read them.
         self._modules["base_env"] = env
@@ -260,11 +265,19 @@ class TransformedEnv(EnvBase):
             active = self._active
         return active[0]
 
+    def _make_action_check(self, action_keys: list[Any]) -> None:
+        # Actions are checked in _step, where they reach the base env (see validate_actions).
+        return None
+
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         compose = self._compose_now()
         td_in = compose.inv(tensordict) if compose._inv_list else tensordict
         base: EnvBase = self._modules["base_env"]  # type: ignore[assignment]
         if self._base_plain_step:
+            if self.validate_actions:
+                check = (base._cache or base._spec_cache()).check_actions
+                if check is not None:
+                    check(td_in)
             next_td = base._step(td_in)
             cache = base._cache or base._spec_cache()
             _complete_done(next_td, cache.done_groups)
