@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from torchrl.data.replay_buffers.utils import safe_torch_load
+
 __all__ = ["get_rng_states", "load_checkpoint", "save_checkpoint", "set_rng_states"]
 
 #: Bumped when the layout of a trainer checkpoint changes.
@@ -76,26 +78,38 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> Path:
     return path
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: Any = None) -> Any:
-    """Reads a file written by :func:`save_checkpoint`.
+def load_checkpoint(
+    path: str | os.PathLike, map_location: Any = None, *, trusted: bool = False
+) -> Any:
+    """Reads a file written by :func:`save_checkpoint`, without running code from it.
 
-    Checkpoints hold optimizer states, numpy RNG states and plain Python values, so they are
-    loaded with ``weights_only=False``: only load files you wrote.
+    The file is read with ``torch.load(..., weights_only=True)``: tensors, numbers, strings and
+    lists/tuples/dicts of those (what a trainer checkpoint holds: parameters, optimizer and RNG
+    states, counters) load; a file naming any other Python object is refused, since unpickling
+    it could run arbitrary code. ``trusted=True`` lifts the restriction (with a warning), for
+    checkpoints you wrote yourself that hold other objects.
 
     Args:
         path: the checkpoint file.
         map_location: passed to ``torch.load``.
+        trusted: allow arbitrary pickled objects (they can run any code while loading).
 
     Returns:
         The saved object.
 
     Raises:
         FileNotFoundError: no file at ``path``.
+        pickle.UnpicklingError: the file holds objects that need ``trusted=True``.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    return torch.load(path, map_location=map_location, weights_only=False)
+    return safe_torch_load(
+        path,
+        trusted=trusted,
+        map_location=map_location,
+        hint="load_checkpoint(path, trusted=True) (or Trainer.load_from_file(path, trusted=True))",
+    )
 
 
 def get_rng_states() -> dict[str, Any]:
@@ -111,9 +125,17 @@ def get_rng_states() -> dict[str, Any]:
         >>> torch.equal(a, torch.rand(2))
         True
     """
+    # numpy's state as tensors and plain values, so that checkpoints load with weights_only.
+    np_state = np.random.get_state(legacy=False)
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
+        "numpy": {
+            "bit_generator": np_state["bit_generator"],
+            "key": torch.from_numpy(np_state["state"]["key"].astype(np.int64)),
+            "pos": int(np_state["state"]["pos"]),
+            "has_gauss": int(np_state["has_gauss"]),
+            "gauss": float(np_state["gauss"]),
+        },
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -130,7 +152,15 @@ def set_rng_states(state: dict[str, Any]) -> None:
     if "torch" in state:
         torch.set_rng_state(state["torch"])
     if "numpy" in state:
-        np.random.set_state(state["numpy"])
+        saved = state["numpy"]
+        if isinstance(saved, dict) and "key" in saved:
+            saved = {
+                "bit_generator": saved["bit_generator"],
+                "state": {"key": np.asarray(saved["key"], dtype=np.uint32), "pos": saved["pos"]},
+                "has_gauss": saved["has_gauss"],
+                "gauss": saved["gauss"],
+            }
+        np.random.set_state(saved)
     if "python" in state:
         random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -205,6 +206,7 @@ class ReplayBufferTrainer:
         self.flatten_tensordicts = bool(flatten_tensordicts)
         self.max_dims = tuple(max_dims) if max_dims is not None else None
         self._last_dump: Path | None = None
+        self._live: Path | None = None
 
     def extend(self, batch: TensorDictBase | None) -> None:
         """Writes the batch into the buffer (``None``, from a collector that already wrote into
@@ -272,12 +274,20 @@ class ReplayBufferTrainer:
         self._last_dump = target
         return {"replay_buffer_dir": str(target)}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any], *, trusted: bool = False) -> None:
         """Restores the buffer's state (from the file's content or from the dumped directory).
 
-        A dumped memory-mapped storage is first copied to ``<file>.live.<id>`` (which then holds
-        the live buffer and is left in place): a ``LazyMemmapStorage`` maps what it loads in
-        place, and the dump must stay unchanged.
+        A dumped memory-mapped storage is first copied to ``<file>.live.<id>``: a
+        ``LazyMemmapStorage`` maps what it loads in place, and the dump must stay unchanged. That
+        copy holds the live buffer; it is removed when the buffer's storage is released (or the
+        process exits), and copies left by earlier runs (killed ones included) are removed at
+        the next resume, so the checkpoint folder does not grow with the number of resumes.
+        Copies are only removed by a resume from the same checkpoint: two processes must not
+        resume from one checkpoint file at the same time.
+
+        Args:
+            state_dict: what :meth:`checkpoint_state` or :meth:`state_dict` returned.
+            trusted: read the dump with ``trusted=True`` (see ``ReplayBuffer.loads``).
         """
         if "replay_buffer_dir" not in state_dict:
             self.replay_buffer.load_state_dict(state_dict["replay_buffer"])
@@ -289,13 +299,32 @@ class ReplayBufferTrainer:
             )
         from torchrl.data.replay_buffers.memmap import LazyMemmapStorage
 
-        if isinstance(self.replay_buffer.storage, LazyMemmapStorage):
+        storage = self.replay_buffer.storage
+        live = None
+        if isinstance(storage, LazyMemmapStorage):
             # Not named "<file>.buffer.*": checkpoint_state removes those.
             base = source.name.split(".buffer.")[0]
+            for stale in source.parent.glob(f"{base}.live.*"):
+                # Copies of earlier resumes: the one this buffer maps now is released by the
+                # loads() below (the storage maps the new copy instead).
+                if not _mapped_by(storage, stale):
+                    shutil.rmtree(stale, ignore_errors=True)
             live = source.with_name(f"{base}.live.{uuid.uuid4().hex[:12]}")
             shutil.copytree(source, live)
             source = live
-        self.replay_buffer.loads(source)
+        try:
+            self.replay_buffer.loads(source, trusted=trusted)
+        except BaseException:
+            if live is not None:
+                shutil.rmtree(live, ignore_errors=True)
+            raise
+        if live is not None:
+            previous = self._live
+            self._live = live
+            # The copy lives as long as the storage that maps it.
+            weakref.finalize(storage, shutil.rmtree, str(live), True)
+            if previous is not None and previous != live:
+                shutil.rmtree(previous, ignore_errors=True)
         self._last_dump = Path(state_dict["replay_buffer_dir"])
 
     def register(self, trainer: Trainer, name: str = "replay_buffer") -> None:
@@ -304,6 +333,15 @@ class ReplayBufferTrainer:
         trainer.register_op("process_optim_batch", self.sample)
         trainer.register_op("post_loss", self.update_priority)
         trainer.register_module(name, self)
+
+
+def _mapped_by(storage: Any, directory: Path) -> bool:
+    """Whether ``storage`` (a memory-mapped storage) maps the files in ``directory``."""
+    current = storage.scratch_dir
+    try:
+        return current is not None and Path(current).resolve() == directory.resolve()
+    except OSError:
+        return False
 
 
 class LogScalar:

@@ -417,11 +417,13 @@ class Trainer:
             state["collector"] = collector_state()
         return state
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any], *, trusted: bool = False) -> None:
         """Restores a :meth:`state_dict`; training then continues from its frame count.
 
         A collector with ``load_state_dict`` restores its own frame count; otherwise, a collector
         with a ``total_frames`` attribute has it reduced by the frames already collected.
+        ``trusted=True`` is passed on to the modules that keep files beside the checkpoint (a
+        dumped replay buffer), which then may read arbitrary pickled objects from them.
 
         Raises:
             KeyError: a registered module has no saved state, or a saved one is not registered.
@@ -443,7 +445,11 @@ class Trainer:
         if state_dict["loss_module"] is not None and isinstance(self.loss_module, nn.Module):
             self.loss_module.load_state_dict(state_dict["loss_module"])
         for name, module in self._modules.items():
-            module.load_state_dict(saved[name])
+            if trusted and callable(getattr(module, "checkpoint_state", None)):
+                # Modules keeping files beside the checkpoint read them trusted too.
+                module.load_state_dict(saved[name], trusted=True)
+            else:
+                module.load_state_dict(saved[name])
         exploration = _exploration_modules(self.collector)
         for name, module_state in state_dict.get("exploration", {}).items():
             if name in exploration:
@@ -478,17 +484,25 @@ class Trainer:
         self._last_save = self.collected_frames
         return save_checkpoint(self._state(self.save_trainer_file), self.save_trainer_file)
 
-    def load_from_file(self, file: str | Path, **kwargs: Any) -> Trainer:
+    def load_from_file(self, file: str | Path, *, trusted: bool = False, **kwargs: Any) -> Trainer:
         """Loads a checkpoint written by :meth:`save_trainer` into this trainer.
+
+        The file (and a replay-buffer dump it names) is read without running code from it
+        (``torch.load(weights_only=True)``, see :func:`load_checkpoint`).
 
         Args:
             file: the checkpoint file.
+            trusted: also load arbitrary pickled Python objects, in the file and in the buffer
+                dump it names (warns: unpickling can run any code; only for files you wrote).
             **kwargs: passed to ``torch.load`` (e.g. ``map_location``).
 
         Returns:
             The trainer itself.
+
+        Raises:
+            pickle.UnpicklingError: the checkpoint holds objects that need ``trusted=True``.
         """
-        self.load_state_dict(load_checkpoint(file, **kwargs))
+        self.load_state_dict(load_checkpoint(file, trusted=trusted, **kwargs), trusted=trusted)
         return self
 
     def __repr__(self) -> str:

@@ -13,7 +13,7 @@ import torch
 from tensordict import MemoryMappedTensor, TensorDictBase
 
 from torchrl._utils import warn_once
-from torchrl.data.replay_buffers.storages import TensorStorage
+from torchrl.data.replay_buffers.storages import TensorStorage, _check_counters, _LoadPlan
 from torchrl.data.replay_buffers.utils import (
     _alloc_like,
     _batch_shape,
@@ -88,7 +88,9 @@ class LazyMemmapStorage(TensorStorage):
         return self._dir
 
     @classmethod
-    def open(cls, path: str | Path, *, device: torch.device | str = "cpu") -> LazyMemmapStorage:
+    def open(
+        cls, path: str | Path, *, device: torch.device | str = "cpu", trusted: bool = False
+    ) -> LazyMemmapStorage:
         """Maps the storage files in ``path`` again, without copying them.
 
         Writes go to the same files. Items whose write was interrupted are listed in
@@ -98,6 +100,7 @@ class LazyMemmapStorage(TensorStorage):
             path: a ``scratch_dir`` of a :class:`LazyMemmapStorage`, or a directory written by a
                 tensor storage's ``dumps``.
             device: where sampled items are returned.
+            trusted: skip the check that the files hold plain tensors only.
 
         Returns:
             The reopened storage.
@@ -107,34 +110,53 @@ class LazyMemmapStorage(TensorStorage):
         ndim = int(meta.get("ndim", 1))
         max_size = int(meta["max_size"])
         storage = cls(max_size, scratch_dir=None, device=device, ndim=ndim)
-        storage._map_dir(path)
+        storage._apply_dump(storage._prepare_dump(path, trusted))
         return storage
 
     # -- files ----------------------------------------------------------------------------------
-    def _map_dir(self, path: Path) -> None:
-        data, meta, filled, cursor, torn = _open_dir(path)
+    def _prepare_dump(self, path: Path, trusted: bool) -> _LoadPlan:
+        data, meta, filled, cursor, torn = _open_dir(path, trusted)
         self._check_meta(meta, path)
-        self._release_temp()
-        self._dir = path
         if data is None:
+            return _LoadPlan(0, self._max_size if self.ndim > 1 else self.slots, 1, (path, None))
+        batch = _batch_shape(data)
+        lead = torch.Size(batch[: self.ndim - 1])
+        slots = self._max_size // max(lead.numel(), 1)
+        if len(batch) < self.ndim or batch[self.ndim - 1] != slots:
+            raise ValueError(
+                f"{path}: saved data of batch shape {tuple(batch)} does not fit a storage of "
+                f"max_size={self._max_size} and ndim={self.ndim}"
+            )
+        if filled < slots:
+            # The header stores the count before the cursor; below capacity they agree.
+            cursor = filled
+        filled, cursor = _check_counters(filled, cursor, slots, str(path / "header.bin"))
+        if torn is not None and torn.size:
+            cursor = int(torn[0])
+        return _LoadPlan(filled, slots, lead.numel(), (path, (data, filled, cursor, torn)))
+
+    def _apply_dump(self, plan: _LoadPlan) -> None:
+        path, content = plan.payload
+        self._release_temp()
+        self.torn_slots = torch.zeros(0, dtype=torch.long)
+        self._dir = path
+        if content is None:
             self._storage = None
             self._filled = self._cursor = 0
             self._version += 1
             return
+        data, filled, cursor, torn = content
         self._memmap_data = data
         self._adopt(
             _plain(data) if isinstance(data, TensorDictBase) else data.as_subclass(torch.Tensor)
         )
         self._open_header(path)
-        if filled < self.slots:
-            # The header stores the count before the cursor; below capacity they agree.
-            cursor = filled
+        # With torn slots, the cursor is on the first of them, so that a round-robin writer
+        # repairs them first.
         self._filled, self._cursor = filled, cursor
         self._version += 1
         if torn is not None and torn.size:
             self.torn_slots = torch.from_numpy(torn.astype(np.int64))
-            # Resume writing on the first torn slot so that a round-robin writer repairs them.
-            self._cursor = int(torn[0])
             warn_once(
                 f"{path}: {torn.size} slot(s) were being written when the process stopped and "
                 f"hold a mix of old and new data (slots {torn[:8].tolist()}...); they are "
@@ -259,9 +281,14 @@ class LazyMemmapStorage(TensorStorage):
 
         _replace_dir(path, fill)
 
-    def loads(self, path: str | Path) -> None:
-        """Maps the files in ``path`` in place (no copy): later writes go to those files."""
-        self._map_dir(Path(path))
+    def loads(self, path: str | Path, *, trusted: bool = False) -> None:
+        """Maps the files in ``path`` in place (no copy): later writes go to those files.
+
+        Args:
+            path: a directory written by ``dumps`` (or a ``scratch_dir``).
+            trusted: skip the check that the files hold plain tensors only.
+        """
+        self._apply_dump(self._prepare_dump(Path(path), trusted))
 
     def _meta(self) -> dict[str, Any]:
         meta = super()._meta()

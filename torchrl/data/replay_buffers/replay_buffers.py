@@ -26,6 +26,7 @@ from torchrl.data.replay_buffers.utils import (
     identity,
     nested_key_str,
     read_json,
+    safe_torch_load,
 )
 from torchrl.data.replay_buffers.writers import (
     RoundRobinWriter,
@@ -446,12 +447,28 @@ class ReplayBuffer:
             }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores what :meth:`state_dict` returned."""
+        """Restores what :meth:`state_dict` returned.
+
+        The storage, sampler and writer states are all validated, alone and against each other
+        (sizes, counters, written items), before any of them is applied.
+
+        Raises:
+            KeyError: a part is missing from ``state_dict``.
+            ValueError, TypeError: a state does not fit this buffer; the buffer is unchanged.
+        """
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"a buffer state is a dict, got {type(state_dict).__name__}")
+        missing = [k for k in ("storage", "sampler", "writer") if k not in state_dict]
+        if missing:
+            raise KeyError(f"the buffer state has no {', '.join(map(repr, missing))} entry")
         self._drain()
         with self._lock:
-            self._storage.load_state_dict(state_dict["storage"])
-            self._sampler.load_state_dict(state_dict["sampler"])
-            self._writer.load_state_dict(state_dict["writer"])
+            plan = self._storage._prepare_state(state_dict["storage"])
+            sampler_state = self._sampler._check_state(state_dict["sampler"], plan)
+            writer_state = self._writer._check_state(state_dict["writer"], plan)
+            self._storage._apply_state(plan)
+            self._sampler._apply_state(sampler_state)
+            self._writer._apply_state(writer_state)
 
     def dumps(self, path: str | Path) -> None:
         """Saves the whole buffer into the directory ``path``.
@@ -482,17 +499,24 @@ class ReplayBuffer:
                 },
             )
 
-    def loads(self, path: str | Path) -> None:
+    def loads(self, path: str | Path, *, trusted: bool = False) -> None:
         """Restores a buffer saved by :meth:`dumps` into this one (same component classes).
 
         A ``LazyMemmapStorage`` maps the saved files in place, without copying them (later writes
-        go to those files); other storages copy the items into memory.
+        go to those files); other storages copy the items into memory. Every file is read
+        without running code from it: tensors, TensorDicts of tensors and plain Python values
+        load; a dump holding other objects (a ``ListStorage`` of arbitrary items) needs
+        ``trusted=True``. Everything is validated before the buffer changes.
 
         Args:
             path: the directory given to :meth:`dumps`.
+            trusted: allow arbitrary pickled objects in the dump (warns: unpickling them can
+                run any code; only for dumps you wrote yourself).
 
         Raises:
-            ValueError: the saved buffer was made of other storage/sampler/writer classes.
+            ValueError: the saved buffer was made of other storage/sampler/writer classes or
+                does not fit this buffer (nothing is changed).
+            pickle.UnpicklingError: a file holds objects that need ``trusted=True``.
         """
         path = Path(path)
         meta = read_json(path / "buffer.json")
@@ -507,14 +531,17 @@ class ReplayBuffer:
                     f"{path} holds a buffer with a {meta[part]} {part}, but this buffer has a "
                     f"{type(obj).__name__}"
                 )
-        # Files written by dumps() hold arrays and plain Python values.
-        sampler_state = torch.load(path / "sampler.pt", weights_only=False)
-        writer_state = torch.load(path / "writer.pt", weights_only=False)
+        hint = "rb.loads(path, trusted=True)"
+        sampler_state = safe_torch_load(path / "sampler.pt", trusted=trusted, hint=hint)
+        writer_state = safe_torch_load(path / "writer.pt", trusted=trusted, hint=hint)
         self._drain()
         with self._lock:
-            self._storage.loads(path / "storage")
-            self._sampler.load_state_dict(sampler_state)
-            self._writer.load_state_dict(writer_state)
+            plan = self._storage._prepare_dump(path / "storage", trusted)
+            sampler_checked = self._sampler._check_state(sampler_state, plan)
+            writer_checked = self._writer._check_state(writer_state, plan)
+            self._storage._apply_dump(plan)
+            self._sampler._apply_state(sampler_checked)
+            self._writer._apply_state(writer_checked)
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):

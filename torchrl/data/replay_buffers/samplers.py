@@ -16,12 +16,13 @@ import torch
 
 from torchrl._keys import WEIGHT
 from torchrl.data._segment_tree import MinSegmentTree, SumSegmentTree
-from torchrl.data.replay_buffers.storages import Index, Storage
+from torchrl.data.replay_buffers.storages import Index, Storage, _LoadPlan
 from torchrl.data.replay_buffers.utils import (
     as_long_tensor,
     atomic_torch_save,
     check_reduction,
     reduce_trailing,
+    safe_torch_load,
 )
 
 __all__ = [
@@ -100,18 +101,52 @@ class Sampler(ABC):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # noqa: B027
         """Restores what :meth:`state_dict` returned."""
 
+    # Loading in two steps (see Storage._prepare_state): _check_state validates a state against
+    # the storage content it will go with (``plan``, None when unknown) and changes nothing;
+    # _apply_state installs it. Custom samplers fall back to their load_state_dict.
+    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"a {type(self).__name__} state is a dict, got {type(state_dict)}")
+        return state_dict
+
+    def _apply_state(self, checked: Any) -> None:
+        self.load_state_dict(checked)
+
     def dumps(self, path: str | Path) -> None:
         """Saves :meth:`state_dict` to ``path/sampler.pt``."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         atomic_torch_save(self.state_dict(), path / "sampler.pt")
 
-    def loads(self, path: str | Path) -> None:
-        """Restores the state saved by :meth:`dumps` in ``path``."""
-        self.load_state_dict(torch.load(Path(path) / "sampler.pt", weights_only=False))
+    def loads(self, path: str | Path, *, trusted: bool = False) -> None:
+        """Restores the state saved by :meth:`dumps` in ``path``.
+
+        Args:
+            path: the directory given to :meth:`dumps`.
+            trusted: allow arbitrary pickled objects in the file (warns; they can run code).
+
+        Raises:
+            pickle.UnpicklingError: the file holds objects that need ``trusted=True``.
+        """
+        state = safe_torch_load(
+            Path(path) / "sampler.pt", trusted=trusted, hint="loads(path, trusted=True)"
+        )
+        self.load_state_dict(state)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def _ranges(mask: np.ndarray, limit: int = 4) -> str:
+    """``mask``'s True positions as ranges, for error messages: ``"[0, 8)"``, ``"none"``."""
+    where = np.flatnonzero(mask)
+    if where.size == 0:
+        return "none"
+    breaks = np.flatnonzero(np.diff(where) != 1)
+    starts = np.concatenate([[where[0]], where[breaks + 1]])
+    ends = np.concatenate([where[breaks], [where[-1]]]) + 1
+    parts = [f"[{a}, {b})" for a, b in zip(starts[:limit], ends[:limit])]
+    return " ".join(parts) + (" ..." if starts.size > limit else "")
 
 
 class RandomSampler(Sampler):
@@ -208,10 +243,28 @@ class SamplerWithoutReplacement(Sampler):
         return {"perm": self._perm, "pos": self._pos, "len": self._len, "ran_out": self._ran_out}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._perm = state_dict["perm"]
-        self._pos = int(state_dict["pos"])
-        self._len = int(state_dict["len"])
-        self._ran_out = bool(state_dict["ran_out"])
+        self._apply_state(self._check_state(state_dict))
+
+    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+        super()._check_state(state_dict)
+        perm, pos, n = state_dict.get("perm"), state_dict.get("pos"), state_dict.get("len")
+        if not isinstance(n, int) or not isinstance(pos, int) or n < 0 or not 0 <= pos <= n:
+            raise ValueError(
+                f"{type(self).__name__}: the saved position {pos!r} and length {n!r} are not "
+                f"two ints with 0 <= position <= length"
+            )
+        if perm is not None:
+            if not isinstance(perm, torch.Tensor) or perm.shape != (n,) or perm.is_floating_point():
+                raise ValueError(
+                    f"{type(self).__name__}: the saved permutation must be an int tensor of "
+                    f"shape ({n},)"
+                )
+            if n and not torch.equal(torch.sort(perm).values, torch.arange(n)):
+                raise ValueError(f"{type(self).__name__}: the saved order is not a permutation")
+        return (perm, pos, n, bool(state_dict.get("ran_out", False)))
+
+    def _apply_state(self, checked: Any) -> None:
+        self._perm, self._pos, self._len, self._ran_out = checked
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(drop_last={self.drop_last}, shuffle={self.shuffle})"
@@ -273,6 +326,9 @@ class PrioritizedSampler(Sampler):
         self._max_priority: float | None = None
         self._sum_tree = SumSegmentTree(max_capacity, dtype)
         self._min_tree = MinSegmentTree(max_capacity, dtype)
+        # Which flat indices were written (learnt from extend/add): priorities of others are
+        # refused, as sampling them would return slots that hold no item.
+        self._written = np.zeros(max_capacity, dtype=bool)
 
     @property
     def max_capacity(self) -> int:
@@ -331,6 +387,7 @@ class PrioritizedSampler(Sampler):
     def extend(self, index: torch.Tensor) -> None:
         flat = self._flat(index, None)
         if flat.size:
+            self._written[flat] = True
             value = self._stored(self.default_priority)
             self._sum_tree.update(flat, value)
             self._min_tree.update(flat, value if value > 0 else np.inf)
@@ -347,9 +404,20 @@ class PrioritizedSampler(Sampler):
 
         Raises:
             ValueError: a priority is negative, NaN or infinite, or the shapes do not match.
-            IndexError: an index is outside ``[0, max_capacity)``.
+            IndexError: an index is outside ``[0, max_capacity)``, or names a slot where no
+                item was written (the sampler learns written items from ``extend``/``add``).
         """
         flat = self._flat(index, storage)
+        if flat.size:
+            known = self._written[flat]
+            if not known.all():
+                bad = int(flat[~known][0])
+                count = int(self._written.sum())
+                raise IndexError(
+                    f"index {bad} names no written item: {count} item(s) were written (flat "
+                    f"indices {_ranges(self._written)}); priorities can only be set for stored "
+                    f"items (nothing was updated)"
+                )
         prio = self._check_priority(priority, flat.size)
         if flat.size == 0:
             return
@@ -390,6 +458,7 @@ class PrioritizedSampler(Sampler):
         self._sum_tree = SumSegmentTree(self._max_capacity, self.dtype)
         self._min_tree = MinSegmentTree(self._max_capacity, self.dtype)
         self._max_priority = None
+        self._written = np.zeros(self._max_capacity, dtype=bool)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -399,15 +468,85 @@ class PrioritizedSampler(Sampler):
             "alpha": self.alpha,
             "beta": self.beta,
             "eps": self.eps,
+            "written": torch.from_numpy(self._written.copy()),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._sum_tree.load_state_dict(state_dict["sum_tree"])
-        self._min_tree.load_state_dict(state_dict["min_tree"])
-        self._max_priority = state_dict["max_priority"]
-        self.alpha = float(state_dict["alpha"])
-        self.beta = float(state_dict["beta"])
-        self.eps = float(state_dict["eps"])
+        """Restores a :meth:`state_dict` (validated first: on error nothing changes).
+
+        Raises:
+            ValueError: the state has another capacity, invalid values, or priorities for
+                items it does not mark as written.
+        """
+        self._apply_state(self._check_state(state_dict))
+
+    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+        super()._check_state(state_dict)
+        name, cap = type(self).__name__, self._max_capacity
+        trees = []
+        for key, tree_cls in (("sum_tree", SumSegmentTree), ("min_tree", MinSegmentTree)):
+            saved = state_dict.get(key)
+            if not isinstance(saved, dict) or saved.get("capacity") != cap:
+                got = saved.get("capacity") if isinstance(saved, dict) else saved
+                raise ValueError(
+                    f"{name}: the saved {key} has capacity {got!r}, this sampler has {cap}"
+                )
+            tree = tree_cls(cap, self.dtype)
+            tree.load_state_dict(saved)  # a fresh tree: validates the values
+            trees.append(tree)
+        values = np.asarray(trees[0][np.arange(cap)], dtype=np.float64)
+        top = state_dict.get("max_priority")
+        if top is not None and not (
+            isinstance(top, (int, float)) and np.isfinite(top) and top >= 0
+        ):
+            raise ValueError(f"{name}: the saved max_priority {top!r} is not a finite number >= 0")
+        params = {}
+        for key in ("alpha", "beta", "eps"):
+            value = state_dict.get(key)
+            if not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"{name}: the saved {key} {value!r} is not a number >= 0")
+            params[key] = float(value)
+        written = state_dict.get("written")
+        if written is not None:
+            if not isinstance(written, torch.Tensor) or written.dtype != torch.bool:
+                raise ValueError(f"{name}: the saved 'written' entry is not a bool tensor")
+            if written.shape != (cap,):
+                raise ValueError(
+                    f"{name}: the saved 'written' mask has shape {tuple(written.shape)}, "
+                    f"expected ({cap},)"
+                )
+            mask = written.numpy().copy()
+        else:  # states saved before the mask existed: items with a priority were written
+            mask = values > 0
+        if (values[~mask] > 0).any():
+            bad = int(np.flatnonzero((values > 0) & ~mask)[0])
+            raise ValueError(f"{name}: the state gives a priority to slot {bad}, never written")
+        stored = plan.written_flat() if plan is not None else None
+        if stored is not None:
+            stored_np = stored.numpy()
+            if stored_np.size and stored_np.max() >= cap:
+                raise ValueError(
+                    f"{name}: the storage state holds item {int(stored_np.max())}, beyond this "
+                    f"sampler's capacity {cap}"
+                )
+            in_storage = np.zeros(cap, dtype=bool)
+            in_storage[stored_np] = True
+            if written is None:
+                mask = in_storage
+            extra = mask & ~in_storage
+            missing = in_storage & ~mask
+            if extra.any() or missing.any() or (values[~in_storage] > 0).any():
+                raise ValueError(
+                    f"{name}: the sampler state covers the slots {_ranges(mask)} but the "
+                    f"storage state holds {_ranges(in_storage)}: the two do not belong together"
+                )
+        return trees, top, params, mask
+
+    def _apply_state(self, checked: Any) -> None:
+        (self._sum_tree, self._min_tree), top, params, mask = checked
+        self._max_priority = None if top is None else float(top)
+        self.alpha, self.beta, self.eps = params["alpha"], params["beta"], params["eps"]
+        self._written = mask
 
     def __repr__(self) -> str:
         return (

@@ -18,7 +18,7 @@ from tensordict import TensorDictBase
 
 from torchrl._keys import DONE, MASK, NEXT, TRUNCATED, WEIGHT
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler, Sampler, _check_not_empty
-from torchrl.data.replay_buffers.storages import Index, Storage
+from torchrl.data.replay_buffers.storages import Index, Storage, _LoadPlan
 from torchrl.data.replay_buffers.utils import nested_key_str
 
 __all__ = ["PrioritizedSliceSampler", "SliceSampler", "SliceSamplerWithoutReplacement"]
@@ -490,13 +490,45 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        windows = state_dict["windows"]
-        self._windows = None if windows is None else tuple(w.numpy() for w in windows)
-        self._pos = int(state_dict["pos"])
-        key = state_dict["epoch_key"]
-        self._epoch_key = None if key is None else tuple(key)
-        self._ran_out = bool(state_dict["ran_out"])
-        self._stale = bool(state_dict["stale"])
+        self._apply_state(self._check_state(state_dict))
+
+    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+        super()._check_state(state_dict)
+        name = type(self).__name__
+        windows, pos, key = (
+            state_dict.get("windows"),
+            state_dict.get("pos"),
+            state_dict.get("epoch_key"),
+        )
+        arrays = None
+        total = 0
+        if windows is not None:
+            ok = isinstance(windows, (list, tuple)) and len(windows) == 3
+            ok = ok and all(
+                isinstance(w, torch.Tensor) and w.ndim == 1 and not w.is_floating_point()
+                for w in windows
+            )
+            ok = ok and len({w.shape[0] for w in windows}) == 1
+            if not ok:
+                raise ValueError(f"{name}: the saved windows must be three 1-D int tensors")
+            arrays = tuple(w.numpy().copy() for w in windows)
+            total = arrays[0].size
+        if not isinstance(pos, int) or not 0 <= pos <= total:
+            raise ValueError(f"{name}: the saved position {pos!r} is not in [0, {total}]")
+        if key is not None and (
+            not isinstance(key, (list, tuple)) or not all(isinstance(k, int) for k in key)
+        ):
+            raise ValueError(f"{name}: the saved epoch key {key!r} is not a tuple of ints")
+        return (
+            arrays,
+            pos,
+            None if key is None else tuple(key),
+            bool(state_dict.get("ran_out", False)),
+            bool(state_dict.get("stale", True)),
+        )
+
+    def _apply_state(self, checked: Any) -> None:
+        self._windows, self._pos, self._epoch_key, self._ran_out, self._stale = checked
 
 
 class PrioritizedSliceSampler(SliceSampler):
@@ -633,3 +665,9 @@ class PrioritizedSliceSampler(SliceSampler):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._prio.load_state_dict(state_dict)
+
+    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+        return self._prio._check_state(state_dict, plan)
+
+    def _apply_state(self, checked: Any) -> None:
+        self._prio._apply_state(checked)

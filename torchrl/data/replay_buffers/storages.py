@@ -10,6 +10,7 @@ priority trees use.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from torchrl.data.replay_buffers.utils import (
     check_format_version,
     nested_key_str,
     read_json,
+    safe_torch_load,
 )
 
 __all__ = [
@@ -45,6 +47,37 @@ __all__ = [
     "Storage",
     "TensorStorage",
 ]
+
+
+@dataclass
+class _LoadPlan:
+    """A checked storage state, ready to apply: the storage itself is still unchanged.
+
+    ``filled`` (slots written along the write dim), ``slots`` and ``lead_numel`` describe the
+    storage once the state is applied (``None`` when a custom storage cannot tell), so that the
+    buffer can check its sampler's and writer's states against them before anything changes.
+    """
+
+    filled: int | None
+    slots: int | None
+    lead_numel: int | None
+    payload: Any
+
+    def written_flat(self) -> torch.Tensor | None:
+        """The flat indices of the items that will be stored (``None`` when unknown)."""
+        if self.filled is None or self.slots is None or self.lead_numel is None:
+            return None
+        t = torch.arange(self.filled)
+        return (torch.arange(self.lead_numel)[:, None] * self.slots + t).reshape(-1)
+
+
+def _check_counters(filled: Any, cursor: Any, slots: int, what: str) -> tuple[int, int]:
+    """Validates a saved ``(filled, cursor)`` pair against ``slots``; returns them as ints."""
+    if not isinstance(filled, int) or isinstance(filled, bool) or not 0 <= filled <= slots:
+        raise ValueError(f"{what}: the saved item count {filled!r} is not in [0, {slots}]")
+    if not isinstance(cursor, int) or isinstance(cursor, bool) or not 0 <= cursor < max(slots, 1):
+        raise ValueError(f"{what}: the saved write position {cursor!r} is not in [0, {slots})")
+    return filled, cursor
 
 
 class Storage(ABC):
@@ -250,8 +283,26 @@ class Storage(ABC):
         """Saves the storage into the directory ``path``."""
 
     @abstractmethod
-    def loads(self, path: str | Path) -> None:
-        """Restores the storage saved by :meth:`dumps` in ``path``."""
+    def loads(self, path: str | Path, *, trusted: bool = False) -> None:
+        """Restores the storage saved by :meth:`dumps` in ``path``.
+
+        Files are read without unpickling arbitrary objects unless ``trusted=True``.
+        """
+
+    # State loading is split in two so that a buffer can check the states of all its parts
+    # before it changes any: _prepare_* validate and change nothing, _apply_* cannot fail on
+    # validated input. Custom storages fall back to their own load_state_dict / loads.
+    def _prepare_state(self, state_dict: dict[str, Any]) -> _LoadPlan:
+        return _LoadPlan(None, None, None, state_dict)
+
+    def _apply_state(self, plan: _LoadPlan) -> None:
+        self.load_state_dict(plan.payload)
+
+    def _prepare_dump(self, path: Path, trusted: bool) -> _LoadPlan:
+        return _LoadPlan(None, None, None, path)
+
+    def _apply_dump(self, plan: _LoadPlan) -> None:
+        self.loads(plan.payload)
 
     def _column(self, key: Any) -> torch.Tensor:
         """The stored values of ``key`` for all slots, shape ``[*lead, slots, ...]``."""
@@ -359,21 +410,50 @@ class ListStorage(Storage):
         self._version += 1
 
     def state_dict(self) -> dict[str, Any]:
-        return {"items": list(self._items), "cursor": self._cursor}
+        return {
+            "items": list(self._items),
+            "cursor": self._cursor,
+            "max_size": None if self._max_size == _UNBOUNDED else self._max_size,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores a :meth:`state_dict`; a state of another ``max_size`` is refused.
+
+        Raises:
+            ValueError: the state does not fit this storage (nothing is changed).
+        """
+        self._apply_state(self._prepare_state(state_dict))
+
+    def _prepare_state(self, state_dict: dict[str, Any]) -> _LoadPlan:
+        if not isinstance(state_dict, dict) or "items" not in state_dict:
+            raise ValueError("a ListStorage state is a dict with an 'items' list")
         items = list(state_dict["items"])
+        mine = None if self._max_size == _UNBOUNDED else self._max_size
+        if "max_size" in state_dict and state_dict["max_size"] != mine:
+            raise ValueError(
+                f"the state comes from a ListStorage of max_size={state_dict['max_size']} "
+                f"(holding {len(items)} items), which cannot be loaded into one of "
+                f"max_size={mine}: its write position would not match"
+            )
         if len(items) > self._max_size:
             raise ValueError(f"{len(items)} items do not fit in max_size={self._max_size}")
+        cursor = state_dict.get("cursor", len(items) % self._max_size)
+        _, cursor = _check_counters(len(items), cursor, self._max_size, "ListStorage")
+        return _LoadPlan(len(items), self._max_size, 1, (items, cursor))
+
+    def _apply_state(self, plan: _LoadPlan) -> None:
+        items, cursor = plan.payload
         self._items = items
         self._filled = len(items)
-        self._cursor = int(state_dict.get("cursor", len(items) % self._max_size))
+        self._cursor = cursor
         self._version += 1
 
     def dumps(self, path: str | Path) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        atomic_torch_save(self.state_dict(), path / "items.pt")
+        state = self.state_dict()
+        state["items"] = [_encode_item(item) for item in state["items"]]
+        atomic_torch_save(state, path / "items.pt")
         atomic_write_json(
             path / "storage.json",
             {
@@ -384,19 +464,114 @@ class ListStorage(Storage):
             },
         )
 
-    def loads(self, path: str | Path) -> None:
-        path = Path(path)
+    def loads(self, path: str | Path, *, trusted: bool = False) -> None:
+        """Restores the items saved by :meth:`dumps` in ``path``.
+
+        Tensors, TensorDicts of tensors, numbers, strings and lists/tuples/dicts of those load
+        safely. Other Python objects need ``trusted=True``: unpickling them can run any code.
+
+        Args:
+            path: the directory given to :meth:`dumps`.
+            trusted: allow arbitrary pickled objects (warns).
+
+        Raises:
+            pickle.UnpicklingError: the items need ``trusted=True``.
+            ValueError: the saved storage does not fit this one (nothing is changed).
+        """
+        self._apply_state(self._prepare_dump(Path(path), trusted))
+
+    def _prepare_dump(self, path: Path, trusted: bool) -> _LoadPlan:
         meta = read_json(path / "storage.json")
         check_format_version(meta, path / "storage.json")
         if meta["kind"] != "list":
             raise ValueError(f"{path} holds a {meta['class']}, which a ListStorage cannot load")
-        # The file was written by dumps(): items are arbitrary Python objects, hence pickles.
-        self.load_state_dict(torch.load(path / "items.pt", weights_only=False))
+        state = safe_torch_load(
+            path / "items.pt", trusted=trusted, hint="loads(path, trusted=True)"
+        )
+        if not isinstance(state, dict) or not isinstance(state.get("items"), list):
+            raise ValueError(f"{path / 'items.pt'} does not hold a ListStorage state")
+        state = dict(state, items=[_decode_item(item) for item in state["items"]])
+        return self._prepare_state(state)
+
+    def _apply_dump(self, plan: _LoadPlan) -> None:
+        self._apply_state(plan)
+
+
+# A TensorDict item saved as plain containers, so that safe loading (weights_only) reads it.
+_TD_MARK = "__torchrl_tensordict__"
+
+
+def _encode_item(item: Any) -> Any:
+    if type(item) is TensorDict:
+        try:
+            _leaves(item)  # raises on non-tensor entries: those stay pickled
+        except TypeError:
+            return item
+        return {
+            _TD_MARK: {
+                "data": item.to_dict(),
+                "batch_size": list(item.batch_size),
+                "device": None if item.device is None else str(item.device),
+            }
+        }
+    return item
+
+
+def _decode_item(item: Any) -> Any:
+    if isinstance(item, dict) and len(item) == 1 and _TD_MARK in item:
+        saved = item[_TD_MARK]
+        return TensorDict(saved["data"], batch_size=saved["batch_size"], device=saved["device"])
+    return item
 
 
 # ---------------------------------------------------------------------------------------------
 # Tensor storages
 # ---------------------------------------------------------------------------------------------
+
+
+def _check_fits(name: str, value: torch.Tensor, dtype: torch.dtype) -> None:
+    """Raises when a value of ``value`` would change once cast to ``dtype`` (overflow, wrap).
+
+    Only conversions that can change a value are checked (narrower ints, signed to unsigned,
+    float64 to float32 overflow, ints to float16): the common same-dtype write costs nothing.
+    Rounding a float to a narrower float is accepted; overflowing it to infinity is not.
+    """
+    src = value.dtype
+    if src == torch.bool or value.numel() == 0 or dtype.is_complex or src.is_complex:
+        return
+    bad: torch.Tensor | None = None
+    if dtype == torch.bool:
+        bad = (value != 0) & (value != 1)
+        low, high = 0, 1
+    elif not dtype.is_floating_point:
+        info = torch.iinfo(dtype)
+        low, high = info.min, info.max
+        if src.is_floating_point:
+            bad = ~torch.isfinite(value) | (value != value.trunc()) | (value < low) | (value > high)
+        else:
+            source = torch.iinfo(src)
+            if source.min >= low and source.max <= high:
+                return
+            lo, hi = torch.aminmax(value)
+            if int(lo) >= low and int(hi) <= high:
+                return
+            bad = (value < low) | (value > high)
+    else:
+        finfo = torch.finfo(dtype)
+        low, high = -finfo.max, finfo.max  # type: ignore[assignment]
+        top = torch.finfo(src).max if src.is_floating_point else torch.iinfo(src).max
+        if top <= finfo.max:
+            return
+        bad = (value > high) | (value < low)
+        if src.is_floating_point:
+            bad &= torch.isfinite(value)  # infinities stay infinities
+    if bad is not None and bool(bad.any()):
+        offending = value[bad].reshape(-1)[0].item()
+        raise ValueError(
+            f"entry {name}: the value {offending} (dtype {src}) does not fit the stored dtype "
+            f"{dtype} (range [{low}, {high}]"
+            f"{', integers only' if not dtype.is_floating_point else ''}); nothing was written"
+        )
 
 
 class TensorStorage(Storage):
@@ -536,10 +711,12 @@ class TensorStorage(Storage):
                     f"entry {name} has shape {tuple(value.shape)} but the storage expects "
                     f"{(*batch, *tail)} (batch {batch} + item shape {tail})"
                 )
-            if value.dtype != dtype and not torch.can_cast(value.dtype, dtype):
-                raise TypeError(
-                    f"entry {name} has dtype {value.dtype}, which cannot be stored as {dtype}"
-                )
+            if value.dtype != dtype:
+                if not torch.can_cast(value.dtype, dtype):
+                    raise TypeError(
+                        f"entry {name} has dtype {value.dtype}, which cannot be stored as {dtype}"
+                    )
+                _check_fits(name, value, dtype)
 
     # -- read / write -----------------------------------------------------------------------------
     def set(self, index: int | slice | torch.Tensor, data: Any) -> None:
@@ -650,21 +827,58 @@ class TensorStorage(Storage):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Copies the items and counters of a :meth:`state_dict` into this storage.
+
+        Raises:
+            ValueError, KeyError, TypeError: the saved data does not fit this storage (its
+                shape, keys or dtypes differ, or its counters are out of range); the storage
+                is left exactly as it was (a lazy storage stays unallocated).
+        """
+        self._apply_state(self._prepare_state(state_dict))
+
+    def _prepare_state(self, state_dict: dict[str, Any]) -> _LoadPlan:
+        if not isinstance(state_dict, dict) or "storage" not in state_dict:
+            raise ValueError("a tensor storage state is a dict with a 'storage' entry")
         data = state_dict["storage"]
         if data is None:
+            slots = self.slots if self._lead is not None else self._max_size
+            return _LoadPlan(0, slots, 1, None)
+        batch = _batch_shape(data)
+        if len(batch) < self.ndim:
+            raise ValueError(
+                f"saved data of batch shape {tuple(batch)} has fewer than ndim={self.ndim} dims"
+            )
+        if self._storage is not None:
+            lead = self._lead_shape
+            slots = self.slots
+        else:
+            lead = torch.Size(batch[: self.ndim - 1])
+            slots = self._max_size // max(lead.numel(), 1)
+            if isinstance(data, TensorDictBase):
+                _leaves(data)  # only tensors can be stored
+        expected = torch.Size([*lead, slots])
+        if batch[: self.ndim] != expected:
+            raise ValueError(
+                f"saved data of batch shape {tuple(batch[: self.ndim])} does not fit a storage "
+                f"of shape {tuple(expected)} (max_size={self._max_size})"
+            )
+        if self._storage is not None:
+            self._validate(data, tuple(expected))
+        filled, cursor = _check_counters(
+            state_dict.get("filled"), state_dict.get("cursor"), slots, type(self).__name__
+        )
+        return _LoadPlan(filled, slots, lead.numel(), (data, filled, cursor))
+
+    def _apply_state(self, plan: _LoadPlan) -> None:
+        if plan.payload is None:
             self._empty()
             return
-        self._load_data(data, int(state_dict["filled"]), int(state_dict["cursor"]))
+        self._load_data(*plan.payload)
 
     def _load_data(self, data: Any, filled: int, cursor: int) -> None:
+        # Validated by _prepare_state.
         if self._storage is None:
             self._allocate_from_full(data)
-        if _batch_shape(data)[: self.ndim] != torch.Size([*self._lead_shape, self.slots]):
-            raise ValueError(
-                f"saved data of batch shape {tuple(_batch_shape(data)[: self.ndim])} does not fit "
-                f"a storage of shape {(*self._lead_shape, self.slots)}"
-            )
-        self._validate(data, (*self._lead_shape, self.slots))
         self._write(slice(0, self.slots), data, self.ndim)
         self._filled, self._cursor = filled, cursor
         self._version += 1
@@ -713,13 +927,25 @@ class TensorStorage(Storage):
                 meta["tensor_shape"] = list(self._storage.shape)
         return meta
 
-    def loads(self, path: str | Path) -> None:
-        data, meta, filled, cursor, _ = _open_dir(Path(path))
-        self._check_meta(meta, Path(path))
-        if data is None:
-            self._empty()
-            return
-        self._load_data(data, filled, cursor)
+    def loads(self, path: str | Path, *, trusted: bool = False) -> None:
+        """Copies the items saved by :meth:`dumps` in ``path`` into this storage.
+
+        Args:
+            path: the directory given to :meth:`dumps`.
+            trusted: skip the check that the files hold plain tensors only.
+
+        Raises:
+            ValueError: the saved storage does not fit this one (nothing is changed).
+        """
+        self._apply_dump(self._prepare_dump(Path(path), trusted))
+
+    def _prepare_dump(self, path: Path, trusted: bool) -> _LoadPlan:
+        data, meta, filled, cursor, _ = _open_dir(path, trusted)
+        self._check_meta(meta, path)
+        return self._prepare_state({"storage": data, "filled": filled, "cursor": cursor})
+
+    def _apply_dump(self, plan: _LoadPlan) -> None:
+        self._apply_state(plan)
 
     def _check_meta(self, meta: dict[str, Any], path: Path) -> None:
         if meta["kind"] == "list":

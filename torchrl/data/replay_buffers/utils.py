@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 import shutil
 import tempfile
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -105,6 +108,57 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def safe_torch_load(
+    path: str | Path, *, trusted: bool = False, map_location: Any = None, hint: str = ""
+) -> Any:
+    """Reads a file written by ``torch.save`` without running code from it, unless ``trusted``.
+
+    By default the file is read with ``torch.load(..., weights_only=True)``: tensors, numbers,
+    strings, ``None`` and lists/tuples/dicts of those load; anything whose unpickling would call
+    other Python code is refused. ``trusted=True`` reads arbitrary pickles (with a warning):
+    unpickling can run any code, so use it only on files you wrote yourself.
+
+    Args:
+        path: the file.
+        trusted: allow arbitrary Python objects (and so arbitrary code) in the file.
+        map_location: passed to ``torch.load``.
+        hint: how to pass ``trusted=True`` at the caller's level (for the error message).
+
+    Returns:
+        The object saved in the file.
+
+    Raises:
+        pickle.UnpicklingError: the file holds objects that safe loading refuses.
+
+    Examples:
+        >>> import tempfile
+        >>> path = tempfile.mkdtemp() + "/state.pt"
+        >>> torch.save({"cursor": 3, "perm": torch.arange(2)}, path)
+        >>> safe_torch_load(path)
+        {'cursor': 3, 'perm': tensor([0, 1])}
+    """
+    path = Path(path)
+    if trusted:
+        warnings.warn(
+            f"loading {path} with trusted=True: unpickling runs whatever code the file names; "
+            f"only load files you wrote yourself",
+            UserWarning,
+            stacklevel=3,
+        )
+        return torch.load(path, map_location=map_location, weights_only=False)
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        named = re.search(r"GLOBAL ([\w.]+)", str(err))
+        reason = f" (it names the Python global {named.group(1)})" if named else f" ({err})"
+        raise pickle.UnpicklingError(
+            f"{path} holds Python objects that safe loading (torch.load(weights_only=True)) "
+            f"refuses{reason}. Unpickling them could run "
+            f"arbitrary code. If you wrote this file yourself and trust it, load it with "
+            f"{hint or 'trusted=True'}."
+        ) from None
 
 
 def read_json(path: str | Path) -> Any:
@@ -319,10 +373,53 @@ def _replace_dir(path: Path, fill: Any) -> None:
         raise
 
 
+_TD_TYPE = "<class 'tensordict._td.TensorDict'>"
+
+
+def _check_plain_memmap(directory: Path) -> None:
+    """Checks that a tensordict memmap directory holds plain tensors only, reading JSON alone.
+
+    tensordict's loader imports the class a ``meta.json`` names and unpickles ``*.pickle`` files
+    (non-tensor data): a crafted dump could run code through either. Tensor storages only ever
+    write plain TensorDicts of tensors, so anything else is refused before tensordict reads it.
+    """
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory} does not exist: the storage data is missing")
+    for root, _, files in os.walk(directory):
+        where = Path(root)
+        for name in files:
+            if name != "meta.json" and not name.endswith(".memmap"):
+                raise ValueError(
+                    f"{where / name} is not part of a tensor storage dump (only meta.json and "
+                    f"*.memmap files are read safely); if you trust this directory, load it "
+                    f"with trusted=True"
+                )
+        if "meta.json" not in files:
+            continue
+        meta = read_json(where / "meta.json")
+        bad = meta.get("_type") != _TD_TYPE or meta.get("_class", "tensordict:TensorDict") != (
+            "tensordict:TensorDict"
+        )
+        for entry in meta.values():
+            if isinstance(entry, dict):
+                is_td = entry.get("type") == "TensorDict" and len(entry) == 1
+                is_tensor = str(entry.get("dtype", "")).startswith("torch.")
+                bad = bad or not (is_td or is_tensor)
+        if bad:
+            raise ValueError(
+                f"{where / 'meta.json'} describes something other than a TensorDict of tensors; "
+                f"loading it could import and run code it names. If you trust this directory, "
+                f"load it with trusted=True"
+            )
+
+
 def _open_dir(
-    path: Path,
+    path: Path, trusted: bool = False
 ) -> tuple[Any, dict[str, Any], int, int, np.ndarray | None]:
-    """Maps a saved storage directory: ``(data or None, meta, filled, cursor, dirty slots)``."""
+    """Maps a saved storage directory: ``(data or None, meta, filled, cursor, dirty slots)``.
+
+    Unless ``trusted``, the data directory is checked to hold plain tensors only.
+    """
     meta = read_json(path / "storage.json")
     check_format_version(meta, path / "storage.json")
     if meta["kind"] == "list":
@@ -334,7 +431,9 @@ def _open_dir(
     if not meta.get("allocated", True):
         return None, meta, 0, 0, None
     if meta["kind"] == "tensordict":
-        data = TensorDict.load_memmap(path / "data")
+        if not trusted:
+            _check_plain_memmap(path / "data")
+        data = TensorDict.load_memmap(path / "data", allow_pickle=trusted)
     else:
         data = MemoryMappedTensor.from_filename(
             path / "data.memmap",

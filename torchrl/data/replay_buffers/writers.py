@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import INDEX, NEXT, REWARD
-from torchrl.data.replay_buffers.storages import Index, Storage
+from torchrl.data.replay_buffers.storages import Index, Storage, _LoadPlan
 from torchrl.data.replay_buffers.utils import check_reduction, nested_key_str, reduce_trailing
 
 __all__ = [
@@ -66,9 +66,53 @@ class Writer(ABC):
         return {"cursor": self._cursor, "write_count": self._write_count}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores what :meth:`state_dict` returned."""
-        self._cursor = int(state_dict["cursor"])
-        self._write_count = int(state_dict["write_count"])
+        """Restores what :meth:`state_dict` returned (validated first: on error nothing changes).
+
+        Raises:
+            ValueError: the cursor or count is out of range for the registered storage.
+        """
+        self._apply_state(self._check_state(state_dict))
+
+    def _slots_of(self, plan: _LoadPlan | None) -> int | None:
+        if plan is not None and plan.slots is not None:
+            return plan.slots
+        storage = self._storage
+        if storage is None or (storage.ndim > 1 and storage._lead is None):
+            return None
+        return storage.slots
+
+    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+        """Validates a state (against ``plan``, the storage state it goes with) without change."""
+        name = type(self).__name__
+        if not isinstance(state_dict, dict):
+            raise ValueError(f"a {name} state is a dict, got {type(state_dict).__name__}")
+        cursor, count = state_dict.get("cursor"), state_dict.get("write_count")
+        if not isinstance(cursor, int) or not isinstance(count, int) or cursor < 0 or count < 0:
+            raise ValueError(
+                f"{name}: the saved cursor {cursor!r} and write count {count!r} must be ints >= 0"
+            )
+        slots = self._slots_of(plan)
+        if slots is not None and cursor >= slots:
+            raise ValueError(f"{name}: the saved cursor {cursor} is not in [0, {slots})")
+        if plan is not None and plan.filled is not None and plan.slots is not None:
+            # Until a storage is full, writes fill it in order: the next one goes right after
+            # the stored items. Another cursor means the states come from different buffers.
+            if plan.filled < plan.slots and cursor != plan.filled:
+                raise ValueError(
+                    f"{name}: the saved cursor {cursor} does not match the storage state, which "
+                    f"holds {plan.filled} of {plan.slots} slots (the next write goes to slot "
+                    f"{plan.filled}): the states do not belong together"
+                )
+            if count < plan.filled:
+                raise ValueError(
+                    f"{name}: the saved write count {count} is smaller than the {plan.filled} "
+                    f"slots the storage state fills"
+                )
+        return dict(state_dict)
+
+    def _apply_state(self, checked: Any) -> None:
+        self._cursor = int(checked["cursor"])
+        self._write_count = int(checked["write_count"])
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cursor={self._cursor}, write_count={self._write_count})"
@@ -293,7 +337,30 @@ class TensorDictMaxValueWriter(Writer):
         state.update(ranks=self._ranks, filled=self._filled)
         return state
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        super().load_state_dict(state_dict)
-        self._ranks = state_dict["ranks"]
-        self._filled = int(state_dict["filled"])
+    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+        checked = super()._check_state(state_dict, plan)
+        name = type(self).__name__
+        ranks, filled = checked.get("ranks"), checked.get("filled")
+        slots = self._slots_of(plan)
+        if not isinstance(filled, int) or filled < 0 or (slots is not None and filled > slots):
+            raise ValueError(f"{name}: the saved item count {filled!r} is not in [0, {slots}]")
+        if plan is not None and plan.filled is not None and filled != plan.filled:
+            raise ValueError(
+                f"{name}: the saved item count {filled} differs from the storage state's "
+                f"{plan.filled}: the states do not belong together"
+            )
+        if ranks is not None and (
+            not isinstance(ranks, torch.Tensor)
+            or ranks.ndim != 1
+            or (slots is not None and ranks.shape[0] != slots)
+        ):
+            raise ValueError(f"{name}: the saved ranks must be a 1-D tensor of {slots} values")
+        if ranks is None and filled:
+            raise ValueError(f"{name}: the state holds {filled} items but no ranks")
+        return checked
+
+    def _apply_state(self, checked: Any) -> None:
+        super()._apply_state(checked)
+        ranks = checked["ranks"]
+        self._ranks = None if ranks is None else ranks.to(torch.float64).clone()
+        self._filled = int(checked["filled"])
