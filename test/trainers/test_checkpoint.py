@@ -393,3 +393,120 @@ def test_buffer_dumped_beside_the_checkpoint(tmp_path, storage_cls):
         trainer2._modules["replay_buffer"].load_state_dict(
             {"replay_buffer_dir": str(tmp_path / "gone")}
         )
+
+
+# -- safe loading and resume cleanup ------------------------------------------------------------
+
+
+class _Payload:
+    """Unpickling this object creates ``marker`` (as an attacker's code would run)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _memmap_trainer(ckpt, total):
+    from torchrl.data import LazyMemmapStorage
+
+    collector = FakeCollector(10, total)
+    loss = TinyLoss()
+    trainer = Trainer(
+        collector=collector,
+        total_frames=total,
+        optim_steps_per_batch=1,
+        loss_module=loss,
+        optimizer=torch.optim.Adam(loss.parameters()),
+        progress_bar=False,
+        save_trainer_interval=20,
+        save_trainer_file=ckpt,
+    )
+    rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(500), batch_size=4)
+    ReplayBufferTrainer(rb, memmap=True).register(trainer)
+    return trainer, rb
+
+
+def test_checkpoints_load_safely_and_crafted_ones_are_refused(tmp_path):
+    import pickle
+
+    ckpt = tmp_path / "ckpt.pt"
+    trainer, *_ = build(ckpt, total_frames=20)
+    trainer.train()
+    # A real checkpoint (optimizer, RNG states, buffer, hooks) needs no pickle of Python objects.
+    torch.load(ckpt, weights_only=True)
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.pt"
+    save_checkpoint({"version": 1, "modules": {"x": _Payload(marker)}}, evil)
+    with pytest.raises(pickle.UnpicklingError, match="global io.open.*trusted=True"):
+        load_checkpoint(evil)
+    trainer2, *_ = build(ckpt, total_frames=20)
+    with pytest.raises(pickle.UnpicklingError, match="trusted=True"):
+        trainer2.load_from_file(evil)
+    assert not marker.exists()
+    with pytest.warns(UserWarning, match="trusted=True"):
+        load_checkpoint(evil, trusted=True)
+    assert marker.exists()
+
+
+def test_checkpoint_naming_a_crafted_buffer_dump_is_refused(tmp_path):
+    import pickle
+
+    ckpt = tmp_path / "ckpt.pt"
+    trainer, rb = _memmap_trainer(ckpt, 40)
+    trainer.train()
+    dump = load_checkpoint(ckpt)["modules"]["replay_buffer"]["replay_buffer_dir"]
+    marker = tmp_path / "pwned"
+    torch.save({"cursor": _Payload(marker)}, os.path.join(dump, "sampler.pt"))
+    trainer2, rb2 = _memmap_trainer(ckpt, 80)
+    with pytest.raises(pickle.UnpicklingError, match="sampler.pt.*trusted=True"):
+        trainer2.load_from_file(ckpt)
+    assert not marker.exists() and len(rb2) == 0
+    # The refused resume left no copy of the dump behind.
+    assert not [p for p in tmp_path.iterdir() if ".live." in p.name]
+    with pytest.warns(UserWarning, match="trusted=True"):
+        trainer2.load_from_file(ckpt, trusted=True)  # RandomSampler: its state is ignored
+    assert marker.exists() and observations(rb2) == list(range(40))
+
+
+def test_resumes_do_not_accumulate_buffer_copies(tmp_path):
+    import gc
+
+    ckpt = tmp_path / "ckpt.pt"
+    trainer, rb = _memmap_trainer(ckpt, 40)
+    trainer.train()
+    del trainer, rb
+
+    def live_copies():
+        return [p for p in tmp_path.iterdir() if ".live." in p.name]
+
+    kept = []  # earlier runs still alive, as after a crash nothing cleans up
+    for _ in range(16):
+        trainer, rb = _memmap_trainer(ckpt, 40)
+        trainer.load_from_file(ckpt)
+        assert observations(rb) == list(range(40))
+        assert len(live_copies()) == 1
+        kept.append((trainer, rb))
+    # The copy a buffer maps is removed with it.
+    latest = live_copies()[0]
+    kept.clear()
+    del trainer, rb
+    gc.collect()
+    assert not latest.exists() and not live_copies()
+    # Resuming twice into the same buffer removes the superseded copy at once.
+    trainer, rb = _memmap_trainer(ckpt, 40)
+    trainer.load_from_file(ckpt)
+    first = live_copies()
+    trainer.load_from_file(ckpt)
+    assert len(live_copies()) == 1 and live_copies() != first
+    assert observations(rb) == list(range(40))
+    rb.extend(rb[:2])  # the buffer still writes into its (new) copy
+    assert len(rb) == 42
+
+
+def test_legacy_numpy_rng_state_still_restores():
+    legacy = {"numpy": np.random.get_state()}
+    draws = np.random.rand(3)
+    set_rng_states(legacy)
+    assert np.array_equal(np.random.rand(3), draws)
