@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
+import pickle
 import signal
+import socket
 import time
+from datetime import timedelta
 
 import pytest
 import torch
+import torch.distributed as dist
 from _collector_helpers import SlowEnv, counting_env, threshold_policy
+from _net_helpers import OTHER_INTERFACE, listening, reachable_from_other_interface
 
 from torchrl.collectors import WorkerError
 from torchrl.collectors.distributed import DistributedDataCollector
+from torchrl.collectors.distributed.generic import _decode_layout
+from torchrl.collectors.distributed.utils import _listening_store
 
 TEST_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _slow_env = functools.partial(SlowEnv, delay=0.05, max_steps=5)
@@ -145,3 +153,116 @@ def test_bad_args():
         DistributedDataCollector(
             counting_env, None, num_workers=2, sync=True, frames_per_batch=5, launcher="mp"
         )
+
+
+# ----------------------------------------------------------------------- network exposure
+class _Forged:
+    """Unpickling it creates ``path``: proof that a payload was unpickled."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+class _IdleWorker:
+    """Stands for a launched worker process that has not written anything yet."""
+
+    pid = None
+    exitcode = None
+
+    def is_alive(self) -> bool:
+        return True
+
+    def join(self, timeout=None) -> None:
+        pass
+
+    def kill(self) -> None:
+        pass
+
+
+def test_probe_tells_bound_from_all_interfaces():
+    """The emulation of another interface: 127.0.0.2 reaches a 0.0.0.0 socket only."""
+    for address, expected in (("0.0.0.0", True), ("127.0.0.1", False)):
+        with socket.socket() as server:
+            server.bind((address, 0))
+            server.listen(1)
+            port = server.getsockname()[1]
+            assert (address, port) in listening(os.getpid())
+            assert reachable_from_other_interface(port) is expected
+
+
+def test_store_listens_on_requested_address_only():
+    store = _listening_store("127.0.0.1", 0, 2, timedelta(seconds=5))
+    port = store.port
+    assert ("127.0.0.1", port) in listening(os.getpid())
+    assert not reachable_from_other_interface(port)
+    with pytest.raises(dist.DistNetworkError):
+        dist.TCPStore(OTHER_INTERFACE, port, 2, timeout=timedelta(seconds=0.5))
+    client = dist.TCPStore("127.0.0.1", port, 2, timeout=timedelta(seconds=5))
+    client.set("k", b"v")
+    assert store.get("k") == b"v"
+
+
+@pytest.mark.parametrize("entry", ["layout1", "error1"])
+def test_unsigned_store_entry_is_refused_not_unpickled(entry, tmp_path, monkeypatch):
+    """A local process that writes a worker's entry first (without the key) is refused."""
+    marker = tmp_path / "unpickled"
+    payload = pickle.dumps(_Forged(str(marker)))
+
+    def launch(self, args, slurm_kwargs):
+        port = args[0][3]
+        attacker = dist.TCPStore("127.0.0.1", port, 2, timeout=timedelta(seconds=5))
+        attacker.set(entry, payload)
+        self._workers.append(_IdleWorker())
+
+    monkeypatch.setattr(DistributedDataCollector, "_launch", launch)
+    with pytest.raises(RuntimeError, match=f"{entry!r}.*not signed with this run's key"):
+        DistributedDataCollector(
+            counting_env, None, num_workers=1, launcher="mp", frames_per_batch=4, timeout=10
+        )
+    assert not marker.exists()
+
+
+def test_layout_is_checked_field_by_field():
+    good = {"batch_size": [4], "leaves": [[["obs"], [4, 3], "float32"]], "pid": 1}
+    layout = _decode_layout(json.dumps(good).encode(), "who")
+    assert layout["leaves"] == [(("obs",), (4, 3), torch.float32)]
+    bad = dict(good, leaves=[[["obs"], [4], "nn"]])
+    with pytest.raises(RuntimeError, match="malformed batch layout.*unknown dtype 'nn'"):
+        _decode_layout(json.dumps(bad).encode(), "who")
+    with pytest.raises(RuntimeError, match="malformed batch layout"):
+        _decode_layout(b"\x80\x04not json", "who")
+
+
+def test_mp_listeners_bound_to_loopback():
+    """Store and gloo devices of trainer and worker listen on 127.0.0.1 only; data flows."""
+    before = listening(os.getpid())
+    policy = threshold_policy()
+    collector = DistributedDataCollector(
+        counting_env,
+        policy,
+        num_workers=1,
+        sync=True,
+        launcher="mp",
+        frames_per_batch=10,
+        total_frames=20,
+        timeout=60,
+    )
+    pids = list(collector.pids)
+    try:
+        ours = listening(os.getpid()) - before
+        workers = set().union(*(listening(pid) for pid in pids))
+        # The store plus at least one gloo listener here, a gloo listener in the worker.
+        assert len(ours) >= 2 and workers
+        assert {address for address, _ in ours | workers} == {"127.0.0.1"}
+        assert not [p for _, p in ours | workers if reachable_from_other_interface(p)]
+        batches = []
+        for batch in collector:
+            batches.append(batch.numel())
+            collector.update_policy_weights_()
+        assert batches == [10, 10]
+    finally:
+        collector.shutdown()
+    assert _wait_gone(pids) == []

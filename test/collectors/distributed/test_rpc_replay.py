@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
+import os
 import pickle
 import subprocess
 import sys
@@ -13,6 +15,8 @@ from tensordict import TensorDict
 
 from torchrl.collectors.distributed import RPCReplayBuffer
 from torchrl.data import LazyTensorStorage, PrioritizedSampler
+
+TEST_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Client processes run this script (a fresh interpreter, so nothing depends on how pytest
 # imported this module); they print the buffer length they saw after extending.
@@ -145,3 +149,57 @@ def test_rpc_replay_buffer_dead_host_raises_and_shutdown_cleans():
     assert elapsed < 5.0 and "replay_buffer" in lines["ERROR"] and "died" in lines["ERROR"]
     assert lines["CHILDREN"].split()[1:] == ["0", "PROCESS", "None"]
     assert "shut down" in lines["AFTER"]
+
+
+# ----------------------------------------------------------------------- network exposure
+def test_rendezvous_store_listens_on_loopback_only():
+    """The ``torchrl-tcp://`` rendezvous of launcher='mp': the store binds 127.0.0.1 only."""
+    import torch.distributed as dist
+    from _net_helpers import listening, reachable_from_other_interface
+
+    from torchrl.collectors.distributed.rpc_replay import _SCHEME, _free_port, _register_rendezvous
+
+    _register_rendezvous()
+    _register_rendezvous()  # idempotent
+    port = _free_port()
+    store, rank, world_size = next(dist.rendezvous(f"{_SCHEME}://127.0.0.1:{port}", 0, 2))
+    assert (rank, world_size) == (0, 2)
+    assert ("127.0.0.1", port) in listening(os.getpid())
+    assert not reachable_from_other_interface(port)
+    client, _, _ = next(dist.rendezvous(f"{_SCHEME}://127.0.0.1:{port}", 1, 2))
+    client.set("k", b"v")
+    assert store.get("k") == b"v"
+
+
+_LISTENERS = """
+import json, os, sys, torch
+sys.path.insert(0, sys.argv[1])
+from tensordict import TensorDict
+from _net_helpers import exposed, listening
+from torchrl.collectors.distributed import RPCReplayBuffer
+from torchrl.data import LazyTensorStorage
+before = listening(os.getpid())
+rb = RPCReplayBuffer(storage=LazyTensorStorage(10), batch_size=2, rpc_timeout=30.0)
+rb.extend(TensorDict(obs=torch.arange(4.0), batch_size=[4]))
+pids = [os.getpid(), rb._process.pid]
+ours = sorted((listening(os.getpid()) - before) | listening(pids[1]))
+print("RESULT", json.dumps({"len": len(rb), "listening": ours, "exposed": exposed(pids)}))
+rb.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_rpc_replay_buffer_listens_on_loopback_only():
+    """Trainer and host of launcher='mp': no listener reachable from another interface."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _LISTENERS, TEST_DIR],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))
+    result = json.loads(line.split(" ", 1)[1])
+    assert result["len"] == 4
+    assert result["listening"] and {a for a, _ in result["listening"]} == {"127.0.0.1"}
+    assert result["exposed"] == []

@@ -1,19 +1,25 @@
 """``DistributedDataCollector``: collector workers launched by submitit (Slurm) or as processes.
 
-The trainer is rank 0 of a ``torch.distributed`` group (gloo over TCP by default); worker ``i``
-is rank ``i + 1`` and runs a local collector. Small messages (a worker's batch layout, its pid,
-its traceback when it fails) go through the group's ``TCPStore``; batches travel point to point
-into buffers the trainer preallocated from the layout, one ``recv`` per leaf. The trainer never
+The trainer is rank 0 of a gloo group of its own (not torch's default group); worker ``i`` is
+rank ``i + 1`` and runs a local collector. Small messages (a worker's batch layout, its pid, its
+traceback when it fails) go through the group's ``TCPStore`` as JSON or text signed with
+HMAC-SHA256 under a random per-run key that workers receive with their launch arguments, never
+through the store; nothing read from the network is unpickled. Batches travel point to point
+into buffers the trainer preallocated from the layout, one ``recv`` per leaf. The store and the
+gloo devices listen on the address given as ``host`` (loopback by default). The trainer never
 blocks on a worker without watching it: it polls the pending receives together with the worker's
 process or job state, so that a dead worker becomes an error naming it.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import math
 import os
-import pickle
 import queue
+import secrets
+import socket
 import tempfile
 import threading
 import time
@@ -28,7 +34,13 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl._utils import import_optional
 from torchrl.collectors._base import DataCollectorBase, check_frames
-from torchrl.collectors.distributed.utils import WorkerCore, policy_weights
+from torchrl.collectors.distributed.utils import (
+    WorkerCore,
+    _listening_store,
+    _sign,
+    _verify,
+    policy_weights,
+)
 from torchrl.collectors.multi import WorkerError
 from torchrl.collectors.sync import SyncDataCollector, extend_replay_buffer
 
@@ -40,6 +52,67 @@ _OK, _FAILED = 0, 1
 
 def _key_list(td: TensorDictBase) -> list[tuple[str, ...]]:
     return sorted(k if isinstance(k, tuple) else (k,) for k in td.keys(True, True))
+
+
+def _gloo_group(store: dist.Store, rank: int, size: int, address: str, timeout: timedelta) -> Any:
+    """A gloo group whose device listens on ``address`` (gloo's default device binds to
+    whatever the hostname resolves to, often a public interface)."""
+    try:
+        # Private fields of torch's gloo options: the only way to pick the device's address
+        # besides the process-wide GLOO_SOCKET_IFNAME.
+        gloo = cast(Any, dist.ProcessGroupGloo)
+        options = gloo._Options()
+        options._devices = [gloo.create_device(hostname=address)]
+        options._timeout = timeout
+    except AttributeError as err:
+        raise RuntimeError(
+            "DistributedDataCollector: this torch version does not let the gloo device be "
+            f"bound to {address!r} (ProcessGroupGloo._Options); refusing to listen on the "
+            "address gloo would pick by itself"
+        ) from err
+    return gloo(dist.PrefixStore("torchrl_gloo/", store), rank, size, options)
+
+
+def _local_address(host: str, port: int) -> str:
+    """The address of this machine that reaches ``host`` (``host`` itself on loopback)."""
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return host
+    except ValueError:
+        pass  # a host name
+    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+    # Connecting a UDP socket sends nothing: it only asks the kernel for the route's source.
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect(address)
+        return str(probe.getsockname()[0])
+
+
+def _encode_layout(batch: TensorDictBase, keys: list[tuple[str, ...]]) -> bytes:
+    leaves = []
+    for k in keys:
+        leaf = batch.get(k)
+        leaves.append([list(k), list(leaf.shape), str(leaf.dtype).removeprefix("torch.")])
+    layout = {"batch_size": list(batch.batch_size), "leaves": leaves, "pid": os.getpid()}
+    return json.dumps(layout).encode()
+
+
+def _decode_layout(payload: bytes, who: str) -> dict[str, Any]:
+    """A layout from JSON, checked field by field (it came over the network)."""
+    try:
+        raw = json.loads(payload)
+        leaves = []
+        for key, shape, dtype_name in raw["leaves"]:
+            dtype = getattr(torch, str(dtype_name), None)
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"unknown dtype {dtype_name!r}")
+            leaves.append((tuple(str(p) for p in key), tuple(int(d) for d in shape), dtype))
+        return {
+            "batch_size": tuple(int(d) for d in raw["batch_size"]),
+            "leaves": leaves,
+            "pid": int(raw["pid"]),
+        }
+    except (ValueError, TypeError, KeyError) as err:
+        raise RuntimeError(f"{who}: malformed batch layout: {err}") from err
 
 
 def _run_worker(
@@ -54,12 +127,16 @@ def _run_worker(
     policy: Any,
     collector_kwargs: dict[str, Any],
     num_threads: int | None,
+    key: bytes,
 ) -> None:
-    """The worker side: build the collector, report its layout, then serve commands."""
+    """The worker side: build the collector, report its layout, then serve commands.
+
+    ``key`` signs what this worker writes into the store; it comes with the launch arguments
+    (a ``spawn`` pipe, or submitit's job file in its private folder).
+    """
     timeout = timedelta(seconds=timeout_s)
     store = dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
     core = None
-    joined = False
     try:
         core = WorkerCore(
             collector_class,
@@ -78,21 +155,14 @@ def _run_worker(
                 "(no replay_buffer in collector_kwargs)"
             )
         keys = _key_list(batch)
-        layout = {
-            "batch_size": tuple(batch.batch_size),
-            "leaves": [(k, tuple(batch.get(k).shape), batch.get(k).dtype) for k in keys],
-            "pid": os.getpid(),
-        }
-        store.set(f"layout{rank}", cast(Any, pickle.dumps(layout)))
-        dist.init_process_group(
-            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
-        )
-        joined = True
+        name = f"layout{rank}"
+        store.set(name, cast(Any, _sign(key, name, _encode_layout(batch, keys))))
+        group = _gloo_group(store, rank, world_size, _local_address(host, port), timeout)
         names = sorted(policy_weights(policy))
         cmd = torch.zeros(2, dtype=torch.int64)
         pending: TensorDictBase | None = batch
         while True:
-            dist.recv(cmd, src=0)
+            group.recv([cmd], 0, 0).wait()
             op = int(cmd[0])
             if op == _STOP:
                 break
@@ -100,26 +170,25 @@ def _run_worker(
                 if pending is None:
                     pending, frames = core.next_batch()
                 out = cast(TensorDictBase, pending)
-                dist.send(torch.tensor([_OK, frames], dtype=torch.int64), dst=0)
+                group.send([torch.tensor([_OK, frames], dtype=torch.int64)], 0, 0).wait()
                 for k in keys:
-                    dist.send(out.get(k).contiguous(), dst=0)
+                    group.send([out.get(k).contiguous()], 0, 0).wait()
                 pending = None
             elif op == _WEIGHTS:
                 current = core.weights()
-                for name in names:
+                for weight in names:
                     if cmd[1] == 1:  # broadcast to every worker at once
-                        dist.broadcast(current[name], src=0)
+                        group.broadcast(current[weight], 0).wait()
                     else:
-                        dist.recv(current[name], src=0)
+                        group.recv([current[weight]], 0, 0).wait()
                 core.update_weights(current)
     except BaseException:
-        store.set(f"error{rank}", traceback.format_exc())
+        name = f"error{rank}"
+        store.set(name, cast(Any, _sign(key, name, traceback.format_exc().encode())))
         raise
     finally:
         if core is not None:
             core.shutdown()
-        if joined:
-            dist.destroy_process_group()
 
 
 class DistributedDataCollector(DataCollectorBase):
@@ -139,6 +208,15 @@ class DistributedDataCollector(DataCollectorBase):
     that dies or fails raises :class:`~torchrl.collectors.WorkerError` naming it (with its
     traceback when it had one), and no wait lasts longer than ``timeout``.
 
+    Network exposure: the rendezvous store and the gloo devices listen on ``host`` only
+    (``127.0.0.1`` by default, so only processes of this machine can connect). Store messages
+    are JSON or text signed with HMAC-SHA256 under a random key made for each collector and
+    given to the workers with their launch arguments (with submitit, inside the job folder:
+    keep it private); an unsigned entry raises a ``RuntimeError`` and is never decoded.
+    Batches and weights are raw tensors received into preallocated buffers, never unpickled.
+    A process that can reach ``host`` can still disturb a run (fail it, or feed it wrong
+    tensors); see ``docs/scaling_out.rst``.
+
     Args:
         create_env_fn: an env constructor (picklable), or one per worker.
         policy: the policy (each worker gets a copy), or ``None`` for random actions.
@@ -154,7 +232,7 @@ class DistributedDataCollector(DataCollectorBase):
         launcher: ``"submitit"`` or ``"mp"``.
         slurm_kwargs: parameters of the submitit executor (``cluster`` picks the executor, the
             rest go to ``update_parameters``: ``timeout_min``, ``slurm_partition``, ...).
-        tcp_port: the port of the rendezvous store on this host (default: a free one).
+        tcp_port: the port of the rendezvous store on ``host`` (default: a free one).
         backend: the ``torch.distributed`` backend. Only ``"gloo"`` is supported: batches and
             weights travel through CPU buffers.
         update_after_each_batch: (async) push current weights to a worker after each batch.
@@ -163,7 +241,10 @@ class DistributedDataCollector(DataCollectorBase):
         replay_buffer: extend it with every batch; the iterator then yields ``None``.
         timeout: the longest wait, in seconds, for any worker message.
         num_threads: torch threads in each worker.
-        host: the address workers use to reach this process.
+        host: the address this process listens on (store and gloo) and workers connect to.
+            Keep the default (loopback) when the workers run on this machine; on a cluster
+            give the address of the interface the jobs reach (e.g. ``"10.0.0.12"``), which
+            exposes the ports to that network. ``"0.0.0.0"`` listens on every interface.
 
     Examples:
         >>> from torchrl.collectors.distributed import DistributedDataCollector
@@ -203,6 +284,7 @@ class DistributedDataCollector(DataCollectorBase):
         self._init_base()
         self._workers: list[Any] = []
         self._joined = False
+        self._group: Any = None
         name = type(self).__name__
         if launcher not in ("submitit", "mp"):
             raise ValueError(f"{name}: launcher must be 'submitit' or 'mp', got {launcher!r}")
@@ -215,11 +297,6 @@ class DistributedDataCollector(DataCollectorBase):
             raise ValueError(
                 f"{name}: num_workers_per_collector must be 1; give each worker a batched env "
                 "or a multi-process collector_class instead"
-            )
-        if dist.is_initialized():
-            raise RuntimeError(
-                f"{name}: this process already has a torch.distributed default group; the "
-                "collector needs its own (run it in a process without one)"
             )
         n = num_workers
         for arg in (create_env_fn, collector_kwargs):
@@ -258,10 +335,10 @@ class DistributedDataCollector(DataCollectorBase):
 
         world = n + 1
         td = timedelta(seconds=self.timeout)
-        self._store = dist.TCPStore(
-            host, tcp_port or 0, world, is_master=True, timeout=td, wait_for_workers=False
-        )
+        self._store = _listening_store(host, tcp_port or 0, world, td)
         port = self._store.port
+        # Signs the store messages; travels with the launch arguments, never through the store.
+        self._key = secrets.token_bytes(32)
         try:
             args = [
                 (
@@ -276,15 +353,14 @@ class DistributedDataCollector(DataCollectorBase):
                     policy,
                     kwargs_list[i],
                     num_threads,
+                    self._key,
                 )
                 for i in range(n)
             ]
             self._launch(args, dict(slurm_kwargs or {}))
             layouts = [self._wait_layout(i) for i in range(n)]
             self.pids = [layout["pid"] for layout in layouts]
-            dist.init_process_group(
-                backend, store=self._store, rank=0, world_size=world, timeout=td
-            )
+            self._group = _gloo_group(self._store, 0, world, host, td)
             self._joined = True
             self._buffers = [_allocate(layout) for layout in layouts]
             self._requests: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(n)]
@@ -324,8 +400,10 @@ class DistributedDataCollector(DataCollectorBase):
     def _dead(self, i: int) -> str | None:
         """Why worker ``i`` is gone (its traceback when it left one), or ``None`` if alive."""
         error = None
-        if self._store.check([f"error{i + 1}"]):
-            error = self._store.get(f"error{i + 1}").decode()
+        name = f"error{i + 1}"
+        if self._store.check([name]):
+            message = self._store.get(name)
+            error = _verify(self._key, name, message, type(self).__name__).decode(errors="replace")
         worker = self._workers[i]
         if self.launcher == "mp":
             if error is None and worker.is_alive():
@@ -365,7 +443,8 @@ class DistributedDataCollector(DataCollectorBase):
                     f"{self.timeout:.0f} s"
                 )
             time.sleep(0.05)
-        return pickle.loads(self._store.get(key))
+        who = type(self).__name__
+        return _decode_layout(_verify(self._key, key, self._store.get(key), who), who)
 
     def _receiver(self, i: int) -> None:
         """Thread body: receives worker ``i``'s batches into its buffer, one per request.
@@ -378,9 +457,9 @@ class DistributedDataCollector(DataCollectorBase):
         header = torch.zeros(2, dtype=torch.int64)
         while self._requests[i].get() is not None:
             try:
-                dist.recv(header, src=i + 1)
+                self._group.recv([header], i + 1, 0).wait()
                 for k in keys:
-                    dist.recv(buf.get(k), src=i + 1)
+                    self._group.recv([buf.get(k)], i + 1, 0).wait()
                 self._results.put((i, int(header[1]), None))
             except BaseException as err:  # noqa: BLE001 - handed to the trainer
                 self._results.put((i, 0, err))
@@ -414,7 +493,7 @@ class DistributedDataCollector(DataCollectorBase):
 
     def _command(self, i: int, op: int, arg: int = 0) -> None:
         try:
-            dist.send(torch.tensor([op, arg], dtype=torch.int64), dst=i + 1)
+            self._group.send([torch.tensor([op, arg], dtype=torch.int64)], i + 1, 0).wait()
         except RuntimeError as err:
             self._fail(i, self._dead(i) or repr(err), "receiving a command")
 
@@ -474,12 +553,12 @@ class DistributedDataCollector(DataCollectorBase):
             for i in workers:
                 self._command(i, _WEIGHTS, 1)
             for name in self._weight_names:
-                dist.broadcast(weights[name], src=0)
+                self._group.broadcast(weights[name], 0).wait()
         else:
             for i in workers:
                 self._command(i, _WEIGHTS, 0)
                 for name in self._weight_names:
-                    dist.send(weights[name], dst=i + 1)
+                    self._group.send([weights[name]], i + 1, 0).wait()
         for i in workers:
             self._stale[i] = False
             self._since_update[i] = 0
@@ -532,7 +611,7 @@ class DistributedDataCollector(DataCollectorBase):
                 q.put(None)
             # A STOP to a dead or busy worker could block: each is sent from its own thread.
             stops = [
-                threading.Thread(target=_send_stop, args=(i + 1,), daemon=True)
+                threading.Thread(target=_send_stop, args=(self._group, i + 1), daemon=True)
                 for i in range(len(workers))
             ]
             for t in stops:
@@ -553,10 +632,9 @@ class DistributedDataCollector(DataCollectorBase):
                     w.cancel(check=False)
         if self._joined:
             self._joined = False
-            try:
-                dist.destroy_process_group()
-            except Exception:  # noqa: BLE001 - best effort
-                pass
+            # The group closes its connections when the last reference (a receiver thread's,
+            # until its worker is gone) goes.
+            self._group = None
 
     def __del__(self) -> None:
         try:
@@ -577,9 +655,9 @@ def _cat(parts: list[TensorDictBase]) -> TensorDictBase:
     return cast(TensorDictBase, torch.cat(cast(Any, parts), 0))
 
 
-def _send_stop(rank: int) -> None:
+def _send_stop(group: Any, rank: int) -> None:
     try:
-        dist.send(torch.tensor([_STOP, 0], dtype=torch.int64), dst=rank)
+        group.send([torch.tensor([_STOP, 0], dtype=torch.int64)], rank, 0).wait()
     except Exception:  # noqa: BLE001 - a dead worker needs no STOP
         pass
 

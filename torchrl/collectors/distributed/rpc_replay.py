@@ -15,16 +15,27 @@ waits until every member of the group has made its own first call.
 With ``launcher=None`` the class attaches to an RPC group the user already initialised (or
 initialises this process from ``rank``/``world_size``/``init_method``) and builds the buffer in
 the existing worker called ``name``.
+
+Network exposure (``launcher="mp"``): RPC unpickles every call it receives, so whoever reaches
+an RPC agent runs code in it; there is no way to authenticate torch RPC messages. What the class
+starts therefore listens on loopback only: the rendezvous store is bound to ``127.0.0.1``
+(``torchrl-tcp://`` rendezvous, registered here), the TensorPipe agents use the shared-memory
+transport only (no TCP port), and the gloo group RPC builds to start a static group binds to the
+loopback interface.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 __all__ = ["RPCReplayBuffer"]
 
@@ -35,19 +46,89 @@ _STOP = threading.Event()
 _JOINED: dict[str, Any] = {"by_us": False}
 
 
+#: Rendezvous scheme whose master store listens on the URL's host only (torch's ``tcp://``
+#: store listens on every interface).
+_SCHEME = "torchrl-tcp"
+_REGISTER_LOCK = threading.Lock()
+_ENV_LOCK = threading.Lock()
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-def _options(init_method: str, rpc_timeout: float, num_worker_threads: int) -> Any:
+def _bound_rendezvous(url: str, timeout: timedelta = timedelta(seconds=300), **kwargs: Any) -> Any:
+    """``torchrl-tcp://host:port?rank=r&world_size=n``: rank 0 hosts a store bound to ``host``."""
+    import torch.distributed as dist
+
+    from torchrl.collectors.distributed.utils import _listening_store
+
+    parsed = urlparse(url)
+    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    if parsed.hostname is None or parsed.port is None or "rank" not in query:
+        raise ValueError(f"{_SCHEME}:// rendezvous: host, port and rank are needed, got {url!r}")
+    rank = int(query["rank"])
+    world_size = int(query.get("world_size", -1))
+    if rank == 0:
+        store = _listening_store(parsed.hostname, parsed.port, world_size, timeout)
+    else:
+        store = dist.TCPStore(parsed.hostname, parsed.port, world_size, timeout=timeout)
+    yield (store, rank, world_size)
+    raise RuntimeError(f"{_SCHEME}:// rendezvous: a group cannot rendezvous twice")
+
+
+def _register_rendezvous() -> None:
+    from torch.distributed.rendezvous import register_rendezvous_handler
+
+    with _REGISTER_LOCK:
+        with contextlib.suppress(RuntimeError):  # already registered in this process
+            register_rendezvous_handler(_SCHEME, _bound_rendezvous)
+
+
+def _loopback_interface() -> str:
+    for _, name in socket.if_nameindex():
+        if name.startswith("lo"):
+            return name
+    raise RuntimeError("RPCReplayBuffer: this machine has no loopback network interface")
+
+
+@contextlib.contextmanager
+def _gloo_on_loopback(local: bool) -> Iterator[None]:
+    """While RPC starts a static group, it builds a gloo group with gloo's default device,
+    which listens on the address of the host name: ``GLOO_SOCKET_IFNAME`` is the only switch.
+    Set for the duration of the start only, and restored."""
+    if not local:
+        yield
+        return
+    with _ENV_LOCK:
+        old = os.environ.get("GLOO_SOCKET_IFNAME")
+        os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("GLOO_SOCKET_IFNAME", None)
+            else:
+                os.environ["GLOO_SOCKET_IFNAME"] = old
+
+
+def _options(
+    init_method: str, rpc_timeout: float, num_worker_threads: int, local: bool = False
+) -> Any:
+    """RPC options; ``local``: one machine, TensorPipe over shared memory only (no TCP port)."""
     from torch.distributed import rpc
 
+    extra: dict[str, Any] = {}
+    if local:
+        _register_rendezvous()
+        extra = {"_transports": ["shm"], "_channels": ["basic"]}
     return rpc.TensorPipeRpcBackendOptions(
         init_method=init_method,
         rpc_timeout=rpc_timeout,
         num_worker_threads=num_worker_threads,
+        **extra,
     )
 
 
@@ -101,12 +182,13 @@ def _host_main(
     torch.set_num_threads(1)
     # Built before joining, so a bad argument fails the process before anyone waits on it.
     _host_create(buffer_id, cls, args, kwargs)
-    rpc.init_rpc(
-        name,
-        rank=0,
-        world_size=world_size,
-        rpc_backend_options=_options(init_method, rpc_timeout, num_worker_threads),
-    )
+    with _gloo_on_loopback(True):
+        rpc.init_rpc(
+            name,
+            rank=0,
+            world_size=world_size,
+            rpc_backend_options=_options(init_method, rpc_timeout, num_worker_threads, True),
+        )
     # RPC threads serve the buffer; this thread only watches for the end (or an orphaned host).
     while not _STOP.wait(0.5):
         if os.getppid() != parent_pid:
@@ -137,6 +219,12 @@ class RPCReplayBuffer:
     and builds the buffer in the existing worker ``name`` (then pickled copies work in any
     process of that group).
 
+    Calls and data travel by RPC, which unpickles them: with ``launcher="mp"`` everything
+    listens on loopback (rendezvous store on ``127.0.0.1``, shared-memory transport, no TCP
+    port for RPC itself), so only processes of this machine can reach the buffer; with
+    ``launcher=None``, what listens where is decided by the RPC group you set up (torch's
+    ``tcp://`` store listens on every interface): keep it on a trusted network.
+
     Every call waits at most ``rpc_timeout`` seconds. A host that died raises a
     :class:`RuntimeError` naming it: at once when this process started it, otherwise as soon
     as RPC reports the broken connection (or the timeout). :meth:`shutdown` stops RPC in the
@@ -155,7 +243,8 @@ class RPCReplayBuffer:
         rank: (``launcher=None``) this process' rank when the class initialises RPC.
         world_size: (``launcher=None``) the group size when the class initialises RPC.
         init_method: (``launcher=None``) the rendezvous address, e.g. ``"tcp://host:port"``.
-        tcp_port: (``launcher="mp"``) the rendezvous port on 127.0.0.1 (default: a free one).
+        tcp_port: (``launcher="mp"``) the rendezvous port, on 127.0.0.1 only (default: a free
+            one).
         rpc_timeout: seconds any call (and the start of the group) may take.
         num_worker_threads: RPC threads of each process.
         **kwargs: keyword arguments of ``replay_buffer_cls`` (``storage``, ``sampler``,
@@ -216,7 +305,7 @@ class RPCReplayBuffer:
                     "RPCReplayBuffer(launcher='mp'): RPC is already initialised in this "
                     "process; use launcher=None to build the buffer in an existing worker"
                 )
-            self._init_method = f"tcp://127.0.0.1:{tcp_port or _free_port()}"
+            self._init_method = f"{_SCHEME}://127.0.0.1:{tcp_port or _free_port()}"
             self._world_size = 2 + int(num_clients)
             self._member = (client_name, 1)
             import multiprocessing as mp
@@ -302,8 +391,11 @@ class RPCReplayBuffer:
             self._watch_host_while_joining()
             return
         member, rank = self._member
-        options = _options(self._init_method, self.rpc_timeout, self.num_worker_threads)
-        rpc.init_rpc(member, rank=rank, world_size=self._world_size, rpc_backend_options=options)
+        options = _options(self._init_method, self.rpc_timeout, self.num_worker_threads, True)
+        with _gloo_on_loopback(True):
+            rpc.init_rpc(
+                member, rank=rank, world_size=self._world_size, rpc_backend_options=options
+            )
         self._joined_here = True
         _JOINED["by_us"] = True
 
@@ -312,14 +404,18 @@ class RPCReplayBuffer:
 
         assert self._member is not None and self._init_method is not None
         member, rank = self._member
-        options = _options(self._init_method, self.rpc_timeout, self.num_worker_threads)
+        options = _options(self._init_method, self.rpc_timeout, self.num_worker_threads, True)
         error: list[BaseException] = []
 
         def join() -> None:
             try:
-                rpc.init_rpc(
-                    member, rank=rank, world_size=self._world_size, rpc_backend_options=options
-                )
+                with _gloo_on_loopback(True):
+                    rpc.init_rpc(
+                        member,
+                        rank=rank,
+                        world_size=self._world_size,
+                        rpc_backend_options=options,
+                    )
             except BaseException as err:  # noqa: BLE001 - re-raised in the caller
                 error.append(err)
 

@@ -1,12 +1,22 @@
-"""Pieces shared by the distributed collectors: the worker-side loop and weight helpers."""
+"""Pieces shared by the distributed collectors: the worker-side loop and weight helpers.
+
+The private helpers below are shared inside this folder only: a rendezvous store that listens on
+one address (never on every interface), HMAC signing of the few messages that go through it, and
+the start of a local Ray instance.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
+import socket
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from tensordict import TensorDictBase
 from torch import nn
 
@@ -14,6 +24,79 @@ from torchrl.collectors._buffer import TRAJ_KEY
 from torchrl.collectors._policy import copy_weights, named_weights
 
 __all__ = ["WorkerCore", "policy_weights"]
+
+_MAC_SIZE = hashlib.sha256().digest_size
+
+
+def _listening_store(host: str, port: int, world_size: int, timeout: timedelta) -> dist.TCPStore:
+    """The master ``TCPStore`` of a rendezvous, listening on ``host`` only.
+
+    ``TCPStore(host, ..., is_master=True)`` listens on every interface whatever ``host`` says;
+    here the listening socket is bound to ``host`` first and handed over (the store owns and
+    closes it). ``host="0.0.0.0"`` or ``"::"`` listens everywhere, as asked.
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+        port = sock.getsockname()[1]
+    except BaseException:
+        sock.close()
+        raise
+    # detach(): the store closes the descriptor; a Python socket closed under the store's
+    # listener thread would make it abort the process.
+    return dist.TCPStore(
+        host,
+        port,
+        world_size,
+        is_master=True,
+        timeout=timeout,
+        wait_for_workers=False,
+        master_listen_fd=sock.detach(),
+    )
+
+
+def _sign(key: bytes, name: str, payload: bytes) -> bytes:
+    """``payload`` prefixed with its HMAC-SHA256 under ``key`` (bound to the entry ``name``)."""
+    mac = hmac.new(key, name.encode() + b"\0" + payload, hashlib.sha256).digest()
+    return mac + payload
+
+
+def _verify(key: bytes, name: str, message: bytes, who: str) -> bytes:
+    """The payload of a :func:`_sign` message; raises if it was not signed with ``key``."""
+    mac, payload = message[:_MAC_SIZE], message[_MAC_SIZE:]
+    expected = hmac.new(key, name.encode() + b"\0" + payload, hashlib.sha256).digest()
+    if len(message) < _MAC_SIZE or not hmac.compare_digest(mac, expected):
+        raise RuntimeError(
+            f"{who}: the store entry {name!r} ({len(message)} bytes) is not signed with this "
+            "run's key: it was written by a process that is not one of our workers. Refusing "
+            "to read it (nothing was decoded)."
+        )
+    return payload
+
+
+def _start_local_ray(ray: Any, config: dict[str, Any], who: str) -> None:
+    """``ray.init(**config)`` for a Ray instance this process starts, without the dashboard.
+
+    Ray's gRPC servers listen on every interface and Ray offers no setting to change it; what
+    keeps other machines out is Ray's token authentication, which Ray (2.60 checked) turns on
+    for a new local instance when ``RAY_AUTH_MODE`` is unset. Turned off (``RAY_AUTH_MODE=disabled``),
+    anyone who can reach this machine can run code in it: say so.
+    """
+    config = {"include_dashboard": False, **config}
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+        from torchrl._utils import logger
+
+        logger.warning(
+            "%s: starting Ray with RAY_AUTH_MODE=disabled: Ray's servers listen on every "
+            "network interface without authentication, so any host that can reach this one "
+            "can run code here. Unset RAY_AUTH_MODE (token authentication) unless this "
+            "machine is isolated.",
+            who,
+        )
+    ray.init(**config)
 
 
 def policy_weights(policy: Any) -> dict[str, torch.Tensor]:
