@@ -73,6 +73,51 @@ def _is_int_dtype(dtype: torch.dtype) -> bool:
     return not dtype.is_floating_point and not dtype.is_complex and dtype is not torch.bool
 
 
+def _int_range(dtype: torch.dtype) -> tuple[int, int]:
+    """The smallest and largest value of an integer (or bool) dtype."""
+    if dtype is torch.bool:
+        return 0, 1
+    info = torch.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+# The largest float64 below 2**63: float64 cannot hold int64's max, and 2**63 wraps on a cast.
+_F64_BELOW_2_63 = 2.0**63 - 1024.0
+
+
+def _cast_int(val: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Casts a real tensor to an integer dtype without wraparound.
+
+    Floats are rounded (NaN counts as 0) and every value is clamped to the dtype's range before
+    the cast, so ``300`` becomes ``127`` for ``int8``, never ``44``.
+    """
+    if val.dtype == dtype:
+        return val
+    if val.dtype is torch.bool:
+        return val.to(dtype)
+    imin, imax = _int_range(dtype)
+    if val.is_floating_point():
+        work = torch.nan_to_num(val.double().round(), nan=0.0)
+        out = work.clamp(float(imin), min(float(imax), _F64_BELOW_2_63)).to(dtype)
+        if imax > _F64_BELOW_2_63:  # int64: values past the last float64 below 2**63 saturate
+            out = out.masked_fill(work > _F64_BELOW_2_63, imax)
+        return out
+    lo, hi = _int_range(val.dtype)
+    if lo < imin or hi > imax:
+        val = val.clamp(max(lo, imin), min(hi, imax))
+    return val.to(dtype)
+
+
+def _check_n_fits(n: int, dtype: torch.dtype, owner: str, what: str = "n") -> None:
+    """Rejects ``n`` categories whose largest index ``n - 1`` does not fit ``dtype``."""
+    imax = _int_range(dtype)[1]
+    if n - 1 > imax:
+        raise ValueError(
+            f"{owner}: {what}={n} does not fit dtype {dtype}: the largest category {n - 1} "
+            f"exceeds its maximum {imax}; use a wider integer dtype"
+        )
+
+
 def _fmt(value: Any, max_numel: int = 8) -> str:
     """Short, readable rendering of a tensor (or anything) for reprs and error messages."""
     if not isinstance(value, torch.Tensor):
@@ -140,11 +185,16 @@ def _mask_equal(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     return torch.equal(a, b)
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def _check_n(n: Any, owner: str) -> int:
     if isinstance(n, torch.Tensor) and n.numel() == 1:
         n = n.item()
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
         raise ValueError(f"{owner}: n must be a positive int, got {n!r}")
+    if n > _INT64_MAX:
+        raise ValueError(f"{owner}: n must be at most 2**63 - 1 (int64's maximum), got {n!r}")
     return int(n)
 
 
@@ -174,12 +224,9 @@ def _mask_repr(mask: torch.Tensor | None) -> str:
 
 
 def _round_index(val: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
-    """Rounds and clamps any numeric tensor to int64 indices in ``[0, high]``."""
-    if val.is_floating_point():
-        val = torch.nan_to_num(val.double().round(), nan=0.0).clamp(min=0)
-        val = torch.minimum(val, torch.as_tensor(high, dtype=val.dtype, device=val.device))
-        return val.long()
-    return torch.minimum(val.long().clamp(min=0), torch.as_tensor(high, device=val.device))
+    """Rounds and clamps any numeric tensor to int64 indices in ``[0, high]`` (NaN gives 0)."""
+    idx = _cast_int(val, torch.int64).clamp(min=0)
+    return torch.minimum(idx, torch.as_tensor(high, device=val.device))
 
 
 def _one_hot_mask_reason(val: torch.Tensor, mask: torch.Tensor | None) -> str | None:
@@ -498,8 +545,34 @@ class TensorSpec(ABC):
             val: a value with the spec's trailing shape.
 
         Returns:
-            A value for which ``is_in`` is true (NaN inputs of float specs stay NaN).
+            A value for which ``is_in`` is true.
+
+        Raises:
+            ValueError: when ``val``'s shape does not broadcast to the spec's shape (extra
+                leading dims are kept), or for a complex ``val``.
         """
+
+    def _project_input(self, val: Any) -> torch.Tensor:
+        """``val`` as a real tensor whose shape ends with ``self.shape`` (broadcast if needed)."""
+        if not isinstance(val, torch.Tensor):
+            val = _raw_tensor(val)
+        if val.is_complex():
+            raise ValueError(f"{self._name}: cannot project a complex value ({val.dtype})")
+        shape = self.shape
+        n = len(shape)
+        if n == 0 or val.shape[-n:] == shape:
+            return val
+        try:
+            target: torch.Size | None = torch.broadcast_shapes(val.shape, shape)
+        except RuntimeError:
+            target = None
+        if target is None or target[len(target) - n :] != shape:
+            raise ValueError(
+                f"{self._name}: cannot project a value of shape {tuple(val.shape)}: it does not "
+                f"broadcast to the spec's shape {tuple(shape)}"
+            )
+        # A copy, not a view: the result may be written to in place later.
+        return val.expand(target).contiguous()
 
     # ----------------------------------------------------------------- conversion
     def _as_tensor(self, val: Any, ignore_device: bool) -> torch.Tensor:
@@ -638,7 +711,9 @@ class TensorSpec(ABC):
         new_shape = _expand_shape(self.shape, shape, self._feature_ndim, self._name)  # type: ignore[arg-type]
         old_batch = self._batch_ndim
         new_batch = new_shape[: len(new_shape) - self._feature_ndim]
-        return self._copy_with(new_shape, lambda t: t.expand(*new_batch, *t.shape[old_batch:]))
+        return self._copy_with(
+            new_shape, lambda t: t.expand(torch.Size((*new_batch, *t.shape[old_batch:])))
+        )
 
     def _batch_dim(self, dim: int, extra: int = 0) -> int:
         """Normalizes ``dim`` and checks that it is a batch dim (``extra`` allows one past the end)."""

@@ -442,17 +442,45 @@ class Composite(TensorSpec):
             raise AssertionError(self._message(failure))
 
     def project(self, val: TensorDictBase) -> TensorDictBase:
-        """Projects, in place, every entry of ``val`` that is not in its spec; returns ``val``."""
+        """Projects, in place, every entry of ``val`` that is not in its spec; returns ``val``.
+
+        Args:
+            val: a TensorDict (or dict) with every key of the spec.
+
+        Returns:
+            ``val``, whose entries are now in their specs (keys the spec lacks are kept as is).
+
+        Raises:
+            KeyError: when ``val`` lacks a key of the spec (nothing can be projected there).
+            ValueError: naming the key, when an entry cannot be projected (e.g. its shape).
+        """
+        return self._project(val, ())
+
+    def _project(self, val: Any, prefix: tuple[str, ...]) -> Any:
+        if not isinstance(val, (TensorDictBase, Mapping)):
+            where = f" at key {_key_repr(prefix)}" if prefix else ""
+            raise ValueError(
+                f"{self._name}.project: expected a TensorDict{where}, got {_describe_value(val)}"
+            )
         for k, spec in self._specs.items():
+            path = (*prefix, k)
             sub = val.get(k, None)
             if sub is None:
+                raise KeyError(
+                    f"{self._name}.project: key {_key_repr(path)} is missing: its spec is "
+                    f"{spec._name}"
+                )
+            if isinstance(spec, Composite):
+                new = spec._project(sub, path)
+            elif spec._why_not_in(sub) is None:
                 continue
-            if spec._is_composite:
-                new = spec.project(sub)
-                if new is not sub:
-                    val[k] = new
-            elif spec._why_not_in(sub) is not None:
-                val[k] = spec.project(sub)
+            else:
+                try:
+                    new = spec.project(sub)
+                except ValueError as err:
+                    raise ValueError(f"key {_key_repr(path)}: {err}") from err
+            if new is not sub:
+                val[k] = new
         return val
 
     def encode(self, val: Mapping, *, ignore_device: bool = False) -> TensorDict:

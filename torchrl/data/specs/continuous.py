@@ -5,17 +5,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from torchrl.data.specs.base import (
+    _INT64_MAX,
     ContinuousBox,
     DeviceLike,
     ShapeLike,
     TensorSpec,
+    _cast_int,
     _check_dtype,
     _device,
     _first_bad,
     _fmt,
+    _int_range,
     _is_int_dtype,
     _loc,
     _size,
@@ -23,11 +27,81 @@ from torchrl.data.specs.base import (
 )
 
 
-def _int_range(dtype: torch.dtype) -> tuple[int, int]:
-    if dtype is torch.bool:
-        return 0, 1
-    info = torch.iinfo(dtype)
-    return int(info.min), int(info.max)
+def _bound_tensor(bound: Any, name: str) -> torch.Tensor:
+    """A bound as a real tensor; NaN (and values no tensor can hold) are rejected."""
+    if isinstance(bound, torch.Tensor):
+        t = bound.detach()
+    else:
+        # Through numpy: python floats stay float64 (torch would make 1e300 a float32 inf).
+        arr = np.asarray(bound)
+        if arr.dtype == np.uint64:
+            arr = arr.astype(np.float64)
+        if arr.dtype.kind not in "biuf":
+            raise ValueError(f"Bounded: {name}={bound!r} is not a real number or tensor")
+        t = torch.as_tensor(arr)
+    if t.is_complex():
+        raise ValueError(f"Bounded: {name} must be real, got dtype {t.dtype}")
+    if t.is_floating_point() and bool(t.isnan().any()):
+        raise ValueError(f"Bounded: {name} contains NaN: {_fmt(t)}")
+    return t
+
+
+def _at(name: str, where: tuple[int, ...]) -> str:
+    return f"{name}{list(where)}" if where else name
+
+
+def _float_bounds(t: torch.Tensor, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` cast to a float dtype; a finite bound that overflows the dtype is rejected."""
+    out = t.to(dtype)
+    bad = out.isinf() & t.isfinite()
+    if bool(bad.any()):
+        where = _first_bad(bad)
+        raise ValueError(
+            f"Bounded: {_at(name, where)} = {t[where].item()!r} does not fit dtype {dtype} "
+            f"(largest finite value {torch.finfo(dtype).max!r}); use an infinite bound or a "
+            "wider dtype"
+        )
+    return out
+
+
+def _int_bounds(
+    low: torch.Tensor, high: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bounds in an integer ``dtype``: real bounds rounded inwards, ``-inf``/``inf`` at the
+    dtype's minimum/maximum; finite bounds outside the dtype's range are rejected."""
+    imin, imax = _int_range(dtype)
+    out = []
+    for name, t in (("low", low), ("high", high)):
+        if t.is_floating_point():
+            t = t.double().ceil() if name == "low" else t.double().floor()
+            # imin and imax + 1 are powers of two, exact in float64 (imax itself is not).
+            bad = t.isfinite() & ((t < imin) | (t >= float(imax) + 1.0))
+        else:
+            t = t.long()
+            bad = (t < imin) | (t > imax)
+        if bool(bad.any()):
+            where = _first_bad(bad)
+            raise ValueError(
+                f"Bounded: {_at(name, where)} = {t[where].item()!r} does not fit dtype {dtype}, "
+                f"whose values lie in [{imin}, {imax}]"
+            )
+        if t.is_floating_point():
+            wrong_inf = math.inf if name == "low" else -math.inf
+            if bool((t == wrong_inf).any()):
+                raise ValueError(
+                    f"Bounded: {name}={_fmt(t)}: no {dtype} value lies beyond {wrong_inf}"
+                )
+            finite = t.isfinite()
+            ints = t.where(finite, torch.zeros((), dtype=torch.float64)).long()
+            fill = torch.tensor(imin if name == "low" else imax, dtype=torch.int64)
+            t = torch.where(finite, ints, fill)
+        out.append(t)
+    low_i, high_i = out
+    if bool((low_i > high_i).any()):
+        raise ValueError(
+            f"Bounded: no {dtype} value lies between low={_fmt(low)} and high={_fmt(high)}"
+        )
+    return low_i.to(dtype), high_i.to(dtype)
 
 
 class Unbounded(TensorSpec):
@@ -104,17 +178,23 @@ class Unbounded(TensorSpec):
     def project(self, val: torch.Tensor) -> torch.Tensor:
         """Casts ``val`` to the spec's dtype (rounding floats for integer specs).
 
+        Values outside an integer dtype's range are clamped to it (never wrapped around) and
+        NaN becomes 0.
+
         Args:
-            val: a tensor with the spec's trailing shape.
+            val: a tensor whose shape broadcasts to the spec's shape.
 
         Returns:
             The cast tensor.
+
+        Raises:
+            ValueError: when ``val``'s shape does not broadcast to the spec's shape.
         """
+        val = self._project_input(val)
         if val.dtype == self.dtype:
             return val
-        if val.dtype.is_floating_point and _is_int_dtype(self.dtype):
-            low, high = _int_range(self.dtype)
-            val = torch.nan_to_num(val.round(), nan=0.0).clamp(low, high)
+        if _is_int_dtype(self.dtype):
+            return _cast_int(val, self.dtype)
         return val.to(self.dtype)
 
     def __eq__(self, other: object) -> bool:
@@ -158,8 +238,13 @@ class Bounded(TensorSpec):
         device: where values live (``None``: wherever they come).
         dtype: a float or integer dtype (default ``torch.float32``).
 
+    For an integer dtype, real bounds are rounded inwards (``low`` up, ``high`` down) and an
+    infinite bound stands for the dtype's minimum or maximum; finite bounds must fit the dtype.
+    For a float dtype, finite bounds must not overflow it (``1e6`` does not fit ``float16``).
+
     Raises:
-        ValueError: when ``low > high`` anywhere, when a bound is NaN, when the bounds do not
+        ValueError: when ``low > high`` anywhere, when a bound is NaN or does not fit the dtype,
+            when no value of an integer dtype lies in ``[low, high]``, when the bounds do not
             broadcast to ``shape``, or for a bool/complex dtype.
 
     Examples:
@@ -191,11 +276,7 @@ class Bounded(TensorSpec):
             raise ValueError("Bounded: bool dtype is not supported; use Binary or Categorical")
         self.dtype = dtype
         self.device = _device(device)
-        low_t = torch.as_tensor(low).detach()
-        high_t = torch.as_tensor(high).detach()
-        for name, t in (("low", low_t), ("high", high_t)):
-            if t.is_floating_point() and bool(t.isnan().any()):
-                raise ValueError(f"Bounded: {name} contains NaN: {_fmt(t)}")
+        low_t, high_t = _bound_tensor(low, "low"), _bound_tensor(high, "high")
         try:
             inferred = torch.broadcast_shapes(low_t.shape, high_t.shape)
         except RuntimeError as err:
@@ -223,19 +304,12 @@ class Bounded(TensorSpec):
                 f"high={_fmt(high_t)}"
             )
         if _is_int_dtype(dtype):
-            # Integer specs keep the integers inside the real bounds, within the dtype's range.
-            imin, imax = _int_range(dtype)
-            low_t = low_t.double().ceil().clamp(imin, imax) if low_t.is_floating_point() else low_t
-            high_t = (
-                high_t.double().floor().clamp(imin, imax) if high_t.is_floating_point() else high_t
-            )
-            if bool((low_t > high_t).any()):
-                raise ValueError(
-                    f"Bounded: no {dtype} value lies between low={_fmt(low)} and high={_fmt(high)}"
-                )
+            low_t, high_t = _int_bounds(low_t, high_t, dtype)
+        else:
+            low_t, high_t = _float_bounds(low_t, "low", dtype), _float_bounds(high_t, "high", dtype)
         target = self.device if self.device is not None else torch.device("cpu")
-        self.low = low_t.to(dtype=dtype, device=target).expand(self.shape)
-        self.high = high_t.to(dtype=dtype, device=target).expand(self.shape)
+        self.low = low_t.to(device=target).expand(self.shape)
+        self.high = high_t.to(device=target).expand(self.shape)
         self._set_cache()
 
     def _set_cache(self) -> None:
@@ -300,14 +374,20 @@ class Bounded(TensorSpec):
             low, high = self.low.double(), self.high.double()
             r = torch.rand(size, dtype=torch.float64, device=device)
             return torch.minimum(low + r * (high - low), high).to(dtype)
-        if scalar is not None and scalar[1] < _int_range(dtype)[1]:
-            return torch.randint(
-                int(scalar[0]), int(scalar[1]) + 1, size, dtype=dtype, device=device
-            )
-        low, high = self.low.double(), self.high.double()
+        if scalar is not None:
+            lo, hi = int(scalar[0]), int(scalar[1])
+            if hi < _INT64_MAX:
+                return torch.randint(lo, hi + 1, size, dtype=dtype, device=device)
+            if lo > -_INT64_MAX - 1:  # int64 up to its maximum: hi + 1 would overflow
+                out = torch.randint(lo - 1, hi, size, dtype=dtype, device=device)
+                return out.add_(1)
+            return torch.empty(size, dtype=dtype, device=device).random_(lo, None)
+        # Per-entry bounds: float64 arithmetic (approximate beyond 2**53), then an exact clamp.
+        low, high = self.low, self.high
         r = torch.rand(size, dtype=torch.float64, device=device)
-        out = (low + (r * (high - low + 1)).floor()).clamp_(max=high)
-        return out.to(dtype)
+        span = high.double() - low.double() + 1.0
+        out = _cast_int(low.double() + (r * span).floor(), torch.int64)
+        return torch.maximum(torch.minimum(out, high.long()), low.long()).to(dtype)
 
     def _rand_infinite(self, size: torch.Size) -> torch.Tensor:
         low, high = self.low, self.high
@@ -356,20 +436,27 @@ class Bounded(TensorSpec):
     def project(self, val: torch.Tensor) -> torch.Tensor:
         """Clamps ``val`` into ``[low, high]`` (rounding first for integer specs).
 
+        NaN entries count as 0 (and are clamped like any value); integer specs round first and
+        never wrap around (``1e30`` becomes ``high``).
+
         Args:
-            val: a tensor with the spec's trailing shape.
+            val: a tensor whose shape broadcasts to the spec's shape.
 
         Returns:
             The clamped tensor, with the spec's dtype.
+
+        Raises:
+            ValueError: when ``val``'s shape does not broadcast to the spec's shape.
         """
+        val = self._project_input(val)
         low, high = self.low, self.high
         if low.device != val.device:
             low, high = low.to(val.device), high.to(val.device)
-        if val.dtype.is_floating_point and _is_int_dtype(self.dtype):
-            work = torch.nan_to_num(val.double().round(), nan=0.0)
-            return work.clamp(low.double(), high.double()).to(self.dtype)
+        if _is_int_dtype(self.dtype):
+            return _cast_int(val, self.dtype).clamp(low, high)
         if val.dtype != self.dtype:
             val = val.to(self.dtype)
+        val = torch.nan_to_num(val, nan=0.0, posinf=math.inf, neginf=-math.inf)
         return val.clamp(low, high)
 
     def __eq__(self, other: object) -> bool:

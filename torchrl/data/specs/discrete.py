@@ -16,6 +16,7 @@ from torchrl.data.specs.base import (
     TensorSpec,
     _check_discrete_dtype,
     _check_n,
+    _check_n_fits,
     _device,
     _first_bad,
     _fmt,
@@ -48,7 +49,8 @@ class Categorical(TensorSpec):
         mask: bool tensor broadcastable to ``[*shape, n]``; ``False`` forbids a category.
 
     Raises:
-        ValueError: for ``n <= 0``, a float dtype, or a bad mask.
+        ValueError: for ``n <= 0``, a float dtype, a dtype that cannot hold ``n - 1`` (``n=300``
+            with ``torch.uint8``), or a bad mask.
 
     Examples:
         >>> import torch
@@ -79,6 +81,7 @@ class Categorical(TensorSpec):
         self.dtype = _check_discrete_dtype(torch.int64 if dtype is None else dtype, name)
         if self.dtype is torch.bool and self.n > 2:
             raise ValueError(f"{name}: a bool dtype holds at most 2 categories, got n={self.n}")
+        _check_n_fits(self.n, self.dtype, name)
         self.shape = torch.Size(()) if shape is None else _spec_shape(shape, name)
         self.device = _device(device)
         self.mask: torch.Tensor | None = None
@@ -156,13 +159,18 @@ class Categorical(TensorSpec):
         """Rounds and clamps ``val`` to ``{0, ..., n - 1}``; masked-out values go to the nearest
         allowed category.
 
+        NaN entries count as 0.
+
         Args:
-            val: a numeric tensor with the spec's trailing shape.
+            val: a numeric tensor whose shape broadcasts to the spec's shape.
 
         Returns:
             A tensor in the spec.
+
+        Raises:
+            ValueError: when ``val``'s shape does not broadcast to the spec's shape.
         """
-        idx = _round_index(val, self.n - 1)
+        idx = _round_index(self._project_input(val), self.n - 1)
         if self.mask is not None:
             idx = _nearest_allowed(idx, self.mask)
         return idx.to(self.dtype)
@@ -319,12 +327,18 @@ class OneHot(TensorSpec):
     def project(self, val: torch.Tensor) -> torch.Tensor:
         """Keeps a valid one-hot value; otherwise one-hot of the (allowed) arg-max.
 
+        NaN scores count as 0.
+
         Args:
-            val: a numeric tensor with the spec's trailing shape (e.g. scores).
+            val: a numeric tensor (e.g. scores) whose shape broadcasts to the spec's shape.
 
         Returns:
             A tensor in the spec.
+
+        Raises:
+            ValueError: when ``val``'s shape does not broadcast to the spec's shape.
         """
+        val = self._project_input(val)
         if self._why_not_in(val) is None:
             return val
         scores = _masked_scores(val, self.mask)
@@ -492,12 +506,18 @@ class Binary(TensorSpec):
     def project(self, val: torch.Tensor) -> torch.Tensor:
         """Maps values above 0.5 to 1 and the rest to 0.
 
+        NaN becomes 0.
+
         Args:
-            val: a numeric tensor with the spec's trailing shape.
+            val: a numeric tensor whose shape broadcasts to the spec's shape.
 
         Returns:
             A tensor in the spec.
+
+        Raises:
+            ValueError: when ``val``'s shape does not broadcast to the spec's shape.
         """
+        val = self._project_input(val)
         if val.dtype is torch.bool:
             return val.to(self.dtype)
         return (val > 0.5).to(self.dtype)

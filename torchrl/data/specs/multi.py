@@ -16,6 +16,7 @@ from torchrl.data.specs.base import (
     ShapeLike,
     TensorSpec,
     _check_discrete_dtype,
+    _check_n_fits,
     _device,
     _first_bad,
     _fmt,
@@ -38,7 +39,12 @@ _RAND_HIGH = 2**62
 
 
 def _nvec_tensor(nvec: Any, owner: str) -> torch.Tensor:
-    t = torch.as_tensor(nvec).detach()
+    try:
+        t = torch.as_tensor(nvec).detach()
+    except (RuntimeError, TypeError, OverflowError) as err:
+        raise ValueError(
+            f"{owner}: nvec must be a non-empty sequence of ints, got {nvec!r}"
+        ) from err
     if t.dim() == 0 or t.numel() == 0:
         raise ValueError(f"{owner}: nvec must be a non-empty sequence of ints, got {nvec!r}")
     if t.is_floating_point():
@@ -46,6 +52,8 @@ def _nvec_tensor(nvec: Any, owner: str) -> torch.Tensor:
             raise ValueError(f"{owner}: nvec must hold integers, got {_fmt(t)}")
     elif t.dtype is torch.bool or t.is_complex():
         raise ValueError(f"{owner}: nvec must hold integers, got dtype {t.dtype}")
+        if bool((t.double() >= 2.0**63).any()):
+            raise ValueError(f"{owner}: nvec entries must be at most 2**63 - 1, got {_fmt(t)}")
     t = t.long()
     if bool((t <= 0).any()):
         raise ValueError(f"{owner}: every entry of nvec must be > 0, got {_fmt(t)}")
@@ -71,7 +79,7 @@ class MultiCategorical(TensorSpec):
 
     Raises:
         ValueError: for non-positive ``nvec`` entries, a shape not ending with ``len(nvec)``, a
-            float dtype, or a bad mask.
+            float dtype, a dtype that cannot hold ``max(nvec) - 1``, or a bad mask.
 
     Examples:
         >>> import torch
@@ -111,6 +119,7 @@ class MultiCategorical(TensorSpec):
         )
         if self.dtype is torch.bool and bool((nvec_t > 2).any()):
             raise ValueError("MultiCategorical: a bool dtype holds at most 2 categories per entry")
+        _check_n_fits(int(nvec_t.max()), self.dtype, "MultiCategorical", "max(nvec)")
         self.device = _device(device)
         self.nvec = nvec_t.to(self.device or "cpu").expand(self.shape)
         rows = nvec_t.reshape(-1, nvec_t.shape[-1])
@@ -200,12 +209,18 @@ class MultiCategorical(TensorSpec):
         """Rounds and clamps each sub-action into range; masked-out values go to the nearest
         allowed category.
 
+        NaN entries count as 0.
+
         Args:
-            val: a numeric tensor with the spec's trailing shape.
+            val: a numeric tensor whose shape broadcasts to the spec's shape.
 
         Returns:
             A tensor in the spec.
+
+        Raises:
+            ValueError: when ``val``'s shape does not broadcast to the spec's shape.
         """
+        val = self._project_input(val)
         high = (self.nvec - 1).to(val.device)
         idx = _round_index(val, high)
         if self.mask is not None:
@@ -388,12 +403,18 @@ class MultiOneHot(TensorSpec):
     def project(self, val: torch.Tensor) -> torch.Tensor:
         """Keeps a valid value; otherwise one-hot of each group's (allowed) arg-max.
 
+        NaN scores count as 0.
+
         Args:
-            val: a numeric tensor with the spec's trailing shape (e.g. scores).
+            val: a numeric tensor (e.g. scores) whose shape broadcasts to the spec's shape.
 
         Returns:
             A tensor in the spec.
+
+        Raises:
+            ValueError: when ``val``'s shape does not broadcast to the spec's shape.
         """
+        val = self._project_input(val)
         if self._why_not_in(val) is None:
             return val
         scores = _masked_scores(val, self.mask)

@@ -93,7 +93,21 @@ class NonTensor(TensorSpec):
         return None
 
     def project(self, val: Any) -> Any:
-        """Returns ``val`` unchanged: any data is in the spec."""
+        """Returns ``val`` unchanged when it is in the spec (any plain Python object is).
+
+        Args:
+            val: any Python object, or non-tensor data.
+
+        Returns:
+            ``val``.
+
+        Raises:
+            ValueError: for a TensorDict, or non-tensor data whose batch size does not end with
+                the spec's shape: nothing can map those into the spec.
+        """
+        reason = self._why_not_in(val)
+        if reason is not None:
+            raise ValueError(f"{self._name}: cannot project: {reason}")
         return val
 
     def encode(self, val: Any, *, ignore_device: bool = False) -> NonTensorData | NonTensorStack:
