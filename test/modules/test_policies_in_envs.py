@@ -97,8 +97,10 @@ def test_paper_figure_1_collector(pendulum):
     collectors = pytest.importorskip("torchrl.collectors")
     mlp_actor = MLP(num_cells=64, depth=3, in_features=3, out_features=1)
     actor = TensorDictModule(mlp_actor, in_keys=["observation"], out_keys=["action"])
+    # the spec: noisy actions are projected into the torque bounds, which the env checks
+    policy = AdditiveGaussianWrapper(actor, spec=pendulum.action_spec)
     collector = collectors.SyncDataCollector(
-        pendulum, AdditiveGaussianWrapper(actor), frames_per_batch=50, total_frames=100
+        pendulum, policy, frames_per_batch=50, total_frames=100
     )
     batches = list(collector)
     assert sum(b.numel() for b in batches) == 100

@@ -43,14 +43,14 @@ NestedKey = str | tuple[str, ...]
 #: Number of entries up to which a CPU action is checked as a Python list.
 _SMALL = 64
 
-_ValuesOk = Callable[[torch.Tensor, bool], bool]
+# values_ok(value, small, ndim): ``small``: read the values as a Python list; ``ndim``: the
+# value's number of dims (known from the shape check, so not asked again)
+_ValuesOk = Callable[[torch.Tensor, bool, int], bool]
 _ActionCheck = Callable[[TensorDictBase], None]
 
 
-def _flat(value: torch.Tensor) -> list[Any]:
-    if value.dim() == 1:
-        return value.tolist()
-    return value.reshape(-1).tolist()
+def _flat(value: torch.Tensor, ndim: int) -> list[Any]:
+    return value.tolist() if ndim == 1 else value.reshape(-1).tolist()
 
 
 def _uniform(bound: torch.Tensor) -> float | int | None:
@@ -80,102 +80,112 @@ def _bounded(spec: Bounded) -> _ValuesOk:
 
     if lo is not None and hi is not None:
 
-        def ok_scalar(value: torch.Tensor, small: bool) -> bool:
+        def ok_scalar(value: torch.Tensor, small: bool, ndim: int) -> bool:
             if not small:
                 return vectorized(value)
-            if value.dim() == 0:
+            if ndim == 0:
                 return bool(lo <= value.item() <= hi)
-            return all(lo <= v <= hi for v in _flat(value))
+            return all(lo <= v <= hi for v in _flat(value, ndim))  # NaN fails both
 
         return ok_scalar
 
-    def ok_elementwise(value: torch.Tensor, small: bool) -> bool:
+    def ok_elementwise(value: torch.Tensor, small: bool, ndim: int) -> bool:
         # the per-entry bounds are listed for the spec's own shape only
         if not small or value.shape != low.shape:
             return vectorized(value)
-        return all(a <= v <= b for v, a, b in zip(_flat(value), lows, highs))
+        return all(a <= v <= b for v, a, b in zip(_flat(value, ndim), lows, highs))
 
     return ok_elementwise
 
 
-def _not_nan(value: torch.Tensor, small: bool) -> bool:
-    if small:
-        if value.dim() == 0:
-            v = value.item()
-            return bool(v == v)
-        return all(v == v for v in _flat(value))  # NaN is the one value unequal to itself
-    return not bool(value.isnan().any())
+def _not_nan(value: torch.Tensor, small: bool, ndim: int) -> bool:
+    if not small:
+        return not bool(value.isnan().any())
+    if ndim == 0:
+        v = value.item()
+        return bool(v == v)
+    return all(v == v for v in _flat(value, ndim))  # NaN is the one value unequal to itself
 
 
-def _index_range(n: int) -> _ValuesOk:
-    hi = n - 1
+def _masked(spec: Any, plain: _ValuesOk) -> _ValuesOk:
+    def ok(value: torch.Tensor, small: bool, ndim: int) -> bool:
+        if not plain(value, small, ndim):
+            return False
+        # a mask may be set (or changed) on the spec at any step: read it each time
+        return spec.mask is None or _is_in(spec, value)
 
-    def ok(value: torch.Tensor, small: bool) -> bool:
+    return ok
+
+
+def _categorical(spec: Categorical) -> _ValuesOk:
+    hi = int(spec.n) - 1
+
+    def ok(value: torch.Tensor, small: bool, ndim: int) -> bool:
         if small:
-            if value.dim() == 0:
+            if ndim == 0:
                 return bool(0 <= value.item() <= hi)
-            return all(0 <= v <= hi for v in _flat(value))
+            return all(0 <= v <= hi for v in _flat(value, ndim))
         if value.dtype is torch.bool:
             return hi >= 1 or not bool(value.any())
         return not bool(((value < 0) | (value > hi)).any())
 
-    return ok
+    return _masked(spec, ok)
 
 
-def _one_hot(n: int) -> _ValuesOk:
+def _one_hot(spec: OneHot) -> _ValuesOk:
+    n = int(spec.n)
     zeros = n - 1
 
-    def ok(value: torch.Tensor, small: bool) -> bool:
+    def ok(value: torch.Tensor, small: bool, ndim: int) -> bool:
         # bool rows: exactly one True; numeric rows: exactly one 1 and n - 1 zeros
         flags = value.dtype is torch.bool
         if small:
-            if value.dim() == 1:
+            if ndim == 1:
                 row = value.tolist()
-                return row.count(1) == 1 and (flags or row.count(0) == zeros)
-            rows = value.tolist() if value.dim() == 2 else value.reshape(-1, n).tolist()
-            if flags:
-                return all(row.count(1) == 1 for row in rows)
-            return all(row.count(1) == 1 and row.count(0) == zeros for row in rows)
-        if flags:
-            return bool((value.sum(-1) == 1).all())
-        return bool(((value == 0) | (value == 1)).all()) and bool((value.sum(-1) == 1).all())
+                if row.count(1) != 1 or not (flags or row.count(0) == zeros):
+                    return False
+            else:
+                rows = value.tolist() if ndim == 2 else value.reshape(-1, n).tolist()
+                if flags:
+                    if not all(row.count(1) == 1 for row in rows):
+                        return False
+                elif not all(row.count(1) == 1 and row.count(0) == zeros for row in rows):
+                    return False
+        elif flags:
+            if not bool((value.sum(-1) == 1).all()):
+                return False
+        elif not (bool(((value == 0) | (value == 1)).all()) and bool((value.sum(-1) == 1).all())):
+            return False
+        return spec.mask is None or _is_in(spec, value)
 
     return ok
 
 
-def _binary(value: torch.Tensor, small: bool) -> bool:
+def _binary(value: torch.Tensor, small: bool, ndim: int) -> bool:
     if value.dtype is torch.bool:
         return True
-    if small:
-        if value.dim() == 0:
-            v = value.item()
-            return v == 0 or v == 1
-        return all(v == 0 or v == 1 for v in _flat(value))
-    return bool(((value == 0) | (value == 1)).all())
+    if not small:
+        return bool(((value == 0) | (value == 1)).all())
+    if ndim == 0:
+        v = value.item()
+        return v == 0 or v == 1
+    return all(v == 0 or v == 1 for v in _flat(value, ndim))
 
 
 def _values_check(spec: TensorSpec) -> _ValuesOk | None:
     """The value check of ``spec`` (``None``: any value of the right shape and dtype fits)."""
-    kind = type(spec)
-    if issubclass(kind, Bounded):
-        return _bounded(spec)  # type: ignore[arg-type]
-    if issubclass(kind, Unbounded):
+    if isinstance(spec, Bounded):
+        return _bounded(spec)
+    if isinstance(spec, Unbounded):
         return _not_nan if spec.dtype is not None and spec.dtype.is_floating_point else None
-    if issubclass(kind, (Categorical, OneHot)):
-        n = int(spec.n)  # type: ignore[attr-defined]
-        plain = _index_range(n) if issubclass(kind, Categorical) else _one_hot(n)
-
-        def ok_masked(value: torch.Tensor, small: bool) -> bool:
-            # a mask may be set (or changed) on the spec at any step: read it each time
-            if not plain(value, small):
-                return False
-            return spec.mask is None or _is_in(spec, value)  # type: ignore[attr-defined]
-
-        return ok_masked
-    if issubclass(kind, Binary):
+    if isinstance(spec, Categorical):
+        return _categorical(spec)
+    if isinstance(spec, OneHot):
+        return _one_hot(spec)
+    if isinstance(spec, Binary):
         return _binary
 
-    def ok_generic(value: torch.Tensor, small: bool) -> bool:
+    def ok_generic(value: torch.Tensor, small: bool, ndim: int) -> bool:
         return _is_in(spec, value)
 
     return ok_generic
@@ -213,47 +223,43 @@ def _accepted_dtypes(dtype: torch.dtype | None) -> frozenset[torch.dtype]:
 
 
 class _LeafCheck:
-    """What a step checks of one action entry; built once per spec."""
+    """What a step checks of one action entry; built once per spec.
 
-    __slots__ = (
-        "dtype",
-        "dtypes",
-        "feature",
-        "key",
-        "numel",
-        "raw_key",
-        "shape",
-        "spec",
-        "values_ok",
-    )
+    ``ok(value, batch)`` says whether ``value`` fits (``batch``: the input's batch size, which
+    differs from the env's for batch-unlocked envs).
+    """
+
+    __slots__ = ("dtype", "dtypes", "feature", "key", "ok", "raw_key", "shape", "spec")
 
     def __init__(self, key: NestedKey, spec: TensorSpec, batch_ndim: int) -> None:
         self.key = key
         # plain TensorDicts are read through their dict for a str key (see _contract._raw)
         self.raw_key = key if type(key) is str else None
         self.spec = spec
-        self.shape = spec.shape
-        self.feature = spec.shape[batch_ndim:]
-        self.dtype = spec.dtype
-        self.dtypes = _accepted_dtypes(spec.dtype)
-        self.numel = spec.shape.numel()
-        self.values_ok = _values_check(spec)
+        self.shape = shape = spec.shape
+        self.feature = feature = spec.shape[batch_ndim:]
+        self.dtype = dtype = spec.dtype
+        self.dtypes = dtypes = _accepted_dtypes(spec.dtype)
+        spec_small = shape.numel() <= _SMALL
+        spec_ndim = len(shape)
+        values_ok = _values_check(spec)
+        tensor = torch.Tensor
 
-    def ok(self, value: Any, batch: torch.Size) -> bool:
-        if not isinstance(value, torch.Tensor):
+        def ok(value: Any, batch: torch.Size) -> bool:
+            if type(value) is not tensor and not isinstance(value, tensor):
+                return False
+            value_dtype = value.dtype
+            if value_dtype is not dtype and value_dtype not in dtypes:
+                return False
+            if values_ok is None:
+                return value.shape == shape or value.shape == batch + feature
+            if value.shape == shape:
+                return values_ok(value, spec_small, spec_ndim)
+            if value.shape == batch + feature:  # a batch-unlocked env's extra dims
+                return values_ok(value, value.numel() <= _SMALL, value.dim())
             return False
-        if value.dtype is not self.dtype and value.dtype not in self.dtypes:
-            return False
-        if value.shape == self.shape:
-            small = self.numel <= _SMALL
-        elif value.shape == batch + self.feature:  # a batch-unlocked env's extra dims
-            small = value.numel() <= _SMALL
-        else:
-            return False
-        values_ok = self.values_ok
-        if values_ok is None:
-            return True
-        return values_ok(value, small and value.is_cpu)
+
+        self.ok = ok
 
 
 def _describe(value: torch.Tensor) -> str:

@@ -129,7 +129,7 @@ class _GymBatchStepper:
                     env._repeat(act, *step(act))
                     for env, step, act in zip(self.envs, self.gym_steps, actions)
                 ]
-        except (TypeError, ValueError, AttributeError, IndexError) as err:
+        except (TypeError, ValueError, AttributeError, IndexError, AssertionError) as err:
             _raise_if_bad_action(self.envs[0], action, self.batch_size, err)
             raise
         obs, rewards, terms, truncs, _ = zip(*results)

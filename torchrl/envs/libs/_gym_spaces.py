@@ -283,8 +283,10 @@ def _make_writer(space: Any, categorical: bool, batched: bool) -> _ToGym:
 def _raise_if_bad_action(env: Any, action: Any, batch: Sequence[int], err: Exception) -> None:
     """Turns an error of the action conversion into one naming the key, the spec and the action.
 
-    Called when converting or stepping failed: if the action does not have the shape of the
-    action spec (an index given to a one-hot env, a missing trailing dim...), that is the cause.
+    Called when converting or stepping failed (with ``validate_actions=False``, or an action
+    the spec accepts but gymnasium refuses): if the action does not have the shape of the
+    action spec (an index given to a one-hot env, a missing trailing dim...) or a value out of
+    it (gymnasium's bare ``AssertionError`` on an out-of-range index), that is the cause.
     """
     spec = env.full_action_spec[ACTION]
     expected = (*batch, *spec.shape[len(env.batch_size) :])
@@ -302,3 +304,11 @@ def _raise_if_bad_action(env: Any, action: Any, batch: Sequence[int], err: Excep
             f"{type(spec).__name__} (expected shape {expected}, dtype {spec.dtype}); got "
             f"{described}.{hint}"
         ) from err
+    if isinstance(action, torch.Tensor) and isinstance(spec, TensorSpec):
+        try:
+            spec.assert_is_in(action if action.dtype is spec.dtype else action.to(spec.dtype))
+        except AssertionError as reason:
+            raise ValueError(
+                f"{type(env).__name__}: the action under key {ACTION!r} does not fit the action "
+                f"spec {spec!r}: {reason}; got {action!r}"
+            ) from err

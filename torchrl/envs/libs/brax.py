@@ -111,6 +111,8 @@ class BraxWrapper(EnvBase):
         seed: the seed of the jax random key (default: drawn from torch's generator).
         device: the device of the tensors (jax's default device must match; CPU here).
         allow_done_after_reset: see :class:`~torchrl.envs.EnvBase`.
+        validate_actions: check every action against the action spec (see
+            :class:`~torchrl.envs.EnvBase`).
 
     Examples:
         >>> from brax import envs  # doctest: +SKIP
@@ -130,6 +132,7 @@ class BraxWrapper(EnvBase):
         seed: int | None = None,
         device: torch.device | str | int | None = "cpu",
         allow_done_after_reset: bool = False,
+        validate_actions: bool = True,
     ) -> None:
         if not isinstance(env, _jax().Env):
             raise TypeError(f"BraxWrapper needs a brax Env, got {type(env).__name__}")
@@ -140,7 +143,10 @@ class BraxWrapper(EnvBase):
                 f"with a flat batch and reshape the data"
             )
         super().__init__(
-            device=device, batch_size=batch, allow_done_after_reset=allow_done_after_reset
+            device=device,
+            batch_size=batch,
+            allow_done_after_reset=allow_done_after_reset,
+            validate_actions=validate_actions,
         )
         self._env = env
         self.requires_grad = bool(requires_grad)
@@ -321,6 +327,8 @@ class BraxEnv(BraxWrapper):
         seed: see :class:`BraxWrapper`.
         device: see :class:`BraxWrapper`.
         allow_done_after_reset: see :class:`~torchrl.envs.EnvBase`.
+        validate_actions: check every action against the action spec (see
+            :class:`~torchrl.envs.EnvBase`).
         **kwargs: passed to the env.
 
     Examples:
@@ -340,6 +348,7 @@ class BraxEnv(BraxWrapper):
         seed: int | None = None,
         device: torch.device | str | int | None = "cpu",
         allow_done_after_reset: bool = False,
+        validate_actions: bool = True,
         **kwargs: Any,
     ) -> None:
         envs = _jax()
@@ -354,6 +363,7 @@ class BraxEnv(BraxWrapper):
             seed=seed,
             device=device,
             allow_done_after_reset=allow_done_after_reset,
+            validate_actions=validate_actions,
         )
         self.env_name = env_name
         self.backend = backend

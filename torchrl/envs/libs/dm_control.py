@@ -78,6 +78,8 @@ class DMControlWrapper(EnvBase):
             "width": 84}``).
         return_physics: add the physics state (float64 ``[n]``) under ``"physics"``.
         allow_done_after_reset: see :class:`~torchrl.envs.EnvBase`.
+        validate_actions: check every action against the action spec (see
+            :class:`~torchrl.envs.EnvBase`).
 
     Examples:
         >>> from dm_control import suite
@@ -99,6 +101,7 @@ class DMControlWrapper(EnvBase):
         render_kwargs: dict[str, Any] | None = None,
         return_physics: bool = False,
         allow_done_after_reset: bool = False,
+        validate_actions: bool = True,
     ) -> None:
         _dm_control()
         from dm_control.rl.control import Environment
@@ -113,7 +116,11 @@ class DMControlWrapper(EnvBase):
             raise ValueError(f"DMControlWrapper: frame_skip must be >= 1, got {frame_skip}")
         if pixels_only and not from_pixels:
             raise ValueError("DMControlWrapper: pixels_only=True needs from_pixels=True")
-        super().__init__(device=device, allow_done_after_reset=allow_done_after_reset)
+        super().__init__(
+            device=device,
+            allow_done_after_reset=allow_done_after_reset,
+            validate_actions=validate_actions,
+        )
         self._env = env
         self._from_pixels = bool(from_pixels)
         self._pixels_only = bool(pixels_only)
@@ -256,6 +263,8 @@ class DMControlEnv(DMControlWrapper):
         render_kwargs: see :class:`DMControlWrapper`.
         return_physics: see :class:`DMControlWrapper`.
         allow_done_after_reset: see :class:`~torchrl.envs.EnvBase`.
+        validate_actions: check every action against the action spec (see
+            :class:`~torchrl.envs.EnvBase`).
 
     Examples:
         >>> from torchrl.envs import check_env_specs
@@ -281,6 +290,7 @@ class DMControlEnv(DMControlWrapper):
         render_kwargs: dict[str, Any] | None = None,
         return_physics: bool = False,
         allow_done_after_reset: bool = False,
+        validate_actions: bool = True,
     ) -> None:
         suite = _dm_control()
         if (env_name, task_name) not in suite.ALL_TASKS:
@@ -303,6 +313,7 @@ class DMControlEnv(DMControlWrapper):
             render_kwargs=render_kwargs,
             return_physics=return_physics,
             allow_done_after_reset=allow_done_after_reset,
+            validate_actions=validate_actions,
         )
         self.env_name = env_name
         self.task_name = task_name

@@ -126,6 +126,8 @@ class MultiThreadedEnvWrapper(EnvBase):
         frame_skip: repeat each action this many times, summing the rewards.
         device: the device of the output tensors (envpool itself runs on the CPU).
         allow_done_after_reset: see :class:`~torchrl.envs.EnvBase`.
+        validate_actions: check every action against the action spec (see
+            :class:`~torchrl.envs.EnvBase`).
 
     Examples:
         >>> import envpool  # doctest: +SKIP
@@ -148,6 +150,7 @@ class MultiThreadedEnvWrapper(EnvBase):
         frame_skip: int | None = None,
         device: torch.device | str | int | None = "cpu",
         allow_done_after_reset: bool = False,
+        validate_actions: bool = True,
     ) -> None:
         _envpool()
         pool_base = import_optional("envpool.python.envpool", extra="envpool").EnvPoolMixin
@@ -182,7 +185,10 @@ class MultiThreadedEnvWrapper(EnvBase):
         if frame_skip < 1:
             raise ValueError(f"MultiThreadedEnvWrapper: frame_skip must be >= 1, got {frame_skip}")
         super().__init__(
-            device=device, batch_size=[num_envs], allow_done_after_reset=allow_done_after_reset
+            device=device,
+            batch_size=[num_envs],
+            allow_done_after_reset=allow_done_after_reset,
+            validate_actions=validate_actions,
         )
         del disable_env_checker  # envpool has no env checker to disable
         self._env = env
@@ -419,6 +425,8 @@ class MultiThreadedEnv(MultiThreadedEnvWrapper):
         frame_skip: see :class:`MultiThreadedEnvWrapper`.
         device: see :class:`MultiThreadedEnvWrapper`.
         allow_done_after_reset: see :class:`~torchrl.envs.EnvBase`.
+        validate_actions: check every action against the action spec (see
+            :class:`~torchrl.envs.EnvBase`).
 
     Examples:
         >>> from torchrl.envs import MultiThreadedEnv, check_env_specs
@@ -441,6 +449,7 @@ class MultiThreadedEnv(MultiThreadedEnvWrapper):
         frame_skip: int | None = None,
         device: torch.device | str | int | None = "cpu",
         allow_done_after_reset: bool = False,
+        validate_actions: bool = True,
     ) -> None:
         envpool = _envpool()
         num_workers = int(num_workers)
@@ -477,6 +486,7 @@ class MultiThreadedEnv(MultiThreadedEnvWrapper):
             frame_skip=frame_skip,
             device=device,
             allow_done_after_reset=allow_done_after_reset,
+            validate_actions=validate_actions,
         )
         self.env_name = env_name
         self.create_env_kwargs = dict(create_env_kwargs or {})

@@ -542,7 +542,7 @@ class GymWrapper(EnvBase):
         try:
             gym_action = self._write_action(action)
             obs, reward, terminated, truncated, info = self._env.step(gym_action)
-        except (TypeError, ValueError, AttributeError, IndexError) as err:
+        except (TypeError, ValueError, AttributeError, IndexError, AssertionError) as err:
             _raise_if_bad_action(self, action, self.batch_size, err)
             raise
         if self._frame_skip > 1:

@@ -99,6 +99,8 @@ class PettingZooWrapper(EnvBase):
         device: the device of the output tensors.
         allow_done_after_reset: see :class:`~torchrl.envs.EnvBase`; default ``not done_on_any``
             (see below).
+        validate_actions: check every action against the action spec (see
+            :class:`~torchrl.envs.EnvBase`).
 
     Resets: the env resets as a whole, when the root ``"_reset"`` is set (or when no mask is
     given). Without ``done_on_any``, an agent can finish while the episode goes on: its done
@@ -129,6 +131,7 @@ class PettingZooWrapper(EnvBase):
         *,
         device: torch.device | str | int | None = "cpu",
         allow_done_after_reset: bool | None = None,
+        validate_actions: bool = True,
     ) -> None:
         _pettingzoo()
         from pettingzoo.utils.env import AECEnv, ParallelEnv
@@ -145,7 +148,11 @@ class PettingZooWrapper(EnvBase):
         self.done_on_any = self.parallel if done_on_any is None else bool(done_on_any)
         if allow_done_after_reset is None:
             allow_done_after_reset = not self.done_on_any
-        super().__init__(device=device, allow_done_after_reset=allow_done_after_reset)
+        super().__init__(
+            device=device,
+            allow_done_after_reset=allow_done_after_reset,
+            validate_actions=validate_actions,
+        )
         self._env = env
         self.use_mask = bool(use_mask) or not self.parallel
         self.return_state = bool(return_state)
@@ -546,6 +553,8 @@ class PettingZooEnv(PettingZooWrapper):
         done_on_any: see :class:`PettingZooWrapper`.
         device: see :class:`PettingZooWrapper`.
         allow_done_after_reset: see :class:`~torchrl.envs.EnvBase`.
+        validate_actions: check every action against the action spec (see
+            :class:`~torchrl.envs.EnvBase`).
         **kwargs: passed to the task.
 
     Examples:
@@ -570,6 +579,7 @@ class PettingZooEnv(PettingZooWrapper):
         *,
         device: torch.device | str | int | None = "cpu",
         allow_done_after_reset: bool | None = None,
+        validate_actions: bool = True,
         **kwargs: Any,
     ) -> None:
         env = _make_task(task, parallel, kwargs)
@@ -583,5 +593,6 @@ class PettingZooEnv(PettingZooWrapper):
             done_on_any=done_on_any,
             device=device,
             allow_done_after_reset=allow_done_after_reset,
+            validate_actions=validate_actions,
         )
         self.task = task

@@ -128,6 +128,8 @@ class VmasWrapper(EnvBase):
             (default: all agents in one group ``"agents"``).
         device: checked against the env's device (``None``: the env's).
         allow_done_after_reset: see :class:`~torchrl.envs.EnvBase`.
+        validate_actions: check every action against the action spec (see
+            :class:`~torchrl.envs.EnvBase`).
 
     Examples:
         >>> import vmas
@@ -148,6 +150,7 @@ class VmasWrapper(EnvBase):
         *,
         device: torch.device | str | int | None = None,
         allow_done_after_reset: bool = False,
+        validate_actions: bool = True,
     ) -> None:
         vmas = _vmas()
         if not isinstance(env, vmas.simulator.environment.Environment):
@@ -167,6 +170,7 @@ class VmasWrapper(EnvBase):
             device=env_device,
             batch_size=[env.num_envs],
             allow_done_after_reset=allow_done_after_reset,
+            validate_actions=validate_actions,
         )
         self._env = env
         self._categorical = bool(categorical_actions)
@@ -387,6 +391,8 @@ class VmasEnv(VmasWrapper):
         group_map: see :class:`VmasWrapper`.
         device: where VMAS simulates (default CPU).
         allow_done_after_reset: see :class:`~torchrl.envs.EnvBase`.
+        validate_actions: check every action against the action spec (see
+            :class:`~torchrl.envs.EnvBase`).
         **scenario_kwargs: passed to the scenario.
 
     Examples:
@@ -410,6 +416,7 @@ class VmasEnv(VmasWrapper):
         *,
         device: torch.device | str | int | None = "cpu",
         allow_done_after_reset: bool = False,
+        validate_actions: bool = True,
         **scenario_kwargs: Any,
     ) -> None:
         vmas = _vmas()
@@ -430,6 +437,7 @@ class VmasEnv(VmasWrapper):
             categorical_actions=categorical_actions,
             group_map=group_map,
             allow_done_after_reset=allow_done_after_reset,
+            validate_actions=validate_actions,
         )
         if isinstance(scenario, str):
             self.scenario_name = scenario
