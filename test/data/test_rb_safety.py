@@ -405,3 +405,13 @@ def test_random_sampler_state_still_loads():
     other = ReplayBuffer(storage=LazyTensorStorage(4), sampler=RandomSampler())
     other.load_state_dict(rb.state_dict())
     assert other[:].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_memmap_state_load_leaves_no_torn_slots(tmp_path):
+    source = ReplayBuffer(storage=LazyTensorStorage(4))
+    source.extend(transitions(2))
+    rb = ReplayBuffer(storage=LazyMemmapStorage(4, scratch_dir=tmp_path / "live"))
+    rb.load_state_dict(source.state_dict())
+    rb.dumps(tmp_path / "dump")
+    reopened = LazyMemmapStorage.open(tmp_path / "dump" / "storage")
+    assert reopened.torn_slots.numel() == 0 and len(reopened) == 2

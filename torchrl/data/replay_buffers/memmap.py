@@ -249,6 +249,9 @@ class LazyMemmapStorage(TensorStorage):
         if self._storage is None:
             self._allocate(data)
         super()._load_data(data, filled, cursor)
+        if self._dirty is not None:
+            # Every slot was rewritten in full: none is torn (_write marked them all).
+            self._dirty[:] = 0
         if self._header is not None:
             self._header[1] = self._filled
             self._header[2] = self._cursor
