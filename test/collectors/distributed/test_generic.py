@@ -236,8 +236,12 @@ def test_layout_is_checked_field_by_field():
         _decode_layout(b"\x80\x04not json", "who")
 
 
-def test_mp_listeners_bound_to_loopback():
-    """Store and gloo devices of trainer and worker listen on 127.0.0.1 only; data flows."""
+def test_mp_listeners_bound_to_requested_address():
+    """Store and gloo devices of trainer and worker listen on ``host`` only; data flows.
+
+    ``host="127.0.0.3"``: neither the wildcard address nor what the host name resolves to
+    (gloo's default device) would pass.
+    """
     before = listening(os.getpid())
     policy = threshold_policy()
     collector = DistributedDataCollector(
@@ -249,6 +253,7 @@ def test_mp_listeners_bound_to_loopback():
         frames_per_batch=10,
         total_frames=20,
         timeout=60,
+        host="127.0.0.3",
     )
     pids = list(collector.pids)
     try:
@@ -256,7 +261,7 @@ def test_mp_listeners_bound_to_loopback():
         workers = set().union(*(listening(pid) for pid in pids))
         # The store plus at least one gloo listener here, a gloo listener in the worker.
         assert len(ours) >= 2 and workers
-        assert {address for address, _ in ours | workers} == {"127.0.0.1"}
+        assert {address for address, _ in ours | workers} == {"127.0.0.3"}
         assert not [p for _, p in ours | workers if reachable_from_other_interface(p)]
         batches = []
         for batch in collector:

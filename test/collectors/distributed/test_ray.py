@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
+import warnings
 
 import pytest
 import torch
@@ -16,6 +20,7 @@ from _collector_helpers import SlowEnv, counting_env, threshold_policy  # noqa: 
 
 from torchrl.collectors import WorkerError  # noqa: E402
 from torchrl.collectors.distributed import RayCollector  # noqa: E402
+from torchrl.collectors.distributed.utils import _start_local_ray  # noqa: E402
 
 # A partial of a helper class: actors import it by name (test modules are not importable).
 _slow_env = functools.partial(SlowEnv, delay=0.05, max_steps=5)
@@ -127,3 +132,73 @@ def test_ray_bad_args(ray_cluster):
         RayCollector(
             counting_env, None, frames_per_batch=4, collector_kwargs={"frames_per_batch": 3}
         )
+
+
+# ----------------------------------------------------------------------- network exposure
+class _FakeRay:
+    def __init__(self) -> None:
+        self.config = None
+
+    def init(self, **config) -> None:
+        self.config = config
+
+
+def test_local_ray_start_warns_without_authentication(monkeypatch):
+    """Ray's servers listen on every interface: starting one without its token auth warns."""
+    fake = _FakeRay()
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    with pytest.warns(UserWarning, match="RayCollector: starting Ray with RAY_AUTH_MODE=disabled"):
+        _start_local_ray(fake, {"num_cpus": 1}, "RayCollector")
+    assert fake.config == {"include_dashboard": False, "num_cpus": 1}
+    # Joining a cluster starts nothing here; with token auth (the default) nothing to say.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _start_local_ray(fake, {"address": "auto"}, "RayCollector")
+        monkeypatch.delenv("RAY_AUTH_MODE")
+        _start_local_ray(fake, {"include_dashboard": True}, "RayReplayBuffer")
+    assert fake.config == {"include_dashboard": True}
+
+
+_RAY_AUTH = """
+import json, os, sys
+import grpc, ray, torch
+from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+from tensordict import TensorDict
+from torchrl.collectors.distributed import RayReplayBuffer
+from torchrl.data import LazyTensorStorage
+rb = RayReplayBuffer(storage=LazyTensorStorage(10), batch_size=2)
+rb.extend(TensorDict(obs=torch.arange(4.0), batch_size=[4]))
+port = int(ray.get_runtime_context().gcs_address.rsplit(":", 1)[1])
+codes = {}
+for address in ("127.0.0.1", "127.0.0.2"):
+    stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(grpc.insecure_channel(f"{address}:{port}"))
+    try:
+        stub.GetAllNodeInfo(gcs_service_pb2.GetAllNodeInfoRequest(), timeout=10)
+        codes[address] = "OK"
+    except grpc.RpcError as err:
+        codes[address] = err.code().name
+print("RESULT", json.dumps({"len": len(rb), "codes": codes}), flush=True)
+rb.shutdown()
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_local_ray_refuses_unauthenticated_clients(tmp_path):
+    """A Ray instance started by RayReplayBuffer (RAY_AUTH_MODE unset) answers no request
+    without its token, from this or another interface (Ray listens on all of them)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    env["HOME"] = str(tmp_path)  # Ray writes its token to ~/.ray/auth_token
+    proc = subprocess.run(
+        [sys.executable, "-c", _RAY_AUTH],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=str(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))
+    result = json.loads(line.split(" ", 1)[1])
+    assert result["len"] == 4
+    assert result["codes"] == {"127.0.0.1": "UNAUTHENTICATED", "127.0.0.2": "UNAUTHENTICATED"}

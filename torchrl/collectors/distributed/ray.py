@@ -19,7 +19,7 @@ from tensordict import TensorDictBase
 
 from torchrl._utils import import_optional, logger
 from torchrl.collectors._base import DataCollectorBase, check_frames
-from torchrl.collectors.distributed.utils import WorkerCore, policy_weights
+from torchrl.collectors.distributed.utils import WorkerCore, _start_local_ray, policy_weights
 from torchrl.collectors.multi import WorkerError
 from torchrl.collectors.sync import SyncDataCollector, extend_replay_buffer
 
@@ -51,6 +51,10 @@ class RayCollector(DataCollectorBase):
 
     Ray is joined when it is already initialized or when ``ray_init_config`` has an
     ``"address"``; otherwise a local Ray instance is started, and :meth:`shutdown` stops it again.
+    Ray's servers listen on every network interface (Ray has no setting for it); a local
+    instance started here relies on Ray's token authentication (on unless ``RAY_AUTH_MODE`` is
+    ``"disabled"``, which warns). Actors receive pickled arguments: anyone admitted to the
+    cluster can run code in it.
 
     Args:
         create_env_fn: an env constructor (or an env, pickled to each worker); a list gives one
@@ -204,8 +208,7 @@ class RayCollector(DataCollectorBase):
             if config.get("address") is not None:
                 logger.info("RayCollector: Ray is already initialized; ignoring ray_init_config")
             return
-        config.setdefault("include_dashboard", False)
-        ray.init(**config)
+        _start_local_ray(ray, config, type(self).__name__)
         # Only a Ray instance started here (not a cluster joined by address) is ours to stop.
         self._started_ray = config.get("address") in (None, "local")
 

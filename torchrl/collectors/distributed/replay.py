@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchrl._utils import import_optional
+from torchrl.collectors.distributed.utils import _start_local_ray
 
 __all__ = ["RayReplayBuffer"]
 
@@ -39,7 +40,8 @@ class RayReplayBuffer:
     :meth:`update_priority`, ``len()``, :meth:`empty`, :meth:`state_dict`,
     :meth:`load_state_dict`, :meth:`dumps` and :meth:`loads` run there. Copies of this object
     (pickled into Ray actors or tasks) talk to the same actor; only the one that created it
-    kills the actor on :meth:`shutdown`. Ray is started locally if it is not running yet.
+    kills the actor on :meth:`shutdown`. Ray is started locally if it is not running yet (see
+    :class:`~torchrl.collectors.distributed.RayCollector` for what it then listens on).
 
     Args:
         *args: positional arguments of ``replay_buffer_cls``.
@@ -77,8 +79,7 @@ class RayReplayBuffer:
 
             replay_buffer_cls = ReplayBuffer
         if not ray.is_initialized():
-            config = {"include_dashboard": False, **(ray_init_config or {})}
-            ray.init(**config)
+            _start_local_ray(ray, dict(ray_init_config or {}), type(self).__name__)
         self.timeout = float(timeout)
         options = {"num_cpus": 0, **(remote_config or {})}
         self._actor = (

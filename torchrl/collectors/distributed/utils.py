@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import os
 import socket
+import warnings
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -78,23 +79,24 @@ def _verify(key: bytes, name: str, message: bytes, who: str) -> bytes:
 
 
 def _start_local_ray(ray: Any, config: dict[str, Any], who: str) -> None:
-    """``ray.init(**config)`` for a Ray instance this process starts, without the dashboard.
+    """``ray.init(**config)`` without the dashboard, warning when it starts Ray unauthenticated.
 
-    Ray's gRPC servers listen on every interface and Ray offers no setting to change it; what
-    keeps other machines out is Ray's token authentication, which Ray (2.60 checked) turns on
-    for a new local instance when ``RAY_AUTH_MODE`` is unset. Turned off (``RAY_AUTH_MODE=disabled``),
-    anyone who can reach this machine can run code in it: say so.
+    Ray's gRPC servers listen on every interface and Ray offers no setting to change it
+    (``_node_ip_address`` does not); what keeps other machines out is Ray's token
+    authentication, which Ray (2.60 checked) turns on for a new local instance when
+    ``RAY_AUTH_MODE`` is unset. With ``RAY_AUTH_MODE=disabled`` anyone who can reach this
+    machine can run code in the instance: say so.
     """
     config = {"include_dashboard": False, **config}
-    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
-        from torchrl._utils import logger
-
-        logger.warning(
-            "%s: starting Ray with RAY_AUTH_MODE=disabled: Ray's servers listen on every "
+    starts_local = config.get("address") in (None, "local")
+    if starts_local and os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+        warnings.warn(
+            f"{who}: starting Ray with RAY_AUTH_MODE=disabled: Ray's servers listen on every "
             "network interface without authentication, so any host that can reach this one "
-            "can run code here. Unset RAY_AUTH_MODE (token authentication) unless this "
-            "machine is isolated.",
-            who,
+            "can run code here. Unset RAY_AUTH_MODE (Ray then uses token authentication) "
+            "unless this machine is isolated.",
+            UserWarning,
+            stacklevel=3,
         )
     ray.init(**config)
 
