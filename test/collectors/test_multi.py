@@ -6,9 +6,11 @@ import functools
 import gc
 import os
 import signal
+import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 from _collector_helpers import RaisingEnv, SlowEnv, child_pids, counting_env, threshold_policy
@@ -42,6 +44,11 @@ class _HangingEnv(CountingEnv):
         while self.steps >= self.hang_at:
             time.sleep(60)  # alive, but never answers
         return super()._step(tensordict)
+
+
+class _OSErrorEnv(CountingEnv):
+    def _step(self, tensordict):
+        raise OSError(5, "simulator gone")
 
 
 def _open_fds() -> int:
@@ -86,11 +93,28 @@ def test_aliases():
         ({"frames_per_batch": 4, "preemptive_threshold": 0.5, "cat_results": "stack"}, "stack"),
         ({"frames_per_batch": 4, "cat_results": "concat"}, "cat_results"),
         ({"frames_per_batch": 4, "timeout": 0}, "timeout"),
+        ({"frames_per_batch": 4, "init_random_frames": -1}, "init_random_frames .* got -1"),
+        ({"frames_per_batch": 4, "max_frames_per_traj": 0}, "max_frames_per_traj .* got 0"),
+        ({"frames_per_batch": 4, "total_frames": -5}, "total_frames .* got -5"),
+        ({"frames_per_batch": 4.0}, "frames_per_batch .* got 4.0"),
+        ({"frames_per_batch": 4, "num_sub_threads": 0}, "num_sub_threads"),
     ],
 )
 def test_bad_arguments_fail_before_starting_workers(kwargs, match):
     with pytest.raises(ValueError, match=match):
         MultiSyncDataCollector([counting_env] * 2, **kwargs)
+
+
+def test_numpy_integer_counts():
+    with MultiSyncDataCollector(
+        counting_env,
+        num_workers=np.int64(2),
+        frames_per_batch=np.int64(8),
+        total_frames=np.int64(16),
+        init_random_frames=np.int64(8),
+    ) as collector:
+        assert [b.numel() for b in collector] == [8, 8]
+        assert type(collector.total_frames) is int
 
 
 def test_needs_num_workers_or_a_list():
@@ -267,6 +291,26 @@ class TestFailures:
         assert isinstance(info.value.__cause__, RemoteTraceback)
         assert "_step" in str(info.value.__cause__)
         collector.shutdown()
+
+    def test_worker_errors_name_the_worker_and_its_pid(self, cls):
+        collector = cls([counting_env, functools.partial(RaisingEnv, 3)], frames_per_batch=10)
+        pid = collector._procs[1].pid
+        with pytest.raises(ValueError) as info:
+            for _ in collector:
+                pass
+        who = f"collector worker 1 (pid {pid})"
+        assert str(info.value) == f"{who}: boom at step 3"
+        assert who in str(info.value.__cause__)  # the worker's traceback says it too
+
+    @pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes: Python 3.11")
+    def test_errors_with_structured_arguments_get_a_note(self, cls):
+        collector = cls([counting_env, _OSErrorEnv], frames_per_batch=10)
+        pid = collector._procs[1].pid
+        with pytest.raises(OSError) as info:
+            for _ in collector:
+                pass
+        assert info.value.errno == 5 and info.value.strerror == "simulator gone"  # untouched
+        assert info.value.__notes__ == [f"raised in collector worker 1 (pid {pid})"]
 
     def test_policy_exception_surfaces_with_traceback(self, cls):
         def policy(td):

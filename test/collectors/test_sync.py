@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 from _collector_helpers import counting_env, threshold_policy
@@ -64,6 +65,43 @@ class TestFrames:
     def test_bad_frames_per_batch(self, bad):
         with pytest.raises(ValueError, match="frames_per_batch"):
             SyncDataCollector(counting_env(), frames_per_batch=bad)
+
+    def test_numpy_and_other_integer_counts(self):
+        # what a Trainer (or a config loaded with numpy) passes on
+        collector = SyncDataCollector(
+            counting_env(2),
+            frames_per_batch=np.int64(4),
+            total_frames=np.int32(8),
+            init_random_frames=np.int64(4),
+            max_frames_per_traj=np.uint8(3),
+        )
+        assert type(collector.frames_per_batch) is int and collector.frames_per_batch == 4
+        assert type(collector.total_frames) is int and collector.total_frames == 8
+        assert type(collector.init_random_frames) is int and collector.init_random_frames == 4
+        assert collector.max_frames_per_traj == 3
+        assert [b.numel() for b in collector] == [4, 4]
+        forever = SyncDataCollector(counting_env(), frames_per_batch=4, total_frames=np.int64(-1))
+        assert forever.total_frames == float("inf")
+
+    @pytest.mark.parametrize(
+        "kwargs, match",
+        [
+            ({"init_random_frames": -1}, "init_random_frames must be an integer >= 0, got -1"),
+            ({"init_random_frames": np.int64(-8)}, "init_random_frames .* got -8"),
+            ({"init_random_frames": 1.5}, r"init_random_frames .* got 1\.5 \(float\)"),
+            ({"max_frames_per_traj": 0}, "max_frames_per_traj must be an integer >= 1, got 0"),
+            ({"max_frames_per_traj": -1}, "max_frames_per_traj"),
+            ({"total_frames": -2}, r"total_frames .* got -2 \(-1 or None: collect forever\)"),
+            ({"total_frames": 0}, "total_frames"),
+            ({"total_frames": 8.0}, r"total_frames .* got 8\.0 \(float\)"),
+            ({"frames_per_batch": True}, r"frames_per_batch .* got True \(bool\)"),
+            ({"frames_per_batch": np.float64(4)}, "frames_per_batch"),
+            ({"frames_per_batch": "4"}, "frames_per_batch"),
+        ],
+    )
+    def test_bad_counts_name_the_argument_and_the_value(self, kwargs, match):
+        with pytest.raises(ValueError, match=match):
+            SyncDataCollector(counting_env(), **{"frames_per_batch": 4, **kwargs})
 
 
 class TestTrajectories:

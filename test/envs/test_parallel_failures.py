@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import signal
 import time
 from functools import partial
@@ -90,7 +91,7 @@ def test_worker_exception(before):
         env.rollout(20)
     assert time.monotonic() - start < LIMIT_S
     message = str(info.value)
-    assert "ParallelEnv worker 1 raised ValueError during step" in message
+    assert re.search(r"ParallelEnv worker 1 \(pid \d+\) raised ValueError during step", message)
     assert "simulated failure at step 4" in message
     assert "Traceback" in message and "in _step" in message  # the worker's traceback
     assert env.is_closed and env.worker_pids == []
@@ -134,7 +135,9 @@ def test_worker_killed_while_idle(before):
 
 def test_construction_failure_in_worker(before):
     env = ParallelEnv(2, partial(_only_in_worker, os.getpid()))
-    with pytest.raises(RuntimeError, match="worker 0 raised RuntimeError during start"):
+    with pytest.raises(
+        RuntimeError, match=r"worker [01] \(pid \d+\) raised RuntimeError during start"
+    ):
         env.reset()
     assert _no_children_left(before)
 
@@ -189,3 +192,70 @@ def test_interrupt_leaves_no_workers(before):
         signal.signal(signal.SIGALRM, old)
     assert env.is_closed
     assert _no_children_left(before)
+
+
+class HangingEnv(CountingEnv):
+    """In a worker (not in the test's process), never returns from ``_step`` or ``_reset``."""
+
+    def __init__(self, hang_in: str, test_pid: int, **kwargs):
+        super().__init__(**kwargs)
+        self.hang_in = hang_in
+        self.test_pid = test_pid  # the env built in the test's process reads the specs
+
+    def _hang(self, where: str) -> None:
+        if where == self.hang_in and os.getpid() != self.test_pid:
+            time.sleep(120)
+
+    def _reset(self, tensordict, **kwargs):
+        self._hang("reset")
+        return super()._reset(tensordict, **kwargs)
+
+    def _step(self, tensordict):
+        self._hang("step")
+        return super()._step(tensordict)
+
+
+@pytest.mark.parametrize("hang_in", ["step", "reset"])
+def test_hung_worker_times_out(before, hang_in):
+    env = ParallelEnv(2, [CountingEnv, partial(HangingEnv, hang_in, os.getpid())], timeout=0.5)
+    env.start()
+    hung = env.worker_pids[1]
+    start = time.monotonic()
+    with pytest.raises(TimeoutError) as info:
+        env.reset() if hang_in == "reset" else env.rand_step(env.rand_action(env.fake_tensordict()))
+    elapsed = time.monotonic() - start
+    assert 0.5 <= elapsed < 3.0  # the timeout, then the shutdown
+    message = str(info.value)
+    assert re.search(rf"ParallelEnv worker 1 \(pid \d+\) sent no answer to {hang_in}", message)
+    assert "worker 0" not in message and "timeout=0.5 s" in message
+    assert f"pid {hung}" in message
+    assert env.is_closed and env.worker_pids == []
+    start = time.monotonic()
+    env.close()  # no hang
+    assert time.monotonic() - start < 0.5
+    assert _no_children_left(before)
+
+
+def test_timeout_covers_the_start(before):
+    env = ParallelEnv(1, CountingEnv, timeout=0.5)
+    env._create_env_fn = [partial(time.sleep, 120)]  # the worker never builds its env
+    with pytest.raises(TimeoutError, match=r"worker 0 \(pid \d+\) sent no answer to start"):
+        env.reset()
+    assert _no_children_left(before)
+
+
+def test_timeout_does_not_fire_on_slow_steps(before):
+    # 0.3 s per step: the rollout takes longer than the timeout, which bounds each command
+    env = ParallelEnv(2, SlowEnv, timeout=1.0)
+    assert env.rollout(4).batch_size == torch.Size([2, 4])
+    env.close()
+    env = ParallelEnv(2, SlowEnv, timeout=None)
+    assert env.rollout(1).batch_size == torch.Size([2, 1])
+    env.close()
+    assert _no_children_left(before)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), "1", True])
+def test_bad_timeout(bad):
+    with pytest.raises(ValueError, match="timeout"):
+        ParallelEnv(2, CountingEnv, timeout=bad)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import operator
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 from tensordict import TensorDictBase
 
 from torchrl._utils import logger, warn_once
@@ -154,25 +156,61 @@ class DataCollectorBase:
         raise NotImplementedError
 
 
+def check_count(name: str, arg: str, value: Any, minimum: int = 0) -> int:
+    """Validates a count: any integer (``int``, ``numpy.int64``, ...) of at least ``minimum``.
+
+    Args:
+        name: the collector's class name, for messages.
+        arg: the argument's name, for messages.
+        value: what the caller passed.
+        minimum: the smallest value accepted.
+
+    Returns:
+        ``value`` as a plain ``int``.
+
+    Raises:
+        ValueError: naming the argument and the value, for a bool, a float, any other
+            non-integer, or an integer below ``minimum``.
+
+    Examples:
+        >>> import numpy as np
+        >>> check_count("Collector", "frames_per_batch", np.int64(64), minimum=1)
+        64
+        >>> check_count("Collector", "init_random_frames", -5)
+        Traceback (most recent call last):
+        ...
+        ValueError: Collector: init_random_frames must be an integer >= 0, got -5
+    """
+    try:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError
+        count = operator.index(value)
+    except TypeError:
+        raise ValueError(
+            f"{name}: {arg} must be an integer >= {minimum}, got {value!r} ({type(value).__name__})"
+        ) from None
+    if count < minimum:
+        raise ValueError(f"{name}: {arg} must be an integer >= {minimum}, got {count}")
+    return count
+
+
 def check_frames(
-    name: str, frames_per_batch: int, total_frames: int | float | None, unit: int
+    name: str, frames_per_batch: Any, total_frames: Any, unit: int
 ) -> tuple[int, float]:
     """Validates the frame counts; rounds them up to what a batch can hold.
 
     Args:
         name: the collector's class name, for messages.
-        frames_per_batch: frames requested per batch.
-        total_frames: frames in all (``-1`` or ``None``: no end).
+        frames_per_batch: frames requested per batch: a positive integer of any integer type.
+        total_frames: frames in all: a positive integer, or ``-1``, ``None`` or ``math.inf``
+            for no end.
         unit: the frames one step adds (the number of envs stepped together).
 
     Returns:
         ``(frames_per_batch, total_frames)``: ``frames_per_batch`` rounded up to a multiple of
         ``unit``, ``total_frames`` rounded up to a multiple of it (``inf`` for no end).
     """
-    if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
-        raise ValueError(
-            f"{name}: frames_per_batch must be a positive int, got {frames_per_batch!r}"
-        )
+    frames_per_batch = check_count(name, "frames_per_batch", frames_per_batch, minimum=1)
     if frames_per_batch % unit:
         rounded = -(-frames_per_batch // unit) * unit
         warn_once(
@@ -182,8 +220,10 @@ def check_frames(
         frames_per_batch = rounded
     if total_frames is None or total_frames == -1 or total_frames == math.inf:
         return frames_per_batch, math.inf
-    if not isinstance(total_frames, int) or total_frames < 1:
-        raise ValueError(f"{name}: total_frames must be a positive int or -1, got {total_frames!r}")
+    try:
+        total_frames = check_count(name, "total_frames", total_frames, minimum=1)
+    except ValueError as err:
+        raise ValueError(f"{err} (-1 or None: collect forever)") from None
     if total_frames % frames_per_batch:
         rounded = -(-total_frames // frames_per_batch) * frames_per_batch
         warn_once(

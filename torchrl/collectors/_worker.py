@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from torchrl._processes import WorkerParent, watch_parent
 from torchrl.collectors._policy import bind_weights
 
 
@@ -101,6 +102,8 @@ def worker_main(
     num_slots: int,
     sync: bool,
     seed: int,
+    parent: WorkerParent,
+    cleanup: tuple[str, ...] = (),
 ) -> None:
     """Runs one collector in a worker process until the parent says ``"close"``.
 
@@ -119,7 +122,11 @@ def worker_main(
         sync: wait for a ``"collect"`` message before each batch (else collect continuously).
         seed: seeds the worker's torch generator (a forked worker would otherwise draw the
             same random numbers as its siblings).
+        parent: the parent process: the worker ends within a second of its death, whatever it
+            is doing (see :func:`torchrl._processes.watch_parent`).
+        cleanup: what to remove if the parent dies (its multiprocessing temp dir).
     """
+    watch_parent(parent, cleanup)
     torch.set_num_threads(num_threads)
     torch.manual_seed(seed)
     from torchrl.collectors.sync import SyncDataCollector

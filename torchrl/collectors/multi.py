@@ -4,7 +4,10 @@
 ``MultiaSyncDataCollector`` returns each worker's batch as soon as it is ready, while the worker
 fills its second buffer. Workers write batches into shared-memory buffers and announce them with
 a few bytes on a pipe; the parent blocks on ``multiprocessing.connection.wait`` over the pipes
-and the process sentinels, so a worker that raises or dies is noticed at once.
+and the process sentinels, so a worker that raises or dies is noticed at once. Workers end by
+themselves when the parent dies (:func:`torchrl._processes.watch_parent`), and use the parent's
+multiprocessing temp dir (:func:`torchrl._processes.share_temp_dir`), so that a killed worker
+leaves nothing behind in the temp dir.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from torchrl._processes import share_temp_dir, worker_parent
 from torchrl._utils import warn_once
-from torchrl.collectors._base import DataCollectorBase, check_frames
+from torchrl.collectors._base import DataCollectorBase, check_count, check_frames
 from torchrl.collectors._policy import copy_weights, device_of, share_weights
 from torchrl.collectors._worker import RemoteTraceback, SharedFlag, worker_main
 from torchrl.collectors.sync import extend_replay_buffer
@@ -119,10 +123,19 @@ class _MultiDataCollector(DataCollectorBase):
         if timeout is not None and not timeout > 0:
             raise ValueError(f"{name}: timeout must be a positive number of seconds or None")
         self.timeout = None if timeout is None else float(timeout)
+        if num_workers is not None:
+            num_workers = check_count(name, "num_workers", num_workers, minimum=1)
         fns, kwargs = _env_constructors(create_env_fn, create_env_kwargs, num_workers, name)
         n = len(fns)
         self.num_workers = n
-        check_frames(name, frames_per_batch, total_frames, 1)  # before any process starts
+        # before any process starts
+        frames_per_batch, _ = check_frames(name, frames_per_batch, total_frames, 1)
+        init_random_frames = check_count(name, "init_random_frames", init_random_frames or 0)
+        if max_frames_per_traj is not None:
+            max_frames_per_traj = check_count(name, "max_frames_per_traj", max_frames_per_traj, 1)
+        num_sub_threads = check_count(name, "num_sub_threads", num_sub_threads, minimum=1)
+        if num_threads is not None:
+            num_threads = check_count(name, "num_threads", num_threads, minimum=1)
         if use_buffers is False:
             raise ValueError(
                 f"{name} moves data through shared-memory buffers: use_buffers=False is not supported"
@@ -163,7 +176,7 @@ class _MultiDataCollector(DataCollectorBase):
             torch.set_num_threads(num_threads)
 
         per_worker = -(-frames_per_batch // n) if self._sync else frames_per_batch
-        worker_random = -(-int(init_random_frames or 0) // n)
+        worker_random = -(-init_random_frames // n)
         collector_kwargs = {
             "frames_per_batch": per_worker,
             "total_frames": -1,
@@ -192,6 +205,10 @@ class _MultiDataCollector(DataCollectorBase):
         )
         method = mp_start_method or _default_start_method()
         ctx: Any = mp.get_context(method)
+        # Before any Process object exists: they copy this process's multiprocessing config.
+        temp_dir = share_temp_dir()
+        watched = worker_parent()
+        cleanup = (temp_dir,) if temp_dir is not None else ()
         self._flag = SharedFlag()
         num_slots = 1 if self._sync else 2
         # Drawn from torch's generator, so that torch.manual_seed makes the workers repeatable.
@@ -201,6 +218,7 @@ class _MultiDataCollector(DataCollectorBase):
             args = (
                 child, i, n, fns[i], kwargs[i], policy, self._weights, collector_kwargs,
                 self._flag, num_sub_threads, num_slots, self._sync, base_seed + 7919 * i,
+                watched, cleanup,
             )  # fmt: skip
             proc = ctx.Process(
                 target=worker_main, args=args, daemon=True, name=f"collector-worker-{i}"
@@ -311,17 +329,22 @@ class _MultiDataCollector(DataCollectorBase):
                 return payload
             self._pending[j].append((got, payload))
             if got != "batch":
-                raise RuntimeError(f"collector worker {i}: expected {kind!r}, got {got!r}")
+                raise RuntimeError(f"{self._who(i)}: expected {kind!r}, got {got!r}")
 
     def _ask(self, i: int, cmd: str, arg: Any = None) -> Any:
         self._send(i, cmd, arg)
         return self._expect(i, "reply")
 
+    def _who(self, i: int) -> str:
+        return f"collector worker {i} (pid {self._procs[i].pid})"
+
     def _raise_remote(self, i: int, err: BaseException | None, text: str) -> None:
+        who = self._who(i)
         self.shutdown()
-        cause = RemoteTraceback(text)
+        cause = RemoteTraceback(f"{who}: {text}")
         if err is None:
-            raise RuntimeError(f"collector worker {i} failed:\n{text}") from cause
+            raise RuntimeError(f"{who} failed:\n{text}") from cause
+        _name_worker(err, who)
         raise err from cause
 
     def _raise_hung(self, i: int, silent_s: float) -> None:
@@ -456,6 +479,17 @@ class _MultiDataCollector(DataCollectorBase):
         )
 
 
+def _name_worker(err: BaseException, who: str) -> None:
+    """Makes an exception raised again from a worker name it (in its message where it can)."""
+    args = err.args
+    if type(err).__str__ is BaseException.__str__ and (
+        not args or (len(args) == 1 and isinstance(args[0], str))
+    ):
+        err.args = (f"{who}: {args[0]}" if args else who,)
+    elif hasattr(err, "add_note"):  # Python >= 3.11: shown under the message
+        err.add_note(f"raised in {who}")
+
+
 def _env_constructors(
     create_env_fn: Any, create_env_kwargs: Any, num_workers: int | None, name: str
 ) -> tuple[list[Any], list[dict[str, Any] | None]]:
@@ -550,7 +584,7 @@ class MultiSyncDataCollector(_MultiDataCollector):
             while waiting:
                 i, kind, payload = self._next_message(waiting)
                 if kind != "batch":
-                    raise RuntimeError(f"collector worker {i}: unexpected message {kind!r}")
+                    raise RuntimeError(f"{self._who(i)}: unexpected message {kind!r}")
                 slot, steps, buffer = payload
                 parts[i] = self._batch_view(i, slot, steps, buffer)
                 waiting.remove(i)
@@ -608,7 +642,7 @@ class MultiaSyncDataCollector(_MultiDataCollector):
                 return
             i, kind, payload = self._next_message()
             if kind != "batch":
-                raise RuntimeError(f"collector worker {i}: unexpected message {kind!r}")
+                raise RuntimeError(f"{self._who(i)}: unexpected message {kind!r}")
             slot, steps, buffer = payload
             view = self._batch_view(i, slot, steps, buffer)
             if self.replay_buffer is not None and self.postproc is None:

@@ -19,7 +19,7 @@ from torch import nn
 
 from torchrl._keys import DONE, NEXT, TERMINATED, TRUNCATED
 from torchrl._utils import warn_once
-from torchrl.collectors._base import DataCollectorBase, check_frames
+from torchrl.collectors._base import DataCollectorBase, check_count, check_frames
 from torchrl.collectors._buffer import TRAJ_KEY, BufferPool, StepWriter, allocate_batch
 from torchrl.collectors._policy import (
     DevicePolicy,
@@ -102,7 +102,9 @@ class SyncDataCollector(DataCollectorBase):
         policy: a TensorDict module (or callable) writing the action; ``None`` draws uniform
             random actions (:class:`~torchrl.envs.utils.RandomPolicy`). A plain ``nn.Module``
             whose ``forward`` arguments are observation keys is wrapped to read and write them.
-        frames_per_batch: frames in each batch.
+        frames_per_batch: frames in each batch. This and the other frame counts take any
+            integer type (``int``, ``numpy.int64``, ...); a wrong type or a negative count
+            raises ``ValueError`` naming the argument.
         total_frames: frames in all; ``-1`` collects forever (rounded up to whole batches).
         device: default for ``env_device``, ``policy_device`` and ``storing_device``.
         storing_device: where batches are stored.
@@ -110,8 +112,9 @@ class SyncDataCollector(DataCollectorBase):
             :meth:`update_policy_weights_`).
         env_device: where the env runs.
         create_env_kwargs: keyword arguments for ``create_env_fn``.
-        max_frames_per_traj: truncate (and reset) trajectories after this many steps.
-        init_random_frames: collect this many first frames with random actions.
+        max_frames_per_traj: truncate (and reset) trajectories after this many steps (>= 1;
+            ``None``: no limit).
+        init_random_frames: collect this many first frames with random actions (>= 0).
         reset_at_each_iter: reset the env at the start of every batch.
         postproc: applied to every batch (e.g. :class:`~torchrl.data.postprocs.MultiStep`).
         split_trajs: return batches split into zero-padded trajectories (see
@@ -171,6 +174,9 @@ class SyncDataCollector(DataCollectorBase):
     ) -> None:
         self._init_base()
         name = type(self).__name__
+        if max_frames_per_traj is not None:
+            max_frames_per_traj = check_count(name, "max_frames_per_traj", max_frames_per_traj, 1)
+        init_random_frames = check_count(name, "init_random_frames", init_random_frames or 0)
         env = make_env(create_env_fn, create_env_kwargs, name)
         device = torch.device(device) if device is not None else None
         env_device = torch.device(env_device) if env_device is not None else device
@@ -184,12 +190,10 @@ class SyncDataCollector(DataCollectorBase):
             name, frames_per_batch, total_frames, self.n_env
         )
         self._steps = self.frames_per_batch // self.n_env
-        if max_frames_per_traj is not None and max_frames_per_traj < 1:
-            raise ValueError(f"{name}: max_frames_per_traj must be >= 1, got {max_frames_per_traj}")
         if replay_buffer is not None and split_trajs:
             raise ValueError(f"{name}: split_trajs cannot be used with a replay_buffer")
         self.max_frames_per_traj = max_frames_per_traj
-        self.init_random_frames = int(init_random_frames or 0)
+        self.init_random_frames = init_random_frames
         self.reset_at_each_iter = bool(reset_at_each_iter)
         self.postproc = postproc
         self.split_trajs = bool(split_trajs)

@@ -11,6 +11,7 @@ step moves exactly those entries. Both batched envs step a worker's env the same
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -304,8 +305,11 @@ def _normalize_args(
     create_env_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None,
     name: str,
 ) -> tuple[list[Callable[..., EnvBase]], list[dict[str, Any]]]:
-    if not isinstance(num_workers, int) or num_workers < 1:
+    if not isinstance(num_workers, numbers.Integral) or isinstance(num_workers, bool):
+        raise TypeError(f"{name}: num_workers must be a positive int, got {num_workers!r}")
+    if num_workers < 1:
         raise ValueError(f"{name}: num_workers must be a positive int, got {num_workers!r}")
+    num_workers = int(num_workers)
     if callable(create_env_fn):
         fns = [create_env_fn] * num_workers
     else:

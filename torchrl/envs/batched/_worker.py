@@ -23,8 +23,6 @@ import os
 import pickle
 import signal
 import struct
-import threading
-import time
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
@@ -32,6 +30,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from torchrl._processes import WorkerParent, watch_parent
 from torchrl.envs._contract import _next_seed
 from torchrl.envs.batched._common import (
     _check_value,
@@ -52,9 +51,6 @@ RESET_DONE = b"1"
 PICKLED = 0x80
 
 _HEADER = struct.Struct("!i")
-# How often a worker checks that its parent is alive (its pipe may outlive the parent when a
-# process forked later holds a copy of the parent's end).
-_PARENT_CHECK_S = 1.0
 
 
 def frame(payload: bytes) -> bytes:
@@ -216,7 +212,7 @@ def worker_main(
     layouts: tuple[_Layout, _Layout, _Layout],
     buffers: tuple[TensorDictBase, TensorDictBase, TensorDictBase],
     step_present: list[bool],
-    parent_pid: int,
+    parent: WorkerParent,
     base_seed: int,
 ) -> None:
     """Builds the env, then serves the parent's commands until ``CLOSE`` or the parent is gone.
@@ -232,11 +228,13 @@ def worker_main(
         layouts: the input, step-output and reset-output layouts.
         buffers: the shared buffers matching ``layouts`` (batched shape).
         step_present: which input entries a step reads (actions and states, not the masks).
-        parent_pid: the parent's pid, to notice its death while idle.
+        parent: the parent process: the worker ends within a second of its death, even in
+            the middle of a step (see :func:`torchrl._processes.watch_parent`).
         base_seed: the parent's ``torch.initial_seed()``; torch's global generator of worker
             ``i`` is seeded from it and ``i``, so that workers draw different numbers (a fork
             would otherwise copy one generator into every worker) and runs repeat.
     """
+    watch_parent(parent)
     # Ctrl-C goes to the whole process group: the parent handles it and closes the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for other in inherited:
@@ -261,7 +259,6 @@ def worker_main(
         if env is not None:
             _close_quietly(env)
         return
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     frames = FRAMES
     try:
         write_frame(fd, frames[READY])
@@ -278,14 +275,6 @@ def worker_main(
         return  # the parent is gone
     finally:
         _close_quietly(env)
-
-
-def _watch_parent(parent_pid: int) -> None:
-    """Ends the worker when its parent is gone, even if the pipe stays open."""
-    while True:
-        time.sleep(_PARENT_CHECK_S)
-        if os.getppid() != parent_pid:
-            os._exit(1)
 
 
 def _close_quietly(env: Any) -> None:

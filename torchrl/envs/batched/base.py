@@ -77,6 +77,7 @@ class BatchedEnvBase(EnvBase):
     ) -> None:
         name = type(self).__name__
         fns, kwargs = _normalize_args(num_workers, create_env_fn, create_env_kwargs, name)
+        num_workers = len(fns)  # a plain int, whatever integer type came
         metas, built = _read_metas(fns, kwargs, keep=self._keeps_built_envs())
         first = metas[0]
         super().__init__(

@@ -8,15 +8,19 @@ sends one byte to every worker, blocks until each answers one byte, and clones t
 of the buffer. Nothing of the data is pickled.
 
 Waiting blocks in ``poll`` on the workers' pipes and process sentinels together, so a worker
-that raises is reported with its traceback, and one that dies is noticed as soon as it exits.
-After either, all workers are shut down. :class:`_WorkerPool` owns the processes, pipes and
+that raises is reported with its traceback, and one that dies is noticed as soon as it exits;
+a worker that stays silent for longer than the env's ``timeout`` is taken as hung. After any of
+these, all workers are shut down. Workers end by themselves when the parent dies
+(:func:`torchrl._processes.watch_parent`). :class:`_WorkerPool` owns the processes, pipes and
 buffers, apart from the env, so that a ``weakref.finalize`` on the env can shut them down when
 the env is garbage-collected without keeping it alive.
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
+import numbers
 import os
 import pickle
 import select
@@ -33,6 +37,7 @@ from typing import Any, NoReturn
 import torch
 from tensordict import TensorDictBase
 
+from torchrl._processes import worker_parent
 from torchrl.envs._contract import _set_leaf
 from torchrl.envs.batched._common import _get_leaf, _Layout, _unravel
 from torchrl.envs.batched._worker import (
@@ -58,6 +63,8 @@ __all__ = ["ParallelEnv"]
 _POLL_MS = 1000
 # How long close() waits for workers to exit before terminating them.
 _JOIN_S = 3.0
+# How long a worker may take to answer a command (start, step, reset, seed) by default.
+DEFAULT_TIMEOUT_S = 600.0
 _START_METHODS = ("fork", "spawn", "forkserver")
 
 
@@ -101,8 +108,10 @@ class _WorkerPool:
         buffers: tuple[TensorDictBase, TensorDictBase, TensorDictBase],
         step_present: list[bool],
         memmap_dir: str | None,
+        timeout: float | None = None,
     ) -> None:
         self.name = name
+        self.timeout = timeout
         self.procs: list[Any] = []
         self.conns: list[Connection] = []
         self.conn_fds: list[int] = []
@@ -113,6 +122,7 @@ class _WorkerPool:
         # fd -> (is_sentinel, worker index)
         self.fds: dict[int, tuple[bool, int]] = {}
         method = ctx.get_start_method()
+        parent = worker_parent()
         try:
             for i, (fn, kw) in enumerate(zip(fns, kwargs)):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -131,7 +141,7 @@ class _WorkerPool:
                         layouts,
                         buffers,
                         step_present,
-                        os.getpid(),
+                        parent,
                         torch.initial_seed(),
                     ),
                     name=f"{name}-worker-{i}",
@@ -195,8 +205,16 @@ class _WorkerPool:
         conns = self.conns
         poll = self.poller.poll
         fds = self.fds
+        timeout = self.timeout
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
         while pending:
-            events = poll(_POLL_MS)
+            wait_ms = _POLL_MS
+            if timeout is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._fail_hung(sorted(pending), command)
+                wait_ms = min(wait_ms, math.ceil(left * 1000))
+            events = poll(wait_ms)
             if not events:
                 for i in pending:
                     if self.procs[i].exitcode is not None:
@@ -211,7 +229,10 @@ class _WorkerPool:
                     self._fail_dead(i, command)
                 message = self._read(i, command)
                 if command == "start" and message != READY:
-                    raise RuntimeError(f"{self.name} worker {i}: unexpected message {message!r}")
+                    raise RuntimeError(
+                        f"{self.name} worker {i} (pid {self.procs[i].pid}): unexpected message "
+                        f"{message!r}"
+                    )
                 replies[i] = message
                 pending.discard(i)
         return [replies[i] for i in workers]
@@ -225,9 +246,10 @@ class _WorkerPool:
             reply = pickle.loads(message)
             if reply[0] == "error":
                 _, index, cmd, kind, text, trace = reply
+                pid = self.procs[index].pid
                 self.shutdown(graceful=False)
                 raise RuntimeError(
-                    f"{self.name} worker {index} raised {kind} during {cmd}: {text}\n"
+                    f"{self.name} worker {index} (pid {pid}) raised {kind} during {cmd}: {text}\n"
                     f"All workers were shut down. Traceback in the worker:\n{trace}"
                 )
         return message
@@ -246,6 +268,19 @@ class _WorkerPool:
         self.shutdown(graceful=False)
         raise RuntimeError(
             f"{self.name} worker {i} (pid {pid}) {how} during {command}; all workers were shut down"
+        )
+
+    def _fail_hung(self, hung: list[int], command: str) -> NoReturn:
+        named = ", ".join(f"worker {i} (pid {self.procs[i].pid})" for i in hung)
+        for i in hung:
+            # a hung worker would not answer CLOSE: no need to wait for it
+            self.procs[i].terminate()
+        self.shutdown(graceful=False)
+        raise TimeoutError(
+            f"{self.name} {named} sent no answer to {command} within timeout={self.timeout} s: "
+            f"a hung env? All workers were shut down and the env is closed (its next use starts "
+            f"new workers); pass a larger timeout for slower envs, or timeout=None to wait "
+            f"forever"
         )
 
     # ------------------------------------------------------------------------- shutdown
@@ -312,9 +347,11 @@ class ParallelEnv(BatchedEnvBase):
     ``python benchmarks/env_overhead.py --crossover`` measures the break-even point on a machine.
 
     Workers start on first use or :meth:`start`. An exception in a worker is raised here as a
-    ``RuntimeError`` naming the worker and carrying its traceback; a worker that dies is noticed
-    as soon as it exits. Either way all workers are shut down and the env is closed (its next
-    use starts new workers). :meth:`close` is idempotent; a garbage-collected env closes itself.
+    ``RuntimeError`` naming the worker, its pid and the command, with the worker's traceback; a
+    worker that dies is noticed as soon as it exits; one that does not answer within
+    ``timeout`` raises ``TimeoutError``. Each time all workers are shut down and the env is
+    closed (its next use starts new workers). Workers exit by themselves within a second of
+    this process's death. :meth:`close` is idempotent; a garbage-collected env closes itself.
     Worker ``i`` seeds torch's global generator from this process's ``torch.initial_seed()`` and
     ``i``: forked workers would otherwise share one random stream.
 
@@ -331,6 +368,10 @@ class ParallelEnv(BatchedEnvBase):
             ``"spawn"`` when this process runs threads a fork may deadlock (JAX, ...).
         shared_memory: buffers in shared memory (``True``) or in memory-mapped files in a
             temporary directory removed on close (``False``).
+        timeout: seconds a worker may take to answer a command (start, which builds its env;
+            step; reset; seed) before it is taken as hung (default 600: room for slow
+            simulators and env construction; ``None`` waits forever). Waiting costs nothing
+            per step: the parent blocks in ``poll`` with this deadline.
 
     Examples:
         >>> from torchrl.envs import GymEnv, ParallelEnv
@@ -352,8 +393,13 @@ class ParallelEnv(BatchedEnvBase):
         num_sub_threads: int = 1,
         mp_start_method: str | None = None,
         shared_memory: bool = True,
+        timeout: float | None = DEFAULT_TIMEOUT_S,
     ) -> None:
-        if not isinstance(num_sub_threads, int) or num_sub_threads < 1:
+        if (
+            not isinstance(num_sub_threads, numbers.Integral)
+            or isinstance(num_sub_threads, bool)
+            or num_sub_threads < 1
+        ):
             raise ValueError(
                 f"ParallelEnv: num_sub_threads must be a positive int, got {num_sub_threads!r}"
             )
@@ -362,6 +408,15 @@ class ParallelEnv(BatchedEnvBase):
                 f"ParallelEnv: mp_start_method must be one of {list(_START_METHODS)} or None, "
                 f"got {mp_start_method!r}"
             )
+        if timeout is not None and (
+            not isinstance(timeout, numbers.Real)
+            or isinstance(timeout, bool)
+            or not 0 < timeout < math.inf
+        ):
+            raise ValueError(
+                f"ParallelEnv: timeout must be a positive number of seconds or None, got "
+                f"{timeout!r}"
+            )
         self._pool: _WorkerPool | None = None
         self._finalizer: weakref.finalize | None = None
         super().__init__(num_workers, create_env_fn, create_env_kwargs)
@@ -369,9 +424,10 @@ class ParallelEnv(BatchedEnvBase):
             raise NotImplementedError(
                 f"ParallelEnv: envs on {self.device} are not supported; buffers live on the CPU"
             )
-        self.num_sub_threads = num_sub_threads
-        self.mp_start_method = mp_start_method
-        self.shared_memory = bool(shared_memory)
+        self.num_sub_threads: int = int(num_sub_threads)
+        self.mp_start_method: str | None = mp_start_method
+        self.timeout: float | None = None if timeout is None else float(timeout)
+        self.shared_memory: bool = bool(shared_memory)
 
     # ------------------------------------------------------------------------- lifecycle
     def _start(self) -> None:
@@ -406,6 +462,7 @@ class ParallelEnv(BatchedEnvBase):
                 buffers,  # type: ignore[arg-type]
                 step_present,
                 memmap_dir,
+                self.timeout,
             )
         except BaseException:
             if memmap_dir is not None:

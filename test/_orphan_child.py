@@ -1,0 +1,100 @@
+"""Parent side of test_processes.py: builds multi-process components, reports their workers' pids.
+
+The test SIGKILLs the process running these functions and checks that the workers go too.
+``run(kind, blocked, conn)`` runs in a process forked from the test (fast);
+``python _orphan_child.py`` runs every component in a fresh interpreter and prints to stdout:
+first ``ERROR <message>`` (a collector worker killed in a forked child; that child exits
+normally) and ``LEFT <pymp dirs>`` (what it left in the temp dir), then ``PIDS <pids>`` once
+every component is built, then waits to be killed.
+"""
+
+from __future__ import annotations
+
+import glob
+import multiprocessing as mp
+import os
+import signal
+import tempfile
+import time
+from typing import Any
+
+from _envs import CountingEnv
+
+KINDS = ("ParallelEnv", "MultiSyncDataCollector", "MultiaSyncDataCollector")
+
+
+class BlockingEnv(CountingEnv):
+    """A ``CountingEnv`` whose step never returns: it creates ``<marker_dir>/<pid>`` and sleeps."""
+
+    def __init__(self, marker_dir: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.marker_dir = marker_dir
+
+    def _step(self, tensordict):
+        open(os.path.join(self.marker_dir, str(os.getpid())), "w").close()
+        time.sleep(120)
+        return super()._step(tensordict)
+
+
+def build(kind: str, marker_dir: str | None = None) -> tuple[Any, list[int]]:
+    """Builds ``kind`` with 2 workers (stepping ``BlockingEnv`` if ``marker_dir`` is given)."""
+    from functools import partial
+
+    from torchrl.collectors import MultiaSyncDataCollector, MultiSyncDataCollector
+    from torchrl.envs import ParallelEnv
+
+    env_fn: Any = CountingEnv if marker_dir is None else partial(BlockingEnv, marker_dir)
+    if kind == "ParallelEnv":
+        env = ParallelEnv(2, env_fn)
+        env.reset()
+        return env, env.worker_pids
+    cls = {"MultiSyncDataCollector": MultiSyncDataCollector}.get(kind, MultiaSyncDataCollector)
+    collector = cls([env_fn] * 2, frames_per_batch=4, total_frames=-1)
+    return collector, [p.pid for p in collector._procs]
+
+
+def run(kind: str, marker_dir: str | None, conn: Any) -> None:
+    """Builds ``kind``, sends its workers' pids, then waits (in a step that blocks if asked)."""
+    component, pids = build(kind, marker_dir)
+    conn.send(pids)
+    if marker_dir is None:
+        if kind != "ParallelEnv":
+            component.next()  # workers are idle after a batch, waiting on their pipes
+        time.sleep(120)
+    elif kind == "ParallelEnv":
+        component.rand_step(component.reset())  # blocks: the workers never answer
+    else:
+        component.next()
+
+
+def _kill_a_worker(conn: Any) -> None:
+    from torchrl.collectors import MultiSyncDataCollector, WorkerError
+
+    collector = MultiSyncDataCollector([CountingEnv] * 2, frames_per_batch=4, total_frames=-1)
+    collector.next()
+    os.kill(collector._procs[1].pid, signal.SIGKILL)
+    try:
+        while True:
+            collector.next()
+    except WorkerError as err:
+        conn.send(str(err))
+    collector.shutdown()
+
+
+def main() -> None:
+    ctx = mp.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_kill_a_worker, args=(sender,))
+    child.start()
+    print("ERROR", receiver.recv(), flush=True)
+    child.join()
+    print("LEFT", glob.glob(os.path.join(tempfile.gettempdir(), "pymp-*")), flush=True)
+    built = [build(kind) for kind in KINDS]
+    for component, _ in built[1:]:
+        component.next()
+    print("PIDS", " ".join(str(pid) for _, pids in built for pid in pids), flush=True)
+    time.sleep(120)
+
+
+if __name__ == "__main__":
+    main()

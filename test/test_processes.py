@@ -1,0 +1,205 @@
+"""Worker processes never outlive their parent; temp dirs are removed (torchrl._processes).
+
+Must show: SIGKILL of the parent of every multi-process component (ParallelEnv and both
+multi-process collectors, idle or with workers blocked in a step) leaves no process after 2 s.
+The parents run in processes forked from the test (``_orphan_child.run``), and once in a fresh
+interpreter (``python _orphan_child.py``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from _orphan_child import KINDS, run
+
+from torchrl._processes import WorkerParent, share_temp_dir, watch_parent, worker_parent
+
+BOUND_S = 2.0  # the issue's bound: workers are gone within 2 s of their parent's death
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _gone_after(pids: list[int], start: float, limit: float = 10.0) -> float:
+    """Seconds from ``start`` until none of ``pids`` runs (polls; gives up after ``limit``)."""
+    while any(_alive(p) for p in pids) and time.monotonic() - start < limit:
+        time.sleep(0.01)
+    return time.monotonic() - start
+
+
+def _kill_and_time(proc: mp.process.BaseProcess, pids: list[int]) -> float:
+    assert pids and all(_alive(p) for p in pids)
+    os.kill(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    start = time.monotonic()
+    proc.join()
+    elapsed = _gone_after(pids, start)
+    for pid in pids:  # never leave a process behind, even when the test fails
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    return elapsed
+
+
+def _wait_for(predicate, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+# ------------------------------------------------------------------------ every component
+@pytest.mark.parametrize("blocked", [False, True], ids=["idle", "blocked-in-step"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_workers_exit_when_parent_is_killed(kind, blocked, tmp_path):
+    """Idle workers wait on a pipe; blocked ones sleep inside a never-ending env step."""
+    ctx = mp.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    marker_dir = str(tmp_path) if blocked else None
+    parent = ctx.Process(target=run, args=(kind, marker_dir, sender))
+    parent.start()
+    assert receiver.poll(30), "the parent did not report its workers"
+    pids = receiver.recv()
+    if blocked:  # every worker is inside its step
+        _wait_for(lambda: sorted(os.listdir(tmp_path)) == sorted(map(str, pids)))
+    elapsed = _kill_and_time(parent, pids)
+    assert elapsed < BOUND_S, f"{kind} workers still alive {elapsed:.2f} s after their parent"
+
+
+def test_fresh_interpreter_parent(tmp_path):
+    """As the issue saw it: a script's process is killed; and a killed worker's temp dir."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "_orphan_child.py")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=HERE,
+    )
+    try:
+        lines: dict[str, str] = {}
+        while "PIDS" not in lines:
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            assert line, f"the script ended early (exit code {proc.wait()})"
+            key, _, rest = line.strip().partition(" ")
+            lines[key] = rest
+        # a killed collector worker is named, and leaves no pymp-* dir once its parent exits
+        assert re.search(r"collector worker 1 \(pid \d+\) died", lines["ERROR"])
+        assert lines["LEFT"] == "[]"
+        pids = [int(p) for p in lines["PIDS"].split()]
+        assert len(pids) == 2 * len(KINDS)
+        os.kill(proc.pid, signal.SIGKILL)
+        start = time.monotonic()
+        proc.wait()
+        elapsed = _gone_after(pids, start)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+    assert elapsed < BOUND_S, f"workers still alive {elapsed:.2f} s after their parent"
+    # the parent's multiprocessing temp dir, shared with the collectors' workers, is removed
+    # by them when the parent dies
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("pymp-")]
+
+
+# --------------------------------------------------------------------------- the watchdog
+def _watching_worker(parent: WorkerParent, conn) -> None:
+    watch_parent(parent)
+    conn.send(os.getpid())
+    time.sleep(120)
+
+
+def _start_worker_from_thread(conn) -> None:
+    """A parent that starts its worker from another thread: the thread-only watchdog."""
+
+    def start() -> None:
+        worker = mp.get_context("fork").Process(
+            target=_watching_worker, args=(worker_parent(), conn), daemon=True
+        )
+        worker.start()
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    time.sleep(120)
+
+
+def test_watchdog_without_parent_death_signal():
+    ctx = mp.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    parent = ctx.Process(target=_start_worker_from_thread, args=(sender,))
+    parent.start()
+    assert receiver.poll(30)
+    worker = receiver.recv()
+    # the worker outlives the thread that started it...
+    time.sleep(0.3)
+    assert _alive(worker)
+    # ...but not its parent
+    assert _kill_and_time(parent, [worker]) < BOUND_S
+
+
+def _watch_another_process(watched: WorkerParent, conn) -> None:
+    watch_parent(watched)  # not this process's parent: as under a fork server
+    conn.send("watching")
+    time.sleep(120)
+
+
+def test_watchdog_of_a_process_that_is_not_the_parent():
+    ctx = mp.get_context("fork")
+    other = ctx.Process(target=time.sleep, args=(120,), daemon=True)
+    other.start()
+    receiver, sender = ctx.Pipe(duplex=False)
+    watched = WorkerParent(other.pid, from_main_thread=True)  # type: ignore[arg-type]
+    watcher = ctx.Process(target=_watch_another_process, args=(watched, sender), daemon=True)
+    watcher.start()
+    assert receiver.poll(30) and receiver.recv() == "watching"
+    time.sleep(0.3)
+    assert watcher.is_alive()
+    other.kill()
+    start = time.monotonic()
+    watcher.join(BOUND_S)
+    assert time.monotonic() - start < BOUND_S
+    assert watcher.exitcode == 1
+    other.join()
+
+
+def test_watchdog_exits_at_once_if_the_parent_is_already_gone():
+    ctx = mp.get_context("fork")
+    other = ctx.Process(target=time.sleep, args=(0,))
+    other.start()
+    other.join()
+    watched = WorkerParent(other.pid, from_main_thread=True)  # type: ignore[arg-type]
+    late = ctx.Process(target=watch_parent, args=(watched,))
+    late.start()
+    late.join(BOUND_S)
+    assert late.exitcode == 1
+
+
+def test_share_temp_dir_is_inherited_by_workers():
+    path = share_temp_dir()
+    assert path is not None and os.path.isdir(path)
+
+    def report(conn) -> None:
+        from multiprocessing.util import get_temp_dir
+
+        conn.send(get_temp_dir())
+
+    ctx = mp.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=report, args=(sender,))
+    child.start()
+    assert receiver.poll(30) and receiver.recv() == path
+    child.join()
