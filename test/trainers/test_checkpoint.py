@@ -510,3 +510,11 @@ def test_legacy_numpy_rng_state_still_restores():
     draws = np.random.rand(3)
     set_rng_states(legacy)
     assert np.array_equal(np.random.rand(3), draws)
+
+
+def test_checkpoint_of_earlier_version_with_numpy_rng_state_loads(tmp_path):
+    path = tmp_path / "old.pt"
+    torch.save({"rng": {"numpy": np.random.get_state()}}, path)  # the earlier layout
+    draws = np.random.rand(3)
+    set_rng_states(load_checkpoint(path)["rng"])
+    assert np.array_equal(np.random.rand(3), draws)

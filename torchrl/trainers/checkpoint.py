@@ -109,7 +109,19 @@ def load_checkpoint(
         trusted=trusted,
         map_location=map_location,
         hint="load_checkpoint(path, trusted=True) (or Trainer.load_from_file(path, trusted=True))",
+        allow=_numpy_array_globals(),
     )
+
+
+def _numpy_array_globals() -> list[Any]:
+    """What unpickling a numpy array needs (checkpoints of earlier versions hold numpy's RNG
+    state as an array). Rebuilding an array runs no user code: its elements, if objects, go
+    through the same restricted unpickler."""
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]
+    return [_reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
 
 def get_rng_states() -> dict[str, Any]:

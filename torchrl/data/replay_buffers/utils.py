@@ -111,7 +111,12 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
 
 
 def safe_torch_load(
-    path: str | Path, *, trusted: bool = False, map_location: Any = None, hint: str = ""
+    path: str | Path,
+    *,
+    trusted: bool = False,
+    map_location: Any = None,
+    hint: str = "",
+    allow: Sequence[Any] = (),
 ) -> Any:
     """Reads a file written by ``torch.save`` without running code from it, unless ``trusted``.
 
@@ -125,6 +130,8 @@ def safe_torch_load(
         trusted: allow arbitrary Python objects (and so arbitrary code) in the file.
         map_location: passed to ``torch.load``.
         hint: how to pass ``trusted=True`` at the caller's level (for the error message).
+        allow: more classes and functions safe loading may use (data types that run no code,
+            e.g. numpy's array reconstruction for files saved by older versions).
 
     Returns:
         The object saved in the file.
@@ -149,7 +156,8 @@ def safe_torch_load(
         )
         return torch.load(path, map_location=map_location, weights_only=False)
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        with torch.serialization.safe_globals(list(allow)):
+            return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         named = re.search(r"GLOBAL ([\w.]+)", str(err))
         reason = f" (it names the Python global {named.group(1)})" if named else f" ({err})"
