@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from _collector_helpers import SlowEnv, counting_env, threshold_policy
-from _net_helpers import OTHER_INTERFACE, listening, reachable_from_other_interface
+from _net_helpers import listening, reachable_from_other_interface
 
 from torchrl.collectors import WorkerError
 from torchrl.collectors.distributed import DistributedDataCollector
@@ -198,8 +198,6 @@ def test_store_listens_on_requested_address_only():
     port = store.port
     assert ("127.0.0.1", port) in listening(os.getpid())
     assert not reachable_from_other_interface(port)
-    with pytest.raises(dist.DistNetworkError):
-        dist.TCPStore(OTHER_INTERFACE, port, 2, timeout=timedelta(seconds=0.5))
     client = dist.TCPStore("127.0.0.1", port, 2, timeout=timedelta(seconds=5))
     client.set("k", b"v")
     assert store.get("k") == b"v"
