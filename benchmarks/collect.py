@@ -32,7 +32,10 @@ jobs only the CPU figures compare: with Linux autogroup scheduling
 CPU share, so extra workers get no extra CPU time (``SleepyPendulum``, whose step waits without
 using the CPU, shows the parallel speed even then). Usage:
 ``python benchmarks/collect.py [--seconds 3] [--repeats 1] [--envs CartPole-v1 Pendulum-v1 HalfCheetah-v5]
-[--cases sync_1env multisync_2w ...] [--no-peers] [--profile] [--memory 1000000]``.
+[--cases sync_1env multisync_2w ...] [--no-peers] [--profile] [--memory 1000000]
+[--no-validate-actions]``. ``--no-validate-actions`` builds our envs with
+``validate_actions=False`` (no check of the actions against the action spec), to show what the
+check costs: run once with and once without it.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ from collect_cases import DIMS, SCALE, make_net, rate  # noqa: E402  (shared wit
 SLEEP_S = 1e-3
 # Timed windows per case (the best is reported): --repeats.
 REPEATS = 1
+# Our envs check actions against their spec unless --no-validate-actions.
+VALIDATE_ACTIONS = True
 
 
 def gym_make(env_name: str) -> Any:
@@ -91,12 +96,29 @@ def make_policy(env_name: str) -> TensorDictModule:
     return TensorDictModule(make_net(env_name), in_keys=["observation"], out_keys=["action"])
 
 
-def make_env(env_name: str, num_envs: int = 0) -> GymEnv | GymWrapper:
+def make_env(
+    env_name: str, num_envs: int = 0, validate_actions: bool = True
+) -> GymEnv | GymWrapper:
     if env_name == "SleepyPendulum":
         if num_envs:
             raise ValueError("SleepyPendulum has no vector version here")
-        return GymWrapper(gym_make(env_name), categorical_action_encoding=True)
-    return GymEnv(env_name, num_envs=num_envs, categorical_action_encoding=True)
+        return GymWrapper(
+            gym_make(env_name),
+            categorical_action_encoding=True,
+            validate_actions=validate_actions,
+        )
+    return GymEnv(
+        env_name,
+        num_envs=num_envs,
+        categorical_action_encoding=True,
+        validate_actions=validate_actions,
+    )
+
+
+def _serial(n: int, env_fn: Callable[[], Any]) -> SerialEnv:
+    env = SerialEnv(n, env_fn)
+    env.validate_actions = VALIDATE_ACTIONS  # the batched env checks the stacked actions
+    return env
 
 
 def bench_collector(collector: Any, seconds: float) -> dict:
@@ -180,7 +202,8 @@ def handloop(env_name: str, vector: str, seconds: float, n: int = 8, steps: int 
 
 
 def _ours_cases(env_name: str) -> dict[str, Callable[[], Any]]:
-    env_fn = functools.partial(make_env, env_name)
+    # the flag travels in the partial: worker processes do not run main()
+    env_fn = functools.partial(make_env, env_name, validate_actions=VALIDATE_ACTIONS)
 
     def policy() -> TensorDictModule:
         return make_policy(env_name)
@@ -188,7 +211,7 @@ def _ours_cases(env_name: str) -> dict[str, Callable[[], Any]]:
     return {
         "sync_1env": lambda: SyncDataCollector(env_fn(), policy(), frames_per_batch=1000),
         "sync_serial8": lambda: SyncDataCollector(
-            SerialEnv(8, env_fn), policy(), frames_per_batch=1000
+            _serial(8, env_fn), policy(), frames_per_batch=1000
         ),
         "sync_vec8": lambda: SyncDataCollector(env_fn(8), policy(), frames_per_batch=1000),
         "multisync_2w": lambda: MultiSyncDataCollector(
@@ -210,7 +233,16 @@ def run_ours(env_name: str, seconds: float, only: list[str] | None) -> None:
             _emit({"impl": "ours", "env": env_name, "case": case, "skipped": str(err)})
             continue
         result = bench_collector(collector, seconds)
-        _emit({"impl": "ours", "env": env_name, "case": case, "torch_threads": 1, **result})
+        _emit(
+            {
+                "impl": "ours",
+                "env": env_name,
+                "case": case,
+                "torch_threads": 1,
+                "validate_actions": VALIDATE_ACTIONS,
+                **result,
+            }
+        )
     if not only or "handloop_1env" in only:
         result = handloop_single(env_name, seconds)
         _emit({"impl": "reference", "env": env_name, "case": "handloop_1env", **result})
@@ -253,7 +285,9 @@ def run_peers(envs: list[str], seconds: float) -> None:
 
 def profile(seconds: float) -> None:
     collector = SyncDataCollector(
-        make_env("CartPole-v1"), make_policy("CartPole-v1"), frames_per_batch=1000
+        make_env("CartPole-v1", validate_actions=VALIDATE_ACTIONS),
+        make_policy("CartPole-v1"),
+        frames_per_batch=1000,
     )
     it = iter(collector)
     next(it)
@@ -317,7 +351,7 @@ def _rss(pid: int) -> int:
 
 
 def memory(frames: int) -> None:
-    env_fn = functools.partial(make_env, "CartPole-v1")
+    env_fn = functools.partial(make_env, "CartPole-v1", validate_actions=VALIDATE_ACTIONS)
     collector = MultiaSyncDataCollector(
         [env_fn] * 2, make_policy("CartPole-v1"), frames_per_batch=1000, total_frames=frames
     )
@@ -360,9 +394,15 @@ def main() -> None:
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--memory", type=int, default=0, metavar="FRAMES")
+    parser.add_argument(
+        "--no-validate-actions",
+        action="store_true",
+        help="build our envs with validate_actions=False (no action checks)",
+    )
     args = parser.parse_args()
-    global REPEATS
+    global REPEATS, VALIDATE_ACTIONS
     REPEATS = max(1, args.repeats)
+    VALIDATE_ACTIONS = not args.no_validate_actions
     torch.set_num_threads(1)
     np.random.seed(0)
     if args.profile:

@@ -30,8 +30,13 @@ in-process loops; it is not inflated by other processes on a shared machine). To
 thread (``torch.set_num_threads(1)``), and so do the workers. A last line compares ratios with
 the targets of the issue. Prints one JSON object per line.
 
+Our envs check every action against the action spec (``validate_actions``, on by default);
+``--no-validate-actions`` builds them without the check, to show what it costs (run once with
+and once without; ``--breakdown`` also times the check alone).
+
 Usage: ``python benchmarks/env_overhead.py [--frames 16000] [--repeats 3] [--no-peers]
-[--envs CartPole-v1,Pendulum-v1] [--profile NAME] [--breakdown] [--crossover]``
+[--envs CartPole-v1,Pendulum-v1] [--profile NAME] [--breakdown] [--crossover]
+[--no-validate-actions]``
 (``--profile`` prints a cProfile of the named measurement to stderr, e.g. ``--profile
 "SerialEnv(8)"``; ``--breakdown`` adds the CPU cost of each layer of a batched step;
 ``--crossover`` times ``ParallelEnv(2x4)`` against ``SerialEnv(8)`` on a CartPole whose step
@@ -51,6 +56,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,6 +68,8 @@ torch.set_num_threads(1)
 N_ENVS = 8
 ROLLOUT_STEPS = 500
 RESULTS: dict[tuple[str, str], float] = {}
+# Our envs check actions against their spec unless --no-validate-actions.
+VALIDATE_ACTIONS = True
 HANDOFF = "bare 2-process hand-off(2x4)"
 
 
@@ -112,6 +120,7 @@ def _run_cases(env_name: str, cases: list[_Case], repeats: int) -> None:
             us_per_frame=round(case.best_wall / case.frames * 1e6, 2),
             cpu_us_per_frame=round(case.best_cpu / case.frames * 1e6, 2),
             torch_threads=torch.get_num_threads(),
+            validate_actions=VALIDATE_ACTIONS,
         )
 
 
@@ -274,8 +283,15 @@ def _rollout(env, steps: int) -> Callable[[], None]:
     return run
 
 
+def _validated(env: Any) -> Any:
+    """``env`` with ``validate_actions`` as asked (batched envs check at their own level)."""
+    env.validate_actions = VALIDATE_ACTIONS
+    return env
+
+
 def our_cases(env_name: str, frames: int) -> list[_Case]:
-    make = partial(GymEnv, env_name)
+    # the flag travels in the partial: worker processes build their envs from it
+    make = partial(GymEnv, env_name, validate_actions=VALIDATE_ACTIONS)
     env = make()
     env.set_seed(0)
 
@@ -291,14 +307,15 @@ def our_cases(env_name: str, frames: int) -> list[_Case]:
         _Case("GymEnv step_and_maybe_reset", "loop", frames, step_loop, env.close),
     ]
     steps = frames // N_ENVS
+    vec = partial(GymEnv, env_name, num_envs=4, validate_actions=VALIDATE_ACTIONS)
     batched = [
         ("SerialEnv(8)", lambda: SerialEnv(N_ENVS, make)),
         ("ParallelEnv(2x4)", lambda: ParallelEnv(2, partial(SerialEnv, 4, make))),
-        ("ParallelEnv(2x4 vec)", lambda: ParallelEnv(2, partial(GymEnv, env_name, num_envs=4))),
+        ("ParallelEnv(2x4 vec)", lambda: ParallelEnv(2, vec)),
         ("ParallelEnv(8)", lambda: ParallelEnv(N_ENVS, make)),
     ]
     for name, build in batched:
-        benv = build()
+        benv = _validated(build())
         benv.set_seed(0)
         cases.append(_Case(name, "rollout", steps * N_ENVS, _rollout(benv, steps), benv.close))
     return cases
@@ -317,8 +334,8 @@ def breakdown(env_name: str, steps: int) -> None:
     Random actions; finished episodes are reset as in a rollout. For ``ParallelEnv(2x4)``, the
     CPU time of the parent and of each worker (read from ``/proc``) per batched step.
     """
-    make = partial(GymEnv, env_name)
-    serial = SerialEnv(N_ENVS, make)
+    make = partial(GymEnv, env_name, validate_actions=VALIDATE_ACTIONS)
+    serial = _validated(SerialEnv(N_ENVS, make))
     serial.set_seed(0)
     envs = serial.envs
     actions = [serial.action_spec.rand()[i] for i in range(N_ENVS)]
@@ -354,7 +371,14 @@ def breakdown(env_name: str, steps: int) -> None:
         td = serial.rand_action(state["td"])
         state["td"] = serial.step_and_maybe_reset(td)[1]
 
+    single = GymEnv(env_name)
+    single_td = single.rand_action(single.reset())
+    single_check = single._spec_cache().check_actions
+    state["td"] = serial.rand_action(state["td"])
+    serial_check = serial._spec_cache().check_actions
     records = {
+        "action check alone (GymEnv)": cpu_us(lambda: single_check(single_td), steps * 10),
+        "action check alone (SerialEnv(8))": cpu_us(lambda: serial_check(state["td"]), steps * 10),
         "gymnasium env.step x8": cpu_us(gym_steps),
         "GymEnv._step x8": cpu_us(wrapper_steps),
         "EnvBase.rand_action (batch 8)": cpu_us(lambda: serial.rand_action(state["td"])),
@@ -363,9 +387,10 @@ def breakdown(env_name: str, steps: int) -> None:
         / ROLLOUT_STEPS,
     }
     serial.close()
+    single.close()
     for name, value in records.items():
         _emit(env=env_name, breakdown=name, cpu_us_per_batched_step=round(value, 1))
-    parallel = ParallelEnv(2, partial(SerialEnv, 4, make))
+    parallel = _validated(ParallelEnv(2, partial(SerialEnv, 4, make)))
     parallel.set_seed(0)
     state["td"] = parallel.reset()
 
@@ -417,7 +442,7 @@ def _costly_cartpole(cost_us: float) -> GymWrapper:
             _burn(cost_us * 1e-6)
             return self.env.step(action)
 
-    return GymWrapper(Costly(gym.make("CartPole-v1")))
+    return GymWrapper(Costly(gym.make("CartPole-v1")), validate_actions=VALIDATE_ACTIONS)
 
 
 def crossover(repeats: int) -> None:
@@ -430,6 +455,7 @@ def crossover(repeats: int) -> None:
             _Case(f"ParallelEnv(2x4) +{cost}us", "rollout", steps * N_ENVS, lambda: None),
         ]
         envs = [SerialEnv(N_ENVS, make), ParallelEnv(2, partial(SerialEnv, 4, make))]
+        envs = [_validated(env) for env in envs]
         for case, env in zip(cases, envs):
             env.set_seed(0)
             case.run, case.close = _rollout(env, steps), env.close
@@ -507,14 +533,26 @@ def main() -> None:
         "--crossover", action="store_true", help="ParallelEnv vs SerialEnv on costlier steps"
     )
     parser.add_argument("--rollout-steps", type=int, default=500, help="steps per rollout call")
+    parser.add_argument(
+        "--no-validate-actions",
+        action="store_true",
+        help="build our envs with validate_actions=False (no action checks)",
+    )
     args = parser.parse_args()
-    global ROLLOUT_STEPS
+    global ROLLOUT_STEPS, VALIDATE_ACTIONS
     ROLLOUT_STEPS = args.rollout_steps
+    VALIDATE_ACTIONS = not args.no_validate_actions
     np.random.seed(0)
     torch.manual_seed(0)
     envs = args.envs.split(",")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    _emit(note="setup", torch_threads=1, cpus=os.cpu_count(), load_avg_1min=load)
+    _emit(
+        note="setup",
+        torch_threads=1,
+        cpus=os.cpu_count(),
+        load_avg_1min=load,
+        validate_actions=VALIDATE_ACTIONS,
+    )
     for env_name in envs:
         cases = gymnasium_cases(env_name, args.frames) + our_cases(env_name, args.frames)
         for case in cases:
