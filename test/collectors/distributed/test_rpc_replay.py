@@ -171,6 +171,27 @@ def test_rendezvous_store_listens_on_loopback_only():
     assert store.get("k") == b"v"
 
 
+def test_gloo_group_of_rpc_start_binds_loopback(monkeypatch):
+    """RPC builds a gloo group with gloo's default device while it starts: on loopback here,
+    whatever GLOO_SOCKET_IFNAME said before (restored afterwards)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from _net_helpers import listening
+
+    from torchrl.collectors.distributed.rpc_replay import _gloo_on_loopback
+    from torchrl.collectors.distributed.utils import _listening_store
+
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "some-public-interface")
+    store = _listening_store("127.0.0.1", 0, 1, timedelta(seconds=5))
+    before = listening(os.getpid())
+    with _gloo_on_loopback(True):
+        group = dist.ProcessGroupGloo(store, 0, 1, timedelta(seconds=5))
+    assert {address for address, _ in listening(os.getpid()) - before} == {"127.0.0.1"}
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "some-public-interface"
+    del group
+
+
 _LISTENERS = """
 import json, os, sys, torch
 sys.path.insert(0, sys.argv[1])
