@@ -153,6 +153,18 @@ class A2CLoss(LossModule):
             next_key(keys.terminated),
         ]
 
+    def _compute_required_keys(self) -> list[NestedKey]:
+        return [*self.actor_network.in_keys, self.tensor_keys.action]
+
+    def _compute_estimator_keys(self) -> list[NestedKey]:
+        keys = self.tensor_keys
+        return [
+            *self._net_in_keys(self.critic_network),
+            next_key(keys.reward),
+            next_key(keys.done),
+            next_key(keys.terminated),
+        ]
+
     def _estimator_value_network(self) -> Any:
         return self.critic_network
 
@@ -171,7 +183,7 @@ class A2CLoss(LossModule):
             A TensorDict of loss terms (and the detached ``entropy``).
         """
         keys = self.tensor_keys
-        self._check_inputs(tensordict, [*self.actor_network.in_keys, keys.action])
+        self._check_inputs(tensordict)
         adv = tensordict.get(keys.advantage, None)
         if adv is None:
             if self.critic_network is None:
@@ -179,6 +191,7 @@ class A2CLoss(LossModule):
                     f"A2CLoss: the input has no {keys.advantage!r} entry and the loss has no "
                     "critic to compute it"
                 )
+            self._check_estimator_inputs(tensordict)
             self.value_estimator(tensordict)
             adv = tensordict.get(keys.advantage)
         dist = self.actor_network.get_dist(tensordict.copy())

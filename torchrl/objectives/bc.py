@@ -94,7 +94,7 @@ class BCLoss(LossModule):
             A TensorDict with ``loss_bc``.
         """
         key = self.tensor_keys.action
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
         if self.probabilistic:
             dist = self.actor_network.get_dist(inputs)

@@ -180,6 +180,8 @@ class LossModule(nn.Module):
         self.value_type: ValueEstimators | None = None
         self.deactivate_vmap = False
         self.in_keys: list[NestedKey] = []
+        self._required_keys: tuple[NestedKey, ...] = ()
+        self._estimator_keys: tuple[NestedKey, ...] = ()
 
     # ---- keys --------------------------------------------------------------------------------
 
@@ -214,10 +216,20 @@ class LossModule(nn.Module):
         return self
 
     def _refresh_keys(self) -> None:
-        """Recomputes ``in_keys`` after a key or network change."""
+        """Recomputes ``in_keys`` (and the keys checked by :meth:`_check_inputs`)."""
         self.in_keys = list(dict.fromkeys(self._compute_in_keys()))
+        self._required_keys = tuple(dict.fromkeys(self._compute_required_keys()))
+        self._estimator_keys = tuple(dict.fromkeys(self._compute_estimator_keys()))
 
     def _compute_in_keys(self) -> list[NestedKey]:
+        return []
+
+    def _compute_required_keys(self) -> list[NestedKey]:
+        """The keys every call reads (default: all of ``in_keys``)."""
+        return self._compute_in_keys()
+
+    def _compute_estimator_keys(self) -> list[NestedKey]:
+        """The keys read only to compute the advantage, when the data has none (default: none)."""
         return []
 
     def _adopt_out_key(self, field: str, network: Any) -> None:
@@ -235,20 +247,35 @@ class LossModule(nn.Module):
         keys = list(getattr(module, "in_keys", []))
         return keys + ([next_key(k) for k in keys] if with_next else [])
 
-    def _check_inputs(self, tensordict: TensorDictBase, keys: Sequence[NestedKey]) -> None:
-        """Raises a ``KeyError`` naming the loss and the first missing key."""
+    def _check_inputs(
+        self, tensordict: TensorDictBase, keys: Sequence[NestedKey] | None = None
+    ) -> None:
+        """Raises a ``KeyError`` naming the loss, the first missing key and the keys present.
+
+        Every loss calls it once at the start of ``forward``: one membership test per key
+        (``keys``, by default those the loss declares it always reads), nothing per element.
+
+        Args:
+            tensordict: the loss's input.
+            keys: the keys to look for (default: the loss's required keys).
+        """
         if not isinstance(tensordict, TensorDictBase):
             raise TypeError(
                 f"{type(self).__name__} takes a TensorDict (or tensors as keyword arguments), "
                 f"got {type(tensordict).__name__}"
             )
-        for key in keys:
-            if tensordict.get(key, None) is None:
-                present = sorted(map(str, tensordict.keys(True, True)))
+        present = tensordict.keys(include_nested=True)
+        for key in self._required_keys if keys is None else keys:
+            if key not in present:
+                entries = sorted(map(str, tensordict.keys(True, True)))
                 raise KeyError(
                     f"{type(self).__name__}: the input tensordict has no entry {key!r} (rename "
-                    f"the loss's keys with set_keys); entries present: {present}"
+                    f"the loss's keys with set_keys); entries present: {entries}"
                 )
+
+    def _check_estimator_inputs(self, tensordict: TensorDictBase) -> None:
+        """:meth:`_check_inputs` for the keys the value estimator reads (no advantage given)."""
+        self._check_inputs(tensordict, self._estimator_keys)
 
     # ---- networks ----------------------------------------------------------------------------
 

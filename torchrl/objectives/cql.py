@@ -202,7 +202,7 @@ class CQLLoss(SACLoss):
             A TensorDict with ``loss_actor``, ``loss_qvalue``, ``loss_cql``, ``loss_alpha``
             (``loss_alpha_prime``) and the detached ``alpha`` and ``entropy``.
         """
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         alpha = self.alpha
         acted, log_prob = self._sample(tensordict, "online")
         self._check_action(tensordict, acted)
@@ -293,7 +293,7 @@ class DiscreteCQLLoss(DQNLoss):
             A TensorDict with ``loss_qvalue`` and ``loss_cql``.
         """
         keys = self.tensor_keys
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         values = self._action_values(tensordict, "online")
         pred = _gather_action_values(
             values, tensordict.get(keys.action), self.action_space, "DiscreteCQLLoss", keys.action

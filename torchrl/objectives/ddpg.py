@@ -153,7 +153,7 @@ class DDPGLoss(LossModule):
         Returns:
             A TensorDict of loss terms and detached diagnostics.
         """
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         loss_actor = self.actor_loss(tensordict)
         loss_value, pred, target = self.value_loss(tensordict)
         tensordict.set(

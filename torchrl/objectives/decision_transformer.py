@@ -86,7 +86,7 @@ class DTLoss(LossModule):
             A TensorDict with ``loss``.
         """
         keys = self.tensor_keys
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         target = tensordict.get(keys.action_target).detach()
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
         pred = self.actor_network(inputs).get(keys.action_pred)
@@ -204,7 +204,7 @@ class OnlineDTLoss(LossModule):
             the detached ``entropy`` and ``alpha``.
         """
         keys = self.tensor_keys
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
         dist = self.actor_network.get_dist(inputs)
         log_likelihood = _log_prob(dist, tensordict, keys.action_target)

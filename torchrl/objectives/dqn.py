@@ -189,7 +189,7 @@ class DQNLoss(LossModule):
             A TensorDict with ``loss`` and the detached ``td_error`` (mean).
         """
         keys = self.tensor_keys
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         values = self._action_values(tensordict, "online")
         pred = _gather_action_values(
             values, tensordict.get(keys.action), self.action_space, "DQNLoss", keys.action
@@ -355,7 +355,7 @@ class DistributionalDQNLoss(LossModule):
             A TensorDict with ``loss``.
         """
         keys = self.tensor_keys
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         log_p = self._log_probs(tensordict, "online")  # [*B, atoms, n]
         action = tensordict.get(keys.action)
         n_atoms = log_p.shape[-2]

@@ -174,7 +174,7 @@ class IQLLoss(LossModule):
             ``entropy`` (``-log pi(a|s)`` of the data's actions, averaged).
         """
         keys = self.tensor_keys
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         with torch.no_grad():
             q_target = self._q_taken(tensordict, "target").min(0).values  # [*B, 1]
         value = self._value(tensordict)

@@ -189,6 +189,22 @@ class PPOLoss(LossModule):
             next_key(keys.terminated),
         ]
 
+    def _compute_required_keys(self) -> list[NestedKey]:
+        # "sample_log_prob" is looked up where it is read: a composite actor's
+        # log-probabilities may come per action instead (its log_prob_keys)
+        keys = self.tensor_keys
+        actions = self._action_keys if len(self._action_keys) > 1 else [keys.action]
+        return [*self.actor_network.in_keys, *actions]
+
+    def _compute_estimator_keys(self) -> list[NestedKey]:
+        keys = self.tensor_keys
+        return [
+            *self._net_in_keys(self.critic_network),
+            next_key(keys.reward),
+            next_key(keys.done),
+            next_key(keys.terminated),
+        ]
+
     def _estimator_value_network(self) -> Any:
         return self.critic_network
 
@@ -206,6 +222,7 @@ class PPOLoss(LossModule):
                     f"{type(self).__name__}: the input has no {keys.advantage!r} entry and the "
                     "loss has no critic to compute it"
                 )
+            self._check_estimator_inputs(tensordict)
             self.value_estimator(tensordict)
             adv = tensordict.get(keys.advantage)
         adv = adv.detach()
@@ -237,10 +254,11 @@ class PPOLoss(LossModule):
         lp_keys = list(getattr(self.actor_network, "log_prob_keys", None) or [])
         values = [tensordict.get(k, None) for k in lp_keys]
         if not lp_keys or any(v is None for v in values):
+            present = sorted(map(str, tensordict.keys(True, True)))
             raise KeyError(
                 f"{type(self).__name__}: the input has no {self.tensor_keys.sample_log_prob!r} "
                 "entry (log-probabilities of the data-collecting policy; set "
-                "return_log_prob=True on the actor)"
+                f"return_log_prob=True on the actor); entries present: {present}"
             )
         bdims = tensordict.batch_dims
         return sum(v.reshape(*v.shape[:bdims], -1).sum(-1) for v in values)  # type: ignore[return-value]
@@ -299,7 +317,7 @@ class PPOLoss(LossModule):
             detached ``entropy``, ``kl_approx`` (and ``clip_fraction`` / ``kl`` / ``beta`` /
             ``value_clip_fraction`` where they apply).
         """
-        self._check_inputs(tensordict, [*self.actor_network.in_keys])
+        self._check_inputs(tensordict)
         adv = self._advantage(tensordict)
         dist, log_prob, log_weight = self._dist_and_log_weight(tensordict)
         adv = self._match_adv(adv, log_weight)
@@ -432,6 +450,11 @@ class KLPENPPOLoss(PPOLoss):
         params = list(getattr(self.actor_network, "dist_params_keys", None) or [])
         return [*super()._compute_in_keys(), *params]
 
+    def _compute_required_keys(self) -> list[NestedKey]:
+        # the collecting policy's distribution parameters (for the KL term)
+        params = list(getattr(self.actor_network, "dist_params_keys", None) or [])
+        return [*super()._compute_required_keys(), *params]
+
     def _objective(
         self,
         tensordict: TensorDictBase,
@@ -440,8 +463,6 @@ class KLPENPPOLoss(PPOLoss):
         adv: Tensor,
         out: dict[str, Tensor],
     ) -> Tensor:
-        params = list(getattr(self.actor_network, "dist_params_keys", None) or [])
-        self._check_inputs(tensordict, params)
         previous = self.actor_network.build_dist_from_params(tensordict.detach())
         try:
             kl = torch.distributions.kl.kl_divergence(previous, dist)

@@ -116,7 +116,7 @@ class REDQLoss(SACLoss):
             A TensorDict with ``loss_actor``, ``loss_qvalue``, ``loss_alpha`` and the detached
             ``alpha`` and ``entropy``.
         """
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         alpha = self.alpha
         acted, log_prob = self._sample(tensordict, "online")
         self._check_action(tensordict, acted)

@@ -127,6 +127,18 @@ class ReinforceLoss(LossModule):
             next_key(keys.terminated),
         ]
 
+    def _compute_required_keys(self) -> list[NestedKey]:
+        return [*self.actor_network.in_keys, self.tensor_keys.action]
+
+    def _compute_estimator_keys(self) -> list[NestedKey]:
+        keys = self.tensor_keys
+        return [
+            *self._net_in_keys(self.critic_network),
+            next_key(keys.reward),
+            next_key(keys.done),
+            next_key(keys.terminated),
+        ]
+
     def _estimator_value_network(self) -> Any:
         return self.critic_network
 
@@ -145,7 +157,7 @@ class ReinforceLoss(LossModule):
             A TensorDict of loss terms.
         """
         keys = self.tensor_keys
-        self._check_inputs(tensordict, [*self.actor_network.in_keys, keys.action])
+        self._check_inputs(tensordict)
         adv = tensordict.get(keys.advantage, None)
         if adv is None:
             if self.critic_network is None:
@@ -156,6 +168,7 @@ class ReinforceLoss(LossModule):
             target = (
                 self.network_params("critic_network", target=True) if self.delay_value else None
             )
+            self._check_estimator_inputs(tensordict)
             self.value_estimator(tensordict, target_params=target)
             adv = tensordict.get(keys.advantage)
         dist = self.actor_network.get_dist(tensordict.copy())

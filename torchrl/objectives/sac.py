@@ -258,7 +258,7 @@ class SACLoss(LossModule):
             A TensorDict with ``loss_actor``, ``loss_qvalue`` (``loss_value`` for v1),
             ``loss_alpha`` and the detached ``alpha`` and ``entropy``.
         """
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         alpha = self.alpha
         acted, log_prob = self._sample(tensordict, "online")
         self._check_action(tensordict, acted)
@@ -455,7 +455,7 @@ class DiscreteSACLoss(LossModule):
             ``alpha`` and ``entropy``.
         """
         keys = self.tensor_keys
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         alpha = self.alpha
         probs, log_probs = self._policy(tensordict)
         q_all = self._q(tensordict, "online")  # [n_nets, *B, n]

@@ -190,7 +190,7 @@ class TD3Loss(LossModule):
         Returns:
             A TensorDict of loss terms and detached diagnostics.
         """
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         out: dict[str, Tensor] = {}
         loss_actor = self._actor_terms(tensordict, out)
         with torch.no_grad():

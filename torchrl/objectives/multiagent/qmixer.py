@@ -184,7 +184,7 @@ class QMixerLoss(LossModule):
             A TensorDict with ``loss``.
         """
         keys = self.tensor_keys
-        self._check_inputs(tensordict, self.in_keys)
+        self._check_inputs(tensordict)
         values = self._local_values(tensordict, "online")  # [*B, n_agents, n]
         chosen = _gather_action_values(
             values, tensordict.get(keys.action), self.action_space, "QMixerLoss", keys.action
