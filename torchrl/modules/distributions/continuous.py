@@ -130,7 +130,9 @@ class TanhNormal(D.Distribution):
         unit = torch.tanh(x)
         if self.safe_tanh:
             unit = unit.clamp(-1 + self._eps, 1 - self._eps)
-        return self._mid + self._half * unit
+        # mid + half * unit can round one float step past a bound: keep samples in the support
+        # (envs check actions against their bounds)
+        return torch.clamp(self._mid + self._half * unit, self._low, self._high)
 
     def rsample(self, sample_shape: ShapeLike = _NO_SAMPLE_DIMS) -> torch.Tensor:
         return self.rsample_and_log_prob(sample_shape, _score=False)[0]
