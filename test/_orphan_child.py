@@ -36,14 +36,33 @@ class BlockingEnv(CountingEnv):
         return super()._step(tensordict)
 
 
-def build(kind: str, marker_dir: str | None = None) -> tuple[Any, list[int]]:
-    """Builds ``kind`` with 2 workers (stepping ``BlockingEnv`` if ``marker_dir`` is given)."""
+class ClosingEnv(CountingEnv):
+    """A ``CountingEnv`` that creates ``<closed_dir>/<pid>`` when it is closed."""
+
+    def __init__(self, closed_dir: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.closed_dir = closed_dir
+
+    def close(self, *args: Any, **kwargs: Any) -> None:
+        open(os.path.join(self.closed_dir, str(os.getpid())), "w").close()
+        super().close(*args, **kwargs)
+
+
+def build(
+    kind: str, marker_dir: str | None = None, closed_dir: str | None = None
+) -> tuple[Any, list[int]]:
+    """Builds ``kind`` with 2 workers (stepping ``BlockingEnv`` if ``marker_dir`` is given;
+    ``ClosingEnv`` if ``closed_dir`` is)."""
     from functools import partial
 
     from torchrl.collectors import MultiaSyncDataCollector, MultiSyncDataCollector
     from torchrl.envs import ParallelEnv
 
-    env_fn: Any = CountingEnv if marker_dir is None else partial(BlockingEnv, marker_dir)
+    env_fn: Any = CountingEnv
+    if marker_dir is not None:
+        env_fn = partial(BlockingEnv, marker_dir)
+    elif closed_dir is not None:
+        env_fn = partial(ClosingEnv, closed_dir)
     if kind == "ParallelEnv":
         env = ParallelEnv(2, env_fn)
         env.reset()
@@ -53,9 +72,9 @@ def build(kind: str, marker_dir: str | None = None) -> tuple[Any, list[int]]:
     return collector, [p.pid for p in collector._procs]
 
 
-def run(kind: str, marker_dir: str | None, conn: Any) -> None:
+def run(kind: str, marker_dir: str | None, conn: Any, closed_dir: str | None = None) -> None:
     """Builds ``kind``, sends its workers' pids, then waits (in a step that blocks if asked)."""
-    component, pids = build(kind, marker_dir)
+    component, pids = build(kind, marker_dir, closed_dir)
     conn.send(pids)
     if marker_dir is None:
         if kind != "ParallelEnv":
@@ -88,7 +107,8 @@ def main() -> None:
     child.start()
     print("ERROR", receiver.recv(), flush=True)
     child.join()
-    print("LEFT", glob.glob(os.path.join(tempfile.gettempdir(), "pymp-*")), flush=True)
+    left = [os.path.join(tempfile.gettempdir(), pattern) for pattern in ("pymp-*", "torchrl-*")]
+    print("LEFT", [path for pattern in left for path in glob.glob(pattern)], flush=True)
     built = [build(kind) for kind in KINDS]
     for component, _ in built[1:]:
         component.next()

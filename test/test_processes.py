@@ -14,13 +14,12 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 from _orphan_child import KINDS, run
 
-from torchrl._processes import WorkerParent, share_temp_dir, watch_parent, worker_parent
+from torchrl._processes import use_temp_dir, watch_parent, worker_temp_dir
 
 BOUND_S = 2.0  # the issue's bound: workers are gone within 2 s of their parent's death
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -110,48 +109,28 @@ def test_fresh_interpreter_parent(tmp_path):
         proc.wait()
         proc.stdout.close()  # type: ignore[union-attr]
     assert elapsed < BOUND_S, f"workers still alive {elapsed:.2f} s after their parent"
-    # the parent's multiprocessing temp dir, shared with the collectors' workers, is removed
-    # by them when the parent dies
-    assert not [p for p in os.listdir(tmp_path) if p.startswith("pymp-")]
+    # the collectors' workers' temp dirs are removed by them when the parent dies
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(("pymp-", "torchrl-"))]
 
 
 # --------------------------------------------------------------------------- the watchdog
-def _watching_worker(parent: WorkerParent, conn) -> None:
-    watch_parent(parent)
-    conn.send(os.getpid())
-    time.sleep(120)
-
-
-def _start_worker_from_thread(conn) -> None:
-    """A parent that starts its worker from another thread: the thread-only watchdog."""
-
-    def start() -> None:
-        worker = mp.get_context("fork").Process(
-            target=_watching_worker, args=(worker_parent(), conn), daemon=True
-        )
-        worker.start()
-
-    thread = threading.Thread(target=start)
-    thread.start()
-    thread.join()
-    time.sleep(120)
-
-
-def test_watchdog_without_parent_death_signal():
+def test_idle_workers_close_their_envs_when_the_parent_dies(tmp_path):
+    """Idle workers see their pipe's end of file and close their envs before exiting."""
     ctx = mp.get_context("fork")
-    receiver, sender = ctx.Pipe(duplex=False)
-    parent = ctx.Process(target=_start_worker_from_thread, args=(sender,))
-    parent.start()
-    assert receiver.poll(30)
-    worker = receiver.recv()
-    # the worker outlives the thread that started it...
-    time.sleep(0.3)
-    assert _alive(worker)
-    # ...but not its parent
-    assert _kill_and_time(parent, [worker]) < BOUND_S
+    for kind in KINDS:
+        receiver, sender = ctx.Pipe(duplex=False)
+        closed = tmp_path / kind
+        closed.mkdir()
+        parent = ctx.Process(target=run, args=(kind, None, sender, str(closed)))
+        parent.start()
+        assert receiver.poll(30)
+        pids = receiver.recv()
+        assert _kill_and_time(parent, pids) < BOUND_S
+        # (the env that ParallelEnv builds in the parent to read the specs is closed too)
+        assert set(map(str, pids)) <= set(os.listdir(closed)), kind
 
 
-def _watch_another_process(watched: WorkerParent, conn) -> None:
+def _watch_another_process(watched: int, conn) -> None:
     watch_parent(watched)  # not this process's parent: as under a fork server
     conn.send("watching")
     time.sleep(120)
@@ -162,8 +141,7 @@ def test_watchdog_of_a_process_that_is_not_the_parent():
     other = ctx.Process(target=time.sleep, args=(120,), daemon=True)
     other.start()
     receiver, sender = ctx.Pipe(duplex=False)
-    watched = WorkerParent(other.pid, from_main_thread=True)  # type: ignore[arg-type]
-    watcher = ctx.Process(target=_watch_another_process, args=(watched, sender), daemon=True)
+    watcher = ctx.Process(target=_watch_another_process, args=(other.pid, sender), daemon=True)
     watcher.start()
     assert receiver.poll(30) and receiver.recv() == "watching"
     time.sleep(0.3)
@@ -181,25 +159,26 @@ def test_watchdog_exits_at_once_if_the_parent_is_already_gone():
     other = ctx.Process(target=time.sleep, args=(0,))
     other.start()
     other.join()
-    watched = WorkerParent(other.pid, from_main_thread=True)  # type: ignore[arg-type]
-    late = ctx.Process(target=watch_parent, args=(watched,))
+    late = ctx.Process(target=watch_parent, args=(other.pid,))
+    start = time.monotonic()
     late.start()
     late.join(BOUND_S)
-    assert late.exitcode == 1
+    assert late.exitcode == 1 and time.monotonic() - start < 0.5 * BOUND_S
 
 
-def test_share_temp_dir_is_inherited_by_workers():
-    path = share_temp_dir()
-    assert path is not None and os.path.isdir(path)
+def _adopt_temp_dir(path: str, conn) -> None:
+    from multiprocessing.util import get_temp_dir
 
-    def report(conn) -> None:
-        from multiprocessing.util import get_temp_dir
+    use_temp_dir(path)
+    conn.send(get_temp_dir())
 
-        conn.send(get_temp_dir())
 
+def test_worker_temp_dir_is_used_by_the_worker_and_removed_at_its_exit():
+    path = worker_temp_dir()
     ctx = mp.get_context("fork")
     receiver, sender = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=report, args=(sender,))
+    child = ctx.Process(target=_adopt_temp_dir, args=(path, sender))
     child.start()
     assert receiver.poll(30) and receiver.recv() == path
     child.join()
+    assert not os.path.exists(path)

@@ -2,9 +2,11 @@
 
 A worker process (of :class:`~torchrl.envs.ParallelEnv` or of a multi-process collector) must
 not outlive the process that started it: the parent's pipes may stay open after its death (a
-sibling forked later holds copies of them), so a worker blocked on a pipe, a semaphore or a
-long env step would wait forever. The parent calls :func:`worker_parent` right before starting
-its workers and passes the result to each; a worker calls :func:`watch_parent` first thing.
+process forked later holds copies of them), so a worker blocked on a pipe, a semaphore or a
+long env step would wait forever. A worker calls :func:`watch_parent` first thing, with the pid
+of its parent. A worker that sends file descriptors to its parent (shared-memory tensors) needs
+a multiprocessing temp dir: :func:`worker_temp_dir` and :func:`use_temp_dir` give it one that
+its parent removes even if the worker is killed.
 """
 
 from __future__ import annotations
@@ -12,116 +14,114 @@ from __future__ import annotations
 import os
 import select
 import shutil
-import signal
-import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from typing import NamedTuple
 
-__all__ = ["PARENT_POLL_S", "WorkerParent", "share_temp_dir", "watch_parent", "worker_parent"]
+__all__ = ["EXIT_GRACE_S", "PARENT_POLL_S", "use_temp_dir", "watch_parent", "worker_temp_dir"]
 
+# How long a worker whose parent died may take to end by itself (a worker idle on its pipe
+# sees the end of file and closes its env) before the watchdog ends it.
+EXIT_GRACE_S = 0.5
 # How often a watchdog looks at its parent where the OS gives no notification of its death
 # (no pidfd: not Linux, or a kernel older than 5.3).
 PARENT_POLL_S = 0.2
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
-class WorkerParent(NamedTuple):
-    """The process a worker watches, as :func:`worker_parent` describes it (picklable).
-
-    Attributes:
-        pid: the parent's process id.
-        from_main_thread: whether the parent starts its workers from its main thread (a
-            kernel parent-death signal follows the thread that forked, see :func:`watch_parent`).
-    """
-
-    pid: int
-    from_main_thread: bool
-
-
-def worker_parent() -> WorkerParent:
-    """Describes this process for the workers it is about to start.
-
-    Call it in the thread that starts the workers, and pass the result to each of them.
-
-    Returns:
-        A :class:`WorkerParent` for :func:`watch_parent`.
-
-    Examples:
-        >>> import os
-        >>> worker_parent().pid == os.getpid()
-        True
-    """
-    return WorkerParent(os.getpid(), threading.current_thread() is threading.main_thread())
-
-
-def share_temp_dir() -> str | None:
-    """Makes the workers started after this call use this process's multiprocessing temp dir.
+def worker_temp_dir() -> str:
+    """Creates the multiprocessing temp dir of a worker about to start (call in the parent).
 
     ``multiprocessing`` creates a ``pymp-*`` directory in a process the first time it needs
     one (a worker that sends a file descriptor to its parent, as shared-memory tensors do), and
-    removes it when that process exits normally: a worker that is killed leaves its directory
-    behind. Created here, in the parent, the directory is inherited by the workers started
-    afterwards (fork and spawn alike), holds their sockets, and is removed when the parent
-    exits; if the parent is killed, its workers remove it (see ``cleanup`` in
-    :func:`watch_parent`).
+    removes it when that process exits normally: a worker that is killed leaves it behind.
+    Made by the parent, the directory's name is known to the parent, which removes it once the
+    worker has ended however it ended; the worker adopts it with :func:`use_temp_dir`.
 
     Returns:
-        The directory, or ``None`` if this Python has no ``multiprocessing.util.get_temp_dir``
-        (workers then make their own).
+        The new, empty directory (``torchrl-mp-*`` in the system's temp dir).
 
     Examples:
-        >>> import os
-        >>> path = share_temp_dir()
-        >>> path is None or os.path.basename(path).startswith("pymp-")
-        True
+        >>> import os, shutil
+        >>> path = worker_temp_dir()
+        >>> os.path.basename(path).startswith("torchrl-mp-"), os.listdir(path)
+        (True, [])
+        >>> shutil.rmtree(path)
     """
-    try:
-        from multiprocessing.util import get_temp_dir
-    except ImportError:  # pragma: no cover - every CPython since 3.4 has it
-        return None
-    return get_temp_dir()
+    return tempfile.mkdtemp(prefix="torchrl-mp-")
+
+
+def use_temp_dir(path: str) -> None:
+    """Makes ``path`` this process's multiprocessing temp dir, removed when it exits normally.
+
+    Call it first thing in a worker, with what :func:`worker_temp_dir` returned in the parent.
+    Replaces the directory a fork or spawn would otherwise inherit from the parent (whose
+    removal is the parent's business).
+
+    Args:
+        path: an existing directory.
+
+    Examples:
+        >>> import multiprocessing as mp
+        >>> import os
+        >>> def work(path):
+        ...     use_temp_dir(path)
+        >>> path = worker_temp_dir()
+        >>> proc = mp.get_context("fork").Process(target=work, args=(path,))
+        >>> proc.start(); proc.join(); os.path.exists(path)  # removed at the worker's exit
+        False
+    """
+    from multiprocessing import current_process, util
+
+    # multiprocessing keeps the directory in the process's private config; without it (another
+    # Python), the worker keeps multiprocessing's default and the parent's removal does nothing
+    config = getattr(current_process(), "_config", None)
+    if not isinstance(config, dict):
+        return
+    config["tempdir"] = path
+    # the removal multiprocessing registers for a directory it creates (same exit priority)
+    util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=-100)
 
 
 def watch_parent(
-    parent: WorkerParent, cleanup: Sequence[str] = (), interval: float = PARENT_POLL_S
+    parent_pid: int,
+    cleanup: Sequence[str] = (),
+    grace: float = EXIT_GRACE_S,
+    interval: float = PARENT_POLL_S,
 ) -> None:
-    """Ends this process (``os._exit(1)``) as soon as its parent is gone.
+    """Ends this process soon after its parent is gone, whatever its main thread is doing.
 
     A daemon thread waits for the parent's death: on a Linux ``pidfd`` where there is one (it
-    wakes up at once and never before), else by looking every ``interval`` seconds. The thread
-    runs while the main thread sleeps, blocks on a pipe, queue or semaphore, or runs Python
-    code. When there is nothing to clean up, Linux is also asked to kill this process when its
-    parent dies (``PR_SET_PDEATHSIG``), which works even while the main thread holds the GIL in
-    C code; only if the parent started this process from its main thread, since the signal
-    follows the thread that forked. A worker started by a fork server (whose parent is the
-    server) is watched by the thread only.
+    wakes up at once and never before), else by looking every ``interval`` seconds. It then
+    leaves the process ``grace`` seconds to end by itself (a worker waiting on its pipe sees
+    the end of file and closes its env: a simulator's own processes are stopped), removes the
+    ``cleanup`` paths and ends it with ``os._exit(1)``. The thread runs while the main
+    thread sleeps, blocks on a pipe, queue or semaphore, or runs Python code; not while C code
+    holds the GIL without end. (A kernel parent-death signal would also end such a process, but
+    at once: no env would be closed and no temp dir removed.) A worker started by a fork server,
+    whose parent is the server, watches ``parent_pid`` all the same.
 
     Args:
-        parent: what :func:`worker_parent` returned in the parent.
-        cleanup: paths to remove once the parent is gone (the parent's temp dir).
+        parent_pid: the pid of the process whose death ends this one.
+        cleanup: paths to remove before ending the process (its temp dir).
+        grace: seconds the process has to end by itself after the parent's death.
         interval: seconds between two looks where there is no ``pidfd``.
 
     Examples:
         >>> import multiprocessing as mp
-        >>> def work(parent):
-        ...     watch_parent(parent)  # from now on, this process ends with its parent
-        >>> proc = mp.get_context("fork").Process(target=work, args=(worker_parent(),))
+        >>> import os
+        >>> def work(parent_pid):
+        ...     watch_parent(parent_pid)  # from now on, this process ends with its parent
+        >>> proc = mp.get_context("fork").Process(target=work, args=(os.getpid(),))
         >>> proc.start(); proc.join(); proc.exitcode
         0
     """
-    pid = parent.pid
-    direct = os.getppid() == pid  # False under forkserver, or if the parent is already gone
-    if not _alive(pid, direct):
-        _leave(cleanup)
-    if direct and parent.from_main_thread and not cleanup and sys.platform.startswith("linux"):
-        _set_parent_death_signal(signal.SIGKILL)
-        if not _alive(pid, direct):  # the parent died before the request took effect
-            _leave(cleanup)
+    direct = os.getppid() == parent_pid  # False under a fork server, or if the parent is gone
+    if not _alive(parent_pid, direct):
+        _leave(tuple(cleanup), 0.0)
     threading.Thread(
         target=_watch,
-        args=(pid, direct, tuple(cleanup), interval),
+        args=(parent_pid, direct, tuple(cleanup), grace, interval),
         name="torchrl-parent-watchdog",
         daemon=True,
     ).start()
@@ -140,17 +140,7 @@ def _alive(pid: int, direct: bool) -> bool:
     return True
 
 
-def _set_parent_death_signal(sig: int) -> None:
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    except (OSError, AttributeError):  # pragma: no cover - no prctl: the thread still watches
-        pass
-
-
-def _watch(pid: int, direct: bool, cleanup: tuple[str, ...], interval: float) -> None:
+def _watch(pid: int, direct: bool, cleanup: tuple[str, ...], grace: float, interval: float) -> None:
     fd = None
     pidfd_open = getattr(os, "pidfd_open", None)
     if pidfd_open is not None:
@@ -168,10 +158,12 @@ def _watch(pid: int, direct: bool, cleanup: tuple[str, ...], interval: float) ->
     else:
         while _alive(pid, direct):
             time.sleep(interval)
-    _leave(cleanup)
+    _leave(cleanup, grace)
 
 
-def _leave(cleanup: Sequence[str]) -> None:
+def _leave(cleanup: tuple[str, ...], grace: float) -> None:
+    if grace > 0:
+        time.sleep(grace)
     for path in cleanup:
         shutil.rmtree(path, ignore_errors=True)
     os._exit(1)

@@ -334,13 +334,17 @@ class TestFailures:
         collector = cls([slow, slow], frames_per_batch=20, total_frames=-1)
         it = iter(collector)
         next(it)
+        temp_dirs = list(collector._temp_dirs)
+        assert os.listdir(temp_dirs[1])  # the socket that sent the batch buffers
         os.kill(collector._procs[1].pid, signal.SIGKILL)
         start = time.monotonic()
-        with pytest.raises(WorkerError, match="worker 1 .* SIGKILL"):
+        with pytest.raises(WorkerError, match=r"worker 1 \(pid \d+\) .* SIGKILL"):
             for _ in range(1000):
                 next(it)
         assert time.monotonic() - start < 10
         collector.shutdown()
+        # the killed worker could not remove its multiprocessing temp dir: the parent did
+        assert not any(os.path.exists(d) for d in temp_dirs)
 
     def test_hung_worker_times_out(self, cls):
         collector = cls([counting_env, _HangingEnv], frames_per_batch=10, timeout=1.0)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from torchrl._processes import WorkerParent, watch_parent
+from torchrl._processes import use_temp_dir, watch_parent
 from torchrl.collectors._policy import bind_weights
 
 
@@ -102,8 +102,9 @@ def worker_main(
     num_slots: int,
     sync: bool,
     seed: int,
-    parent: WorkerParent,
-    cleanup: tuple[str, ...] = (),
+    parent_pid: int,
+    temp_dir: str | None = None,
+    inherited: tuple[Connection, ...] = (),
 ) -> None:
     """Runs one collector in a worker process until the parent says ``"close"``.
 
@@ -122,11 +123,18 @@ def worker_main(
         sync: wait for a ``"collect"`` message before each batch (else collect continuously).
         seed: seeds the worker's torch generator (a forked worker would otherwise draw the
             same random numbers as its siblings).
-        parent: the parent process: the worker ends within a second of its death, whatever it
-            is doing (see :func:`torchrl._processes.watch_parent`).
-        cleanup: what to remove if the parent dies (its multiprocessing temp dir).
+        parent_pid: the parent's pid: the worker ends within a second of its death, whatever
+            it is doing (see :func:`torchrl._processes.watch_parent`).
+        temp_dir: this worker's multiprocessing temp dir, made by the parent (which removes it
+            if this worker is killed); removed by this worker when it exits.
+        inherited: the parent's ends of pipes that a fork copied here; closed at once, so that
+            the parent's death ends this worker's wait for a message (it then closes its env).
     """
-    watch_parent(parent, cleanup)
+    if temp_dir is not None:
+        use_temp_dir(temp_dir)
+    watch_parent(parent_pid, cleanup=(temp_dir,) if temp_dir is not None else ())
+    for other in inherited:
+        other.close()
     torch.set_num_threads(num_threads)
     torch.manual_seed(seed)
     from torchrl.collectors.sync import SyncDataCollector

@@ -5,16 +5,18 @@
 fills its second buffer. Workers write batches into shared-memory buffers and announce them with
 a few bytes on a pipe; the parent blocks on ``multiprocessing.connection.wait`` over the pipes
 and the process sentinels, so a worker that raises or dies is noticed at once. Workers end by
-themselves when the parent dies (:func:`torchrl._processes.watch_parent`), and use the parent's
-multiprocessing temp dir (:func:`torchrl._processes.share_temp_dir`), so that a killed worker
-leaves nothing behind in the temp dir.
+themselves when the parent dies (:func:`torchrl._processes.watch_parent`), and each uses a
+multiprocessing temp dir made by the parent (:func:`torchrl._processes.worker_temp_dir`), which
+the parent removes once the worker has ended, killed or not.
 """
 
 from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import os
 import pickle
+import shutil
 import time
 import weakref
 from collections import deque
@@ -26,7 +28,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from torchrl._processes import share_temp_dir, worker_parent
+from torchrl._processes import worker_temp_dir
 from torchrl._utils import warn_once
 from torchrl.collectors._base import DataCollectorBase, check_count, check_frames
 from torchrl.collectors._policy import copy_weights, device_of, share_weights
@@ -55,7 +57,11 @@ def _default_start_method() -> str:
 
 
 def _stop_processes(
-    procs: list[Any], conns: list[Connection], flag: SharedFlag, timeout: float
+    procs: list[Any],
+    conns: list[Connection],
+    flag: SharedFlag,
+    timeout: float,
+    temp_dirs: list[str],
 ) -> None:
     flag.set()
     for conn in conns:
@@ -73,6 +79,9 @@ def _stop_processes(
             proc.join()
     for conn in conns:
         conn.close()
+    # A worker that exited normally removed its directory; a killed one could not.
+    for path in temp_dirs:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class WorkerError(RuntimeError):
@@ -119,6 +128,7 @@ class _MultiDataCollector(DataCollectorBase):
         self._init_base()
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
+        self._temp_dirs: list[str] = []
         name = type(self).__name__
         if timeout is not None and not timeout > 0:
             raise ValueError(f"{name}: timeout must be a positive number of seconds or None")
@@ -205,20 +215,26 @@ class _MultiDataCollector(DataCollectorBase):
         )
         method = mp_start_method or _default_start_method()
         ctx: Any = mp.get_context(method)
-        # Before any Process object exists: they copy this process's multiprocessing config.
-        temp_dir = share_temp_dir()
-        watched = worker_parent()
-        cleanup = (temp_dir,) if temp_dir is not None else ()
         self._flag = SharedFlag()
         num_slots = 1 if self._sync else 2
         # Drawn from torch's generator, so that torch.manual_seed makes the workers repeatable.
         base_seed = int(torch.randint(0, 2**31 - 1, ()))
+        # Stops the workers started so far (and removes their temp dirs) if this collector is
+        # garbage-collected without shutdown(), even when a later worker fails to start.
+        self._finalizer = weakref.finalize(
+            self, _stop_processes, self._procs, self._conns, self._flag, 1.0, self._temp_dirs
+        )
         for i in range(n):
             parent, child = ctx.Pipe()
+            # A forked worker holds copies of the parent-side ends opened so far: it closes
+            # them, so that the parent's death reaches it as an end of file.
+            inherited = (*self._conns, parent) if method == "fork" else ()
+            temp_dir = worker_temp_dir()
+            self._temp_dirs.append(temp_dir)
             args = (
                 child, i, n, fns[i], kwargs[i], policy, self._weights, collector_kwargs,
                 self._flag, num_sub_threads, num_slots, self._sync, base_seed + 7919 * i,
-                watched, cleanup,
+                os.getpid(), temp_dir, inherited,
             )  # fmt: skip
             proc = ctx.Process(
                 target=worker_main, args=args, daemon=True, name=f"collector-worker-{i}"
@@ -226,7 +242,9 @@ class _MultiDataCollector(DataCollectorBase):
             try:
                 proc.start()
             except (pickle.PicklingError, TypeError, AttributeError) as err:
-                _stop_processes(self._procs, self._conns, self._flag, 1.0)
+                parent.close()
+                child.close()
+                self._finalizer()  # stops the workers started so far, once
                 raise TypeError(
                     f"{name}: could not send the env constructor or the policy to a '{method}' "
                     f"worker ({err}); pass picklable callables, or use mp_start_method='fork'"
@@ -237,9 +255,6 @@ class _MultiDataCollector(DataCollectorBase):
         # When each worker was last heard from or given work: a worker that owes an answer and
         # stays silent for longer than ``timeout`` is taken as hung.
         self._silent_since = [time.monotonic()] * n
-        self._finalizer = weakref.finalize(
-            self, _stop_processes, self._procs, self._conns, self._flag, 1.0
-        )
         self._pending: list[deque[Any]] = [deque() for _ in range(n)]
         self._rr = 0
         self._buffers: list[dict[int, TensorDictBase]] = [{} for _ in range(n)]
@@ -470,7 +485,7 @@ class _MultiDataCollector(DataCollectorBase):
         self._buffers = [{} for _ in self._procs]
         self._pending = [deque() for _ in self._procs]
         self._finalizer.detach()
-        _stop_processes(self._procs, self._conns, self._flag, _JOIN_TIMEOUT_S)
+        _stop_processes(self._procs, self._conns, self._flag, _JOIN_TIMEOUT_S, self._temp_dirs)
 
     def __repr__(self) -> str:
         return (

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from torchrl._processes import WorkerParent, watch_parent
+from torchrl._processes import watch_parent
 from torchrl.envs._contract import _next_seed
 from torchrl.envs.batched._common import (
     _check_value,
@@ -212,7 +212,7 @@ def worker_main(
     layouts: tuple[_Layout, _Layout, _Layout],
     buffers: tuple[TensorDictBase, TensorDictBase, TensorDictBase],
     step_present: list[bool],
-    parent: WorkerParent,
+    parent_pid: int,
     base_seed: int,
 ) -> None:
     """Builds the env, then serves the parent's commands until ``CLOSE`` or the parent is gone.
@@ -228,13 +228,13 @@ def worker_main(
         layouts: the input, step-output and reset-output layouts.
         buffers: the shared buffers matching ``layouts`` (batched shape).
         step_present: which input entries a step reads (actions and states, not the masks).
-        parent: the parent process: the worker ends within a second of its death, even in
+        parent_pid: the parent's pid: the worker ends within a second of its death, even in
             the middle of a step (see :func:`torchrl._processes.watch_parent`).
         base_seed: the parent's ``torch.initial_seed()``; torch's global generator of worker
             ``i`` is seeded from it and ``i``, so that workers draw different numbers (a fork
             would otherwise copy one generator into every worker) and runs repeat.
     """
-    watch_parent(parent)
+    watch_parent(parent_pid)
     # Ctrl-C goes to the whole process group: the parent handles it and closes the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for other in inherited:

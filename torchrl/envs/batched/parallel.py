@@ -37,7 +37,6 @@ from typing import Any, NoReturn
 import torch
 from tensordict import TensorDictBase
 
-from torchrl._processes import worker_parent
 from torchrl.envs._contract import _set_leaf
 from torchrl.envs.batched._common import _get_leaf, _Layout, _unravel
 from torchrl.envs.batched._worker import (
@@ -122,7 +121,6 @@ class _WorkerPool:
         # fd -> (is_sentinel, worker index)
         self.fds: dict[int, tuple[bool, int]] = {}
         method = ctx.get_start_method()
-        parent = worker_parent()
         try:
             for i, (fn, kw) in enumerate(zip(fns, kwargs)):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -141,7 +139,7 @@ class _WorkerPool:
                         layouts,
                         buffers,
                         step_present,
-                        parent,
+                        os.getpid(),
                         torch.initial_seed(),
                     ),
                     name=f"{name}-worker-{i}",
