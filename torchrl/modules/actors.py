@@ -386,7 +386,10 @@ class TanhModule(TensorDictModuleBase):
             if self.clamp:
                 eps = torch.finfo(unit.dtype).eps
                 unit = unit.clamp(-1 + eps, 1 - eps)
-            tensordict.set(out_key, low + (high - low) * (unit + 1) / 2)
+            # the affine map can round one float step past a bound: envs check actions
+            # against their bounds, so the result is kept inside them
+            out = torch.clamp(low + (high - low) * (unit + 1) / 2, low, high)
+            tensordict.set(out_key, out)
         return tensordict
 
 
