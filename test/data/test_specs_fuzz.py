@@ -174,10 +174,15 @@ def bounded_oracle(low: list, high: list, dtype: torch.dtype) -> tuple[bool, str
             exp_low.append(lo_i)
             exp_high.append(hi_i)
         return True, "", (exp_low, exp_high)
-    for v in low + high:
-        if math.isfinite(v) and torch.tensor(float(v), dtype=torch.float64).to(dtype).isinf():
-            return False, "does not fit", None
-    return True, "", None
+    limit = torch.finfo(dtype).max
+    overflows = [
+        math.isfinite(v) and torch.tensor(float(v), dtype=torch.float64).to(dtype).isinf()
+        for v in low + high
+    ]
+    for v, over, is_low in zip(low + high, overflows, [True] * len(low) + [False] * len(high)):
+        if over and ((is_low and v > 0) or (not is_low and v < 0)):
+            return False, "no finite value", None
+    return True, "", limit
 
 
 @st.composite
@@ -440,7 +445,7 @@ def construction_property(recipe: Recipe) -> None:
         return
     assert recipe.valid, f"an invalid {recipe.kind} spec was built ({recipe.why}): {spec!r}"
     expected = recipe.info.get("expected")
-    if expected is not None:  # integer bounds: exactly the rounded-inwards real bounds
+    if isinstance(expected, list | tuple):  # integer bounds: exactly the rounded-inwards ones
         shape = spec.shape
         low = torch.tensor(expected[0]).reshape(-1)
         high = torch.tensor(expected[1]).reshape(-1)
@@ -450,12 +455,17 @@ def construction_property(recipe: Recipe) -> None:
         low = torch.tensor([float(v) for v in recipe.info["low"]], dtype=torch.float64)
         high = torch.tensor([float(v) for v in recipe.info["high"]], dtype=torch.float64)
         eps = torch.finfo(spec.dtype).eps
+        # finite bounds past the dtype's range sit at its largest finite value
+        low = torch.where(low.isfinite(), low.clamp(-expected, expected), low)
+        high = torch.where(high.isfinite(), high.clamp(-expected, expected), high)
         for got, want in ((spec.low, low), (spec.high, high)):
             got = got.reshape(-1).double()
             want = want.expand(got.shape)
             finite = want.isfinite()
             assert torch.equal(got[~finite], want[~finite])
-            assert torch.allclose(got[finite], want[finite], rtol=eps, atol=torch.finfo(spec.dtype).tiny)
+            assert torch.allclose(
+                got[finite], want[finite], rtol=eps, atol=torch.finfo(spec.dtype).tiny
+            )
 
 
 @pytest.mark.parametrize("examples", EXAMPLES)
@@ -655,8 +665,8 @@ def test_spec_state_machine(examples):
             lambda: BoundedCurrent(0, 1000, dtype=torch.int8),
             r"high = 1000 does not fit dtype torch.int8",
         ),
-        (lambda: BoundedCurrent(0.0, 1e6, dtype=torch.float16), "does not fit dtype torch.float16"),
-        (lambda: BoundedCurrent(-1e300, 0.0), "does not fit dtype torch.float32"),
+        (lambda: BoundedCurrent(1e6, 2e6, dtype=torch.float16), "above the largest finite"),
+        (lambda: BoundedCurrent(-1e300, -1e299), "below the smallest finite"),
         (lambda: BoundedCurrent(math.inf, math.inf, dtype=torch.int32), "no torch.int32 value"),
         (lambda: BoundedCurrent(math.nan, 1.0), "NaN"),
         (lambda: BoundedCurrent(2.0, 1.0), "low must be <= high"),
@@ -678,9 +688,20 @@ def test_infinite_integer_bounds_are_the_dtype_range():
     spec = BoundedCurrent(0.0, math.inf, dtype=torch.int64)
     assert spec.high.item() == 2**63 - 1 and spec.low.item() == 0
     assert spec.is_in(spec.rand((100,)))
-    assert spec.project(torch.tensor([1e30, -1e30, math.nan])).tolist() == [2**63 - 1, 0, 0]
+    # float64 has nothing between 2**63 - 1024 and 2**63: huge floats saturate there
+    assert spec.project(torch.tensor([1e30, -1e30, math.nan])).tolist() == [2**63 - 1024, 0, 0]
+    assert spec.project(torch.tensor([2**63 - 1, -5])).tolist() == [2**63 - 1, 0]
     small = BoundedCurrent(-math.inf, math.inf, dtype=torch.int8)
     assert (small.low.item(), small.high.item()) == (-128, 127)
+
+
+def test_float_bounds_past_the_dtype_range_stay_finite():
+    spec = BoundedCurrent(-1e300, 1e6, shape=(2,), dtype=torch.float16)
+    assert spec.low.tolist() == [-65504.0] * 2 and spec.high.tolist() == [65504.0] * 2
+    assert not spec.is_in(torch.full((2,), math.inf, dtype=torch.float16))
+    assert spec.is_in(spec.rand((50,)))
+    wide = BoundedCurrent(-1e300, 1e300)  # python floats are read as float64, not float32 inf
+    assert wide.high.item() == torch.finfo(torch.float32).max
 
 
 def test_project_clamps_before_casting():

@@ -1,10 +1,11 @@
 """Property-based tests of the specs: rand() is in the spec, project(x) is in the spec for any
-x, encode round-trips, and one-hot <-> categorical round-trips."""
+x, encode round-trips, and one-hot <-> categorical round-trips. 200 examples per property in the
+default suite, 5,000 in the ``slow`` variants (test_specs_fuzz.py fuzzes every spec kind)."""
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from torchrl.data import (
@@ -18,7 +19,25 @@ from torchrl.data import (
     Unbounded,
 )
 
-SETTINGS = settings(max_examples=40, deadline=None)
+DEFAULT_EXAMPLES = 200
+SLOW_EXAMPLES = 5000
+EXAMPLES = [
+    pytest.param(DEFAULT_EXAMPLES, id="default"),
+    pytest.param(SLOW_EXAMPLES, id="many", marks=pytest.mark.slow),
+]
+
+
+def run(body, examples, **strategies):
+    """Runs ``body`` as a hypothesis test with ``examples`` examples (200 by default, 5,000 in
+    the slow variants)."""
+    test = given(**strategies)(body)
+    settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )(test)()
+
 
 batch_shapes = st.lists(st.integers(1, 3), min_size=0, max_size=2).map(tuple)
 finite = st.floats(-1e6, 1e6, allow_nan=False, width=32)
@@ -74,38 +93,58 @@ def arbitrary_values(spec, draw, lead=(2,)):
     return torch.tensor(values, dtype=torch.float32).reshape(shape)
 
 
-@SETTINGS
-@given(spec=bounded_specs(), lead=batch_shapes)
-def test_bounded_rand_in_spec(spec, lead):
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_bounded_rand_in_spec(examples):
+    run(_bounded_rand_in_spec, examples, spec=bounded_specs(), lead=batch_shapes)
+
+
+def _bounded_rand_in_spec(spec, lead):
     sample = spec.rand(lead)
     assert sample.shape == lead + tuple(spec.shape) and spec.is_in(sample)
 
 
-@SETTINGS
-@given(spec=bounded_specs(), data=st.data())
-def test_bounded_project_in_spec(spec, data):
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_bounded_project_in_spec(examples):
+    run(_bounded_project_in_spec, examples, spec=bounded_specs(), data=st.data())
+
+
+def _bounded_project_in_spec(spec, data):
     projected = spec.project(arbitrary_values(spec, data.draw))
     assert spec.is_in(projected)
 
 
-@SETTINGS
-@given(spec=discrete_specs(), lead=batch_shapes)
-def test_discrete_rand_in_spec(spec, lead):
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_discrete_rand_in_spec(examples):
+    run(_discrete_rand_in_spec, examples, spec=discrete_specs(), lead=batch_shapes)
+
+
+def _discrete_rand_in_spec(spec, lead):
     assert spec.is_in(spec.rand(lead))
 
 
-@SETTINGS
-@given(spec=discrete_specs(), data=st.data())
-def test_discrete_project_in_spec(spec, data):
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_discrete_project_in_spec(examples):
+    run(_discrete_project_in_spec, examples, spec=discrete_specs(), data=st.data())
+
+
+def _discrete_project_in_spec(spec, data):
     values = arbitrary_values(spec, data.draw)
     assert spec.is_in(spec.project(values))
     ints = values.clamp(-10, 10).round().to(torch.int64)
     assert spec.is_in(spec.project(ints))
 
 
-@SETTINGS
-@given(spec=st.one_of(bounded_specs(), discrete_specs()), lead=batch_shapes)
-def test_encode_round_trip(spec, lead):
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_encode_round_trip(examples):
+    run(
+        _encode_round_trip,
+        examples,
+        spec=st.one_of(bounded_specs(), discrete_specs()),
+        lead=batch_shapes,
+    )
+
+
+def _encode_round_trip(spec, lead):
     value = spec.rand(lead)
     as_numpy = spec.to_numpy(value)
     encoded = spec.encode(as_numpy)
@@ -114,9 +153,18 @@ def test_encode_round_trip(spec, lead):
     assert torch.equal(spec.encode(as_numpy.tolist()), value)
 
 
-@SETTINGS
-@given(n=st.integers(1, 6), shape=batch_shapes, lead=batch_shapes)
-def test_categorical_one_hot_round_trip(n, shape, lead):
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_categorical_one_hot_round_trip(examples):
+    run(
+        _categorical_one_hot_round_trip,
+        examples,
+        n=st.integers(1, 6),
+        shape=batch_shapes,
+        lead=batch_shapes,
+    )
+
+
+def _categorical_one_hot_round_trip(n, shape, lead):
     cat = Categorical(n, shape=shape)
     idx = cat.rand(lead)
     one_hot_spec = cat.to_one_hot_spec()
@@ -128,11 +176,18 @@ def test_categorical_one_hot_round_trip(n, shape, lead):
         assert torch.equal(one_hot_spec.encode(idx), one_hot)
 
 
-@SETTINGS
-@given(
-    nvec=st.lists(st.integers(1, 5), min_size=1, max_size=4), shape=batch_shapes, lead=batch_shapes
-)
-def test_multi_one_hot_round_trip(nvec, shape, lead):
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_multi_one_hot_round_trip(examples):
+    run(
+        _multi_one_hot_round_trip,
+        examples,
+        nvec=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+        shape=batch_shapes,
+        lead=batch_shapes,
+    )
+
+
+def _multi_one_hot_round_trip(nvec, shape, lead):
     multi = MultiCategorical(nvec, shape=shape + (len(nvec),))
     idx = multi.rand(lead)
     one_hot_spec = multi.to_one_hot_spec()
@@ -144,9 +199,17 @@ def test_multi_one_hot_round_trip(nvec, shape, lead):
         assert torch.equal(one_hot_spec.encode(idx), one_hot)
 
 
-@SETTINGS
-@given(spec=st.one_of(bounded_specs(), discrete_specs()), lead=st.integers(1, 3))
-def test_composite_rand_project_in_spec(spec, lead):
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_composite_rand_project_in_spec(examples):
+    run(
+        _composite_rand_project_in_spec,
+        examples,
+        spec=st.one_of(bounded_specs(), discrete_specs()),
+        lead=st.integers(1, 3),
+    )
+
+
+def _composite_rand_project_in_spec(spec, lead):
     composite = Composite(leaf=spec, free=Unbounded(shape=(2,)))
     td = composite.rand((lead,))
     assert composite.is_in(td)
@@ -158,9 +221,15 @@ def test_composite_rand_project_in_spec(spec, lead):
     "make, dims",
     [(lambda: Bounded(0.0, 1.0, shape=(3,)), [-2, -1, 0, 1]), (lambda: OneHot(3), [-2, 0])],
 )
-@SETTINGS
-@given(count=st.integers(1, 4), data=st.data())
-def test_stacking_equal_specs(make, dims, count, data):
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_stacking_equal_specs(make, dims, examples):
+    def body(count, data):
+        _stacking_equal_specs(make, dims, count, data)
+
+    run(body, examples, count=st.integers(1, 4), data=st.data())
+
+
+def _stacking_equal_specs(make, dims, count, data):
     dim = data.draw(st.sampled_from(dims))
     specs = [make() for _ in range(count)]
     stacked = torch.stack(specs, dim)

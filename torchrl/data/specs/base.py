@@ -89,7 +89,9 @@ def _cast_int(val: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Casts a real tensor to an integer dtype without wraparound.
 
     Floats are rounded (NaN counts as 0) and every value is clamped to the dtype's range before
-    the cast, so ``300`` becomes ``127`` for ``int8``, never ``44``.
+    the cast, so ``300`` becomes ``127`` for ``int8``, never ``44``. For ``int64``, floats past
+    the largest float64 below ``2**63`` saturate there (``2**63 - 1024``): float64 has no value
+    closer to int64's maximum that still fits.
     """
     if val.dtype == dtype:
         return val
@@ -97,11 +99,9 @@ def _cast_int(val: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return val.to(dtype)
     imin, imax = _int_range(dtype)
     if val.is_floating_point():
-        work = torch.nan_to_num(val.double().round(), nan=0.0)
-        out = work.clamp(float(imin), min(float(imax), _F64_BELOW_2_63)).to(dtype)
-        if imax > _F64_BELOW_2_63:  # int64: values past the last float64 below 2**63 saturate
-            out = out.masked_fill(work > _F64_BELOW_2_63, imax)
-        return out
+        work = val.double() if val.dtype is not torch.float64 else val.clone()
+        work = torch.nan_to_num_(work.round_(), nan=0.0)
+        return work.clamp_(float(imin), min(float(imax), _F64_BELOW_2_63)).to(dtype)
     lo, hi = _int_range(val.dtype)
     if lo < imin or hi > imax:
         val = val.clamp(max(lo, imin), min(hi, imax))
@@ -556,11 +556,12 @@ class TensorSpec(ABC):
         """``val`` as a real tensor whose shape ends with ``self.shape`` (broadcast if needed)."""
         if not isinstance(val, torch.Tensor):
             val = _raw_tensor(val)
-        if val.is_complex():
+        if val.dtype.is_complex:
             raise ValueError(f"{self._name}: cannot project a complex value ({val.dtype})")
         shape = self.shape
         n = len(shape)
-        if n == 0 or val.shape[-n:] == shape:
+        vshape = val.shape
+        if vshape == shape or n == 0 or vshape[-n:] == shape:
             return val
         try:
             target: torch.Size | None = torch.broadcast_shapes(val.shape, shape)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -457,7 +457,7 @@ class Composite(TensorSpec):
         return self._project(val, ())
 
     def _project(self, val: Any, prefix: tuple[str, ...]) -> Any:
-        if not isinstance(val, (TensorDictBase, Mapping)):
+        if not isinstance(val, (TensorDictBase, MutableMapping)):
             where = f" at key {_key_repr(prefix)}" if prefix else ""
             raise ValueError(
                 f"{self._name}.project: expected a TensorDict{where}, got {_describe_value(val)}"

@@ -51,17 +51,24 @@ def _at(name: str, where: tuple[int, ...]) -> str:
 
 
 def _float_bounds(t: torch.Tensor, name: str, dtype: torch.dtype) -> torch.Tensor:
-    """``t`` cast to a float dtype; a finite bound that overflows the dtype is rejected."""
+    """``t`` cast to a float dtype. A finite bound past the dtype's range becomes its largest
+    finite value, which keeps exactly the same finite values in the spec (``high=1e6`` in
+    ``float16`` is ``65504``); a ``low`` above that range (or a ``high`` below it) leaves no
+    finite value, and is rejected."""
     out = t.to(dtype)
-    bad = out.isinf() & t.isfinite()
-    if bool(bad.any()):
-        where = _first_bad(bad)
+    over = out.isinf() & t.isfinite()
+    if not bool(over.any()):
+        return out
+    limit = torch.finfo(dtype).max
+    empty = over & ((t > 0) if name == "low" else (t < 0))
+    if bool(empty.any()):
+        where = _first_bad(empty)
+        side = "above the largest" if name == "low" else "below the smallest"
         raise ValueError(
-            f"Bounded: {_at(name, where)} = {t[where].item()!r} does not fit dtype {dtype} "
-            f"(largest finite value {torch.finfo(dtype).max!r}); use an infinite bound or a "
-            "wider dtype"
+            f"Bounded: {_at(name, where)} = {t[where].item()!r} is {side} finite value of dtype "
+            f"{dtype} ({limit!r}): no finite value lies in [low, high]; use a wider dtype"
         )
-    return out
+    return torch.where(over, torch.full((), -limit if name == "low" else limit, dtype=dtype), out)
 
 
 def _int_bounds(
@@ -240,12 +247,14 @@ class Bounded(TensorSpec):
 
     For an integer dtype, real bounds are rounded inwards (``low`` up, ``high`` down) and an
     infinite bound stands for the dtype's minimum or maximum; finite bounds must fit the dtype.
-    For a float dtype, finite bounds must not overflow it (``1e6`` does not fit ``float16``).
+    For a float dtype, a finite bound past the dtype's range becomes its largest finite value
+    (same finite values: ``high=1e6`` is ``65504`` in ``float16``), never ``inf``.
 
     Raises:
-        ValueError: when ``low > high`` anywhere, when a bound is NaN or does not fit the dtype,
-            when no value of an integer dtype lies in ``[low, high]``, when the bounds do not
-            broadcast to ``shape``, or for a bool/complex dtype.
+        ValueError: when ``low > high`` anywhere, when a bound is NaN, when a finite integer
+            bound does not fit the dtype, when no (finite) value of the dtype lies in
+            ``[low, high]``, when the bounds do not broadcast to ``shape``, or for a
+            bool/complex dtype.
 
     Examples:
         >>> import torch
@@ -449,15 +458,18 @@ class Bounded(TensorSpec):
             ValueError: when ``val``'s shape does not broadcast to the spec's shape.
         """
         val = self._project_input(val)
+        if _is_int_dtype(self.dtype):
+            out = _cast_int(val, self.dtype)
+        else:
+            out = val.to(self.dtype) if val.dtype != self.dtype else val
+            out = torch.nan_to_num(out, nan=0.0, posinf=math.inf, neginf=-math.inf)
+        if self._scalar is not None:
+            # Python-number bounds: no broadcast of the bound tensors.
+            return out.clamp(*self._scalar)
         low, high = self.low, self.high
         if low.device != val.device:
             low, high = low.to(val.device), high.to(val.device)
-        if _is_int_dtype(self.dtype):
-            return _cast_int(val, self.dtype).clamp(low, high)
-        if val.dtype != self.dtype:
-            val = val.to(self.dtype)
-        val = torch.nan_to_num(val, nan=0.0, posinf=math.inf, neginf=-math.inf)
-        return val.clamp(low, high)
+        return out.clamp(low, high)
 
     def __eq__(self, other: object) -> bool:
         return (
