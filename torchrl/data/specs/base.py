@@ -641,11 +641,15 @@ class TensorSpec(ABC):
             safe: check ``val`` with ``assert_is_in`` first.
 
         Returns:
-            A numpy array (on CPU).
+            A numpy array (on CPU); ``bfloat16``, which numpy lacks, becomes ``float32``
+            (exactly: every ``bfloat16`` value is a ``float32``).
         """
         if safe:
             self.assert_is_in(val)
-        return val.detach().cpu().numpy()
+        val = val.detach().cpu()
+        if val.dtype is torch.bfloat16:
+            val = val.float()
+        return val.numpy()
 
     # ----------------------------------------------------------------- device and dtype
     def _copy_with(self, shape: torch.Size, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:

@@ -460,16 +460,21 @@ class Bounded(TensorSpec):
         val = self._project_input(val)
         if _is_int_dtype(self.dtype):
             out = _cast_int(val, self.dtype)
+        elif not val.is_floating_point():
+            out = val.to(self.dtype)
+        elif val.dtype != self.dtype:
+            out = torch.nan_to_num_(val.to(self.dtype), nan=0.0, posinf=math.inf, neginf=-math.inf)
         else:
-            out = val.to(self.dtype) if val.dtype != self.dtype else val
-            out = torch.nan_to_num(out, nan=0.0, posinf=math.inf, neginf=-math.inf)
+            out = torch.nan_to_num(val, nan=0.0, posinf=math.inf, neginf=-math.inf)
+        # ``out`` is a fresh tensor unless the cast was a no-op: clamp it in place then.
+        clamp = out.clamp if out is val else out.clamp_
         if self._scalar is not None:
             # Python-number bounds: no broadcast of the bound tensors.
-            return out.clamp(*self._scalar)
+            return clamp(*self._scalar)
         low, high = self.low, self.high
         if low.device != val.device:
             low, high = low.to(val.device), high.to(val.device)
-        return out.clamp(low, high)
+        return clamp(low, high)
 
     def __eq__(self, other: object) -> bool:
         return (

@@ -230,12 +230,27 @@ class Stacked(TensorSpec):
         return None
 
     def project(self, val: Any) -> Any:
-        """Projects each slice of ``val`` with its spec and stacks the results back."""
+        """Projects each slice of ``val`` with its spec and stacks the results back.
+
+        Args:
+            val: a value with ``len(specs)`` entries along the stack dim, or a list of them.
+
+        Returns:
+            The projected value (a list for a list).
+
+        Raises:
+            ValueError: naming the stack entry, when a slice cannot be projected (its shape).
+        """
         split = self._split(val)
         if isinstance(split, str):
             raise ValueError(f"{self._name}: cannot project: {split}")
         elements, p = split
-        out = [s.project(e) for s, e in zip(self._specs, elements)]
+        out = []
+        for i, (spec, element) in enumerate(zip(self._specs, elements)):
+            try:
+                out.append(spec.project(element))
+            except (ValueError, KeyError) as err:
+                raise type(err)(f"{self._name}: stack entry {i}: {err}") from err
         return out if isinstance(val, (list, tuple)) else self._combine(out, p)
 
     def encode(self, val: Any, *, ignore_device: bool = False) -> Any:
