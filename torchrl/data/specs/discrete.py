@@ -216,7 +216,8 @@ class OneHot(TensorSpec):
         n: number of categories (> 0).
         shape: the value's shape, ending with ``n`` (default ``(n,)``).
         device: where values live (``None``: wherever they come).
-        dtype: bool (default) or an integer dtype.
+        dtype: bool (default) or an integer dtype (any of them holds the 0/1 entries, whatever
+            ``n``; indices from ``to_categorical`` are int64).
         mask: bool tensor broadcastable to ``shape``; ``False`` forbids a category.
 
     Raises:
@@ -424,7 +425,7 @@ class Binary(TensorSpec):
         n: number of entries, the last dim of ``shape`` (inferred from ``shape`` when omitted).
         shape: the value's shape (default ``(n,)``).
         device: where values live (``None``: wherever they come).
-        dtype: an integer or bool dtype (default ``torch.int8``).
+        dtype: an integer or bool dtype (default ``torch.int8``; any of them holds 0/1).
 
     Raises:
         ValueError: when neither ``n`` nor ``shape`` is given, ``shape[-1] != n``, or a float

@@ -275,7 +275,8 @@ class MultiOneHot(TensorSpec):
         nvec: categories of each sub-action.
         shape: the value's shape, ending with ``sum(nvec)`` (default ``(sum(nvec),)``).
         device: where values live (``None``: wherever they come).
-        dtype: bool (default) or an integer dtype.
+        dtype: bool (default) or an integer dtype (any of them holds the 0/1 entries, whatever
+            ``nvec``).
         mask: bool tensor broadcastable to ``shape``; ``False`` forbids a category.
 
     Raises:
