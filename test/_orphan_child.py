@@ -49,7 +49,10 @@ class ClosingEnv(CountingEnv):
 
 
 def build(
-    kind: str, marker_dir: str | None = None, closed_dir: str | None = None
+    kind: str,
+    marker_dir: str | None = None,
+    closed_dir: str | None = None,
+    start_method: str | None = None,
 ) -> tuple[Any, list[int]]:
     """Builds ``kind`` with 2 workers (stepping ``BlockingEnv`` if ``marker_dir`` is given;
     ``ClosingEnv`` if ``closed_dir`` is)."""
@@ -64,23 +67,31 @@ def build(
     elif closed_dir is not None:
         env_fn = partial(ClosingEnv, closed_dir)
     if kind == "ParallelEnv":
-        env = ParallelEnv(2, env_fn)
+        env = ParallelEnv(2, env_fn, mp_start_method=start_method)
         env.reset()
         return env, env.worker_pids
     cls = {"MultiSyncDataCollector": MultiSyncDataCollector}.get(kind, MultiaSyncDataCollector)
-    collector = cls([env_fn] * 2, frames_per_batch=4, total_frames=-1)
+    collector = cls([env_fn] * 2, frames_per_batch=4, total_frames=-1, mp_start_method=start_method)
     return collector, [p.pid for p in collector._procs]
 
 
-def run(kind: str, marker_dir: str | None, conn: Any, closed_dir: str | None = None) -> None:
+def run(
+    kind: str,
+    marker_dir: str | None,
+    conn: Any,
+    closed_dir: str | None = None,
+    start_method: str | None = None,
+) -> None:
     """Builds ``kind``, sends its workers' pids, then waits (in a step that blocks if asked)."""
-    component, pids = build(kind, marker_dir, closed_dir)
-    conn.send(pids)
+    component, pids = build(kind, marker_dir, closed_dir, start_method)
     if marker_dir is None:
         if kind != "ParallelEnv":
             component.next()  # workers are idle after a batch, waiting on their pipes
+        conn.send(pids)
         time.sleep(120)
-    elif kind == "ParallelEnv":
+        return
+    conn.send(pids)
+    if kind == "ParallelEnv":
         component.rand_step(component.reset())  # blocks: the workers never answer
     else:
         component.next()

@@ -78,6 +78,22 @@ def test_workers_exit_when_parent_is_killed(kind, blocked, tmp_path):
     assert elapsed < BOUND_S, f"{kind} workers still alive {elapsed:.2f} s after their parent"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_workers_started_otherwise_exit_too(kind, start_method):
+    """Workers in fresh interpreters: their parent's end of file must not wait for the
+    interpreter's teardown (seconds with torch loaded); a fork server is not their parent."""
+    ctx = mp.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    parent = ctx.Process(target=run, args=(kind, None, sender, None, start_method))
+    parent.start()
+    assert receiver.poll(120), "the parent did not report its workers"
+    pids = receiver.recv()
+    elapsed = _kill_and_time(parent, pids)
+    assert elapsed < BOUND_S, f"{kind} workers still alive {elapsed:.2f} s after their parent"
+
+
 def test_fresh_interpreter_parent(tmp_path):
     """As the issue saw it: a script's process is killed; and a killed worker's temp dir."""
     env = dict(os.environ, TMPDIR=str(tmp_path))

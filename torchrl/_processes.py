@@ -14,12 +14,22 @@ from __future__ import annotations
 import os
 import select
 import shutil
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from typing import NoReturn
 
-__all__ = ["EXIT_GRACE_S", "PARENT_POLL_S", "use_temp_dir", "watch_parent", "worker_temp_dir"]
+__all__ = [
+    "EXIT_GRACE_S",
+    "PARENT_POLL_S",
+    "exit_worker",
+    "parent_gone",
+    "use_temp_dir",
+    "watch_parent",
+    "worker_temp_dir",
+]
 
 # How long a worker whose parent died may take to end by itself (a worker idle on its pipe
 # sees the end of file and closes its env) before the watchdog ends it.
@@ -27,6 +37,8 @@ EXIT_GRACE_S = 0.5
 # How often a watchdog looks at its parent where the OS gives no notification of its death
 # (no pidfd: not Linux, or a kernel older than 5.3).
 PARENT_POLL_S = 0.2
+# (parent pid, whether it is this process's parent), set by watch_parent
+_watched: tuple[int, bool] | None = None
 
 
 def worker_temp_dir() -> str:
@@ -116,7 +128,9 @@ def watch_parent(
         >>> proc.start(); proc.join(); proc.exitcode
         0
     """
+    global _watched
     direct = os.getppid() == parent_pid  # False under a fork server, or if the parent is gone
+    _watched = (parent_pid, direct)
     if not _alive(parent_pid, direct):
         _leave(tuple(cleanup), 0.0)
     threading.Thread(
@@ -125,6 +139,54 @@ def watch_parent(
         name="torchrl-parent-watchdog",
         daemon=True,
     ).start()
+
+
+def parent_gone() -> bool:
+    """Whether the parent this process watches (see :func:`watch_parent`) has died.
+
+    Returns:
+        ``False`` while the parent lives, or when this process watches no parent.
+
+    Examples:
+        >>> parent_gone()  # this process watches no parent
+        False
+    """
+    if _watched is None:
+        return False
+    return not _alive(*_watched)
+
+
+def exit_worker(code: int = 0) -> NoReturn:
+    """Ends this worker process now, once its parent is gone and its env is closed.
+
+    Runs what a worker runs when it returns (``multiprocessing``'s exit handlers: sockets and
+    temp dirs are removed), flushes the standard streams, and skips the interpreter's teardown,
+    which takes seconds with torch loaded (``spawn`` and ``forkserver`` workers tear down;
+    forked ones skip it anyway).
+
+    Args:
+        code: the exit code.
+
+    Examples:
+        >>> import multiprocessing as mp
+        >>> proc = mp.get_context("fork").Process(target=exit_worker, args=(3,))
+        >>> proc.start(); proc.join(); proc.exitcode
+        3
+    """
+    from multiprocessing import util
+
+    exit_handlers = getattr(util, "_exit_function", None)  # private: absent elsewhere
+    if exit_handlers is not None:
+        try:
+            exit_handlers()
+        except Exception:  # noqa: BLE001 - the process ends either way
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _alive(pid: int, direct: bool) -> bool:

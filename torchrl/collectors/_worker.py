@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from torchrl._processes import use_temp_dir, watch_parent
+from torchrl._processes import exit_worker, parent_gone, use_temp_dir, watch_parent
 from torchrl.collectors._policy import bind_weights
 
 
@@ -164,6 +164,8 @@ def worker_main(
             except Exception:  # noqa: BLE001 - the parent already knows, or is gone
                 pass
         conn.close()
+        if parent_gone():
+            exit_worker()  # now, rather than after the interpreter's teardown
 
 
 def _serve(

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from torchrl._processes import watch_parent
+from torchrl._processes import exit_worker, parent_gone, watch_parent
 from torchrl.envs._contract import _next_seed
 from torchrl.envs.batched._common import (
     _check_value,
@@ -272,9 +272,11 @@ def worker_main(
                 reply = _error_frame(index, _command_name(message), err)
             write_frame(fd, frames.get(reply) or frame(reply))
     except (EOFError, OSError):
-        return  # the parent is gone
+        pass  # the parent is gone (or closed the pipe: it is stopping this worker)
     finally:
         _close_quietly(env)
+        if parent_gone():
+            exit_worker()  # now, rather than after the interpreter's teardown
 
 
 def _close_quietly(env: Any) -> None:
