@@ -1,12 +1,13 @@
-"""What every torchrl worker process shares: the parent watchdog and the parent's temp dir.
+"""What every torchrl worker process shares: the parent watchdog, and a temp dir left nowhere.
 
 A worker process (of :class:`~torchrl.envs.ParallelEnv` or of a multi-process collector) must
 not outlive the process that started it: the parent's pipes may stay open after its death (a
 process forked later holds copies of them), so a worker blocked on a pipe, a semaphore or a
 long env step would wait forever. A worker calls :func:`watch_parent` first thing, with the pid
-of its parent. A worker that sends file descriptors to its parent (shared-memory tensors) needs
-a multiprocessing temp dir: :func:`worker_temp_dir` and :func:`use_temp_dir` give it one that
-its parent removes even if the worker is killed.
+of its parent; once it sees its parent gone (:func:`parent_gone`) and has closed its env, it
+ends with :func:`exit_worker`. A worker that sends file descriptors to its parent
+(shared-memory tensors) needs a multiprocessing temp dir: :func:`worker_temp_dir` and
+:func:`use_temp_dir` give it one that its parent removes even if the worker is killed.
 """
 
 from __future__ import annotations

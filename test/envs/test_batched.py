@@ -11,6 +11,7 @@ import os
 import pickle
 from functools import partial
 
+import numpy as np
 import pytest
 import torch
 from _envs import CountingEnv, NestedEnv
@@ -164,6 +165,14 @@ class TestSerialEnv:
             SerialEnv(2, lambda: "not an env")
         with pytest.raises(ValueError, match="num_workers"):
             SerialEnv(0, CountingEnv)
+
+    def test_integer_types_of_num_workers(self):
+        env = SerialEnv(np.int64(2), CountingEnv)
+        assert env.batch_size == torch.Size([2]) and type(env.num_workers) is int
+        with pytest.raises(TypeError, match="num_workers must be a positive int, got 2.0"):
+            SerialEnv(2.0, CountingEnv)
+        with pytest.raises(TypeError, match="num_workers"):
+            SerialEnv(True, CountingEnv)
 
     def test_specs_stack_when_values_differ(self):
         light = partial(PendulumEnv, seed=0)
