@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from multiprocessing import resource_tracker
 
 import numpy as np
 import pytest
@@ -65,6 +66,9 @@ def _shm_mappings() -> int:
 @pytest.fixture(autouse=True)
 def _no_leftovers():
     """Every test leaves no process, thread, shared-memory file or descriptor behind."""
+    # multiprocessing's resource tracker keeps a descriptor open for the life of the process
+    # once a spawn context starts a worker: open it first so that it is not counted
+    resource_tracker.ensure_running()
     gc.collect()
     before, threads, fds, shm = child_pids(), threading.active_count(), _open_fds(), _shm_mappings()
     yield
