@@ -220,13 +220,57 @@ def test_transformed_env_follows_the_base_flag_and_checks_once(monkeypatch):
     base = GymEnv("CartPole-v1", validate_actions=False)
     assert not TransformedEnv(base, StepCounter()).validate_actions
     assert TransformedEnv(base, StepCounter(), validate_actions=True).validate_actions
-    env = TransformedEnv(GymEnv("CartPole-v1"), StepCounter())
+    # a generic check (PendulumEnv) runs once per step, at the base env
+    env = TransformedEnv(PendulumEnv(seed=0), StepCounter())
     calls = []
     check = env.base_env._spec_cache().check_actions
     monkeypatch.setattr(env.base_env._cache, "check_actions", lambda t: calls.append(1) or check(t))
     env.rollout(3)
     assert len(calls) == 3
     check_env_specs(env)
+
+
+def test_gym_env_checks_while_converting(monkeypatch):
+    # a single gymnasium env checks its actions in the conversion it does anyway, once per step,
+    # also under a TransformedEnv; its generic check is not built
+    env = TransformedEnv(GymEnv("CartPole-v1"), StepCounter())
+    base = env.base_env
+    assert base._spec_cache().check_actions is None
+    calls = []
+    write = base._checked_write
+    monkeypatch.setattr(base, "_checked_write", lambda a: calls.append(1) or write(a))
+    env.rollout(3, break_when_any_done=False)
+    assert len(calls) == 3
+    td = env.reset()
+    td["action"] = torch.tensor([True, True])
+    with pytest.raises(ValueError, match="GymEnv.step: the action 'action'.*not one-hot"):
+        env.step(td)
+
+
+@pytest.mark.parametrize("categorical", [False, True])
+def test_gym_checked_writer_matches_the_plain_writer(categorical):
+    # the checked conversion gives the gymnasium actions the plain one gives
+    for name in ("CartPole-v1", "Pendulum-v1"):
+        env = GymEnv(name, categorical_action_encoding=categorical)
+        env._spec_cache()
+        assert env._checked_write is not None
+        for _ in range(20):
+            action = env.action_spec.rand()
+            checked, plain = env._checked_write(action), env._write_action(action)
+            np.testing.assert_array_equal(np.asarray(checked), np.asarray(plain))
+            assert np.asarray(checked).dtype == np.asarray(plain).dtype
+
+
+def test_gym_masked_action_goes_through_the_generic_check():
+    env = GymEnv("CartPole-v1", categorical_action_encoding=True)
+    td = env.reset()
+    env.action_spec.update_mask(torch.tensor([False, True]))
+    try:
+        _step_rejected(env, td, torch.tensor(0), "mask")
+        td["action"] = torch.tensor(1)
+        env.step(td)
+    finally:
+        env.action_spec.update_mask(None)
 
 
 # ------------------------------------------------------------ property-based: random steps

@@ -75,8 +75,8 @@ def _bounded(spec: Bounded) -> _ValuesOk:
         pair = bounds_on.get(value.device)
         if pair is None:
             pair = bounds_on[value.device] = (low.to(value.device), high.to(value.device))
-        # clamp then compare: two kernels; NaN never equals itself, so it fails too
-        return torch.equal(value.clamp(*pair), value)
+        # comparisons promote mixed dtypes (an int32 action, int64 bounds); NaN fails both
+        return bool(((value >= pair[0]) & (value <= pair[1])).all())
 
     if lo is not None and hi is not None:
 
@@ -85,7 +85,10 @@ def _bounded(spec: Bounded) -> _ValuesOk:
                 return vectorized(value)
             if ndim == 0:
                 return bool(lo <= value.item() <= hi)
-            return all(lo <= v <= hi for v in _flat(value, ndim))  # NaN fails both
+            for v in _flat(value, ndim):  # a loop: cheaper than all() on a few entries
+                if not lo <= v <= hi:  # NaN fails both comparisons
+                    return False
+            return True
 
         return ok_scalar
 
@@ -93,7 +96,10 @@ def _bounded(spec: Bounded) -> _ValuesOk:
         # the per-entry bounds are listed for the spec's own shape only
         if not small or value.shape != low.shape:
             return vectorized(value)
-        return all(a <= v <= b for v, a, b in zip(_flat(value, ndim), lows, highs))
+        for v, a, b in zip(_flat(value, ndim), lows, highs):
+            if not a <= v <= b:
+                return False
+        return True
 
     return ok_elementwise
 
@@ -104,7 +110,10 @@ def _not_nan(value: torch.Tensor, small: bool, ndim: int) -> bool:
     if ndim == 0:
         v = value.item()
         return bool(v == v)
-    return all(v == v for v in _flat(value, ndim))  # NaN is the one value unequal to itself
+    for v in _flat(value, ndim):
+        if v != v:  # NaN is the one value unequal to itself
+            return False
+    return True
 
 
 def _masked(spec: Any, plain: _ValuesOk) -> _ValuesOk:
@@ -135,23 +144,31 @@ def _categorical(spec: Categorical) -> _ValuesOk:
 def _one_hot(spec: OneHot) -> _ValuesOk:
     n = int(spec.n)
     zeros = n - 1
+    eye = [[i == j for j in range(n)] for i in range(n)] if n <= 32 else None
 
     def ok(value: torch.Tensor, small: bool, ndim: int) -> bool:
-        # bool rows: exactly one True; numeric rows: exactly one 1 and n - 1 zeros
-        flags = value.dtype is torch.bool
+        # every row: exactly one 1 and n - 1 zeros (True == 1 and False == 0, so bool rows
+        # need no dtype test)
         if small:
             if ndim == 1:
                 row = value.tolist()
-                if row.count(1) != 1 or not (flags or row.count(0) == zeros):
+                if row.count(1) != 1 or row.count(0) != zeros:
                     return False
             else:
                 rows = value.tolist() if ndim == 2 else value.reshape(-1, n).tolist()
-                if flags:
-                    if not all(row.count(1) == 1 for row in rows):
+                if eye is not None:
+                    # every row is a row of the identity: n list counts, compared in C
+                    # (True == 1, so int64 rows match the bool rows of ``eye`` too)
+                    found = 0
+                    for one_hot_row in eye:
+                        found += rows.count(one_hot_row)
+                    if found != len(rows):
                         return False
-                elif not all(row.count(1) == 1 and row.count(0) == zeros for row in rows):
-                    return False
-        elif flags:
+                else:
+                    for row in rows:
+                        if row.count(1) != 1 or row.count(0) != zeros:
+                            return False
+        elif value.dtype is torch.bool:
             if not bool((value.sum(-1) == 1).all()):
                 return False
         elif not (bool(((value == 0) | (value == 1)).all()) and bool((value.sum(-1) == 1).all())):

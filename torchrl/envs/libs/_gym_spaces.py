@@ -280,6 +280,91 @@ def _make_writer(space: Any, categorical: bool, batched: bool) -> _ToGym:
     raise NotImplementedError(f"cannot write actions for gymnasium space {space!r}")
 
 
+#: What a checked writer returns for an action it cannot vouch for (see _make_checked_writer).
+INVALID = object()
+
+# Box actions with up to this many entries are checked and converted as a Python list.
+_SMALL_BOX = 16
+
+
+def _make_checked_writer(space: Any, categorical: bool, spec: TensorSpec) -> _ToGym | None:
+    """A writer that checks the action against ``spec`` while converting it, for one env.
+
+    The check and the conversion share one ``tolist()`` of the action (a few entries), which
+    costs a fraction of the generic check of :mod:`torchrl.envs._action_checks`. The writer
+    returns the gymnasium action, or :data:`INVALID` when the action may not fit (wrong type,
+    shape or dtype kind, out of range, not one-hot, NaN, or a mask set on the spec): the caller
+    then runs the generic check, which raises the detailed error (or accepts an action this
+    shortcut does not handle, which is then converted by the plain writer).
+
+    Args:
+        space: the action space of an unbatched env (``Discrete`` or a 1-d float ``Box``).
+        categorical: actions are indices (``Categorical``) rather than one-hot rows.
+        spec: the action spec (read for its mask at each call).
+
+    Returns:
+        The writer, or ``None`` for other spaces (they get the generic check).
+    """
+    spaces = _gymnasium().spaces
+    if type(space) is spaces.Discrete:
+        n, start = int(space.n), int(space.start)
+        zeros = n - 1
+        # a numpy scalar of the space's dtype, as the plain writer gives
+        scalar = np.dtype(space.dtype).type
+        if categorical:
+
+            def write_index(action: Any) -> Any:
+                if not isinstance(action, torch.Tensor) or spec.mask is not None:  # type: ignore[attr-defined]
+                    return INVALID
+                index = action.tolist()  # a Python int for a 0-d integer tensor
+                if type(index) is not int or not 0 <= index < n:
+                    return INVALID
+                return scalar(index + start)
+
+            return write_index
+
+        def write_one_hot(action: Any) -> Any:
+            if not isinstance(action, torch.Tensor) or spec.mask is not None:  # type: ignore[attr-defined]
+                return INVALID
+            row = action.tolist()
+            # one 1 and n - 1 zeros in a flat list of n ints or bools (True == 1, False == 0)
+            if type(row) is not list or len(row) != n or row.count(1) != 1 or row.count(0) != zeros:
+                return INVALID
+            kind = type(row[0])
+            if kind is not bool and kind is not int:  # a float one-hot row: wrong dtype kind
+                return INVALID
+            return scalar(row.index(1) + start)
+
+        return write_one_hot
+    if (
+        type(space) is spaces.Box
+        and len(space.shape) == 1
+        and 0 < space.shape[0] <= _SMALL_BOX
+        and np.dtype(space.dtype).kind == "f"
+        and isinstance(spec, Bounded)
+    ):
+        size = int(space.shape[0])
+        np_dtype = space.dtype
+        lows: list[float] = spec.low.reshape(-1).tolist()
+        highs: list[float] = spec.high.reshape(-1).tolist()
+
+        def write_box(action: Any) -> Any:
+            if not isinstance(action, torch.Tensor):
+                return INVALID
+            values = action.tolist()
+            if type(values) is not list or len(values) != size:
+                return INVALID
+            for value, low, high in zip(values, lows, highs):
+                # floats only (the dtype kind); NaN fails both comparisons
+                if type(value) is not float or not low <= value <= high:
+                    return INVALID
+            # the same float32 values as the plain writer's cast of the tensor
+            return np.array(values, dtype=np_dtype)
+
+        return write_box
+    return None
+
+
 def _raise_if_bad_action(env: Any, action: Any, batch: Sequence[int], err: Exception) -> None:
     """Turns an error of the action conversion into one naming the key, the spec and the action.
 

@@ -46,10 +46,13 @@ from torchrl._keys import (
 )
 from torchrl._utils import has_module
 from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
+from torchrl.envs._action_checks import make_action_check
 from torchrl.envs.common import EnvBase
 from torchrl.envs.libs._gym_spaces import (
+    INVALID,
     _gym_to_torchrl_spec_transform,
     _gymnasium,
+    _make_checked_writer,
     _make_reader,
     _make_writer,
     _raise_if_bad_action,
@@ -356,8 +359,11 @@ class GymWrapper(EnvBase):
         self._frame_skip = frame_skip
         self._next_seed: int | None = None
         self.info_dict_reader: list[BaseInfoDictReader] = []
+        # the writer that checks actions while converting them (see _make_action_check)
+        self._checked_write: Callable[[Any], Any] | None = None
         self._make_specs(observation_space, action_space)
         self._make_converters(gym, observation_space, action_space)
+        self.empty_cache()  # the action check is chosen once the converters exist
 
     # ------------------------------------------------------------------------------ construction
     @property
@@ -488,6 +494,23 @@ class GymWrapper(EnvBase):
         return [reset_info, step_info]
 
     # --------------------------------------------------------------------------------- the steps
+    def _make_action_check(self, action_keys: list[Any]) -> Callable[[TensorDictBase], None] | None:
+        # A single env with a Discrete or small Box action space checks its actions in _step,
+        # while converting them (one tolist() for both); other envs get the generic check.
+        checked = None
+        spec = self.full_action_spec
+        if not self._vector and "_write_action" in self.__dict__ and ACTION in spec.keys():
+            checked = _make_checked_writer(self._env.action_space, self._categorical, spec[ACTION])
+        self._checked_write = checked
+        return None if checked is not None else super()._make_action_check(action_keys)
+
+    def _check_action_slowly(self, tensordict: TensorDictBase) -> None:
+        """The generic check, for an action the checked writer could not vouch for."""
+        spec = self.full_action_spec
+        check = make_action_check(type(self).__name__, spec, [ACTION], len(self.batch_size))
+        if check is not None:
+            check(tensordict)
+
     def _set_seed(self, seed: int | None) -> None:
         # gymnasium seeds an env through its next reset; the spaces have their own generators
         self._next_seed = seed
@@ -539,8 +562,19 @@ class GymWrapper(EnvBase):
         action = raw.get(ACTION) if raw is not None else None
         if action is None:
             action = tensordict.get(ACTION)
+        gym_action = None
+        if self.validate_actions:
+            if self._cache is None:  # the cache picks the writer (a container called us)
+                self._spec_cache()
+            checked = self._checked_write
+            if checked is not None:  # else the generic check ran in step()
+                gym_action = checked(action)
+                if gym_action is INVALID:
+                    self._check_action_slowly(tensordict)  # raises, unless the action fits
+                    gym_action = None
         try:
-            gym_action = self._write_action(action)
+            if gym_action is None:
+                gym_action = self._write_action(action)
             obs, reward, terminated, truncated, info = self._env.step(gym_action)
         except (TypeError, ValueError, AttributeError, IndexError, AssertionError) as err:
             _raise_if_bad_action(self, action, self.batch_size, err)
