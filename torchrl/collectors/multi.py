@@ -534,8 +534,10 @@ class MultiSyncDataCollector(_MultiDataCollector):
     stacked (``cat_results="stack"``: batch ``[num_workers, *env.batch_size, T]``) or
     concatenated along a dim (``cat_results=-1``: time). Workers wait while the batch is used,
     so a batch is always collected with the latest weights. Data moves through shared memory;
-    a worker exception is raised again here with its traceback, a dead worker raises
-    :class:`WorkerError`, and :meth:`shutdown` stops every process.
+    a worker exception is raised again here with its traceback and the worker's index and pid
+    (in its message, or as a note where the message is not a plain string), a dead worker
+    raises :class:`WorkerError`, and :meth:`shutdown` stops every process. Workers end by
+    themselves within a second if this process dies.
 
     Args:
         create_env_fn: one env constructor per worker (or one, with ``num_workers``). With the
