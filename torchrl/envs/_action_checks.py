@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 from torchrl.data.specs import (
     Binary,
@@ -37,6 +37,7 @@ from torchrl.data.specs import (
     TensorSpec,
     Unbounded,
 )
+from torchrl.envs._contract import _raw
 
 NestedKey = str | tuple[str, ...]
 
@@ -242,8 +243,9 @@ def _accepted_dtypes(dtype: torch.dtype | None) -> frozenset[torch.dtype]:
 class _LeafCheck:
     """What a step checks of one action entry; built once per spec.
 
-    ``ok(value, batch)`` says whether ``value`` fits (``batch``: the input's batch size, which
-    differs from the env's for batch-unlocked envs).
+    ``ok(value, tensordict)`` says whether ``value`` (read from ``tensordict``) fits; the
+    input's batch size is read only when the value's shape is not the spec's (a batch-unlocked
+    env's input with extra leading dims).
     """
 
     __slots__ = ("dtype", "dtypes", "feature", "key", "ok", "raw_key", "shape", "spec")
@@ -262,19 +264,19 @@ class _LeafCheck:
         values_ok = _values_check(spec)
         tensor = torch.Tensor
 
-        def ok(value: Any, batch: torch.Size) -> bool:
+        def ok(value: Any, tensordict: TensorDictBase) -> bool:
             if type(value) is not tensor and not isinstance(value, tensor):
                 return False
             value_dtype = value.dtype
             if value_dtype is not dtype and value_dtype not in dtypes:
                 return False
-            if values_ok is None:
-                return value.shape == shape or value.shape == batch + feature
-            if value.shape == shape:
-                return values_ok(value, spec_small, spec_ndim)
-            if value.shape == batch + feature:  # a batch-unlocked env's extra dims
-                return values_ok(value, value.numel() <= _SMALL, value.dim())
-            return False
+            value_shape = value.shape
+            if value_shape == shape:
+                return values_ok is None or values_ok(value, spec_small, spec_ndim)
+            if value_shape != tensordict.batch_size + feature:
+                return False
+            # a batch-unlocked env's input with extra leading dims
+            return values_ok is None or values_ok(value, value.numel() <= _SMALL, value.dim())
 
         self.ok = ok
 
@@ -354,32 +356,28 @@ def make_action_check(
     ]
     if not leaves:
         return None
-    if len(leaves) == 1 and leaves[0].raw_key is not None:
+    raw_key = leaves[0].raw_key
+    if len(leaves) == 1 and raw_key is not None:
         leaf = leaves[0]
-        key = leaf.raw_key
+        key: str = raw_key
         leaf_ok = leaf.ok
 
         def check_one(tensordict: TensorDictBase) -> None:
-            if type(tensordict) is TensorDict:
-                value = tensordict._tensordict.get(key)  # type: ignore[arg-type]
-                batch = tensordict._batch_size
-            else:
-                value = tensordict.get(key, None)
-                batch = tensordict.batch_size
-            if not leaf_ok(value, batch):
+            raw = _raw(tensordict)
+            value = raw.get(key) if raw is not None else tensordict.get(key, None)
+            if not leaf_ok(value, tensordict):
                 if value is None:
                     _missing(owner, leaf, tensordict)
-                _raise(owner, leaf, value, batch)
+                _raise(owner, leaf, value, tensordict.batch_size)
 
         return check_one
 
     def check_all(tensordict: TensorDictBase) -> None:
-        batch = tensordict.batch_size
         for leaf in leaves:
             value = tensordict.get(leaf.key, None)
-            if not leaf.ok(value, batch):
+            if not leaf.ok(value, tensordict):
                 if value is None:
                     _missing(owner, leaf, tensordict)
-                _raise(owner, leaf, value, batch)
+                _raise(owner, leaf, value, tensordict.batch_size)
 
     return check_all
