@@ -330,6 +330,12 @@ class PrioritizedSampler(Sampler):
         # refused, as sampling them would return slots that hold no item.
         self._written = np.zeros(max_capacity, dtype=bool)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        # Ray (pickle protocol 5) hands arrays back as read-only views of its object store.
+        if not self._written.flags.writeable:
+            self._written = self._written.copy()
+
     @property
     def max_capacity(self) -> int:
         """The number of items the trees hold."""
