@@ -108,6 +108,16 @@ def _cast_int(val: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return val.to(dtype)
 
 
+def _round_clamp(val: torch.Tensor, low: int, high: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rounds a float tensor (NaN counts as 0), clamps it to ``[low, high]`` and casts it.
+
+    ``low`` and ``high`` must be exact in float64 (``|x| < 2**53``) and fit ``dtype``: then the
+    clamp happens before the cast, in place, and nothing wraps around.
+    """
+    work = val.double() if val.dtype is not torch.float64 else val.clone()
+    return torch.nan_to_num_(work.round_(), nan=0.0).clamp_(low, high).to(dtype)
+
+
 def _check_n_fits(n: int, dtype: torch.dtype, owner: str, what: str = "n") -> None:
     """Rejects ``n`` categories whose largest index ``n - 1`` does not fit ``dtype``."""
     imax = _int_range(dtype)[1]
@@ -225,6 +235,8 @@ def _mask_repr(mask: torch.Tensor | None) -> str:
 
 def _round_index(val: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
     """Rounds and clamps any numeric tensor to int64 indices in ``[0, high]`` (NaN gives 0)."""
+    if isinstance(high, int) and high < 2**53 and val.is_floating_point():
+        return _round_clamp(val, 0, high, torch.int64)
     idx = _cast_int(val, torch.int64).clamp(min=0)
     return torch.minimum(idx, torch.as_tensor(high, device=val.device))
 

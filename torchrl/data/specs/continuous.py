@@ -22,6 +22,7 @@ from torchrl.data.specs.base import (
     _int_range,
     _is_int_dtype,
     _loc,
+    _round_clamp,
     _size,
     _spec_shape,
 )
@@ -338,6 +339,8 @@ class Bounded(TensorSpec):
             )
         else:
             self._finite, self._wide, self._exact_span = True, False, True
+        # Integer bounds that float64 holds exactly: ``project`` clamps floats before the cast.
+        self._exact_in_f64 = self._scalar is not None and all(abs(b) < 2**53 for b in self._scalar)
         # ``high - low`` in the spec's dtype, for ``rand``; only trusted when exact.
         self._span = (high - low) if self._exact_span else None
 
@@ -458,7 +461,10 @@ class Bounded(TensorSpec):
             ValueError: when ``val``'s shape does not broadcast to the spec's shape.
         """
         val = self._project_input(val)
+        scalar = self._scalar
         if _is_int_dtype(self.dtype):
+            if scalar is not None and val.is_floating_point() and self._exact_in_f64:
+                return _round_clamp(val, scalar[0], scalar[1], self.dtype)
             out = _cast_int(val, self.dtype)
         elif not val.is_floating_point():
             out = val.to(self.dtype)
@@ -468,9 +474,9 @@ class Bounded(TensorSpec):
             out = torch.nan_to_num(val, nan=0.0, posinf=math.inf, neginf=-math.inf)
         # ``out`` is a fresh tensor unless the cast was a no-op: clamp it in place then.
         clamp = out.clamp if out is val else out.clamp_
-        if self._scalar is not None:
+        if scalar is not None:
             # Python-number bounds: no broadcast of the bound tensors.
-            return clamp(*self._scalar)
+            return clamp(*scalar)
         low, high = self.low, self.high
         if low.device != val.device:
             low, high = low.to(val.device), high.to(val.device)
