@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from torchrl.data import Bounded, Categorical, OneHot, Unbounded
-from torchrl.envs import EnvBase, GymEnv, PendulumEnv, SerialEnv, check_env_specs
+from torchrl.envs import (
+    EnvBase,
+    GymEnv,
+    ParallelEnv,
+    PendulumEnv,
+    SerialEnv,
+    check_env_specs,
+)
 from torchrl.envs.transforms import ClipTransform, StepCounter, TransformedEnv
 
 NAN = float("nan")
@@ -200,6 +207,24 @@ def test_serial_env_of_torch_envs_rejects_bad_rows():
     td["action"] = torch.tensor([[0.0], [NAN]])
     with pytest.raises(ValueError, match="NaN at index"):
         env.step_and_maybe_reset(td)
+    env.close()
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+def test_batched_env_validate_actions_keyword(cls):
+    env = cls(2, partial(PendulumEnv, seed=0), validate_actions=False)
+    assert not env.validate_actions
+    td = env.reset()
+    td["action"] = torch.tensor([[0.0], [NAN]])
+    env.step(td)  # not checked: the NaN reaches the envs
+    assert td["next", "observation"][1].isnan().any()
+    env.close()
+    env = cls(2, partial(PendulumEnv, seed=0))
+    assert env.validate_actions
+    td = env.reset()
+    td["action"] = torch.tensor([[0.0], [NAN]])
+    with pytest.raises(ValueError, match="NaN at index"):
+        env.step(td)
     env.close()
 
 

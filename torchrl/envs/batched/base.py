@@ -54,6 +54,8 @@ class BatchedEnvBase(EnvBase):
         create_env_fn: a callable returning a torchrl env, or a list of ``n`` of them.
         create_env_kwargs: keyword arguments of ``create_env_fn``: a dict for all workers or a
             list of ``n`` dicts.
+        validate_actions: check the stacked actions of every step against the stacked action
+            spec, once for all workers (see :class:`~torchrl.envs.EnvBase`).
 
     Examples:
         >>> from torchrl.envs import BatchedEnvBase, PendulumEnv, SerialEnv
@@ -74,6 +76,8 @@ class BatchedEnvBase(EnvBase):
         num_workers: int,
         create_env_fn: Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]],
         create_env_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+        *,
+        validate_actions: bool = True,
     ) -> None:
         name = type(self).__name__
         fns, kwargs = _normalize_args(num_workers, create_env_fn, create_env_kwargs, name)
@@ -84,6 +88,7 @@ class BatchedEnvBase(EnvBase):
             device=first.device,
             batch_size=(num_workers, *first.batch_size),
             allow_done_after_reset=any(m.allow_done_after_reset for m in metas),
+            validate_actions=validate_actions,
         )
         self._num_workers = num_workers
         self._create_env_fn = fns

@@ -370,6 +370,8 @@ class ParallelEnv(BatchedEnvBase):
             step; reset; seed) before it is taken as hung (default 600: room for slow
             simulators and env construction; ``None`` waits forever). Waiting costs nothing
             per step: the parent blocks in ``poll`` with this deadline.
+        validate_actions: check the stacked actions of every step against the stacked action
+            spec in this process, before they reach the workers.
 
     Examples:
         >>> from torchrl.envs import GymEnv, ParallelEnv
@@ -392,6 +394,7 @@ class ParallelEnv(BatchedEnvBase):
         mp_start_method: str | None = None,
         shared_memory: bool = True,
         timeout: float | None = DEFAULT_TIMEOUT_S,
+        validate_actions: bool = True,
     ) -> None:
         if (
             not isinstance(num_sub_threads, numbers.Integral)
@@ -417,7 +420,9 @@ class ParallelEnv(BatchedEnvBase):
             )
         self._pool: _WorkerPool | None = None
         self._finalizer: weakref.finalize | None = None
-        super().__init__(num_workers, create_env_fn, create_env_kwargs)
+        super().__init__(
+            num_workers, create_env_fn, create_env_kwargs, validate_actions=validate_actions
+        )
         if self.device is not None and self.device.type != "cpu":
             raise NotImplementedError(
                 f"ParallelEnv: envs on {self.device} are not supported; buffers live on the CPU"

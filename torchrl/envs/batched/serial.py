@@ -42,6 +42,8 @@ class SerialEnv(BatchedEnvBase):
             specs must agree in keys, shapes and dtypes).
         create_env_kwargs: keyword arguments of ``create_env_fn``: one dict for all, or a list
             of ``n`` dicts.
+        validate_actions: check the stacked actions of every step against the stacked action
+            spec, once for all envs (the envs themselves are stepped without a second check).
 
     Examples:
         >>> from torchrl.envs import GymEnv, SerialEnv
@@ -59,10 +61,14 @@ class SerialEnv(BatchedEnvBase):
         num_workers: int,
         create_env_fn: Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]],
         create_env_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+        *,
+        validate_actions: bool = True,
     ) -> None:
         self._envs: list[EnvBase] = []
         self._stepper: Any = None
-        super().__init__(num_workers, create_env_fn, create_env_kwargs)
+        super().__init__(
+            num_workers, create_env_fn, create_env_kwargs, validate_actions=validate_actions
+        )
 
     def _keeps_built_envs(self) -> bool:
         # The envs built to read the specs become workers: no env is built twice.
