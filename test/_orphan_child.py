@@ -129,3 +129,115 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ------------------------------------------------------------------ distributed components
+# Their workers are ``spawn`` processes (fresh interpreters): seconds to start, so they are not
+# in KINDS (whose every case runs in the default suite).
+DISTRIBUTED_KINDS = ("DistributedDataCollector", "RPCReplayBuffer")
+
+from torchrl.data import ReplayBuffer  # noqa: E402 - (appended section)
+
+
+class LateBlockingEnv(BlockingEnv):
+    """A ``BlockingEnv`` that blocks from its ``after + 1``-th step on (a worker of
+    ``DistributedDataCollector`` collects its first batch while it starts)."""
+
+    def __init__(self, marker_dir: str, after: int = 4, **kwargs: Any) -> None:
+        super().__init__(marker_dir, **kwargs)
+        self.after = after
+        self.steps = 0
+
+    def _step(self, tensordict):
+        self.steps += 1
+        if self.steps <= self.after:
+            return CountingEnv._step(self, tensordict)
+        return super()._step(tensordict)
+
+
+class BlockingBuffer(ReplayBuffer):
+    """A ``ReplayBuffer`` whose ``extend`` never returns: it creates ``<marker_dir>/<pid>``."""
+
+    def __init__(self, marker_dir: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.marker_dir = marker_dir
+
+    def extend(self, data: Any) -> Any:
+        open(os.path.join(self.marker_dir, str(os.getpid())), "w").close()
+        time.sleep(120)
+        return super().extend(data)
+
+
+def build_distributed(
+    kind: str, marker_dir: str | None = None, slurm_folder: str | None = None
+) -> tuple[Any, list[int]]:
+    """Builds ``kind`` (``DistributedDataCollector``: 1 worker, launched by ``"mp"``, or by
+    submitit's local cluster if ``slurm_folder`` is given; ``RPCReplayBuffer``: its host),
+    blocking in its step or ``extend`` if ``marker_dir`` is given. Returns it and the pids."""
+    from functools import partial
+
+    if kind == "RPCReplayBuffer":
+        from torchrl.collectors.distributed import RPCReplayBuffer
+        from torchrl.data import LazyTensorStorage
+
+        if marker_dir is None:
+            rb = RPCReplayBuffer(storage=LazyTensorStorage(10), rpc_timeout=60.0)
+        else:
+            rb = RPCReplayBuffer(marker_dir, replay_buffer_cls=BlockingBuffer, rpc_timeout=60.0)
+        return rb, [rb._process.pid]
+    from torchrl.collectors.distributed import DistributedDataCollector
+
+    env_fn: Any = CountingEnv
+    if marker_dir is not None:
+        env_fn = partial(LateBlockingEnv, marker_dir, 4)
+    launcher = "mp" if slurm_folder is None else "submitit"
+    slurm = {"cluster": "local", "folder": slurm_folder, "timeout_min": 5}
+    collector = DistributedDataCollector(
+        env_fn,
+        None,
+        num_workers=1,
+        launcher=launcher,
+        slurm_kwargs=slurm,
+        frames_per_batch=4,
+        total_frames=-1,
+        timeout=60,
+    )
+    return collector, list(collector.pids)
+
+
+def run_distributed(
+    kinds: tuple[str, ...],
+    marker_dir: str | None,
+    conn: Any,
+    temp_root: str | None = None,
+    slurm_folder: str | None = None,
+) -> None:
+    """Builds each of ``kinds``, makes it idle after one use (or blocked in it if
+    ``marker_dir`` is given: one kind only), and sends the pids of their processes.
+
+    ``temp_root``: this process's (and so the workers') temp dir, for the test to look at.
+    """
+    if temp_root is not None:
+        os.environ["TMPDIR"] = temp_root
+        tempfile.tempdir = None
+    built = [build_distributed(kind, marker_dir, slurm_folder) for kind in kinds]
+    if marker_dir is None:
+        for component, _ in built:
+            if hasattr(component, "sample"):
+                len(component)  # the RPC group is formed at the first call
+            else:
+                next(iter(component))  # the worker is idle on its socket after a batch
+        conn.send([pid for _, pids in built for pid in pids])
+        time.sleep(120)
+        return
+    ((component, pids),) = built
+    conn.send(pids)
+    if hasattr(component, "sample"):
+        import torch
+        from tensordict import TensorDict
+
+        component.extend(TensorDict(obs=torch.zeros(2), batch_size=[2]))  # blocks
+    else:
+        it = iter(component)
+        next(it)  # the batch collected at start
+        next(it)  # blocks: the worker's env step never returns

@@ -17,7 +17,7 @@ import sys
 import time
 
 import pytest
-from _orphan_child import KINDS, run
+from _orphan_child import DISTRIBUTED_KINDS, KINDS, run, run_distributed
 
 from torchrl._processes import use_temp_dir, watch_parent, worker_temp_dir
 
@@ -198,3 +198,76 @@ def test_worker_temp_dir_is_used_by_the_worker_and_removed_at_its_exit():
     assert receiver.poll(30) and receiver.recv() == path
     child.join()
     assert not os.path.exists(path)
+
+
+# -------------------------------------------------------------- distributed components
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (workers, their children, a resource tracker, ...)."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill_distributed(kinds, tmp_path, blocked=False, slurm_folder=None, timeout=120):
+    """Forks a parent building ``kinds``, SIGKILLs it once idle (or blocked), and returns
+    the seconds until every process below it is gone, and what they left in their temp dir."""
+    ctx = mp.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    markers, temp_root = tmp_path / "markers", tmp_path / "tmp"
+    markers.mkdir()
+    temp_root.mkdir()
+    marker_dir = str(markers) if blocked else None
+    args = (kinds, marker_dir, sender, str(temp_root), slurm_folder)
+    parent = ctx.Process(target=run_distributed, args=args)
+    parent.start()
+    try:
+        assert receiver.poll(timeout), "the parent did not report its workers"
+        pids = receiver.recv()
+        if blocked:  # the worker is inside its step (the host inside extend)
+            _wait_for(lambda: sorted(os.listdir(markers)) == sorted(map(str, pids)))
+        everything = [p for p in _descendants(parent.pid) if _alive(p)]
+        assert set(pids) <= set(everything)
+    except BaseException:
+        parent.kill()
+        parent.join()
+        raise
+    elapsed = _kill_and_time(parent, everything)
+    return elapsed, sorted(os.listdir(temp_root))
+
+
+@pytest.mark.parametrize(
+    "blocked", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["idle", "blocked"]
+)
+@pytest.mark.parametrize("kind", DISTRIBUTED_KINDS)
+def test_distributed_worker_exits_when_parent_is_killed(kind, blocked, tmp_path):
+    """DistributedDataCollector(launcher="mp")'s worker and RPCReplayBuffer(launcher="mp")'s
+    host; blocked: the collector's worker sleeps in an env step, the buffer's host in extend
+    (~4 s a case, for the spawn start: only the idle ones run by default)."""
+    elapsed, left = _kill_distributed((kind,), tmp_path, blocked)
+    assert elapsed < BOUND_S, f"{kind} worker still alive {elapsed:.2f} s after its parent"
+    assert left == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("blocked", [False, True], ids=["idle", "blocked"])
+def test_submitit_local_worker_exits_when_parent_is_killed(blocked, tmp_path, monkeypatch):
+    """submitit's local jobs (children of its controller) watch the trainer too."""
+    pytest.importorskip("submitit")
+    # the job unpickles the test's env classes by module name
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+    folder = tmp_path / "jobs"
+    kinds = ("DistributedDataCollector",)
+    elapsed, left = _kill_distributed(kinds, tmp_path, blocked, str(folder))
+    assert elapsed < BOUND_S, f"submitit job still alive {elapsed:.2f} s after the trainer"
+    assert left == []

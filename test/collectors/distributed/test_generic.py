@@ -269,3 +269,76 @@ def test_mp_listeners_bound_to_requested_address():
     finally:
         collector.shutdown()
     assert _wait_gone(pids) == []
+
+
+# ------------------------------------------------------------------ worker processes' lifetime
+def _no_env():
+    raise ValueError("no env here")
+
+
+class _ThreadWorker:
+    """Runs ``_run_worker`` in a thread of this process, standing for a launched worker."""
+
+    pid = None
+    exitcode = 1
+
+    def __init__(self, args) -> None:
+        import threading
+
+        from torchrl.collectors.distributed.generic import _run_worker
+
+        self.raised: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                _run_worker(*args)
+            except BaseException as err:  # noqa: BLE001 - looked at by the test
+                self.raised.append(err)
+
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()
+
+    def is_alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def join(self, timeout=None) -> None:
+        self.thread.join(timeout)
+
+    def kill(self) -> None:
+        pass
+
+
+def test_worker_error_names_rank_and_pid(monkeypatch):
+    """A worker failing at start: its own error and the trainer's both name rank and pid."""
+    workers: list[_ThreadWorker] = []
+
+    def launch(self, args, slurm_kwargs):
+        for a in args:
+            workers.append(_ThreadWorker(a))
+            self._workers.append(workers[-1])
+
+    monkeypatch.setattr(DistributedDataCollector, "_launch", launch)
+    with pytest.raises(WorkerError) as info:
+        DistributedDataCollector(
+            _no_env, None, num_workers=1, launcher="mp", frames_per_batch=4, timeout=20
+        )
+    pid = os.getpid()  # the "worker" is a thread of this process
+    message = str(info.value)
+    assert f"worker 0 (rank 1, pid {pid}) died while starting" in message
+    assert f"DistributedDataCollector worker rank 1 (pid {pid}) failed" in message
+    assert "ValueError: no env here" in message
+    workers[0].join(10)
+    (raised,) = workers[0].raised
+    assert f"worker rank 1 (pid {pid}) failed: ValueError('no env here')" in str(raised)
+
+
+@pytest.mark.slow
+def test_mp_worker_error_names_rank_and_pid_and_leaves_no_temp_dir(tmp_path, monkeypatch):
+    """A spawned worker failing at start; its temp dir is removed by shutdown."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    with pytest.raises(WorkerError, match=r"worker 0 \(rank 1, pid \d+\) died while starting"):
+        DistributedDataCollector(
+            _no_env, None, num_workers=1, launcher="mp", frames_per_batch=4, timeout=60
+        )
+    assert os.listdir(tmp_path) == []

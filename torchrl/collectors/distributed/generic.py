@@ -19,6 +19,7 @@ import math
 import os
 import queue
 import secrets
+import shutil
 import socket
 import tempfile
 import threading
@@ -32,6 +33,14 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict, TensorDictBase
 
+from torchrl._processes import (
+    PARENT_POLL_S,
+    exit_worker,
+    parent_gone,
+    use_temp_dir,
+    watch_parent,
+    worker_temp_dir,
+)
 from torchrl._utils import import_optional
 from torchrl.collectors._base import DataCollectorBase, check_frames
 from torchrl.collectors.distributed.utils import (
@@ -128,14 +137,29 @@ def _run_worker(
     collector_kwargs: dict[str, Any],
     num_threads: int | None,
     key: bytes,
+    parent_pid: int | None = None,
+    temp_dir: str | None = None,
+    cleanup: tuple[str, ...] = (),
 ) -> None:
     """The worker side: build the collector, report its layout, then serve commands.
 
     ``key`` signs what this worker writes into the store; it comes with the launch arguments
-    (a ``spawn`` pipe, or submitit's job file in its private folder).
+    (a ``spawn`` pipe, or submitit's job file in its private folder). ``parent_pid``: the
+    trainer's pid when it runs on this machine; the worker then ends within a second of the
+    trainer's death, whatever it is doing (idle on its socket or inside an env step; see
+    :func:`torchrl._processes.watch_parent`), and removes ``temp_dir`` (its multiprocessing
+    temp dir, made by the trainer) and the ``cleanup`` paths. Every error it reports names
+    its rank and pid.
     """
+    if temp_dir is not None:
+        use_temp_dir(temp_dir)
+    if parent_pid is not None:
+        watch_parent(parent_pid, cleanup=(*cleanup, *((temp_dir,) if temp_dir else ())))
+    who = f"DistributedDataCollector worker rank {rank} (pid {os.getpid()})"
     timeout = timedelta(seconds=timeout_s)
     store = dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
+    # The pid first: a failure before the layout is sent still names this process.
+    store.set(f"pid{rank}", cast(Any, _sign(key, f"pid{rank}", str(os.getpid()).encode())))
     core = None
     try:
         core = WorkerCore(
@@ -182,13 +206,38 @@ def _run_worker(
                     else:
                         group.recv([current[weight]], 0, 0).wait()
                 core.update_weights(current)
-    except BaseException:
+    except BaseException as err:
         name = f"error{rank}"
-        store.set(name, cast(Any, _sign(key, name, traceback.format_exc().encode())))
+        text = f"{who} failed:\n{traceback.format_exc()}"
+        reported = False
+        if not parent_gone():
+            try:
+                store.set(name, cast(Any, _sign(key, name, text.encode())))
+                reported = True
+            except Exception:  # noqa: BLE001 - the trainer is unreachable
+                pass
+        # A dead trainer closes its sockets before this process is told it is an orphan:
+        # an error from a closed connection may come first. Nobody is left to tell.
+        if parent_pid is not None and not reported and _parent_goes(2 * PARENT_POLL_S):
+            return  # (the finally clause ends the process)
+        if isinstance(err, Exception):
+            raise RuntimeError(f"{who} failed: {err!r}") from err
         raise
     finally:
         if core is not None:
             core.shutdown()
+        if parent_gone():
+            exit_worker(1)  # now, rather than after the interpreter's teardown
+
+
+def _parent_goes(within: float) -> bool:
+    """Whether the parent this worker watches is gone, or goes within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not parent_gone():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 class DistributedDataCollector(DataCollectorBase):
@@ -206,7 +255,14 @@ class DistributedDataCollector(DataCollectorBase):
     cluster; ``slurm_kwargs={"cluster": "local"}`` runs them as local processes) or
     ``launcher="mp"`` (spawned processes). The trainer watches them while it waits: a worker
     that dies or fails raises :class:`~torchrl.collectors.WorkerError` naming it (with its
-    traceback when it had one), and no wait lasts longer than ``timeout``.
+    traceback when it had one), and no wait lasts longer than ``timeout``. Every worker error
+    names the worker's index, rank and pid.
+
+    Workers on this machine (``launcher="mp"``, or submitit's ``"local"`` cluster) end by
+    themselves within a second of this process's death, SIGKILL included, whether idle or
+    inside an env step (see :func:`torchrl._processes.watch_parent`); an ``"mp"`` worker's
+    temp dir and a submitit folder made here are removed. A Slurm job cannot watch this
+    process: it fails at its next message to the trainer, or after ``timeout``.
 
     Network exposure: the rendezvous store and the gloo devices listen on ``host`` only
     (``127.0.0.1`` by default, so only processes of this machine can connect). Store messages
@@ -283,6 +339,7 @@ class DistributedDataCollector(DataCollectorBase):
     ) -> None:
         self._init_base()
         self._workers: list[Any] = []
+        self._temp_dirs: list[str] = []
         self._joined = False
         self._group: Any = None
         name = type(self).__name__
@@ -379,23 +436,55 @@ class DistributedDataCollector(DataCollectorBase):
 
     # ------------------------------------------------------------------------------- launching
     def _launch(self, args: list[tuple[Any, ...]], slurm_kwargs: dict[str, Any]) -> None:
+        """Starts the workers. Those on this machine (``"mp"``, submitit's ``"local"``
+        cluster) watch this process and end with it; ``"mp"`` workers get a temp dir that
+        :meth:`shutdown` removes however they ended."""
         if self.launcher == "mp":
             import multiprocessing as mp
 
             ctx = mp.get_context("spawn")
             for a in args:
-                proc = ctx.Process(target=_run_worker, args=a, daemon=True)
+                temp_dir = worker_temp_dir()
+                self._temp_dirs.append(temp_dir)
+                proc = ctx.Process(
+                    target=_run_worker, args=(*a, os.getpid(), temp_dir), daemon=True
+                )
                 proc.start()
                 self._workers.append(proc)
             return
         submitit = import_optional("submitit", "submitit")
-        folder = slurm_kwargs.pop("folder", None) or tempfile.mkdtemp(prefix="torchrl_submitit_")
+        folder = slurm_kwargs.pop("folder", None)
+        if folder is None:
+            # Ours (it holds the launch arguments, the key included): removed at shutdown.
+            folder = tempfile.mkdtemp(prefix="torchrl_submitit_")
+            self._temp_dirs.append(folder)
         cluster = slurm_kwargs.pop("cluster", None)
         executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
         slurm_kwargs.setdefault("timeout_min", 60)
         executor.update_parameters(**slurm_kwargs)
+        # A local job runs on this machine (a child of this process or of submitit's
+        # controller): it can watch this process. A Slurm job cannot; it fails at its next
+        # message once the trainer is gone (or after ``timeout``).
+        local = getattr(executor, "cluster", cluster) == "local"
+        watch = (os.getpid(), None, tuple(self._temp_dirs)) if local else ()
         for a in args:
-            self._workers.append(executor.submit(_run_worker, *a))
+            self._workers.append(executor.submit(_run_worker, *a, *watch))
+
+    def _pid(self, i: int) -> int | None:
+        """Worker ``i``'s pid: from its layout, else from the store, else (mp) its process."""
+        pids = getattr(self, "pids", None)
+        if pids:
+            return int(pids[i])
+        name = f"pid{i + 1}"
+        try:
+            if self._store.check([name]):
+                who = type(self).__name__
+                return int(_verify(self._key, name, self._store.get(name), who).decode())
+        except (RuntimeError, ValueError):
+            pass
+        if self.launcher == "mp" and i < len(self._workers):
+            return self._workers[i].pid
+        return None
 
     def _dead(self, i: int) -> str | None:
         """Why worker ``i`` is gone (its traceback when it left one), or ``None`` if alive."""
@@ -424,7 +513,7 @@ class DistributedDataCollector(DataCollectorBase):
         return f"{what}" + (f"\n{error}" if error else "")
 
     def _fail(self, i: int, why: str, what: str) -> None:
-        pid = self.pids[i] if getattr(self, "pids", None) else "?"
+        pid = self._pid(i) or "unknown"
         raise WorkerError(
             f"DistributedDataCollector: worker {i} (rank {i + 1}, pid {pid}) died while "
             f"{what}: {why}"
@@ -439,8 +528,8 @@ class DistributedDataCollector(DataCollectorBase):
                 self._fail(i, why, "starting")
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"DistributedDataCollector: worker {i} did not start within "
-                    f"{self.timeout:.0f} s"
+                    f"DistributedDataCollector: worker {i} (rank {i + 1}, pid "
+                    f"{self._pid(i) or 'unknown'}) did not start within {self.timeout:.0f} s"
                 )
             time.sleep(0.05)
         who = type(self).__name__
@@ -478,9 +567,13 @@ class DistributedDataCollector(DataCollectorBase):
                     if why is not None:
                         self._fail(i, why, "collecting")
                 if time.monotonic() > deadline:
+                    late = ", ".join(
+                        f"{i} (rank {i + 1}, pid {self._pid(i) or 'unknown'})"
+                        for i in sorted(pending)
+                    )
                     raise TimeoutError(
-                        f"DistributedDataCollector: workers {sorted(pending)} sent no batch "
-                        f"within {self.timeout:.0f} s"
+                        f"DistributedDataCollector: workers {late} sent no batch within "
+                        f"{self.timeout:.0f} s"
                     ) from None
                 continue
             pending.discard(i)
@@ -630,6 +723,9 @@ class DistributedDataCollector(DataCollectorBase):
                     time.sleep(0.05)
                 if not w.done():
                     w.cancel(check=False)
+        for path in self._temp_dirs:
+            shutil.rmtree(path, ignore_errors=True)
+        self._temp_dirs = []
         if self._joined:
             self._joined = False
             # The group closes its connections when the last reference (a receiver thread's,

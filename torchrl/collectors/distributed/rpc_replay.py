@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import threading
 import time
@@ -174,14 +175,31 @@ def _host_main(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     parent_pid: int,
+    temp_dir: str | None = None,
 ) -> None:
-    """Body of the host process started by ``launcher="mp"``: serve until told to stop."""
+    """Body of the host process started by ``launcher="mp"``: serve until told to stop.
+
+    The host ends within a second of its parent's death, whatever it is doing (waiting for
+    the group, serving a call), and removes ``temp_dir`` (its multiprocessing temp dir, made
+    by the parent): see :func:`torchrl._processes.watch_parent`.
+    """
+    from torchrl._processes import use_temp_dir, watch_parent
+
+    if temp_dir is not None:
+        use_temp_dir(temp_dir)
+    watch_parent(parent_pid, cleanup=(temp_dir,) if temp_dir is not None else ())
     import torch
     from torch.distributed import rpc
 
     torch.set_num_threads(1)
     # Built before joining, so a bad argument fails the process before anyone waits on it.
-    _host_create(buffer_id, cls, args, kwargs)
+    try:
+        _host_create(buffer_id, cls, args, kwargs)
+    except Exception as err:
+        raise RuntimeError(
+            f"RPCReplayBuffer: the host {name!r} (rank 0, pid {os.getpid()}) could not build "
+            f"its buffer: {err!r}"
+        ) from err
     with _gloo_on_loopback(True):
         rpc.init_rpc(
             name,
@@ -189,10 +207,9 @@ def _host_main(
             world_size=world_size,
             rpc_backend_options=_options(init_method, rpc_timeout, num_worker_threads, True),
         )
-    # RPC threads serve the buffer; this thread only watches for the end (or an orphaned host).
-    while not _STOP.wait(0.5):
-        if os.getppid() != parent_pid:
-            break
+    # RPC threads serve the buffer; this thread waits for the end (the parent watchdog ends
+    # an orphaned host).
+    _STOP.wait()
     # Not graceful: a graceful shutdown of a static group waits for every member's own
     # shutdown; every call here is synchronous, so nothing is in flight to lose.
     rpc.shutdown(graceful=False)
@@ -229,7 +246,9 @@ class RPCReplayBuffer:
     :class:`RuntimeError` naming it: at once when this process started it, otherwise as soon
     as RPC reports the broken connection (or the timeout). :meth:`shutdown` stops RPC in the
     processes the class initialised it in; on the creating object it also stops the host and
-    leaves no process behind. It is idempotent.
+    leaves no process behind. It is idempotent. A host started with ``launcher="mp"`` also
+    ends by itself within a second of this process's death (SIGKILL included), even while
+    serving a call, and leaves no temp dir.
 
     Args:
         *args: positional arguments of ``replay_buffer_cls``.
@@ -293,6 +312,7 @@ class RPCReplayBuffer:
         self._owner = True
         self._closed = False
         self._process: Any = None
+        self._temp_dir: str | None = None
         self._init_method: str | None = None
         self._world_size = 0
         # (rpc name, rank) this object joins with at its first call; None: RPC is not ours.
@@ -310,6 +330,9 @@ class RPCReplayBuffer:
             self._member = (client_name, 1)
             import multiprocessing as mp
 
+            from torchrl._processes import worker_temp_dir
+
+            self._temp_dir = worker_temp_dir()
             ctx = mp.get_context("spawn")
             self._process = ctx.Process(
                 target=_host_main,
@@ -324,6 +347,7 @@ class RPCReplayBuffer:
                     args,
                     kwargs,
                     os.getpid(),
+                    self._temp_dir,
                 ),
                 daemon=True,
                 name=f"RPCReplayBuffer-{name}",
@@ -370,8 +394,8 @@ class RPCReplayBuffer:
     def _check_host(self) -> None:
         if self._process is not None and not self._process.is_alive():
             raise RuntimeError(
-                f"RPCReplayBuffer: the host process of {self.name!r} "
-                f"(pid {self._process.pid}) died with exit code {self._process.exitcode}"
+                f"RPCReplayBuffer: the host process of {self.name!r} (rank 0, "
+                f"pid {self._process.pid}) died with exit code {self._process.exitcode}"
             )
 
     def _ensure_joined(self) -> None:
@@ -459,9 +483,10 @@ class RPCReplayBuffer:
                 word in text
                 for word in ("timeout", "timed out", "closed", "eof", "connect", "shut", "unknown")
             ):
+                pid = f", pid {self._process.pid}" if self._process is not None else ""
                 raise RuntimeError(
-                    f"RPCReplayBuffer: the buffer host {self.name!r} did not answer "
-                    f"(dead or unreachable): {err}"
+                    f"RPCReplayBuffer: the buffer host {self.name!r} (rank 0{pid}) did not "
+                    f"answer (dead or unreachable): {err}"
                 ) from err
             raise
 
@@ -473,7 +498,9 @@ class RPCReplayBuffer:
         # A copy of the creating object joins nothing by itself (it works in processes already
         # in the group); a copy of a client(i) handle keeps its slot.
         member = None if self._owner else self._member
-        state.update(_owner=False, _process=None, _joined_here=False, _member=member)
+        state.update(
+            _owner=False, _process=None, _temp_dir=None, _joined_here=False, _member=member
+        )
         return state
 
     # ------------------------------------------------------------------------------ the API
@@ -583,6 +610,9 @@ class RPCReplayBuffer:
                 self._process.kill()
                 self._process.join(wait)
             self._process = None
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, owner={self._owner})"
