@@ -169,10 +169,10 @@ class BlockingBuffer(ReplayBuffer):
 
 
 def build_distributed(
-    kind: str, marker_dir: str | None = None, slurm_folder: str | None = None
+    kind: str, marker_dir: str | None = None, launcher: str = "mp"
 ) -> tuple[Any, list[int]]:
-    """Builds ``kind`` (``DistributedDataCollector``: 1 worker, launched by ``"mp"``, or by
-    submitit's local cluster if ``slurm_folder`` is given; ``RPCReplayBuffer``: its host),
+    """Builds ``kind`` (``DistributedDataCollector``: 1 worker, launched by ``launcher``:
+    ``"mp"``, or ``"submitit"`` on its local cluster; ``RPCReplayBuffer``: its host),
     blocking in its step or ``extend`` if ``marker_dir`` is given. Returns it and the pids."""
     from functools import partial
 
@@ -190,8 +190,8 @@ def build_distributed(
     env_fn: Any = CountingEnv
     if marker_dir is not None:
         env_fn = partial(LateBlockingEnv, marker_dir, 4)
-    launcher = "mp" if slurm_folder is None else "submitit"
-    slurm = {"cluster": "local", "folder": slurm_folder, "timeout_min": 5}
+    # (no submitit folder given: the collector makes one in the temp dir)
+    slurm = {"cluster": "local", "timeout_min": 5}
     collector = DistributedDataCollector(
         env_fn,
         None,
@@ -210,7 +210,7 @@ def run_distributed(
     marker_dir: str | None,
     conn: Any,
     temp_root: str | None = None,
-    slurm_folder: str | None = None,
+    launcher: str = "mp",
 ) -> None:
     """Builds each of ``kinds``, makes it idle after one use (or blocked in it if
     ``marker_dir`` is given: one kind only), and sends the pids of their processes.
@@ -220,7 +220,7 @@ def run_distributed(
     if temp_root is not None:
         os.environ["TMPDIR"] = temp_root
         tempfile.tempdir = None
-    built = [build_distributed(kind, marker_dir, slurm_folder) for kind in kinds]
+    built = [build_distributed(kind, marker_dir, launcher) for kind in kinds]
     if marker_dir is None:
         for component, _ in built:
             if hasattr(component, "sample"):

@@ -219,7 +219,7 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _kill_distributed(kinds, tmp_path, blocked=False, slurm_folder=None, timeout=120):
+def _kill_distributed(kinds, tmp_path, blocked=False, launcher="mp", timeout=120):
     """Forks a parent building ``kinds``, SIGKILLs it once idle (or blocked), and returns
     the seconds until every process below it is gone, and what they left in their temp dir."""
     ctx = mp.get_context("fork")
@@ -228,7 +228,7 @@ def _kill_distributed(kinds, tmp_path, blocked=False, slurm_folder=None, timeout
     markers.mkdir()
     temp_root.mkdir()
     marker_dir = str(markers) if blocked else None
-    args = (kinds, marker_dir, sender, str(temp_root), slurm_folder)
+    args = (kinds, marker_dir, sender, str(temp_root), launcher)
     parent = ctx.Process(target=run_distributed, args=args)
     parent.start()
     try:
@@ -262,12 +262,12 @@ def test_distributed_worker_exits_when_parent_is_killed(kind, blocked, tmp_path)
 @pytest.mark.slow
 @pytest.mark.parametrize("blocked", [False, True], ids=["idle", "blocked"])
 def test_submitit_local_worker_exits_when_parent_is_killed(blocked, tmp_path, monkeypatch):
-    """submitit's local jobs (children of its controller) watch the trainer too."""
+    """submitit's local jobs (children of its controller) watch the trainer too, and remove
+    the submitit folder the collector made (in the temp dir)."""
     pytest.importorskip("submitit")
     # the job unpickles the test's env classes by module name
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
-    folder = tmp_path / "jobs"
     kinds = ("DistributedDataCollector",)
-    elapsed, left = _kill_distributed(kinds, tmp_path, blocked, str(folder))
+    elapsed, left = _kill_distributed(kinds, tmp_path, blocked, "submitit")
     assert elapsed < BOUND_S, f"submitit job still alive {elapsed:.2f} s after the trainer"
     assert left == []

@@ -227,6 +227,8 @@ def _run_worker(
         if core is not None:
             core.shutdown()
         if parent_gone():
+            for path in cleanup:  # (exit_worker removes temp_dir)
+                shutil.rmtree(path, ignore_errors=True)
             exit_worker(1)  # now, rather than after the interpreter's teardown
 
 
