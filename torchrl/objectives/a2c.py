@@ -157,13 +157,7 @@ class A2CLoss(LossModule):
         return [*self.actor_network.in_keys, self.tensor_keys.action]
 
     def _compute_estimator_keys(self) -> list[NestedKey]:
-        keys = self.tensor_keys
-        return [
-            *self._net_in_keys(self.critic_network),
-            next_key(keys.reward),
-            next_key(keys.done),
-            next_key(keys.terminated),
-        ]
+        return self._value_target_keys(self.critic_network)
 
     def _estimator_value_network(self) -> Any:
         return self.critic_network

@@ -273,6 +273,16 @@ class LossModule(nn.Module):
                     f"the loss's keys with set_keys); entries present: {entries}"
                 )
 
+    def _value_target_keys(self, critic: Any) -> list[NestedKey]:
+        """What a TD-style estimator over ``critic`` reads: its inputs now and next, rewards, dones."""
+        keys = self.tensor_keys
+        return [
+            *self._net_in_keys(critic),
+            next_key(keys.reward),
+            next_key(keys.done),
+            next_key(keys.terminated),
+        ]
+
     def _check_estimator_inputs(self, tensordict: TensorDictBase) -> None:
         """:meth:`_check_inputs` for the keys the value estimator reads (no advantage given)."""
         self._check_inputs(tensordict, self._estimator_keys)
