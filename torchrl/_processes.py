@@ -40,6 +40,9 @@ EXIT_GRACE_S = 0.5
 PARENT_POLL_S = 0.2
 # (parent pid, whether it is this process's parent), set by watch_parent
 _watched: tuple[int, bool] | None = None
+# set by the watchdog thread once it has seen the parent exit (a pidfd tells at the exit, before
+# the dead parent is reaped: until then, a process that is not its child still sees its pid)
+_parent_exited = threading.Event()
 
 
 def worker_temp_dir() -> str:
@@ -154,7 +157,7 @@ def parent_gone() -> bool:
     """
     if _watched is None:
         return False
-    return not _alive(*_watched)
+    return _parent_exited.is_set() or not _alive(*_watched)
 
 
 def exit_worker(code: int = 0) -> NoReturn:
@@ -221,6 +224,7 @@ def _watch(pid: int, direct: bool, cleanup: tuple[str, ...], grace: float, inter
     else:
         while _alive(pid, direct):
             time.sleep(interval)
+    _parent_exited.set()
     _leave(cleanup, grace)
 
 

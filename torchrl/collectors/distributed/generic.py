@@ -209,16 +209,15 @@ def _run_worker(
     except BaseException as err:
         name = f"error{rank}"
         text = f"{who} failed:\n{traceback.format_exc()}"
-        reported = False
         if not parent_gone():
             try:
                 store.set(name, cast(Any, _sign(key, name, text.encode())))
-                reported = True
             except Exception:  # noqa: BLE001 - the trainer is unreachable
                 pass
-        # A dead trainer closes its sockets before this process is told it is an orphan:
-        # an error from a closed connection may come first. Nobody is left to tell.
-        if parent_pid is not None and not reported and _parent_goes(2 * PARENT_POLL_S):
+        # A dead trainer closes its sockets before this process learns that it is gone: the
+        # error may be its closed connection (and a store ``set`` to a dead peer may still
+        # succeed). Then nobody is left to tell, and the process ends quietly.
+        if parent_pid is not None and _parent_goes(2 * PARENT_POLL_S):
             return  # (the finally clause ends the process)
         if isinstance(err, Exception):
             raise RuntimeError(f"{who} failed: {err!r}") from err
