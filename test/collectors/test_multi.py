@@ -339,7 +339,12 @@ class TestFailures:
         it = iter(collector)
         next(it)
         temp_dirs = list(collector._temp_dirs)
-        assert os.listdir(temp_dirs[1])  # the socket that sent the batch buffers
+        # the socket that sent the batch buffers (an async worker may deliver its first later)
+        for _ in range(200):
+            if os.listdir(temp_dirs[1]):
+                break
+            next(it)
+        assert os.listdir(temp_dirs[1])
         os.kill(collector._procs[1].pid, signal.SIGKILL)
         start = time.monotonic()
         with pytest.raises(WorkerError, match=r"worker 1 \(pid \d+\) .* SIGKILL"):
