@@ -21,7 +21,8 @@ followed by the spec's feature shape, or any leading batch dims for a batch-unlo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from itertools import chain
 from typing import Any
 
 import torch
@@ -50,8 +51,15 @@ _ValuesOk = Callable[[torch.Tensor, bool, int], bool]
 _ActionCheck = Callable[[TensorDictBase], None]
 
 
-def _flat(value: torch.Tensor, ndim: int) -> list[Any]:
-    return value.tolist() if ndim == 1 else value.reshape(-1).tolist()
+def _flat(value: torch.Tensor, ndim: int) -> Iterable[Any]:
+    """The entries of a small tensor, in order (``ndim``: its number of dims, at least 1)."""
+    if ndim == 1:
+        return value.tolist()
+    if ndim == 2:
+        # nested rows chained: cheaper than a torch reshape before tolist (a (8, 1) batch of
+        # a SerialEnv's actions: ~1.1 us instead of ~1.7 us with the loop)
+        return chain.from_iterable(value.tolist())
+    return value.reshape(-1).tolist()
 
 
 def _uniform(bound: torch.Tensor) -> float | int | None:
