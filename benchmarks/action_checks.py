@@ -52,14 +52,17 @@ def _cpu_us(fn: Callable[[], object], calls: int) -> float:
 def check_cost(env: EnvBase, td: TensorDictBase, calls: int) -> float:
     """CPU microseconds of the action check alone, in a tight loop (warm caches).
 
-    A single gymnasium env checks while converting its action: there, the cost of its checked
-    conversion minus that of its plain one.
+    A single gymnasium env, and a ``SerialEnv`` of them (its batched stepper), check while
+    converting the action: there, the cost of the checked conversion minus that of the plain one.
     """
     check = env._spec_cache().check_actions
     if check is not None:
         return _cpu_us(lambda: check(td), calls)
     action = td["action"]
-    checked, plain = env._checked_write, env._write_action
+    if isinstance(env, SerialEnv):
+        checked, plain = env._stepper.checked_write, env._stepper.write
+    else:
+        checked, plain = env._checked_write, env._write_action
     return _cpu_us(lambda: checked(action), calls) - _cpu_us(lambda: plain(action), calls)
 
 

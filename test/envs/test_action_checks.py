@@ -201,6 +201,54 @@ def test_serial_env_checks_its_batch_once(monkeypatch):
     env.close()
 
 
+SERIAL_GYM_CASES = [
+    # (env name, categorical, a bad action for 3 envs, what the error says)
+    ("CartPole-v1", False, torch.tensor([[True, False], [True, True], [False, True]]), "value"),
+    ("CartPole-v1", False, torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]), "dtype"),
+    ("CartPole-v1", True, torch.tensor([0, 2, 1]), "value"),
+    ("Pendulum-v1", False, torch.tensor([[0.0], [NAN], [1.0]]), "NaN"),
+    ("Pendulum-v1", False, torch.tensor([[0.0], [2.5], [1.0]]), "value"),
+    ("Pendulum-v1", False, torch.tensor([0.0, 1.0, 1.0]), "shape"),
+]
+
+
+@pytest.mark.parametrize("name, categorical, bad, match", SERIAL_GYM_CASES)
+def test_serial_gym_fast_path_checks_in_its_conversion(name, categorical, bad, match):
+    make = partial(GymEnv, name, categorical_action_encoding=categorical)
+    env = SerialEnv(3, make)
+    env.set_seed(0)
+    td = env.reset()
+    assert env._stepper is not None and env._spec_cache().check_actions is None
+    states = [sub.env.unwrapped.state.copy() for sub in env.envs]
+    for method in (env.step, lambda t: env.step_and_maybe_reset(t)[0]):
+        with pytest.raises(ValueError, match=match):
+            method(td.clone().set("action", bad))
+    # nothing was stepped
+    for sub, state in zip(env.envs, states):
+        assert np.array_equal(sub.env.unwrapped.state, state)
+    # the checked conversion gives what the plain one gives (same seeds, same trajectory)
+    plain = SerialEnv(3, make, validate_actions=False)
+    plain.set_seed(0)
+    plain.reset()
+    torch.manual_seed(0)
+    checked_rollout = env.rollout(20, break_when_any_done=False)
+    torch.manual_seed(0)
+    plain_rollout = plain.rollout(20, break_when_any_done=False)
+    assert (checked_rollout == plain_rollout).all()
+    env.close()
+    plain.close()
+
+
+def test_serial_gym_fast_path_vouches_for_other_dtypes():
+    # int64 one-hot rows (F.one_hot) fit a bool OneHot spec: the generic check accepts them
+    env = SerialEnv(2, partial(GymEnv, "CartPole-v1"))
+    td = env.reset()
+    td["action"] = torch.nn.functional.one_hot(torch.tensor([0, 1]), 2)
+    env.step(td)
+    assert td["next", "observation"].shape == (2, 4)
+    env.close()
+
+
 def test_serial_env_of_torch_envs_rejects_bad_rows():
     env = SerialEnv(2, partial(PendulumEnv, seed=0))
     td = env.reset()

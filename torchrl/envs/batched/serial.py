@@ -19,7 +19,7 @@ from torchrl.envs.batched._common import (
     _unravel,
 )
 from torchrl.envs.batched.base import BatchedEnvBase, _Merge
-from torchrl.envs.common import EnvBase
+from torchrl.envs.common import EnvBase, NestedKey
 
 __all__ = ["SerialEnv"]
 
@@ -66,6 +66,7 @@ class SerialEnv(BatchedEnvBase):
     ) -> None:
         self._envs: list[EnvBase] = []
         self._stepper: Any = None
+        self._stepper_checks = False
         super().__init__(
             num_workers, create_env_fn, create_env_kwargs, validate_actions=validate_actions
         )
@@ -98,6 +99,27 @@ class SerialEnv(BatchedEnvBase):
         # a worker's last reset entries, or (batched entries, row) until they are needed
         self._last_roots: list[Any] = [None] * len(envs)
         self._stepper = self._make_stepper(envs)
+        self._stepper_checks = self._stepper is not None and self._let_stepper_check()
+        if self._stepper_checks:
+            self.empty_cache()  # the stepper checks the actions: no separate check (see below)
+
+    def _let_stepper_check(self) -> bool:
+        """Whether the batched stepper checks the actions itself, in its conversion."""
+        enable = getattr(self._stepper, "enable_checks", None)
+        if enable is None:
+            return False
+        key = self.action_keys[0]
+        return type(key) is str and bool(
+            enable(type(self).__name__, key, self.full_action_spec[key])
+        )
+
+    def _make_action_check(
+        self, action_keys: list[NestedKey]
+    ) -> Callable[[TensorDictBase], None] | None:
+        # A stepper that checks while converting makes the generic check redundant.
+        if self._stepper_checks:
+            return None
+        return super()._make_action_check(action_keys)
 
     def _make_stepper(self, envs: list[EnvBase]) -> Any:
         """The envs' batched stepper, when their class has one and the layouts allow it.
@@ -119,6 +141,9 @@ class SerialEnv(BatchedEnvBase):
     def _stop(self) -> None:
         envs, self._envs = self._envs, []
         self._stepper = None
+        if self._stepper_checks:
+            self._stepper_checks = False
+            self.empty_cache()
         errors = []
         for env in envs:
             try:
@@ -203,6 +228,8 @@ class SerialEnv(BatchedEnvBase):
     def _run_step(self, values: list[Any], complete: bool) -> TensorDictBase:
         stepper = self._stepper
         if stepper is not None:
+            if self._stepper_checks:
+                return stepper.step(values[self._action_idx[0]], self.validate_actions)
             return stepper.step(values[self._action_idx[0]])
         subs = cast(list[TensorDictBase], self._split(values))  # a step has actions
         outs = [step(sub) for step, sub in zip(self._step_fns, subs)]
@@ -270,7 +297,10 @@ class SerialEnv(BatchedEnvBase):
         return root
 
     def _batched_step_and_reset(self, action: Any) -> tuple[TensorDictBase, _Merge | None]:
-        next_td, root, finished = self._stepper.step_and_reset(action)
+        if self._stepper_checks:
+            next_td, root, finished = self._stepper.step_and_reset(action, self.validate_actions)
+        else:
+            next_td, root, finished = self._stepper.step_and_reset(action)
         if root is None:
             return next_td, None
         self._keep_roots(root, finished)

@@ -19,8 +19,10 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from torchrl.data.specs import Bounded, Composite, TensorSpec
+from torchrl.envs._action_checks import make_action_check
 from torchrl.envs.common import EnvBase
-from torchrl.envs.libs._gym_spaces import _gymnasium, _raise_if_bad_action
+from torchrl.envs.libs._gym_spaces import INVALID, _gymnasium, _raise_if_bad_action
 
 if TYPE_CHECKING:
     from torchrl.envs.libs.gym import GymWrapper
@@ -64,6 +66,89 @@ def _batched_writer(env: GymWrapper) -> Callable[[torch.Tensor], list[Any]]:
         return write_box
     write = env._write_action
     return lambda action: [write(a) for a in action.unbind(0)]
+
+
+def _batched_checked_writer(
+    env: GymWrapper, spec: TensorSpec, n: int
+) -> Callable[[Any], list[Any] | object] | None:
+    """A batched writer that also checks the actions against ``spec`` (batch ``[n]``).
+
+    Check and conversion share one ``tolist()`` of the action, so that the check costs next to
+    nothing on top of the conversion. Returns the ``n`` gymnasium actions (the values
+    :func:`_batched_writer` gives), or :data:`INVALID` when the action may not fit (wrong type,
+    shape or dtype kind, out of range, not one-hot, NaN, a mask on the spec): the caller then
+    runs the generic check, which raises the detailed error or vouches for the action.
+    ``None`` for spaces without such a writer.
+    """
+    spaces = _gymnasium().spaces
+    space = env.env.action_space
+    if type(space) is spaces.Discrete:
+        size, start = int(space.n), int(space.start)
+        dtype = np.dtype(space.dtype)
+        if env._categorical:
+
+            def write_index(action: Any) -> list[Any] | object:
+                if type(action) is not torch.Tensor or spec.mask is not None:  # type: ignore[attr-defined]
+                    return INVALID
+                index = action.tolist()
+                if type(index) is not list or len(index) != n or type(index[0]) is not int:
+                    return INVALID
+                if not (0 <= min(index) and max(index) < size):
+                    return INVALID
+                return list(
+                    np.array(index, dtype=dtype) + start if start else np.array(index, dtype=dtype)
+                )
+
+            return write_index
+        eye = [[i == j for j in range(size)] for i in range(size)]
+
+        def write_one_hot(action: Any) -> list[Any] | object:
+            if type(action) is not torch.Tensor or spec.mask is not None:  # type: ignore[attr-defined]
+                return INVALID
+            rows = action.tolist()
+            if type(rows) is not list or len(rows) != n or type(rows[0]) is not list:
+                return INVALID
+            kind = type(rows[0][0]) if rows[0] else None
+            if kind is not bool and kind is not int:  # float one-hot rows: wrong dtype kind
+                return INVALID
+            # every row is a row of the identity (True == 1: int rows match too)
+            found = 0
+            for one_hot_row in eye:
+                found += rows.count(one_hot_row)
+            if found != n:
+                return INVALID
+            index = np.array([row.index(1) for row in rows], dtype=dtype)
+            return list(index + start if start else index)
+
+        return write_one_hot
+    if (
+        type(space) is spaces.Box
+        and len(space.shape) == 1
+        and np.dtype(space.dtype).kind == "f"
+        and isinstance(spec, Bounded)
+    ):
+        np_dtype = space.dtype
+        lows: list[float] = spec.low.expand(spec.shape).reshape(-1).tolist()
+        highs: list[float] = spec.high.expand(spec.shape).reshape(-1).tolist()
+        width = int(space.shape[0])
+
+        def write_box(action: Any) -> list[Any] | object:
+            if type(action) is not torch.Tensor or action.shape != spec.shape:
+                return INVALID
+            rows = action.tolist()
+            if type(rows[0][0]) is not float:  # the dtype kind
+                return INVALID
+            k = 0
+            for row in rows:
+                for value in row:
+                    if not lows[k] <= value <= highs[k]:  # NaN fails both comparisons
+                        return INVALID
+                    k += 1
+            # the same float32 values as the plain writer's cast of the tensor
+            return list(np.array(rows, dtype=np_dtype).reshape(n, width))
+
+        return write_box
+    return None
 
 
 def _batched_reader(env: GymWrapper) -> Callable[[Sequence[Any]], dict[str, torch.Tensor]]:
@@ -115,13 +200,50 @@ class _GymBatchStepper:
         self.batch_size = torch.Size([self.n])
         self.device = first.device
         self.write = _batched_writer(first)
+        self.checked_write: Callable[[Any], list[Any] | object] | None = None
+        self._generic_check: Callable[[TensorDictBase], None] | None = None
+        self._action_key = "action"
         self.read = _batched_reader(first)
         self.frame_skip = first.frame_skip
         self.shape = (self.n, 1)
 
-    def _run(self, action: torch.Tensor) -> tuple[list[Any], TensorDictBase, list[int]]:
+    def enable_checks(self, owner: str, key: str, spec: TensorSpec) -> bool:
+        """Lets ``step(..., check=True)`` check the actions against ``spec`` (batch ``[n]``).
+
+        Args:
+            owner: the batched env's class name, for the error messages.
+            key: the action key.
+            spec: the batched env's action spec of that key.
+
+        Returns:
+            Whether the stepper checks actions itself (its spaces have a checked writer).
+        """
+        self.checked_write = _batched_checked_writer(self.envs[0], spec, self.n)
+        self._generic_check = make_action_check(
+            owner, Composite({key: spec}, shape=[self.n]), [key], 1
+        )
+        self._action_key = key
+        return self.checked_write is not None
+
+    def _checked_actions(self, action: torch.Tensor) -> list[Any] | None:
+        """The gymnasium actions, checked; ``None`` when the plain writer must convert them."""
+        if self.checked_write is None:
+            return None
+        actions = self.checked_write(action)
+        if actions is not INVALID:
+            return cast(list[Any], actions)
+        # raises the detailed error, or vouches for an action the shortcut cannot read
+        if self._generic_check is not None:
+            td = TensorDict({self._action_key: action}, batch_size=self.batch_size)
+            self._generic_check(td)
+        return None
+
+    def _run(
+        self, action: torch.Tensor, check: bool = False
+    ) -> tuple[list[Any], TensorDictBase, list[int]]:
+        checked = self._checked_actions(action) if check else None
         try:
-            actions = self.write(action)
+            actions = checked if checked is not None else self.write(action)
             if self.frame_skip == 1:
                 results = [step(act) for step, act in zip(self.gym_steps, actions)]
             else:
@@ -153,16 +275,16 @@ class _GymBatchStepper:
             )
         return TensorDict(data, batch_size=self.batch_size, device=device)
 
-    def step(self, action: torch.Tensor) -> TensorDictBase:
-        """Steps every env with its row of ``action`` (batch ``[n]``).
+    def step(self, action: torch.Tensor, check: bool = False) -> TensorDictBase:
+        """Steps every env with its row of ``action`` (batch ``[n]``; checked with ``check``).
 
         Returns:
             The stacked ``"next"`` entries: observations, ``"reward"``, done flags (``[n, 1]``).
         """
-        return self._run(action)[1]
+        return self._run(action, check)[1]
 
     def step_and_reset(
-        self, action: torch.Tensor
+        self, action: torch.Tensor, check: bool = False
     ) -> tuple[TensorDictBase, TensorDictBase | None, list[int]]:
         """Steps every env, then resets those that are done (with the seeds they were given).
 
@@ -171,7 +293,7 @@ class _GymBatchStepper:
             and done flags, with the reset envs' first observations), or ``None`` when no env
             is done; and the indices of the reset envs.
         """
-        obs, next_td, finished = self._run(action)
+        obs, next_td, finished = self._run(action, check)
         if not finished:
             return next_td, None, finished
         for i in finished:
