@@ -64,6 +64,15 @@ def counting_env(batch: int = 0, max_steps: int = 5) -> CountingEnv:
     return CountingEnv(batch_size=[batch] if batch else [], max_steps=max_steps)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def child_pids() -> set[int]:
     """Pids of the live child processes of this process (from /proc).
 

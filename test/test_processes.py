@@ -17,21 +17,13 @@ import sys
 import time
 
 import pytest
+from _collector_helpers import pid_alive as _alive
 from _orphan_child import DISTRIBUTED_KINDS, KINDS, run, run_distributed
 
 from torchrl._processes import use_temp_dir, watch_parent, worker_temp_dir
 
 BOUND_S = 2.0  # the issue's bound: workers are gone within 2 s of their parent's death
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _gone_after(pids: list[int], start: float, limit: float = 10.0) -> float:

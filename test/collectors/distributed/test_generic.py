@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from _collector_helpers import SlowEnv, counting_env, threshold_policy
+from _collector_helpers import pid_alive as _alive
 from _net_helpers import listening, reachable_from_other_interface
 
 from torchrl.collectors import WorkerError
@@ -24,14 +25,6 @@ from torchrl.collectors.distributed.utils import _listening_store
 
 TEST_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _slow_env = functools.partial(SlowEnv, delay=0.05, max_steps=5)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _wait_gone(pids: list[int], timeout: float = 15.0) -> list[int]:

@@ -17,6 +17,7 @@ import torch
 pytest.importorskip("ray")
 
 from _collector_helpers import SlowEnv, counting_env, threshold_policy  # noqa: E402
+from _collector_helpers import pid_alive as _alive
 
 from torchrl.collectors import WorkerError  # noqa: E402
 from torchrl.collectors.distributed import RayCollector  # noqa: E402
@@ -24,14 +25,6 @@ from torchrl.collectors.distributed.utils import _start_local_ray  # noqa: E402
 
 # A partial of a helper class: actors import it by name (test modules are not importable).
 _slow_env = functools.partial(SlowEnv, delay=0.05, max_steps=5)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _wait_gone(pids: list[int], timeout: float = 15.0) -> list[int]:
