@@ -21,7 +21,7 @@ from _net_helpers import listening, reachable_from_other_interface
 from torchrl.collectors import WorkerError
 from torchrl.collectors.distributed import DistributedDataCollector
 from torchrl.collectors.distributed.generic import _decode_layout
-from torchrl.collectors.distributed.utils import _listening_store
+from torchrl.collectors.distributed.utils import listening_store
 
 TEST_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _slow_env = functools.partial(SlowEnv, delay=0.05, max_steps=5)
@@ -187,7 +187,7 @@ def test_probe_tells_bound_from_all_interfaces():
 
 
 def test_store_listens_on_requested_address_only():
-    store = _listening_store("127.0.0.1", 0, 2, timedelta(seconds=5))
+    store = listening_store("127.0.0.1", 0, 2, timedelta(seconds=5))
     port = store.port
     assert ("127.0.0.1", port) in listening(os.getpid())
     assert not reachable_from_other_interface(port)

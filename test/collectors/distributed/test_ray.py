@@ -21,7 +21,7 @@ from _collector_helpers import pid_alive as _alive
 
 from torchrl.collectors import WorkerError  # noqa: E402
 from torchrl.collectors.distributed import RayCollector  # noqa: E402
-from torchrl.collectors.distributed.utils import _start_local_ray  # noqa: E402
+from torchrl.collectors.distributed.utils import start_local_ray  # noqa: E402
 
 # A partial of a helper class: actors import it by name (test modules are not importable).
 _slow_env = functools.partial(SlowEnv, delay=0.05, max_steps=5)
@@ -141,14 +141,14 @@ def test_local_ray_start_warns_without_authentication(monkeypatch):
     fake = _FakeRay()
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     with pytest.warns(UserWarning, match="RayCollector: starting Ray with RAY_AUTH_MODE=disabled"):
-        _start_local_ray(fake, {"num_cpus": 1}, "RayCollector")
+        start_local_ray(fake, {"num_cpus": 1}, "RayCollector")
     assert fake.config == {"include_dashboard": False, "num_cpus": 1}
     # Joining a cluster starts nothing here; with token auth (the default) nothing to say.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _start_local_ray(fake, {"address": "auto"}, "RayCollector")
+        start_local_ray(fake, {"address": "auto"}, "RayCollector")
         monkeypatch.delenv("RAY_AUTH_MODE")
-        _start_local_ray(fake, {"include_dashboard": True}, "RayReplayBuffer")
+        start_local_ray(fake, {"include_dashboard": True}, "RayReplayBuffer")
     assert fake.config == {"include_dashboard": True}
 
 

@@ -180,10 +180,10 @@ def test_gloo_group_of_rpc_start_binds_loopback(monkeypatch):
     from _net_helpers import listening
 
     from torchrl.collectors.distributed.rpc_replay import _gloo_on_loopback
-    from torchrl.collectors.distributed.utils import _listening_store
+    from torchrl.collectors.distributed.utils import listening_store
 
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "some-public-interface")
-    store = _listening_store("127.0.0.1", 0, 1, timedelta(seconds=5))
+    store = listening_store("127.0.0.1", 0, 1, timedelta(seconds=5))
     before = listening(os.getpid())
     with _gloo_on_loopback(True):
         group = dist.ProcessGroupGloo(store, 0, 1, timedelta(seconds=5))

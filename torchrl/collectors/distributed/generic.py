@@ -45,10 +45,10 @@ from torchrl._utils import import_optional
 from torchrl.collectors._base import DataCollectorBase, check_frames
 from torchrl.collectors.distributed.utils import (
     WorkerCore,
-    _listening_store,
-    _sign,
-    _verify,
+    listening_store,
     policy_weights,
+    sign_entry,
+    verify_entry,
 )
 from torchrl.collectors.multi import WorkerError
 from torchrl.collectors.sync import SyncDataCollector, extend_replay_buffer
@@ -159,7 +159,7 @@ def _run_worker(
     timeout = timedelta(seconds=timeout_s)
     store = dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
     # The pid first: a failure before the layout is sent still names this process.
-    store.set(f"pid{rank}", cast(Any, _sign(key, f"pid{rank}", str(os.getpid()).encode())))
+    store.set(f"pid{rank}", cast(Any, sign_entry(key, f"pid{rank}", str(os.getpid()).encode())))
     core = None
     try:
         core = WorkerCore(
@@ -180,7 +180,7 @@ def _run_worker(
             )
         keys = _key_list(batch)
         name = f"layout{rank}"
-        store.set(name, cast(Any, _sign(key, name, _encode_layout(batch, keys))))
+        store.set(name, cast(Any, sign_entry(key, name, _encode_layout(batch, keys))))
         group = _gloo_group(store, rank, world_size, _local_address(host, port), timeout)
         names = sorted(policy_weights(policy))
         cmd = torch.zeros(2, dtype=torch.int64)
@@ -211,7 +211,7 @@ def _run_worker(
         text = f"{who} failed:\n{traceback.format_exc()}"
         if not parent_gone():
             try:
-                store.set(name, cast(Any, _sign(key, name, text.encode())))
+                store.set(name, cast(Any, sign_entry(key, name, text.encode())))
             except Exception:  # noqa: BLE001 - the trainer is unreachable
                 pass
         # A dead trainer closes its sockets before this process learns that it is gone: the
@@ -393,7 +393,7 @@ class DistributedDataCollector(DataCollectorBase):
 
         world = n + 1
         td = timedelta(seconds=self.timeout)
-        self._store = _listening_store(host, tcp_port or 0, world, td)
+        self._store = listening_store(host, tcp_port or 0, world, td)
         port = self._store.port
         # Signs the store messages; travels with the launch arguments, never through the store.
         self._key = secrets.token_bytes(32)
@@ -480,7 +480,7 @@ class DistributedDataCollector(DataCollectorBase):
         try:
             if self._store.check([name]):
                 who = type(self).__name__
-                return int(_verify(self._key, name, self._store.get(name), who).decode())
+                return int(verify_entry(self._key, name, self._store.get(name), who).decode())
         except (RuntimeError, ValueError):
             pass
         if self.launcher == "mp" and i < len(self._workers):
@@ -493,7 +493,9 @@ class DistributedDataCollector(DataCollectorBase):
         name = f"error{i + 1}"
         if self._store.check([name]):
             message = self._store.get(name)
-            error = _verify(self._key, name, message, type(self).__name__).decode(errors="replace")
+            error = verify_entry(self._key, name, message, type(self).__name__).decode(
+                errors="replace"
+            )
         worker = self._workers[i]
         if self.launcher == "mp":
             if error is None and worker.is_alive():
@@ -534,7 +536,7 @@ class DistributedDataCollector(DataCollectorBase):
                 )
             time.sleep(0.05)
         who = type(self).__name__
-        return _decode_layout(_verify(self._key, key, self._store.get(key), who), who)
+        return _decode_layout(verify_entry(self._key, key, self._store.get(key), who), who)
 
     def _receiver(self, i: int) -> None:
         """Thread body: receives worker ``i``'s batches into its buffer, one per request.

@@ -19,7 +19,7 @@ from tensordict import TensorDictBase
 
 from torchrl._utils import import_optional, logger
 from torchrl.collectors._base import DataCollectorBase, check_frames
-from torchrl.collectors.distributed.utils import WorkerCore, _start_local_ray, policy_weights
+from torchrl.collectors.distributed.utils import WorkerCore, policy_weights, start_local_ray
 from torchrl.collectors.multi import WorkerError
 from torchrl.collectors.sync import SyncDataCollector, extend_replay_buffer
 
@@ -208,7 +208,7 @@ class RayCollector(DataCollectorBase):
             if config.get("address") is not None:
                 logger.info("RayCollector: Ray is already initialized; ignoring ray_init_config")
             return
-        _start_local_ray(ray, config, type(self).__name__)
+        start_local_ray(ray, config, type(self).__name__)
         # Only a Ray instance started here (not a cluster joined by address) is ours to stop.
         self._started_ray = config.get("address") in (None, "local")
 

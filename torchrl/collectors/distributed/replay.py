@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchrl._utils import import_optional
-from torchrl.collectors.distributed.utils import _start_local_ray
+from torchrl.collectors.distributed.utils import start_local_ray
 
 __all__ = ["RayReplayBuffer"]
 
@@ -79,7 +79,7 @@ class RayReplayBuffer:
 
             replay_buffer_cls = ReplayBuffer
         if not ray.is_initialized():
-            _start_local_ray(ray, dict(ray_init_config or {}), type(self).__name__)
+            start_local_ray(ray, dict(ray_init_config or {}), type(self).__name__)
         self.timeout = float(timeout)
         options = {"num_cpus": 0, **(remote_config or {})}
         self._actor = (

@@ -64,7 +64,7 @@ def _bound_rendezvous(url: str, timeout: timedelta = timedelta(seconds=300), **k
     """``torchrl-tcp://host:port?rank=r&world_size=n``: rank 0 hosts a store bound to ``host``."""
     import torch.distributed as dist
 
-    from torchrl.collectors.distributed.utils import _listening_store
+    from torchrl.collectors.distributed.utils import listening_store
 
     parsed = urlparse(url)
     query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
@@ -73,7 +73,7 @@ def _bound_rendezvous(url: str, timeout: timedelta = timedelta(seconds=300), **k
     rank = int(query["rank"])
     world_size = int(query.get("world_size", -1))
     if rank == 0:
-        store = _listening_store(parsed.hostname, parsed.port, world_size, timeout)
+        store = listening_store(parsed.hostname, parsed.port, world_size, timeout)
     else:
         store = dist.TCPStore(parsed.hostname, parsed.port, world_size, timeout=timeout)
     yield (store, rank, world_size)

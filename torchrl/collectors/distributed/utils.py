@@ -29,7 +29,7 @@ __all__ = ["WorkerCore", "policy_weights"]
 _MAC_SIZE = hashlib.sha256().digest_size
 
 
-def _listening_store(host: str, port: int, world_size: int, timeout: timedelta) -> dist.TCPStore:
+def listening_store(host: str, port: int, world_size: int, timeout: timedelta) -> dist.TCPStore:
     """The master ``TCPStore`` of a rendezvous, listening on ``host`` only.
 
     ``TCPStore(host, ..., is_master=True)`` listens on every interface whatever ``host`` says;
@@ -59,14 +59,14 @@ def _listening_store(host: str, port: int, world_size: int, timeout: timedelta) 
     )
 
 
-def _sign(key: bytes, name: str, payload: bytes) -> bytes:
+def sign_entry(key: bytes, name: str, payload: bytes) -> bytes:
     """``payload`` prefixed with its HMAC-SHA256 under ``key`` (bound to the entry ``name``)."""
     mac = hmac.new(key, name.encode() + b"\0" + payload, hashlib.sha256).digest()
     return mac + payload
 
 
-def _verify(key: bytes, name: str, message: bytes, who: str) -> bytes:
-    """The payload of a :func:`_sign` message; raises if it was not signed with ``key``."""
+def verify_entry(key: bytes, name: str, message: bytes, who: str) -> bytes:
+    """The payload of a :func:`sign_entry` message; raises if it was not signed with ``key``."""
     mac, payload = message[:_MAC_SIZE], message[_MAC_SIZE:]
     expected = hmac.new(key, name.encode() + b"\0" + payload, hashlib.sha256).digest()
     if len(message) < _MAC_SIZE or not hmac.compare_digest(mac, expected):
@@ -78,7 +78,7 @@ def _verify(key: bytes, name: str, message: bytes, who: str) -> bytes:
     return payload
 
 
-def _start_local_ray(ray: Any, config: dict[str, Any], who: str) -> None:
+def start_local_ray(ray: Any, config: dict[str, Any], who: str) -> None:
     """``ray.init(**config)`` without the dashboard, warning when it starts Ray unauthenticated.
 
     Ray's gRPC servers listen on every interface and Ray offers no setting to change it

@@ -13,7 +13,7 @@ import torch
 from tensordict import MemoryMappedTensor, TensorDictBase
 
 from torchrl._utils import warn_once
-from torchrl.data.replay_buffers.storages import TensorStorage, _check_counters, _LoadPlan
+from torchrl.data.replay_buffers.storages import LoadPlan, TensorStorage, check_counters
 from torchrl.data.replay_buffers.utils import (
     _alloc_like,
     _batch_shape,
@@ -114,11 +114,11 @@ class LazyMemmapStorage(TensorStorage):
         return storage
 
     # -- files ----------------------------------------------------------------------------------
-    def _prepare_dump(self, path: Path, trusted: bool) -> _LoadPlan:
+    def _prepare_dump(self, path: Path, trusted: bool) -> LoadPlan:
         data, meta, filled, cursor, torn = _open_dir(path, trusted)
         self._check_meta(meta, path)
         if data is None:
-            return _LoadPlan(0, self._max_size if self.ndim > 1 else self.slots, 1, (path, None))
+            return LoadPlan(0, self._max_size if self.ndim > 1 else self.slots, 1, (path, None))
         batch = _batch_shape(data)
         lead = torch.Size(batch[: self.ndim - 1])
         slots = self._max_size // max(lead.numel(), 1)
@@ -130,12 +130,12 @@ class LazyMemmapStorage(TensorStorage):
         if filled < slots:
             # The header stores the count before the cursor; below capacity they agree.
             cursor = filled
-        filled, cursor = _check_counters(filled, cursor, slots, str(path / "header.bin"))
+        filled, cursor = check_counters(filled, cursor, slots, str(path / "header.bin"))
         if torn is not None and torn.size:
             cursor = int(torn[0])
-        return _LoadPlan(filled, slots, lead.numel(), (path, (data, filled, cursor, torn)))
+        return LoadPlan(filled, slots, lead.numel(), (path, (data, filled, cursor, torn)))
 
-    def _apply_dump(self, plan: _LoadPlan) -> None:
+    def _apply_dump(self, plan: LoadPlan) -> None:
         path, content = plan.payload
         self._release_temp()
         self.torn_slots = torch.zeros(0, dtype=torch.long)

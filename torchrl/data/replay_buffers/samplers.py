@@ -16,7 +16,7 @@ import torch
 
 from torchrl._keys import WEIGHT
 from torchrl.data._segment_tree import MinSegmentTree, SumSegmentTree
-from torchrl.data.replay_buffers.storages import Index, Storage, _LoadPlan
+from torchrl.data.replay_buffers.storages import Index, LoadPlan, Storage
 from torchrl.data.replay_buffers.utils import (
     as_long_tensor,
     atomic_torch_save,
@@ -104,7 +104,7 @@ class Sampler(ABC):
     # Loading in two steps (see Storage._prepare_state): _check_state validates a state against
     # the storage content it will go with (``plan``, None when unknown) and changes nothing;
     # _apply_state installs it. Custom samplers fall back to their load_state_dict.
-    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
         if not isinstance(state_dict, dict):
             raise ValueError(f"a {type(self).__name__} state is a dict, got {type(state_dict)}")
         return state_dict
@@ -245,7 +245,7 @@ class SamplerWithoutReplacement(Sampler):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._apply_state(self._check_state(state_dict))
 
-    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
         super()._check_state(state_dict)
         perm, pos, n = state_dict.get("perm"), state_dict.get("pos"), state_dict.get("len")
         if not isinstance(n, int) or not isinstance(pos, int) or n < 0 or not 0 <= pos <= n:
@@ -486,7 +486,7 @@ class PrioritizedSampler(Sampler):
         """
         self._apply_state(self._check_state(state_dict))
 
-    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
         super()._check_state(state_dict)
         name, cap = type(self).__name__, self._max_capacity
         trees = []

@@ -18,7 +18,7 @@ from tensordict import TensorDictBase
 
 from torchrl._keys import DONE, MASK, NEXT, TRUNCATED, WEIGHT
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler, Sampler, _check_not_empty
-from torchrl.data.replay_buffers.storages import Index, Storage, _LoadPlan
+from torchrl.data.replay_buffers.storages import Index, LoadPlan, Storage
 from torchrl.data.replay_buffers.utils import nested_key_str
 
 __all__ = ["PrioritizedSliceSampler", "SliceSampler", "SliceSamplerWithoutReplacement"]
@@ -492,7 +492,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._apply_state(self._check_state(state_dict))
 
-    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
         super()._check_state(state_dict)
         name = type(self).__name__
         windows, pos, key = (
@@ -666,7 +666,7 @@ class PrioritizedSliceSampler(SliceSampler):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._prio.load_state_dict(state_dict)
 
-    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
         return self._prio._check_state(state_dict, plan)
 
     def _apply_state(self, checked: Any) -> None:

@@ -50,7 +50,7 @@ __all__ = [
 
 
 @dataclass
-class _LoadPlan:
+class LoadPlan:
     """A checked storage state, ready to apply: the storage itself is still unchanged.
 
     ``filled`` (slots written along the write dim), ``slots`` and ``lead_numel`` describe the
@@ -71,7 +71,7 @@ class _LoadPlan:
         return (torch.arange(self.lead_numel)[:, None] * self.slots + t).reshape(-1)
 
 
-def _check_counters(filled: Any, cursor: Any, slots: int, what: str) -> tuple[int, int]:
+def check_counters(filled: Any, cursor: Any, slots: int, what: str) -> tuple[int, int]:
     """Validates a saved ``(filled, cursor)`` pair against ``slots``; returns them as ints."""
     if not isinstance(filled, int) or isinstance(filled, bool) or not 0 <= filled <= slots:
         raise ValueError(f"{what}: the saved item count {filled!r} is not in [0, {slots}]")
@@ -292,16 +292,16 @@ class Storage(ABC):
     # State loading is split in two so that a buffer can check the states of all its parts
     # before it changes any: _prepare_* validate and change nothing, _apply_* cannot fail on
     # validated input. Custom storages fall back to their own load_state_dict / loads.
-    def _prepare_state(self, state_dict: dict[str, Any]) -> _LoadPlan:
-        return _LoadPlan(None, None, None, state_dict)
+    def _prepare_state(self, state_dict: dict[str, Any]) -> LoadPlan:
+        return LoadPlan(None, None, None, state_dict)
 
-    def _apply_state(self, plan: _LoadPlan) -> None:
+    def _apply_state(self, plan: LoadPlan) -> None:
         self.load_state_dict(plan.payload)
 
-    def _prepare_dump(self, path: Path, trusted: bool) -> _LoadPlan:
-        return _LoadPlan(None, None, None, path)
+    def _prepare_dump(self, path: Path, trusted: bool) -> LoadPlan:
+        return LoadPlan(None, None, None, path)
 
-    def _apply_dump(self, plan: _LoadPlan) -> None:
+    def _apply_dump(self, plan: LoadPlan) -> None:
         self.loads(plan.payload)
 
     def _column(self, key: Any) -> torch.Tensor:
@@ -424,7 +424,7 @@ class ListStorage(Storage):
         """
         self._apply_state(self._prepare_state(state_dict))
 
-    def _prepare_state(self, state_dict: dict[str, Any]) -> _LoadPlan:
+    def _prepare_state(self, state_dict: dict[str, Any]) -> LoadPlan:
         if not isinstance(state_dict, dict) or "items" not in state_dict:
             raise ValueError("a ListStorage state is a dict with an 'items' list")
         items = list(state_dict["items"])
@@ -438,10 +438,10 @@ class ListStorage(Storage):
         if len(items) > self._max_size:
             raise ValueError(f"{len(items)} items do not fit in max_size={self._max_size}")
         cursor = state_dict.get("cursor", len(items) % self._max_size)
-        _, cursor = _check_counters(len(items), cursor, self._max_size, "ListStorage")
-        return _LoadPlan(len(items), self._max_size, 1, (items, cursor))
+        _, cursor = check_counters(len(items), cursor, self._max_size, "ListStorage")
+        return LoadPlan(len(items), self._max_size, 1, (items, cursor))
 
-    def _apply_state(self, plan: _LoadPlan) -> None:
+    def _apply_state(self, plan: LoadPlan) -> None:
         items, cursor = plan.payload
         self._items = items
         self._filled = len(items)
@@ -480,7 +480,7 @@ class ListStorage(Storage):
         """
         self._apply_state(self._prepare_dump(Path(path), trusted))
 
-    def _prepare_dump(self, path: Path, trusted: bool) -> _LoadPlan:
+    def _prepare_dump(self, path: Path, trusted: bool) -> LoadPlan:
         meta = read_json(path / "storage.json")
         check_format_version(meta, path / "storage.json")
         if meta["kind"] != "list":
@@ -493,7 +493,7 @@ class ListStorage(Storage):
         state = dict(state, items=[_decode_item(item) for item in state["items"]])
         return self._prepare_state(state)
 
-    def _apply_dump(self, plan: _LoadPlan) -> None:
+    def _apply_dump(self, plan: LoadPlan) -> None:
         self._apply_state(plan)
 
 
@@ -839,13 +839,13 @@ class TensorStorage(Storage):
         """
         self._apply_state(self._prepare_state(state_dict))
 
-    def _prepare_state(self, state_dict: dict[str, Any]) -> _LoadPlan:
+    def _prepare_state(self, state_dict: dict[str, Any]) -> LoadPlan:
         if not isinstance(state_dict, dict) or "storage" not in state_dict:
             raise ValueError("a tensor storage state is a dict with a 'storage' entry")
         data = state_dict["storage"]
         if data is None:
             slots = self.slots if self._lead is not None else self._max_size
-            return _LoadPlan(0, slots, 1, None)
+            return LoadPlan(0, slots, 1, None)
         batch = _batch_shape(data)
         if len(batch) < self.ndim:
             raise ValueError(
@@ -867,12 +867,12 @@ class TensorStorage(Storage):
             )
         if self._storage is not None:
             self._validate(data, tuple(expected))
-        filled, cursor = _check_counters(
+        filled, cursor = check_counters(
             state_dict.get("filled"), state_dict.get("cursor"), slots, type(self).__name__
         )
-        return _LoadPlan(filled, slots, lead.numel(), (data, filled, cursor))
+        return LoadPlan(filled, slots, lead.numel(), (data, filled, cursor))
 
-    def _apply_state(self, plan: _LoadPlan) -> None:
+    def _apply_state(self, plan: LoadPlan) -> None:
         if plan.payload is None:
             self._empty()
             return
@@ -942,12 +942,12 @@ class TensorStorage(Storage):
         """
         self._apply_dump(self._prepare_dump(Path(path), trusted))
 
-    def _prepare_dump(self, path: Path, trusted: bool) -> _LoadPlan:
+    def _prepare_dump(self, path: Path, trusted: bool) -> LoadPlan:
         data, meta, filled, cursor, _ = _open_dir(path, trusted)
         self._check_meta(meta, path)
         return self._prepare_state({"storage": data, "filled": filled, "cursor": cursor})
 
-    def _apply_dump(self, plan: _LoadPlan) -> None:
+    def _apply_dump(self, plan: LoadPlan) -> None:
         self._apply_state(plan)
 
     def _check_meta(self, meta: dict[str, Any], path: Path) -> None:

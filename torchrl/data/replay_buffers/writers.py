@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import INDEX, NEXT, REWARD
-from torchrl.data.replay_buffers.storages import Index, Storage, _LoadPlan
+from torchrl.data.replay_buffers.storages import Index, LoadPlan, Storage
 from torchrl.data.replay_buffers.utils import check_reduction, nested_key_str, reduce_trailing
 
 __all__ = [
@@ -73,7 +73,7 @@ class Writer(ABC):
         """
         self._apply_state(self._check_state(state_dict))
 
-    def _slots_of(self, plan: _LoadPlan | None) -> int | None:
+    def _slots_of(self, plan: LoadPlan | None) -> int | None:
         if plan is not None and plan.slots is not None:
             return plan.slots
         storage = self._storage
@@ -81,7 +81,7 @@ class Writer(ABC):
             return None
         return storage.slots
 
-    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
         """Validates a state (against ``plan``, the storage state it goes with) without change."""
         name = type(self).__name__
         if not isinstance(state_dict, dict):
@@ -337,7 +337,7 @@ class TensorDictMaxValueWriter(Writer):
         state.update(ranks=self._ranks, filled=self._filled)
         return state
 
-    def _check_state(self, state_dict: dict[str, Any], plan: _LoadPlan | None = None) -> Any:
+    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
         checked = super()._check_state(state_dict, plan)
         name = type(self).__name__
         ranks, filled = checked.get("ranks"), checked.get("filled")

@@ -73,7 +73,7 @@ def _is_int_dtype(dtype: torch.dtype) -> bool:
     return not dtype.is_floating_point and not dtype.is_complex and dtype is not torch.bool
 
 
-def _int_range(dtype: torch.dtype) -> tuple[int, int]:
+def dtype_int_range(dtype: torch.dtype) -> tuple[int, int]:
     """The smallest and largest value of an integer (or bool) dtype."""
     if dtype is torch.bool:
         return 0, 1
@@ -85,7 +85,7 @@ def _int_range(dtype: torch.dtype) -> tuple[int, int]:
 _F64_BELOW_2_63 = 2.0**63 - 1024.0
 
 
-def _cast_int(val: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def cast_int(val: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Casts a real tensor to an integer dtype without wraparound.
 
     Floats are rounded (NaN counts as 0) and every value is clamped to the dtype's range before
@@ -97,18 +97,18 @@ def _cast_int(val: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return val
     if val.dtype is torch.bool:
         return val.to(dtype)
-    imin, imax = _int_range(dtype)
+    imin, imax = dtype_int_range(dtype)
     if val.is_floating_point():
         work = val.double() if val.dtype is not torch.float64 else val.clone()
         work = torch.nan_to_num_(work.round_(), nan=0.0)
         return work.clamp_(float(imin), min(float(imax), _F64_BELOW_2_63)).to(dtype)
-    lo, hi = _int_range(val.dtype)
+    lo, hi = dtype_int_range(val.dtype)
     if lo < imin or hi > imax:
         val = val.clamp(max(lo, imin), min(hi, imax))
     return val.to(dtype)
 
 
-def _round_clamp(val: torch.Tensor, low: int, high: int, dtype: torch.dtype) -> torch.Tensor:
+def round_clamp(val: torch.Tensor, low: int, high: int, dtype: torch.dtype) -> torch.Tensor:
     """Rounds a float tensor (NaN counts as 0), clamps it to ``[low, high]`` and casts it.
 
     ``low`` and ``high`` must be exact in float64 (``|x| < 2**53``) and fit ``dtype``: then the
@@ -118,9 +118,9 @@ def _round_clamp(val: torch.Tensor, low: int, high: int, dtype: torch.dtype) -> 
     return torch.nan_to_num_(work.round_(), nan=0.0).clamp_(low, high).to(dtype)
 
 
-def _check_n_fits(n: int, dtype: torch.dtype, owner: str, what: str = "n") -> None:
+def check_n_fits(n: int, dtype: torch.dtype, owner: str, what: str = "n") -> None:
     """Rejects ``n`` categories whose largest index ``n - 1`` does not fit ``dtype``."""
-    imax = _int_range(dtype)[1]
+    imax = dtype_int_range(dtype)[1]
     if n - 1 > imax:
         raise ValueError(
             f"{owner}: {what}={n} does not fit dtype {dtype}: the largest category {n - 1} "
@@ -195,7 +195,7 @@ def _mask_equal(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     return torch.equal(a, b)
 
 
-_INT64_MAX = 2**63 - 1
+INT64_MAX = 2**63 - 1
 
 
 def _check_n(n: Any, owner: str) -> int:
@@ -203,7 +203,7 @@ def _check_n(n: Any, owner: str) -> int:
         n = n.item()
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
         raise ValueError(f"{owner}: n must be a positive int, got {n!r}")
-    if n > _INT64_MAX:
+    if n > INT64_MAX:
         raise ValueError(f"{owner}: n must be at most 2**63 - 1 (int64's maximum), got {n!r}")
     return int(n)
 
@@ -236,8 +236,8 @@ def _mask_repr(mask: torch.Tensor | None) -> str:
 def _round_index(val: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
     """Rounds and clamps any numeric tensor to int64 indices in ``[0, high]`` (NaN gives 0)."""
     if isinstance(high, int) and high < 2**53 and val.is_floating_point():
-        return _round_clamp(val, 0, high, torch.int64)
-    idx = _cast_int(val, torch.int64).clamp(min=0)
+        return round_clamp(val, 0, high, torch.int64)
+    idx = cast_int(val, torch.int64).clamp(min=0)
     return torch.minimum(idx, torch.as_tensor(high, device=val.device))
 
 

@@ -9,22 +9,22 @@ import numpy as np
 import torch
 
 from torchrl.data.specs.base import (
-    _INT64_MAX,
+    INT64_MAX,
     ContinuousBox,
     DeviceLike,
     ShapeLike,
     TensorSpec,
-    _cast_int,
     _check_dtype,
     _device,
     _first_bad,
     _fmt,
-    _int_range,
     _is_int_dtype,
     _loc,
-    _round_clamp,
     _size,
     _spec_shape,
+    cast_int,
+    dtype_int_range,
+    round_clamp,
 )
 
 
@@ -77,7 +77,7 @@ def _int_bounds(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Bounds in an integer ``dtype``: real bounds rounded inwards, ``-inf``/``inf`` at the
     dtype's minimum/maximum; finite bounds outside the dtype's range are rejected."""
-    imin, imax = _int_range(dtype)
+    imin, imax = dtype_int_range(dtype)
     out = []
     for name, t in (("low", low), ("high", high)):
         if t.is_floating_point():
@@ -159,7 +159,7 @@ class Unbounded(TensorSpec):
         if self.dtype.is_floating_point:
             low, high = -math.inf, math.inf
         else:
-            low, high = _int_range(self.dtype)
+            low, high = dtype_int_range(self.dtype)
         full = torch.full((), low, dtype=self.dtype, device=self.device).expand(self.shape)
         return ContinuousBox(full, torch.full_like(full, high).expand(self.shape))
 
@@ -175,7 +175,7 @@ class Unbounded(TensorSpec):
         size = _size(shape) + self.shape
         if self.dtype.is_floating_point:
             return torch.randn(size, dtype=self.dtype, device=self.device)
-        low, high = _int_range(self.dtype)
+        low, high = dtype_int_range(self.dtype)
         if self.dtype is torch.bool:
             high = 2  # randint's high is exclusive; elsewhere the top value is simply skipped
         return torch.randint(low, high, size, dtype=self.dtype, device=self.device)
@@ -202,7 +202,7 @@ class Unbounded(TensorSpec):
         if val.dtype == self.dtype:
             return val
         if _is_int_dtype(self.dtype):
-            return _cast_int(val, self.dtype)
+            return cast_int(val, self.dtype)
         return val.to(self.dtype)
 
     def __eq__(self, other: object) -> bool:
@@ -388,9 +388,9 @@ class Bounded(TensorSpec):
             return torch.minimum(low + r * (high - low), high).to(dtype)
         if scalar is not None:
             lo, hi = int(scalar[0]), int(scalar[1])
-            if hi < _INT64_MAX:
+            if hi < INT64_MAX:
                 return torch.randint(lo, hi + 1, size, dtype=dtype, device=device)
-            if lo > -_INT64_MAX - 1:  # int64 up to its maximum: hi + 1 would overflow
+            if lo > -INT64_MAX - 1:  # int64 up to its maximum: hi + 1 would overflow
                 out = torch.randint(lo - 1, hi, size, dtype=dtype, device=device)
                 return out.add_(1)
             return torch.empty(size, dtype=dtype, device=device).random_(lo, None)
@@ -398,7 +398,7 @@ class Bounded(TensorSpec):
         low, high = self.low, self.high
         r = torch.rand(size, dtype=torch.float64, device=device)
         span = high.double() - low.double() + 1.0
-        out = _cast_int(low.double() + (r * span).floor(), torch.int64)
+        out = cast_int(low.double() + (r * span).floor(), torch.int64)
         return torch.maximum(torch.minimum(out, high.long()), low.long()).to(dtype)
 
     def _rand_infinite(self, size: torch.Size) -> torch.Tensor:
@@ -464,8 +464,8 @@ class Bounded(TensorSpec):
         scalar = self._scalar
         if _is_int_dtype(self.dtype):
             if scalar is not None and val.is_floating_point() and self._exact_in_f64:
-                return _round_clamp(val, scalar[0], scalar[1], self.dtype)
-            out = _cast_int(val, self.dtype)
+                return round_clamp(val, scalar[0], scalar[1], self.dtype)
+            out = cast_int(val, self.dtype)
         elif not val.is_floating_point():
             out = val.to(self.dtype)
         elif val.dtype != self.dtype:

@@ -16,7 +16,6 @@ from torchrl.data.specs.base import (
     TensorSpec,
     _check_discrete_dtype,
     _check_n,
-    _check_n_fits,
     _device,
     _first_bad,
     _fmt,
@@ -32,6 +31,7 @@ from torchrl.data.specs.base import (
     _sample_masked,
     _size,
     _spec_shape,
+    check_n_fits,
 )
 
 # Up to this many categories, one-hot samples are rows of a cached identity matrix.
@@ -81,7 +81,7 @@ class Categorical(TensorSpec):
         self.dtype = _check_discrete_dtype(torch.int64 if dtype is None else dtype, name)
         if self.dtype is torch.bool and self.n > 2:
             raise ValueError(f"{name}: a bool dtype holds at most 2 categories, got n={self.n}")
-        _check_n_fits(self.n, self.dtype, name)
+        check_n_fits(self.n, self.dtype, name)
         self.shape = torch.Size(()) if shape is None else _spec_shape(shape, name)
         self.device = _device(device)
         self.mask: torch.Tensor | None = None

@@ -16,7 +16,6 @@ from torchrl.data.specs.base import (
     ShapeLike,
     TensorSpec,
     _check_discrete_dtype,
-    _check_n_fits,
     _device,
     _first_bad,
     _fmt,
@@ -32,6 +31,7 @@ from torchrl.data.specs.base import (
     _sample_masked,
     _size,
     _spec_shape,
+    check_n_fits,
 )
 
 # randint(2**62) % n is uniform up to a bias of n / 2**62: exact enough, and stays in int64.
@@ -119,7 +119,7 @@ class MultiCategorical(TensorSpec):
         )
         if self.dtype is torch.bool and bool((nvec_t > 2).any()):
             raise ValueError("MultiCategorical: a bool dtype holds at most 2 categories per entry")
-        _check_n_fits(int(nvec_t.max()), self.dtype, "MultiCategorical", "max(nvec)")
+        check_n_fits(int(nvec_t.max()), self.dtype, "MultiCategorical", "max(nvec)")
         self.device = _device(device)
         self.nvec = nvec_t.to(self.device or "cpu").expand(self.shape)
         rows = nvec_t.reshape(-1, nvec_t.shape[-1])
