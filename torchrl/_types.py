@@ -1,0 +1,58 @@
+"""Type aliases and Protocols shared by every torchrl subpackage.
+
+One definition of each, imported everywhere else, so that a signature reads the same in
+``envs``, ``collectors`` and ``objectives`` and mypy checks one meaning.
+
+- ``NestedKey``: a TensorDict key, ``"obs"`` or a path such as ``("agents", "obs")``.
+- ``DeviceLike``: what ``torch.device(...)`` accepts, or ``None`` for "no device".
+- ``ShapeLike``: a shape given as a ``torch.Size``, a sequence of ints or one int.
+- ``TensorDictModuleLike``: a callable from a TensorDict to a TensorDict (policies, networks).
+- ``ReplayBufferLike``: what collectors, trainers and transforms need from a replay buffer.
+- ``LoggerLike``: what trainers and recorders need from a logger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+from tensordict import TensorDictBase
+
+__all__ = [
+    "DeviceLike",
+    "LoggerLike",
+    "NestedKey",
+    "ReplayBufferLike",
+    "ShapeLike",
+    "TensorDictModuleLike",
+]
+
+NestedKey = str | tuple[str, ...]
+DeviceLike = torch.device | str | int | None
+ShapeLike = torch.Size | Sequence[int] | int
+
+
+@runtime_checkable
+class TensorDictModuleLike(Protocol):
+    """Reads some entries of a TensorDict and writes others (a policy, a value network)."""
+
+    def __call__(self, tensordict: TensorDictBase, /) -> TensorDictBase: ...
+
+
+@runtime_checkable
+class ReplayBufferLike(Protocol):
+    """A replay buffer as other components use it: add data, sample it, count it."""
+
+    def extend(self, data: Any, /) -> Any: ...
+
+    def sample(self, batch_size: int | None = None, /) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+
+@runtime_checkable
+class LoggerLike(Protocol):
+    """A logger as trainers and recorders use it."""
+
+    def log_scalar(self, name: str, value: float, step: int | None = None) -> None: ...
