@@ -5,6 +5,8 @@ Reads every module with :mod:`ast` (nothing is imported) and reports:
 - ``cycles``: circles between files among module-level imports (imports under
   ``if TYPE_CHECKING:`` and inside functions are left out: they run late, after every
   module has loaded);
+- ``cycles_with_late_imports``: the same with imports inside functions counted (a package's
+  ``__init__`` importing submodules that import from the package shows up here);
 - ``upward``: imports, at any depth, from a higher layer (``LAYERS`` below);
 - ``private_imports``: underscore names imported from another torchrl module;
 - ``tensordict_private``: uses of tensordict's private names outside the shim module.
@@ -117,11 +119,15 @@ def in_function(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
 
 def analyse() -> dict:
     modules = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    extensions = {"torchrl._C"}  # compiled leaves: nothing to parse, nothing imported
     top_edges: dict[str, set[str]] = {m: set() for m in modules}
+    all_edges: dict[str, set[str]] = {m: set() for m in modules}
     upward, private, td_private = [], [], []
     for mod, path in modules.items():
         tree = ast.parse(path.read_text())
-        parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
+        parents = {
+            child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)
+        }
         is_pkg = path.name == "__init__.py"
         for node in ast.walk(tree):
             targets: list[tuple[str, list[str]]] = []
@@ -129,11 +135,18 @@ def analyse() -> dict:
                 target = resolve(mod, is_pkg, node)
                 names = [a.name for a in node.names]
                 # ``from pkg import submodule`` depends on the submodule itself
-                sub = [f"{target}.{n}" for n in names if f"{target}.{n}" in modules]
-                targets.append((target, names))
+                sub = [
+                    f"{target}.{n}"
+                    for n in names
+                    if f"{target}.{n}" in modules or f"{target}.{n}" in extensions
+                ]
+                if len(sub) < len(names):  # some names come from the package's __init__
+                    targets.append((target, names))
                 targets.extend((s, []) for s in sub)
                 if target.startswith("tensordict") and mod != SHIM:
-                    td_private.extend(f"{mod}: from {target} import {n}" for n in names if n in TD_PRIVATE)
+                    td_private.extend(
+                        f"{mod}: from {target} import {n}" for n in names if n in TD_PRIVATE
+                    )
             elif isinstance(node, ast.Import):
                 targets.extend((a.name, []) for a in node.names)
             elif isinstance(node, ast.Attribute) and mod != SHIM and is_td_private(node):
@@ -145,18 +158,22 @@ def analyse() -> dict:
             for target, names in targets:
                 if not target.startswith("torchrl") or target == mod:
                     continue
-                while target not in modules and "." in target:
+                while target not in modules and target not in extensions and "." in target:
                     target = target.rsplit(".", 1)[0]
-                if target == mod or target not in modules:
+                if target == mod or (target not in modules and target not in extensions):
                     continue
                 if isinstance(node, ast.ImportFrom):
                     private.extend(
-                        f"{mod} <- {target}.{n}" for n in names if n.startswith("_") and not n.startswith("__")
+                        f"{mod} <- {target}.{n}"
+                        for n in names
+                        if n.startswith("_") and not n.startswith("__")
                     )
                 if not typing_only and layer(target) > layer(mod):
                     upward.append(f"{mod} (layer {layer(mod)}) -> {target} (layer {layer(target)})")
-                if not typing_only and not in_function(node, parents):
-                    top_edges[mod].add(target)
+                if not typing_only and target in modules:
+                    all_edges[mod].add(target)
+                    if not in_function(node, parents):
+                        top_edges[mod].add(target)
     # a package's __init__ importing its own submodules is how packages load; a submodule
     # importing its parent package back is the circle worth reporting
     cycles = find_cycles(top_edges)
@@ -164,6 +181,7 @@ def analyse() -> dict:
         "modules": len(modules),
         "edges": sum(len(v) for v in top_edges.values()),
         "cycles": cycles,
+        "cycles_with_late_imports": find_cycles(all_edges),
         "upward": sorted(set(upward)),
         "private_imports": len(private),
         "private_import_list": sorted(private),
@@ -211,7 +229,9 @@ def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 on a cycle, upward import or shim leak")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 on a cycle, upward import or shim leak"
+    )
     parser.add_argument("--list", action="store_true", help="list every private import")
     args = parser.parse_args()
     report = analyse()

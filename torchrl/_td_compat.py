@@ -30,8 +30,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import torch
 import tensordict
+import torch
 from tensordict import TensorDict
 
 __all__ = [
