@@ -84,7 +84,7 @@ def _version(text: str) -> tuple[int, ...]:
 
 def _private_api_works() -> bool:
     """Whether tensordict's private names exist and agree with its public API on a probe."""
-    if _version(tensordict.__version__) < MIN_VERSION:
+    if _version(tensordict.__version__ or "0") < MIN_VERSION:
         return False
     try:
         x = torch.arange(6.0).reshape(2, 3)
