@@ -1,4 +1,4 @@
-"""Recording: the experiment loggers (from :mod:`torchrl.trainers.loggers`) and ``VideoRecorder``."""
+"""Recording: the experiment loggers (:mod:`torchrl.record.loggers`) and ``VideoRecorder``."""
 
 from torchrl.record.loggers import (
     CSVLogger,

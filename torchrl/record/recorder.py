@@ -9,9 +9,9 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import PIXELS
-from torchrl.envs.transforms._utils import NestedKey
+from torchrl._types import NestedKey
 from torchrl.envs.transforms.base import Transform
-from torchrl.trainers.loggers.common import Logger
+from torchrl.record.loggers.common import Logger
 
 __all__ = ["VideoRecorder"]
 

@@ -1,5 +1,14 @@
 """Trainers: a training loop with hooks, checkpointing, and experiment loggers."""
 
+from torchrl.record.loggers import (
+    CSVLogger,
+    Logger,
+    MLFlowLogger,
+    TensorboardLogger,
+    WandbLogger,
+    generate_exp_name,
+    get_logger,
+)
 from torchrl.trainers.checkpoint import load_checkpoint, save_checkpoint
 from torchrl.trainers.evaluation import EarlyStopping, LogValidationReward, Recorder
 from torchrl.trainers.hooks import (
@@ -13,15 +22,6 @@ from torchrl.trainers.hooks import (
     RewardNormalizer,
     SelectKeys,
     UpdateWeights,
-)
-from torchrl.trainers.loggers import (
-    CSVLogger,
-    Logger,
-    MLFlowLogger,
-    TensorboardLogger,
-    WandbLogger,
-    generate_exp_name,
-    get_logger,
 )
 from torchrl.trainers.trainer import HOOK_POINTS, Trainer
 

@@ -10,8 +10,8 @@ from tensordict import NestedKey, TensorDictBase
 from torch import nn
 
 from torchrl._keys import DONE, NEXT, REWARD
+from torchrl.record.loggers.common import as_float
 from torchrl.trainers.hooks import _key_name
-from torchrl.trainers.loggers.common import as_float
 
 if TYPE_CHECKING:
     from torchrl.trainers.trainer import Trainer

@@ -17,7 +17,7 @@ import torch
 from tensordict import NestedKey, TensorDictBase
 
 from torchrl._keys import COLLECTOR, MASK, NEXT, REWARD
-from torchrl.trainers.loggers.common import as_float
+from torchrl.record.loggers.common import as_float
 
 if TYPE_CHECKING:
     from torchrl.trainers.trainer import Trainer

@@ -15,6 +15,7 @@ from torch import nn
 
 from torchrl._keys import COLLECTOR, MASK, NEXT, REWARD
 from torchrl._utils import logger as torchrl_logger
+from torchrl.record.loggers.common import Logger, as_float
 from torchrl.trainers.checkpoint import (
     CHECKPOINT_VERSION,
     get_rng_states,
@@ -22,7 +23,6 @@ from torchrl.trainers.checkpoint import (
     save_checkpoint,
     set_rng_states,
 )
-from torchrl.trainers.loggers.common import Logger, as_float
 
 __all__ = ["HOOK_POINTS", "Trainer"]
 
@@ -61,7 +61,7 @@ class Trainer:
         optim_steps_per_batch: optimization steps per collected batch.
         loss_module: maps a sub-batch to a TensorDict of ``loss_*`` terms.
         optimizer: when given, an :class:`~torchrl.trainers.hooks.OptimizerHook` is registered.
-        logger: a :class:`~torchrl.trainers.loggers.Logger`; ``None`` logs nothing.
+        logger: a :class:`~torchrl.record.loggers.Logger`; ``None`` logs nothing.
         clip_grad_norm: clip the gradient norm (``True``) or each gradient value (``False``).
         clip_norm: the clipping threshold; ``None`` disables clipping.
         progress_bar: show a tqdm bar (frames, reward, losses, fps).

@@ -1,14 +1,16 @@
-"""TorchRL's import path of the loggers; they live in :mod:`torchrl.trainers.loggers`."""
+"""Experiment loggers: one :class:`Logger` interface, CSV, TensorBoard, W&B and MLflow backends.
 
-from torchrl.trainers.loggers import (
-    CSVLogger,
-    Logger,
-    MLFlowLogger,
-    TensorboardLogger,
-    WandbLogger,
-    generate_exp_name,
-    get_logger,
-)
+A leaf utility: the loggers import nothing from envs, collectors or trainers, and each backend
+imports its package only when a logger is built. :mod:`torchrl.trainers.loggers` re-exports
+them under their older path.
+"""
+
+from torchrl.record.loggers.common import Logger
+from torchrl.record.loggers.csv import CSVLogger
+from torchrl.record.loggers.mlflow import MLFlowLogger
+from torchrl.record.loggers.tensorboard import TensorboardLogger
+from torchrl.record.loggers.utils import generate_exp_name, get_logger
+from torchrl.record.loggers.wandb import WandbLogger
 
 __all__ = [
     "CSVLogger",

@@ -1,14 +1,18 @@
-"""Experiment loggers: one :class:`Logger` interface, CSV, TensorBoard, W&B and MLflow backends.
+"""The experiment loggers under the trainers' path; they live in :mod:`torchrl.record.loggers`.
 
-Each backend imports its package only when a logger is built.
+Each submodule here (``common``, ``csv``, ``mlflow``, ``tensorboard``, ``utils``, ``wandb``)
+re-exports the module of the same name there, so both import paths name the same objects.
 """
 
-from torchrl.trainers.loggers.common import Logger
-from torchrl.trainers.loggers.csv import CSVLogger
-from torchrl.trainers.loggers.mlflow import MLFlowLogger
-from torchrl.trainers.loggers.tensorboard import TensorboardLogger
-from torchrl.trainers.loggers.utils import generate_exp_name, get_logger
-from torchrl.trainers.loggers.wandb import WandbLogger
+from torchrl.record.loggers import (
+    CSVLogger,
+    Logger,
+    MLFlowLogger,
+    TensorboardLogger,
+    WandbLogger,
+    generate_exp_name,
+    get_logger,
+)
 
 __all__ = [
     "CSVLogger",
