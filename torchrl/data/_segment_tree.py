@@ -18,7 +18,8 @@ import torch
 from torchrl._utils import warn_once
 
 try:
-    from torchrl import _C
+    # the compiled leaf itself, not the top package's namespace (data sits below ``torchrl``)
+    import torchrl._C as _C
 except ImportError as _err:  # the pure-NumPy trees take over; see _resolve_backend
     _C = None
     _C_IMPORT_ERROR: ImportError | None = _err
