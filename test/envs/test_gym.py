@@ -24,8 +24,10 @@ from torchrl.data.specs import (  # noqa: E402
 from torchrl.envs.libs.gym import (  # noqa: E402
     GymEnv,
     GymWrapper,
-    _gym_to_torchrl_spec_transform,
     default_info_dict_reader,
+)
+from torchrl.envs.libs.gym import (  # noqa: E402
+    gym_to_torchrl_spec_transform as _gym_to_torchrl_spec_transform,
 )
 from torchrl.envs.utils import check_env_specs  # noqa: E402
 

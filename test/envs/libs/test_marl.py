@@ -3,7 +3,8 @@
 import pytest
 
 from torchrl.envs import MarlGroupMapType, check_marl_grouping
-from torchrl.envs.libs._marl import _prefix_group_map, _resolve_group_map
+from torchrl.envs.libs._marl import prefix_group_map as _prefix_group_map
+from torchrl.envs.libs._marl import resolve_group_map as _resolve_group_map
 
 AGENTS = ["agent_0", "agent_1", "adversary_0"]
 

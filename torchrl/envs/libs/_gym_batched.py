@@ -2,11 +2,12 @@
 
 :class:`~torchrl.envs.SerialEnv` asks the class of its envs for a *batched stepper* with the
 classmethod ``_batched_stepper(envs)`` (see :mod:`torchrl.envs.batched.serial`). For plain
-:class:`~torchrl.envs.GymWrapper` envs, :class:`_GymBatchStepper` turns the batch of actions
+:class:`~torchrl.envs.GymWrapper` envs, :class:`GymBatchStepper` turns the batch of actions
 into gymnasium actions at once, calls each gymnasium env's ``step`` in a loop and builds the
 stacked outputs from the lists of results, with one numpy array and one TensorDict per batched
 step instead of a TensorDict per env plus a stack. Values are exactly those of the wrapper's
-own ``_step`` and ``reset``: same dtypes, same casts, same seeds consumed.
+own ``_step`` and ``reset``: same dtypes, same casts, same seeds consumed. Which envs qualify
+is decided by ``GymWrapper._batched_stepper``.
 """
 
 from __future__ import annotations
@@ -19,18 +20,20 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from torchrl._td_compat import new_unchecked
 from torchrl.data.specs import Bounded, Composite, TensorSpec
 from torchrl.envs._action_checks import make_action_check
-from torchrl.envs.common import EnvBase
-from torchrl.envs.libs._gym_spaces import INVALID, _gymnasium, _raise_if_bad_action
+from torchrl.envs.libs._gym_spaces import INVALID, import_gymnasium, raise_if_bad_action
 
 if TYPE_CHECKING:
     from torchrl.envs.libs.gym import GymWrapper
 
+__all__ = ["GymBatchStepper"]
+
 
 def _batched_writer(env: GymWrapper) -> Callable[[torch.Tensor], list[Any]]:
     """Turns actions of batch ``[n]`` into ``n`` gymnasium actions, equal to the env's own."""
-    spaces = _gymnasium().spaces
+    spaces = import_gymnasium().spaces
     space = env.env.action_space
     if type(space) is spaces.Discrete:
         start = int(space.start)
@@ -80,7 +83,7 @@ def _batched_checked_writer(
     runs the generic check, which raises the detailed error or vouches for the action.
     ``None`` for spaces without such a writer.
     """
-    spaces = _gymnasium().spaces
+    spaces = import_gymnasium().spaces
     space = env.env.action_space
     if type(space) is spaces.Discrete:
         size, start = int(space.n), int(space.start)
@@ -153,7 +156,7 @@ def _batched_checked_writer(
 
 def _batched_reader(env: GymWrapper) -> Callable[[Sequence[Any]], dict[str, torch.Tensor]]:
     """Turns ``n`` gymnasium observations into the stacked observation entries."""
-    spaces = _gymnasium().spaces
+    spaces = import_gymnasium().spaces
     space = env.env.observation_space
     if type(space) is spaces.Box and list(env.observation_keys) == [OBSERVATION]:
         np_dtype = space.dtype
@@ -172,7 +175,7 @@ def _batched_reader(env: GymWrapper) -> Callable[[Sequence[Any]], dict[str, torc
     return read_all
 
 
-class _GymBatchStepper:
+class GymBatchStepper:
     """Steps ``n`` unbatched :class:`GymWrapper` envs of one kind as one env of batch ``[n]``.
 
     The interface :class:`~torchrl.envs.SerialEnv` expects of a batched stepper:
@@ -252,7 +255,7 @@ class _GymBatchStepper:
                     for env, step, act in zip(self.envs, self.gym_steps, actions)
                 ]
         except (TypeError, ValueError, AttributeError, IndexError, AssertionError) as err:
-            _raise_if_bad_action(self.envs[0], action, self.batch_size, err)
+            raise_if_bad_action(self.envs[0], action, self.batch_size, err)
             raise
         obs, rewards, terms, truncs, _ = zip(*results)
         data = self.read(obs)
@@ -270,9 +273,7 @@ class _GymBatchStepper:
     def _td(self, data: dict[str, torch.Tensor]) -> TensorDictBase:
         device = self.device
         if device is None or device.type == "cpu":
-            return TensorDict._new_unsafe(
-                cast(dict, data), batch_size=self.batch_size, device=device, nested=False
-            )
+            return new_unchecked(data, batch_size=self.batch_size, device=device, nested=False)
         return TensorDict(data, batch_size=self.batch_size, device=device)
 
     def step(self, action: torch.Tensor, check: bool = False) -> TensorDictBase:
@@ -306,41 +307,3 @@ class _GymBatchStepper:
         root[TRUNCATED] = torch.from_numpy(truncated)
         root[DONE] = torch.from_numpy(done)
         return next_td, self._td(root), finished
-
-
-def batched_stepper(cls: Any, envs: Sequence[EnvBase]) -> _GymBatchStepper | None:
-    """A :class:`_GymBatchStepper` for ``envs`` when they qualify, else ``None``.
-
-    They qualify when all are instances of ``cls`` exactly, unbatched (not vector envs), without
-    pixels, info readers or type checks, and when ``cls`` changes none of the wrapper's step,
-    reset and output methods (a subclass that does must be stepped through them).
-    """
-    from torchrl.envs.libs.gym import GymWrapper
-
-    if not envs or any(type(env) is not cls for env in envs):
-        return None
-    names = ("_step", "_reset", "_reset_gym", "_output", "_repeat", "_make_converters", "_set_seed")
-    for name in names:
-        if getattr(cls, name, None) is not getattr(GymWrapper, name, None):
-            return None
-    if cls.step is not EnvBase.step or cls.reset is not EnvBase.reset:
-        return None
-    wrappers = cast("list[GymWrapper]", list(envs))
-    first = wrappers[0]
-    for env in wrappers:
-        if (
-            env._vector
-            or env._from_pixels
-            or env.info_dict_reader
-            or env.run_type_checks
-            or env.batch_size
-            or env.device != first.device
-            or env._categorical != first._categorical
-            or env.frame_skip != first.frame_skip
-            or type(env.env.action_space) is not type(first.env.action_space)
-            or type(env.env.observation_space) is not type(first.env.observation_space)
-        ):
-            return None
-    if any(type(key) is not str for key in first.observation_keys):
-        return None
-    return _GymBatchStepper(wrappers)

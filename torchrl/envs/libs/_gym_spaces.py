@@ -2,6 +2,8 @@
 
 Each function here runs once per env construction and returns a spec or a small closure; the
 closures are what ``GymWrapper`` calls at every step, so they do no dispatch on the space there.
+The module is private to :mod:`torchrl.envs.libs`; its names are the ones the gymnasium-based
+wrappers there (gym, envpool, pettingzoo, vmas) share.
 """
 
 from __future__ import annotations
@@ -25,21 +27,47 @@ from torchrl.data.specs import (
     TensorSpec,
     Unbounded,
 )
+from torchrl.envs.common import EnvBase
 
-_ToTensor = Callable[[Any], Any]
-# takes a tensor, or a TensorDict for Dict/Tuple action spaces
-_ToGym = Callable[[Any], Any]
+__all__ = [
+    "INVALID",
+    "ToGym",
+    "ToTensor",
+    "gym_to_torchrl_spec_transform",
+    "import_gymnasium",
+    "make_checked_writer",
+    "make_reader",
+    "make_writer",
+    "raise_if_bad_action",
+    "tensor_from_array",
+    "torch_dtype_of",
+]
+
+#: Turns a gymnasium value into a tensor, or a dict of them for Dict/Tuple spaces.
+ToTensor = Callable[[Any], Any]
+#: Turns an action tensor (a TensorDict for Dict/Tuple action spaces) into a gymnasium action.
+ToGym = Callable[[Any], Any]
 
 
-def _gymnasium() -> Any:
+def import_gymnasium() -> Any:
+    """The ``gymnasium`` module; an ``ImportError`` naming the ``gym`` extra when it is missing."""
     return import_optional("gymnasium", extra="gym")
 
 
-def _torch_dtype(np_dtype: Any) -> torch.dtype:
+def torch_dtype_of(np_dtype: Any) -> torch.dtype:
+    """The torch dtype of a numpy dtype (``np.float64`` -> ``torch.float64``).
+
+    Examples:
+        >>> import numpy as np
+        >>> from torchrl.envs.libs._gym_spaces import torch_dtype_of
+        >>> torch_dtype_of(np.uint8)
+        torch.uint8
+    """
     return torch.from_numpy(np.zeros((), dtype=np_dtype)).dtype
 
 
-def _tensor_from_array(value: np.ndarray) -> torch.Tensor:
+def tensor_from_array(value: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy(value)`` (a view), or a copy when ``value`` has negative strides."""
     try:
         return torch.from_numpy(value)
     except ValueError:
@@ -50,7 +78,7 @@ def _tensor_from_array(value: np.ndarray) -> torch.Tensor:
 # --------------------------------------------------------------------------- spaces -> specs
 
 
-def _gym_to_torchrl_spec_transform(
+def gym_to_torchrl_spec_transform(
     space: Any,
     device: torch.device | str | None = "cpu",
     categorical_action_encoding: bool = False,
@@ -76,18 +104,18 @@ def _gym_to_torchrl_spec_transform(
 
     Examples:
         >>> import gymnasium as gym
-        >>> from torchrl.envs.libs.gym import _gym_to_torchrl_spec_transform
-        >>> spec = _gym_to_torchrl_spec_transform(gym.spaces.Discrete(3), batch_size=[4])
+        >>> from torchrl.envs.libs.gym import gym_to_torchrl_spec_transform
+        >>> spec = gym_to_torchrl_spec_transform(gym.spaces.Discrete(3), batch_size=[4])
         >>> type(spec).__name__, tuple(spec.shape)
         ('OneHot', (4, 3))
         >>> box = gym.spaces.Box(-1.0, 1.0, shape=(2,))
-        >>> _gym_to_torchrl_spec_transform(box).dtype
+        >>> gym_to_torchrl_spec_transform(box).dtype
         torch.float32
     """
-    spaces = _gymnasium().spaces
+    spaces = import_gymnasium().spaces
     batch = tuple(batch_size)
     if isinstance(space, spaces.Box):
-        dtype = _torch_dtype(space.dtype)
+        dtype = torch_dtype_of(space.dtype)
         shape = (*batch, *space.shape)
         low = torch.as_tensor(space.low).to(dtype)
         high = torch.as_tensor(space.high).to(dtype)
@@ -120,11 +148,11 @@ def _gym_to_torchrl_spec_transform(
         return MultiOneHot(nvec, shape=(*batch, sum(nvec)), device=device)
     if isinstance(space, spaces.MultiBinary):
         shape = (*batch, *space.shape)
-        return Binary(shape[-1], shape=shape, device=device, dtype=_torch_dtype(space.dtype))
+        return Binary(shape[-1], shape=shape, device=device, dtype=torch_dtype_of(space.dtype))
     if isinstance(space, spaces.Dict):
         return Composite(
             {
-                key: _gym_to_torchrl_spec_transform(sub, device, categorical_action_encoding, batch)
+                key: gym_to_torchrl_spec_transform(sub, device, categorical_action_encoding, batch)
                 for key, sub in space.spaces.items()
             },
             shape=batch,
@@ -133,7 +161,7 @@ def _gym_to_torchrl_spec_transform(
     if isinstance(space, spaces.Tuple):
         return Composite(
             {
-                str(i): _gym_to_torchrl_spec_transform(
+                str(i): gym_to_torchrl_spec_transform(
                     sub, device, categorical_action_encoding, batch
                 )
                 for i, sub in enumerate(space.spaces)
@@ -150,14 +178,22 @@ def _gym_to_torchrl_spec_transform(
 # ------------------------------------------------------------- gymnasium values -> tensors
 
 
-def _make_reader(space: Any, categorical: bool) -> _ToTensor:
-    """A function turning a value of ``space`` (batched or not) into a tensor or nested dict."""
-    spaces = _gymnasium().spaces
+def make_reader(space: Any, categorical: bool) -> ToTensor:
+    """A function turning a value of ``space`` (batched or not) into a tensor or nested dict.
+
+    Args:
+        space: a gymnasium space (the ``single_*_space`` of a vector env).
+        categorical: ``Discrete``/``MultiDiscrete`` values become indices, not one-hot rows.
+
+    Returns:
+        The reader: a value of the space in, a tensor (a dict for ``Dict``/``Tuple``) out.
+    """
+    spaces = import_gymnasium().spaces
     if isinstance(space, spaces.Box):
         np_dtype = space.dtype
 
         def read_box(value: Any) -> torch.Tensor:
-            return _tensor_from_array(np.asarray(value, dtype=np_dtype))
+            return tensor_from_array(np.asarray(value, dtype=np_dtype))
 
         return read_box
     if isinstance(space, spaces.MultiBinary):
@@ -201,16 +237,14 @@ def _make_reader(space: Any, categorical: bool) -> _ToTensor:
 
         return read_multi_one_hot
     if isinstance(space, spaces.Dict):
-        items = [(key, _make_reader(sub, categorical)) for key, sub in space.spaces.items()]
+        items = [(key, make_reader(sub, categorical)) for key, sub in space.spaces.items()]
 
         def read_dict(value: Any) -> dict[str, Any]:
             return {key: read(value[key]) for key, read in items}
 
         return read_dict
     if isinstance(space, spaces.Tuple):
-        members = [
-            (str(i), i, _make_reader(sub, categorical)) for i, sub in enumerate(space.spaces)
-        ]
+        members = [(str(i), i, make_reader(sub, categorical)) for i, sub in enumerate(space.spaces)]
 
         def read_tuple(value: Any) -> dict[str, Any]:
             return {key: read(value[i]) for key, i, read in members}
@@ -222,9 +256,18 @@ def _make_reader(space: Any, categorical: bool) -> _ToTensor:
 # ---------------------------------------------------------------- tensors -> gymnasium actions
 
 
-def _make_writer(space: Any, categorical: bool, batched: bool) -> _ToGym:
-    """A function turning an action tensor (or TensorDict for Dict/Tuple spaces) into a gym action."""
-    spaces = _gymnasium().spaces
+def make_writer(space: Any, categorical: bool, batched: bool) -> ToGym:
+    """A function turning an action tensor (or TensorDict for Dict/Tuple spaces) into a gym action.
+
+    Args:
+        space: the action space (the ``single_action_space`` of a vector env).
+        categorical: actions are indices, not one-hot rows.
+        batched: actions carry a leading env dim (vector envs).
+
+    Returns:
+        The writer, which does no check: see :func:`make_checked_writer`.
+    """
+    spaces = import_gymnasium().spaces
     if isinstance(space, (spaces.Box, spaces.MultiBinary)):
         np_dtype = space.dtype
 
@@ -270,24 +313,22 @@ def _make_writer(space: Any, categorical: bool, batched: bool) -> _ToGym:
 
         return write_multi_one_hot
     if isinstance(space, spaces.Dict):
-        items = [
-            (key, _make_writer(sub, categorical, batched)) for key, sub in space.spaces.items()
-        ]
+        items = [(key, make_writer(sub, categorical, batched)) for key, sub in space.spaces.items()]
         return lambda action: {key: write(action.get(key)) for key, write in items}
     if isinstance(space, spaces.Tuple):
-        members = [(str(i), _make_writer(sub, categorical, batched)) for i, sub in enumerate(space)]
+        members = [(str(i), make_writer(sub, categorical, batched)) for i, sub in enumerate(space)]
         return lambda action: tuple(write(action.get(key)) for key, write in members)
     raise NotImplementedError(f"cannot write actions for gymnasium space {space!r}")
 
 
-#: What a checked writer returns for an action it cannot vouch for (see _make_checked_writer).
+#: What a checked writer returns for an action it cannot vouch for (see make_checked_writer).
 INVALID = object()
 
 # Box actions with up to this many entries are checked and converted as a Python list.
 _SMALL_BOX = 16
 
 
-def _make_checked_writer(space: Any, categorical: bool, spec: TensorSpec) -> _ToGym | None:
+def make_checked_writer(space: Any, categorical: bool, spec: TensorSpec) -> ToGym | None:
     """A writer that checks the action against ``spec`` while converting it, for one env.
 
     The check and the conversion share one ``tolist()`` of the action (a few entries), which
@@ -305,7 +346,7 @@ def _make_checked_writer(space: Any, categorical: bool, spec: TensorSpec) -> _To
     Returns:
         The writer, or ``None`` for other spaces (they get the generic check).
     """
-    spaces = _gymnasium().spaces
+    spaces = import_gymnasium().spaces
     if type(space) is spaces.Discrete:
         n, start = int(space.n), int(space.start)
         zeros = n - 1
@@ -365,13 +406,23 @@ def _make_checked_writer(space: Any, categorical: bool, spec: TensorSpec) -> _To
     return None
 
 
-def _raise_if_bad_action(env: Any, action: Any, batch: Sequence[int], err: Exception) -> None:
+def raise_if_bad_action(env: EnvBase, action: Any, batch: Sequence[int], err: Exception) -> None:
     """Turns an error of the action conversion into one naming the key, the spec and the action.
 
     Called when converting or stepping failed (with ``validate_actions=False``, or an action
     the spec accepts but gymnasium refuses): if the action does not have the shape of the
     action spec (an index given to a one-hot env, a missing trailing dim...) or a value out of
     it (gymnasium's bare ``AssertionError`` on an out-of-range index), that is the cause.
+
+    Args:
+        env: the wrapper whose ``"action"`` spec the action was meant for.
+        action: the action that failed.
+        batch: the batch dims the action should have in front.
+        err: the error of the conversion or of gymnasium's ``step``, chained to the new one.
+
+    Raises:
+        ValueError: when the action does not fit the spec; otherwise nothing (the caller
+            re-raises ``err``).
     """
     spec = env.full_action_spec[ACTION]
     expected = (*batch, *spec.shape[len(env.batch_size) :])

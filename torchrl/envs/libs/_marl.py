@@ -102,12 +102,26 @@ def check_marl_grouping(group_map: Mapping[str, Sequence[str]], agent_names: Seq
         )
 
 
-def _resolve_group_map(
+def resolve_group_map(
     group_map: MarlGroupMapType | Mapping[str, Sequence[str]] | None,
     agent_names: Sequence[str],
     default: MarlGroupMapType | Mapping[str, Sequence[str]],
 ) -> dict[str, list[str]]:
-    """Turns a group map argument (or its default) into a checked ``{group: [agents]}`` dict."""
+    """Turns a group map argument (or its default) into a checked ``{group: [agents]}`` dict.
+
+    Args:
+        group_map: what the user passed (``None``: use ``default``).
+        agent_names: all the env's agent names.
+        default: the env's own grouping.
+
+    Returns:
+        ``{group_name: [agent_name, ...]}``, checked by :func:`check_marl_grouping`.
+
+    Examples:
+        >>> from torchrl.envs.libs._marl import MarlGroupMapType, resolve_group_map
+        >>> resolve_group_map(None, ["a", "b"], MarlGroupMapType.ONE_GROUP_PER_AGENT)
+        {'a': ['a'], 'b': ['b']}
+    """
     if group_map is None:
         group_map = default
     if isinstance(group_map, MarlGroupMapType):
@@ -123,8 +137,14 @@ def _resolve_group_map(
     return result
 
 
-def _prefix_group_map(agent_names: Sequence[str]) -> dict[str, list[str]]:
-    """Groups agents by their name up to the last ``"_"`` (``"piston_3"`` -> ``"piston"``)."""
+def prefix_group_map(agent_names: Sequence[str]) -> dict[str, list[str]]:
+    """Groups agents by their name up to the last ``"_"`` (``"piston_3"`` -> ``"piston"``).
+
+    Examples:
+        >>> from torchrl.envs.libs._marl import prefix_group_map
+        >>> prefix_group_map(["piston_0", "piston_1", "ball"])
+        {'piston': ['piston_0', 'piston_1'], 'ball': ['ball']}
+    """
     groups: dict[str, list[str]] = {}
     for name in agent_names:
         head, sep, _ = str(name).rpartition("_")

@@ -24,7 +24,7 @@ from torchrl._keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCAT
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Bounded, Composite, Unbounded
 from torchrl.envs.common import EnvBase
-from torchrl.envs.libs._gym_spaces import _torch_dtype
+from torchrl.envs.libs._gym_spaces import torch_dtype_of
 
 __all__ = ["BraxEnv", "BraxWrapper"]
 
@@ -233,7 +233,7 @@ class BraxWrapper(EnvBase):
         env = self._env
         state = Composite(shape=batch, device=device)
         for key, (shape, dtype) in zip(self._leaf_keys, self._leaf_shapes):
-            torch_dtype = _torch_dtype(dtype)
+            torch_dtype = torch_dtype_of(dtype)
             state[key[1:]] = Unbounded(shape=shape, dtype=torch_dtype, device=device)
         self.observation_spec = Composite(
             {

@@ -19,10 +19,11 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import ACTION, DONE, NEXT, PIXELS, RESET, REWARD, TERMINATED, TRUNCATED
+from torchrl._td_compat import new_unchecked
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
 from torchrl.envs.common import EnvBase
-from torchrl.envs.libs._gym_spaces import _torch_dtype
+from torchrl.envs.libs._gym_spaces import torch_dtype_of
 
 __all__ = ["DMControlEnv", "DMControlWrapper"]
 
@@ -47,7 +48,7 @@ def _dm_control() -> Any:
 def _array_spec_to_spec(array_spec: Any, device: torch.device | None) -> TensorSpec:
     """Maps a ``dm_env.specs.Array``/``BoundedArray`` to a leaf spec (scalars get shape ``(1,)``)."""
     shape = tuple(array_spec.shape) or (1,)
-    dtype = _torch_dtype(array_spec.dtype)
+    dtype = torch_dtype_of(array_spec.dtype)
     minimum = getattr(array_spec, "minimum", None)
     maximum = getattr(array_spec, "maximum", None)
     if minimum is None or maximum is None:
@@ -183,7 +184,7 @@ class DMControlWrapper(EnvBase):
         self.action_spec = _array_spec_to_spec(env.action_spec(), device)
         self._action_dtype = np.dtype(env.action_spec().dtype)
         reward = env.reward_spec()
-        self.reward_spec = Unbounded(shape=(1,), dtype=_torch_dtype(reward.dtype), device=device)
+        self.reward_spec = Unbounded(shape=(1,), dtype=torch_dtype_of(reward.dtype), device=device)
         self._reward_dtype = np.dtype(reward.dtype)
 
     # ---------------------------------------------------------------------------------- running
@@ -211,7 +212,7 @@ class DMControlWrapper(EnvBase):
             data[REWARD] = torch.from_numpy(np.array([reward], dtype=self._reward_dtype))
         device = self.device
         if device is None or device.type == "cpu":
-            return TensorDict._new_unsafe(data, batch_size=self.batch_size, device=device)
+            return new_unchecked(data, batch_size=self.batch_size, device=device)
         return TensorDict(data, batch_size=self.batch_size, device=device)
 
     def _set_seed(self, seed: int | None) -> None:

@@ -45,16 +45,17 @@ from torchrl._keys import (
     TERMINATED,
     TRUNCATED,
 )
+from torchrl._td_compat import new_unchecked
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Composite, Unbounded
 from torchrl.envs.common import EnvBase
 from torchrl.envs.libs._gym_spaces import (
-    _gym_to_torchrl_spec_transform,
-    _gymnasium,
-    _make_reader,
-    _make_writer,
+    gym_to_torchrl_spec_transform,
+    import_gymnasium,
+    make_reader,
+    make_writer,
 )
-from torchrl.envs.libs.gym import _ClassProperty
+from torchrl.envs.libs.gym import ClassProperty
 
 __all__ = ["MultiThreadedEnv", "MultiThreadedEnvWrapper"]
 
@@ -93,7 +94,7 @@ def _sane_bounds(space: Any) -> Any:
     ``numeric_limits<double>::min()`` is the smallest *positive* double), which would make every
     negative observation fall outside its spec.
     """
-    spaces = _gymnasium().spaces
+    spaces = import_gymnasium().spaces
     if isinstance(space, spaces.Dict):
         return spaces.Dict({k: _sane_bounds(v) for k, v in space.spaces.items()})
     if not isinstance(space, spaces.Box) or not np.issubdtype(space.dtype, np.floating):
@@ -215,7 +216,7 @@ class MultiThreadedEnvWrapper(EnvBase):
         return self._frame_skip
 
     def _make_specs(self) -> None:
-        gym = _gymnasium()
+        gym = import_gymnasium()
         env, device, batch = self._env, self.device, self.batch_size
         # envpool builds (and caches) its spaces on first access, which warns: see _quietly
         obs_space = _quietly(lambda: env.single_observation_space)
@@ -227,8 +228,8 @@ class MultiThreadedEnvWrapper(EnvBase):
                     f"gymnasium space (multi-player envs are not supported)"
                 )
         obs_space = _sane_bounds(obs_space)
-        observation = _gym_to_torchrl_spec_transform(obs_space, device, self._categorical, batch)
-        read = _make_reader(obs_space, self._categorical)
+        observation = gym_to_torchrl_spec_transform(obs_space, device, self._categorical, batch)
+        read = make_reader(obs_space, self._categorical)
         if isinstance(observation, Composite) and isinstance(obs_space, gym.spaces.Dict):
             entries = {key: observation[key] for key in observation.keys()}
             clash = sorted(_RESERVED.intersection(entries))
@@ -242,10 +243,10 @@ class MultiThreadedEnvWrapper(EnvBase):
             entries = {OBSERVATION: observation}
             self._read_obs = lambda obs: {OBSERVATION: read(obs)}
         self.observation_spec = Composite(entries, shape=batch, device=device)
-        action = _gym_to_torchrl_spec_transform(act_space, device, self._categorical, batch)
+        action = gym_to_torchrl_spec_transform(act_space, device, self._categorical, batch)
         self.full_action_spec = Composite({ACTION: action}, shape=batch, device=device)
         self.reward_spec = Unbounded(shape=(*batch, 1), device=device, dtype=torch.float32)
-        self._write_action = _make_writer(act_space, self._categorical, batched=True)
+        self._write_action = make_writer(act_space, self._categorical, batched=True)
         self._obs_keys = list(entries)
 
     # ---------------------------------------------------------------------------------- running
@@ -260,7 +261,7 @@ class MultiThreadedEnvWrapper(EnvBase):
         device = self.device
         if device is None or device.type == "cpu":
             # the tensors were just built on the CPU with the specs' shapes: nothing to check
-            return TensorDict._new_unsafe(data, batch_size=self.batch_size, device=device)
+            return new_unchecked(data, batch_size=self.batch_size, device=device)
         return TensorDict(data, batch_size=self.batch_size, device=device)
 
     def _in_order(self, ids: np.ndarray, *arrays: Any) -> tuple[Any, ...]:
@@ -436,7 +437,7 @@ class MultiThreadedEnv(MultiThreadedEnvWrapper):
         torch.Size([4, 3, 1])
     """
 
-    available_envs = _ClassProperty(_available_envs)
+    available_envs = ClassProperty(_available_envs)
 
     def __init__(
         self,

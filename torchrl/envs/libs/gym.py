@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -44,21 +44,23 @@ from torchrl._keys import (
     TERMINATED,
     TRUNCATED,
 )
+from torchrl._td_compat import entries, new_unchecked
 from torchrl._utils import has_module
 from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
 from torchrl.envs._action_checks import make_action_check
 from torchrl.envs.common import EnvBase
+from torchrl.envs.libs._gym_batched import GymBatchStepper
 from torchrl.envs.libs._gym_spaces import (
     INVALID,
-    _gym_to_torchrl_spec_transform,
-    _gymnasium,
-    _make_checked_writer,
-    _make_reader,
-    _make_writer,
-    _raise_if_bad_action,
-    _tensor_from_array,
-    _torch_dtype,
-    _ToTensor,
+    ToTensor,
+    gym_to_torchrl_spec_transform,
+    import_gymnasium,
+    make_checked_writer,
+    make_reader,
+    make_writer,
+    raise_if_bad_action,
+    tensor_from_array,
+    torch_dtype_of,
 )
 
 __all__ = [
@@ -217,7 +219,7 @@ class default_info_dict_reader(BaseInfoDictReader):  # noqa: N801 (TorchRL's pub
                         f"{array.dtype}; only numeric entries can be read into tensors"
                     )
                 shape = array.shape if array.shape[: len(batch)] == batch else batch + array.shape
-                spec = Unbounded(shape=shape, device=device, dtype=_torch_dtype(array.dtype))
+                spec = Unbounded(shape=shape, device=device, dtype=torch_dtype_of(array.dtype))
             elif tuple(spec.shape[: len(batch)]) != batch:
                 spec = spec.expand(*batch, *spec.shape)
             specs[key] = spec.to(device) if device is not None else spec
@@ -303,7 +305,7 @@ class GymWrapper(EnvBase):
         allow_done_after_reset: bool = False,
         validate_actions: bool = True,
     ) -> None:
-        gym = _gymnasium()
+        gym = import_gymnasium()
         if isinstance(env, gym.vector.VectorEnv):
             mode = env.metadata.get("autoreset_mode")
             if mode != gym.vector.AutoresetMode.DISABLED:
@@ -377,9 +379,9 @@ class GymWrapper(EnvBase):
         return self._frame_skip
 
     def _make_specs(self, observation_space: Any, action_space: Any) -> None:
-        gym = _gymnasium()
+        gym = import_gymnasium()
         device, batch = self.device, self.batch_size
-        observation = _gym_to_torchrl_spec_transform(
+        observation = gym_to_torchrl_spec_transform(
             observation_space, device, self._categorical, batch
         )
         if self._pixels_only:
@@ -401,7 +403,7 @@ class GymWrapper(EnvBase):
         # outputs without nested entries skip the constructor's search for nested dicts
         self._nested_output = any(type(k) is not str for k in self.observation_keys)
         # Dict/Tuple actions nest under "action" so that the action stays one entry
-        action = _gym_to_torchrl_spec_transform(action_space, device, self._categorical, batch)
+        action = gym_to_torchrl_spec_transform(action_space, device, self._categorical, batch)
         self.full_action_spec = Composite({ACTION: action}, shape=batch, device=device)
         self.reward_spec = Unbounded(shape=(*batch, 1), device=device, dtype=torch.float32)
 
@@ -420,25 +422,25 @@ class GymWrapper(EnvBase):
     def _make_converters(self, gym: Any, observation_space: Any, action_space: Any) -> None:
         categorical = self._categorical
         if self._pixels_only:
-            self._read_obs: _ToTensor = lambda obs: {}
+            self._read_obs: ToTensor = lambda obs: {}
         elif isinstance(observation_space, gym.spaces.Dict):
-            self._read_obs = _make_reader(observation_space, categorical)
+            self._read_obs = make_reader(observation_space, categorical)
         else:
-            read = _make_reader(observation_space, categorical)
+            read = make_reader(observation_space, categorical)
             self._read_obs = lambda obs: {OBSERVATION: read(obs)}
         if self._vector and getattr(self._env.unwrapped, "copy", True) is False:
             # a vector env made with copy=False rewrites one observation buffer at every step,
             # which the zero-copy tensors of earlier steps would keep pointing to
             read_view = self._read_obs
             self._read_obs = lambda obs: read_view(copy.deepcopy(obs))
-        self._write_action = _make_writer(action_space, categorical, self._vector)
+        self._write_action = make_writer(action_space, categorical, self._vector)
         self._flag_shape = (*self.batch_size, 1)
 
     def _render(self) -> torch.Tensor:
         frame = self._env.render()
         if self._vector:
             frame = np.stack(frame)
-        return _tensor_from_array(np.asarray(frame, dtype=np.uint8))
+        return tensor_from_array(np.asarray(frame, dtype=np.uint8))
 
     # ----------------------------------------------------------------------------- info readers
     def set_info_dict_reader(
@@ -500,7 +502,7 @@ class GymWrapper(EnvBase):
         checked = None
         spec = self.full_action_spec
         if not self._vector and "_write_action" in self.__dict__ and ACTION in spec.keys():
-            checked = _make_checked_writer(self._env.action_space, self._categorical, spec[ACTION])
+            checked = make_checked_writer(self._env.action_space, self._categorical, spec[ACTION])
         self._checked_write = checked
         return None if checked is not None else super()._make_action_check(action_keys)
 
@@ -522,9 +524,9 @@ class GymWrapper(EnvBase):
             data[PIXELS] = self._render()
         device = self.device  # read at each call: env.to(device) may have changed it
         if device is None or device.type == "cpu":
-            # _new_unsafe skips the checks and device moves of the TensorDict constructor: the
+            # new_unchecked skips the checks and device moves of the TensorDict constructor: the
             # data was just built on the CPU with the specs' shapes, so there is nothing to check
-            out = TensorDict._new_unsafe(
+            out = new_unchecked(
                 data, batch_size=self.batch_size, device=device, nested=self._nested_output
             )
         else:
@@ -558,7 +560,7 @@ class GymWrapper(EnvBase):
         return self._output(data, info)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        raw = tensordict._tensordict if type(tensordict) is TensorDict else None
+        raw = entries(tensordict) if type(tensordict) is TensorDict else None
         action = raw.get(ACTION) if raw is not None else None
         if action is None:
             action = tensordict.get(ACTION)
@@ -577,7 +579,7 @@ class GymWrapper(EnvBase):
                 gym_action = self._write_action(action)
             obs, reward, terminated, truncated, info = self._env.step(gym_action)
         except (TypeError, ValueError, AttributeError, IndexError, AssertionError) as err:
-            _raise_if_bad_action(self, action, self.batch_size, err)
+            raise_if_bad_action(self, action, self.batch_size, err)
             raise
         if self._frame_skip > 1:
             obs, reward, terminated, truncated, info = self._repeat(
@@ -614,15 +616,50 @@ class GymWrapper(EnvBase):
         return obs, total if self._vector else float(total), terminated, truncated, info
 
     @classmethod
-    def _batched_stepper(cls, envs: Sequence[EnvBase]) -> Any:
+    def _batched_stepper(cls, envs: Sequence[EnvBase]) -> GymBatchStepper | None:
         """Steps ``envs`` as one batch for :class:`~torchrl.envs.SerialEnv` (``None``: cannot).
 
-        Plain unbatched wrappers of one class qualify (see ``_gym_batched.py``); the stepper
-        gives the values that stepping and resetting the envs one by one would give.
+        The stepper gives the values that stepping and resetting the envs one by one would
+        give. The envs qualify when all are instances of ``cls`` exactly, unbatched (not vector
+        envs), without pixels, info readers or type checks, and when ``cls`` changes none of
+        the wrapper's step, reset and output methods (a subclass that does must be stepped
+        through them).
         """
-        from torchrl.envs.libs._gym_batched import batched_stepper
-
-        return batched_stepper(cls, envs)
+        if not envs or any(type(env) is not cls for env in envs):
+            return None
+        names = (
+            "_step",
+            "_reset",
+            "_reset_gym",
+            "_output",
+            "_repeat",
+            "_make_converters",
+            "_set_seed",
+        )
+        for name in names:
+            if getattr(cls, name, None) is not getattr(GymWrapper, name, None):
+                return None
+        if cls.step is not EnvBase.step or cls.reset is not EnvBase.reset:
+            return None
+        wrappers = cast("list[GymWrapper]", list(envs))
+        first = wrappers[0]
+        for env in wrappers:
+            if (
+                env._vector
+                or env._from_pixels
+                or env.info_dict_reader
+                or env.run_type_checks
+                or env.batch_size
+                or env.device != first.device
+                or env._categorical != first._categorical
+                or env.frame_skip != first.frame_skip
+                or type(env.env.action_space) is not type(first.env.action_space)
+                or type(env.env.observation_space) is not type(first.env.observation_space)
+            ):
+                return None
+        if any(type(key) is not str for key in first.observation_keys):
+            return None
+        return GymBatchStepper(wrappers)
 
     def _close(self) -> None:
         self._env.close()
@@ -634,8 +671,19 @@ class GymWrapper(EnvBase):
         )
 
 
-class _ClassProperty:
-    """A read-only attribute computed on access, on the class and its instances alike."""
+class ClassProperty:
+    """A read-only attribute computed on access, on the class and its instances alike.
+
+    Args:
+        getter: called with the class (also when read on an instance).
+
+    Examples:
+        >>> from torchrl.envs.libs.gym import ClassProperty
+        >>> class Registry:
+        ...     names = ClassProperty(lambda cls: [cls.__name__])
+        >>> Registry.names, Registry().names
+        (['Registry'], ['Registry'])
+    """
 
     def __init__(self, getter: Callable[[type], Any]) -> None:
         self._getter = getter
@@ -647,7 +695,7 @@ class _ClassProperty:
 
 def _available_envs(cls: type) -> list[str]:
     """The ids registered with gymnasium (``gymnasium.registry``), sorted."""
-    return sorted(_gymnasium().registry.keys())
+    return sorted(import_gymnasium().registry.keys())
 
 
 class GymEnv(GymWrapper):
@@ -684,7 +732,7 @@ class GymEnv(GymWrapper):
         True
     """
 
-    available_envs = _ClassProperty(_available_envs)
+    available_envs = ClassProperty(_available_envs)
 
     def __init__(
         self,
@@ -702,7 +750,7 @@ class GymEnv(GymWrapper):
         validate_actions: bool = True,
         **kwargs: Any,
     ) -> None:
-        gym = _gymnasium()
+        gym = import_gymnasium()
         if from_pixels:
             kwargs.setdefault("render_mode", "rgb_array")
         if num_envs:

@@ -39,16 +39,17 @@ from torchrl._keys import (
     TERMINATED,
     TRUNCATED,
 )
+from torchrl._td_compat import new_unchecked
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Categorical, Composite, OneHot, TensorSpec, Unbounded, stack_specs
 from torchrl.envs.common import EnvBase
 from torchrl.envs.libs._gym_spaces import (
-    _gym_to_torchrl_spec_transform,
-    _gymnasium,
-    _make_reader,
-    _make_writer,
+    gym_to_torchrl_spec_transform,
+    import_gymnasium,
+    make_reader,
+    make_writer,
 )
-from torchrl.envs.libs._marl import MarlGroupMapType, _prefix_group_map, _resolve_group_map
+from torchrl.envs.libs._marl import MarlGroupMapType, prefix_group_map, resolve_group_map
 from torchrl.envs.utils import _masked_choice
 
 __all__ = ["PettingZooEnv", "PettingZooWrapper"]
@@ -160,8 +161,8 @@ class PettingZooWrapper(EnvBase):
         self._next_seed = seed
         self.possible_agents = [str(a) for a in env.possible_agents]
         self._agent_ids = {str(a): a for a in env.possible_agents}
-        self.group_map = _resolve_group_map(
-            group_map, self.possible_agents, _prefix_group_map(self.possible_agents)
+        self.group_map = resolve_group_map(
+            group_map, self.possible_agents, prefix_group_map(self.possible_agents)
         )
         self._groups = [_Group(name, agents) for name, agents in self.group_map.items()]
         self._make_specs()
@@ -189,7 +190,7 @@ class PettingZooWrapper(EnvBase):
         return stack_specs(specs, dim=0)
 
     def _make_specs(self) -> None:
-        gym = _gymnasium()
+        gym = import_gymnasium()
         env, device, categorical = self._env, self.device, self._categorical
         obs_entries: dict[Any, Any] = {}
         act_entries: dict[Any, Any] = {}
@@ -219,7 +220,7 @@ class PettingZooWrapper(EnvBase):
                     gym.spaces.Dict({k: v for k, v in s.spaces.items() if k != ACTION_MASK})
                     for s in obs_spaces
                 ]
-            specs = [_gym_to_torchrl_spec_transform(s, device, categorical) for s in obs_spaces]
+            specs = [gym_to_torchrl_spec_transform(s, device, categorical) for s in obs_spaces]
             obs_spec: Any = self._stack(
                 [s if isinstance(s, Composite) else Composite(observation=s) for s in specs],
                 group.name,
@@ -229,7 +230,7 @@ class PettingZooWrapper(EnvBase):
             for key in obs_spec.keys():
                 node[key] = obs_spec[key]
             group.obs_keys = list(obs_spec.keys())
-            read = _make_reader(obs_spaces[0], categorical)
+            read = make_reader(obs_spaces[0], categorical)
             if is_dict:
                 group.read_obs = read
             else:
@@ -241,11 +242,11 @@ class PettingZooWrapper(EnvBase):
             group.zero_obs = {k: obs_spec[k][0].zero() for k in group.obs_keys}
             act_spaces = [env.action_space(a) for a in ids]
             action = self._stack(
-                [_gym_to_torchrl_spec_transform(s, device, categorical) for s in act_spaces],
+                [gym_to_torchrl_spec_transform(s, device, categorical) for s in act_spaces],
                 group.name,
                 "actions",
             )
-            group.write_action = [_make_writer(s, categorical, batched=False) for s in act_spaces]
+            group.write_action = [make_writer(s, categorical, batched=False) for s in act_spaces]
             if mask_space is not None:
                 n_actions = int(np.prod(mask_space.shape))
                 if (
@@ -283,8 +284,8 @@ class PettingZooWrapper(EnvBase):
                     f"PettingZooWrapper(return_state=True): the env {type(env.unwrapped).__name__} "
                     f"has no state_space"
                 )
-            obs_entries[STATE] = _gym_to_torchrl_spec_transform(state_space, device, categorical)
-            self._read_state = _make_reader(state_space, categorical)
+            obs_entries[STATE] = gym_to_torchrl_spec_transform(state_space, device, categorical)
+            self._read_state = make_reader(state_space, categorical)
         flag = Categorical(2, shape=(1,), dtype=torch.bool, device=device)
         self.observation_spec = Composite(obs_entries, device=device)
         self.full_action_spec = Composite(act_entries, device=device)
@@ -358,7 +359,7 @@ class PettingZooWrapper(EnvBase):
                 entries[REWARD] = torch.tensor(
                     [[float(rewards.get(a, 0.0))] for a in ids], dtype=torch.float32
                 )
-            data[group.name] = TensorDict._new_unsafe(entries, batch_size=torch.Size([group.n]))
+            data[group.name] = new_unchecked(entries, batch_size=torch.Size([group.n]))
         done_each = [t or u for t, u in zip(all_term, all_trunc)]
         # an env with no agent left has ended, whatever the aggregation says
         done = (any(done_each) if self.done_on_any else all(done_each)) or not live
@@ -370,7 +371,7 @@ class PettingZooWrapper(EnvBase):
         data[TRUNCATED] = flags[2:3]
         if self.return_state:
             data[STATE] = self._read_state(self._env.state())
-        out = TensorDict._new_unsafe(data, batch_size=self.batch_size)
+        out = new_unchecked(data, batch_size=self.batch_size)
         device = self.device
         return out if device is None or device.type == "cpu" else out.to(device)
 

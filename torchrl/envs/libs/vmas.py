@@ -24,6 +24,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import ACTION, DONE, OBSERVATION, RESET, REWARD, TERMINATED, TRUNCATED
+from torchrl._td_compat import new_unchecked
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import (
     Categorical,
@@ -35,8 +36,8 @@ from torchrl.data.specs import (
     stack_specs,
 )
 from torchrl.envs.common import EnvBase
-from torchrl.envs.libs._gym_spaces import _gym_to_torchrl_spec_transform, _gymnasium
-from torchrl.envs.libs._marl import MarlGroupMapType, _resolve_group_map
+from torchrl.envs.libs._gym_spaces import gym_to_torchrl_spec_transform, import_gymnasium
+from torchrl.envs.libs._marl import MarlGroupMapType, resolve_group_map
 
 __all__ = ["VmasEnv", "VmasWrapper"]
 
@@ -51,7 +52,7 @@ def _vmas() -> Any:
 
 def _as_gymnasium(space: Any) -> Any:
     """The gymnasium twin of an old-``gym`` space (VMAS still builds ``gym`` 0.26 spaces)."""
-    spaces = _gymnasium().spaces
+    spaces = import_gymnasium().spaces
     kind = type(space).__name__
     if kind == "Box":
         return spaces.Box(low=space.low, high=space.high, shape=space.shape, dtype=space.dtype)
@@ -175,7 +176,7 @@ class VmasWrapper(EnvBase):
         self._env = env
         self._categorical = bool(categorical_actions)
         self.agent_names = [agent.name for agent in env.agents]
-        self.group_map = _resolve_group_map(
+        self.group_map = resolve_group_map(
             group_map, self.agent_names, MarlGroupMapType.ALL_IN_ONE_GROUP
         )
         position = {name: i for i, name in enumerate(self.agent_names)}
@@ -220,7 +221,7 @@ class VmasWrapper(EnvBase):
         for group in self._groups:
             gbatch = (num_envs, group.n)
             obs = [
-                _gym_to_torchrl_spec_transform(_as_gymnasium(obs_space[i]), device, True, batch)
+                gym_to_torchrl_spec_transform(_as_gymnasium(obs_space[i]), device, True, batch)
                 for i in group.index
             ]
             obs_spec = _stack_agents(obs, group.name, "observations")
@@ -246,7 +247,7 @@ class VmasWrapper(EnvBase):
                 node[INFO] = info
             obs_entries[group.name] = node
             actions = [
-                _gym_to_torchrl_spec_transform(
+                gym_to_torchrl_spec_transform(
                     _as_gymnasium(act_space[i]), device, self._categorical, batch
                 )
                 for i in group.index
@@ -309,15 +310,15 @@ class VmasWrapper(EnvBase):
                 info: dict[Any, Any] = {
                     k: torch.stack([infos[i][k] for i in index], dim=1) for k in info_keys
                 }
-                entries[INFO] = TensorDict._new_unsafe(info, batch_size=gbatch, device=device)
+                entries[INFO] = new_unchecked(info, batch_size=gbatch, device=device)
             if rewards is not None:
                 entries[REWARD] = torch.stack([rewards[i] for i in index], dim=1).unsqueeze(-1)
             # the root flags repeated over the agents (cat: half the cost of expand().clone())
             entries[DONE] = torch.cat([done] * group.n, 1).unsqueeze(-1)
             entries[TERMINATED] = torch.cat([term] * group.n, 1).unsqueeze(-1)
             entries[TRUNCATED] = torch.cat([trunc] * group.n, 1).unsqueeze(-1)
-            data[group.name] = TensorDict._new_unsafe(entries, batch_size=gbatch, device=device)
-        return TensorDict._new_unsafe(data, batch_size=self.batch_size, device=device)
+            data[group.name] = new_unchecked(entries, batch_size=gbatch, device=device)
+        return new_unchecked(data, batch_size=self.batch_size, device=device)
 
     def _reset_mask(self, tensordict: TensorDictBase | None) -> torch.Tensor | None:
         """The sub-envs to reset ``[E]`` (``None``: all), from the root and group masks."""
