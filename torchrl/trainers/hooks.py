@@ -297,7 +297,7 @@ class ReplayBufferTrainer:
             raise FileNotFoundError(
                 f"ReplayBufferTrainer: the checkpoint's buffer directory {source} is missing"
             )
-        from torchrl.data.replay_buffers.memmap import LazyMemmapStorage
+        from torchrl.data.replay_buffers.storages import LazyMemmapStorage
 
         storage = self.replay_buffer.storage
         live = None

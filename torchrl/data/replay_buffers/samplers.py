@@ -33,7 +33,8 @@ __all__ = [
 ]
 
 
-def _check_not_empty(storage: Storage) -> int:
+def check_not_empty(storage: Storage) -> int:
+    """``len(storage)``; raises ``RuntimeError`` when the storage holds nothing to sample."""
     n = len(storage)
     if n == 0:
         raise RuntimeError("cannot sample from an empty replay buffer: extend it first")
@@ -162,7 +163,7 @@ class RandomSampler(Sampler):
     """
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[str, Any]]:
-        n = _check_not_empty(storage)
+        n = check_not_empty(storage)
         dense = torch.randint(n, (batch_size,), generator=self._generator)
         return storage._dense_to_index(dense), {}
 
@@ -199,7 +200,7 @@ class SamplerWithoutReplacement(Sampler):
         self._ran_out = False
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[str, Any]]:
-        n = _check_not_empty(storage)
+        n = check_not_empty(storage)
         if self.drop_last and batch_size > n:
             raise ValueError(
                 f"batch_size={batch_size} is larger than the {n} stored items: with "
@@ -351,7 +352,7 @@ class PrioritizedSampler(Sampler):
 
     # -- sampling ---------------------------------------------------------------------------------
     def _sample_flat(self, storage: Storage, n: int) -> np.ndarray:
-        _check_not_empty(storage)
+        check_not_empty(storage)
         total = self._sum_tree.total()
         if not total > 0:
             raise RuntimeError(

@@ -17,7 +17,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import DONE, MASK, NEXT, TRUNCATED, WEIGHT
-from torchrl.data.replay_buffers.samplers import PrioritizedSampler, Sampler, _check_not_empty
+from torchrl.data.replay_buffers.samplers import PrioritizedSampler, Sampler, check_not_empty
 from torchrl.data.replay_buffers.storages import Index, LoadPlan, Storage
 from torchrl.data.replay_buffers.utils import nested_key_str
 
@@ -191,7 +191,7 @@ class SliceSampler(Sampler):
         return batch_size // slice_len, slice_len
 
     def _trajectories(self, storage: Storage) -> _Trajectories:
-        _check_not_empty(storage)
+        check_not_empty(storage)
         signature = (id(storage), storage._version, len(storage), storage._cursor)
         cache = self._cache
         if cache is not None and cache.signature == signature:

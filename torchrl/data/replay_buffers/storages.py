@@ -9,35 +9,42 @@ priority trees use.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
+from torchrl._utils import warn_once
 from torchrl.data.replay_buffers.utils import (
-    _UNBOUNDED,
     FORMAT_VERSION,
+    UNBOUNDED,
     Index,
-    _alloc_like,
-    _batch_shape,
-    _encode_header,
-    _leaves,
-    _make_plan,
-    _open_dir,
-    _replace_dir,
-    _run_plan,
-    _split_index,
+    alloc_like,
     as_long_tensor,
+    as_plain_tensors,
     atomic_torch_save,
     atomic_write_bytes,
     atomic_write_json,
+    batch_shape,
     check_format_version,
+    encode_header,
+    make_gather_plan,
     nested_key_str,
+    open_storage_dir,
     read_json,
+    replace_dir,
+    run_gather_plan,
     safe_torch_load,
+    same_dir,
+    split_index,
+    tensor_leaves,
 )
 
 __all__ = [
@@ -96,7 +103,7 @@ class Storage(ABC):
             raise ValueError(f"max_size must be a positive int, got {max_size!r}")
         if not isinstance(ndim, int) or ndim < 1:
             raise ValueError(f"ndim must be a positive int, got {ndim!r}")
-        self._max_size = _UNBOUNDED if max_size is None else max_size
+        self._max_size = UNBOUNDED if max_size is None else max_size
         self.ndim = ndim
         self._lead: torch.Size | None = torch.Size([]) if ndim == 1 else None
         # Occupied slots along the write dim, the slot after the last write (ring order), and a
@@ -147,7 +154,7 @@ class Storage(ABC):
         """The slot count once ``data`` (``[*lead, n, ...]``) sets the shape of a lazy storage."""
         if self.ndim == 1 or self._lead is not None:
             return self.slots
-        lead = torch.Size(_batch_shape(data)[: self.ndim - 1])
+        lead = torch.Size(batch_shape(data)[: self.ndim - 1])
         slots = self._max_size // max(lead.numel(), 1)
         if slots == 0:
             raise ValueError(
@@ -158,7 +165,7 @@ class Storage(ABC):
 
     def _write_len(self, data: Any) -> int:
         """How many slots along the write dim ``data`` covers."""
-        shape = _batch_shape(data)
+        shape = batch_shape(data)
         if len(shape) < self.ndim:
             raise ValueError(
                 f"extend expects data with at least {self.ndim} batch dims (the storage has "
@@ -171,7 +178,7 @@ class Storage(ABC):
         """Row-major position in ``[*lead, slots]`` of each item of ``index``."""
         if self.ndim == 1:
             return as_long_tensor(index)
-        parts = _split_index(index, self.ndim)
+        parts = split_index(index, self.ndim)
         dims = [*self._lead_shape, self.slots]
         flat = parts[0]
         for part, size in zip(parts[1:], dims[1:]):
@@ -231,7 +238,7 @@ class Storage(ABC):
                 bad = low if low < -n else high
                 raise IndexError(f"index {bad} is out of range for {n} stored items")
             return idx if low >= 0 else torch.where(idx < 0, idx + n, idx)
-        parts = _split_index(index, self.ndim)
+        parts = split_index(index, self.ndim)
         dims = [*(self._lead or ()), self._filled]
         for d, (part, size) in enumerate(zip(parts, dims)):
             if part.numel() and (bool((part < 0).any()) or bool((part >= size).any())):
@@ -347,7 +354,7 @@ class ListStorage(Storage):
         if isinstance(data, (TensorDictBase, torch.Tensor)):
             if data.ndim == 0 or data.shape[0] != n:
                 raise ValueError(
-                    f"got {n} indices but data with batch shape {tuple(_batch_shape(data))}"
+                    f"got {n} indices but data with batch shape {tuple(batch_shape(data))}"
                 )
             return list(data.unbind(0))
         items = list(data)
@@ -413,7 +420,7 @@ class ListStorage(Storage):
         return {
             "items": list(self._items),
             "cursor": self._cursor,
-            "max_size": None if self._max_size == _UNBOUNDED else self._max_size,
+            "max_size": None if self._max_size == UNBOUNDED else self._max_size,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -428,7 +435,7 @@ class ListStorage(Storage):
         if not isinstance(state_dict, dict) or "items" not in state_dict:
             raise ValueError("a ListStorage state is a dict with an 'items' list")
         items = list(state_dict["items"])
-        mine = None if self._max_size == _UNBOUNDED else self._max_size
+        mine = None if self._max_size == UNBOUNDED else self._max_size
         if "max_size" in state_dict and state_dict["max_size"] != mine:
             raise ValueError(
                 f"the state comes from a ListStorage of max_size={state_dict['max_size']} "
@@ -460,7 +467,7 @@ class ListStorage(Storage):
                 "format_version": FORMAT_VERSION,
                 "kind": "list",
                 "class": type(self).__name__,
-                "max_size": None if self._max_size == _UNBOUNDED else self._max_size,
+                "max_size": None if self._max_size == UNBOUNDED else self._max_size,
             },
         )
 
@@ -504,7 +511,7 @@ _TD_MARK = "__torchrl_tensordict__"
 def _encode_item(item: Any) -> Any:
     if type(item) is TensorDict:
         try:
-            _leaves(item)  # raises on non-tensor entries: those stay pickled
+            tensor_leaves(item)  # raises on non-tensor entries: those stay pickled
         except TypeError:
             return item
         return {
@@ -607,7 +614,7 @@ class TensorStorage(Storage):
         ndim: int = 1,
     ) -> None:
         if storage is not None:
-            shape = _batch_shape(storage)
+            shape = batch_shape(storage)
             if len(shape) < ndim:
                 raise ValueError(f"ndim={ndim} but the storage has batch shape {tuple(shape)}")
             size = shape[:ndim].numel()
@@ -641,13 +648,13 @@ class TensorStorage(Storage):
 
     def _adopt(self, storage: TensorDictBase | torch.Tensor) -> None:
         """Makes ``storage`` (batch ``[*lead, slots]``) the backing data and prepares fast access."""
-        shape = _batch_shape(storage)
+        shape = batch_shape(storage)
         self._lead = torch.Size(shape[: self.ndim - 1])
         self._storage = storage
         self._is_td = isinstance(storage, TensorDictBase)
         nb = self.ndim
         if isinstance(storage, TensorDictBase):
-            leaves = _leaves(storage)
+            leaves = tensor_leaves(storage)
         else:
             leaves = [((), storage)]
         # Keys as tensordict spells them: a str at the root, a tuple below.
@@ -663,7 +670,9 @@ class TensorStorage(Storage):
         try:
             self._flat_leaves = [(key, v.view(numel, *v.shape[nb:])) for key, v in leaves]
             self._plan = (
-                _make_plan(storage, numel, nb) if isinstance(storage, TensorDictBase) else None
+                make_gather_plan(storage, numel, nb)
+                if isinstance(storage, TensorDictBase)
+                else None
             )
         except RuntimeError:
             self._flat_leaves = None
@@ -671,7 +680,7 @@ class TensorStorage(Storage):
             self._device = leaves[0][1].device if leaves else torch.device("cpu")
 
     def _allocate(self, data: TensorDictBase | torch.Tensor) -> None:
-        shape = _batch_shape(data)
+        shape = batch_shape(data)
         nb = self.ndim
         lead = torch.Size(shape[: nb - 1])
         slots = self._slots_for(data)
@@ -679,7 +688,7 @@ class TensorStorage(Storage):
         device = self._device if self._device is not None else torch.device("cpu")
         storage: TensorDictBase | torch.Tensor
         if isinstance(data, TensorDictBase):
-            storage = _alloc_like(data, batch, nb, device, fill=True)
+            storage = alloc_like(data, batch, nb, device, fill=True)
         else:
             storage = torch.zeros((*batch, *data.shape[nb:]), dtype=data.dtype, device=device)
         self._adopt(storage)
@@ -801,7 +810,7 @@ class TensorStorage(Storage):
     def _gather_td(self, flat: torch.Tensor) -> TensorDict:
         batch = torch.Size([flat.shape[0]])
         assert self._plan is not None
-        return _run_plan(self._plan, flat, batch, batch, self.device)
+        return run_gather_plan(self._plan, flat, batch, batch, self.device)
 
     def _column(self, key: Any) -> torch.Tensor:
         if self._storage is None:
@@ -846,7 +855,7 @@ class TensorStorage(Storage):
         if data is None:
             slots = self.slots if self._lead is not None else self._max_size
             return LoadPlan(0, slots, 1, None)
-        batch = _batch_shape(data)
+        batch = batch_shape(data)
         if len(batch) < self.ndim:
             raise ValueError(
                 f"saved data of batch shape {tuple(batch)} has fewer than ndim={self.ndim} dims"
@@ -858,7 +867,7 @@ class TensorStorage(Storage):
             lead = torch.Size(batch[: self.ndim - 1])
             slots = self._max_size // max(lead.numel(), 1)
             if isinstance(data, TensorDictBase):
-                _leaves(data)  # only tensors can be stored
+                tensor_leaves(data)  # only tensors can be stored
         expected = torch.Size([*lead, slots])
         if batch[: self.ndim] != expected:
             raise ValueError(
@@ -888,15 +897,15 @@ class TensorStorage(Storage):
 
     def _allocate_from_full(self, data: TensorDictBase | torch.Tensor) -> None:
         nb = self.ndim
-        batch = torch.Size(_batch_shape(data)[:nb])
+        batch = torch.Size(batch_shape(data)[:nb])
         if isinstance(data, TensorDictBase):
-            self._adopt(_alloc_like(data, batch, nb, self._device, fill=True))
+            self._adopt(alloc_like(data, batch, nb, self._device, fill=True))
         else:
             self._adopt(torch.zeros(data.shape, dtype=data.dtype, device=self.device))
 
     def dumps(self, path: str | Path) -> None:
         path = Path(path)
-        _replace_dir(path, lambda tmp: self._dump_into(tmp))
+        replace_dir(path, lambda tmp: self._dump_into(tmp))
 
     def _dump_into(self, directory: Path) -> None:
         meta = self._meta()
@@ -909,7 +918,7 @@ class TensorStorage(Storage):
                 )
         atomic_write_bytes(
             directory / "header.bin",
-            _encode_header(self._filled, self._cursor),
+            encode_header(self._filled, self._cursor),
         )
         atomic_write_json(directory / "storage.json", meta)
 
@@ -943,7 +952,7 @@ class TensorStorage(Storage):
         self._apply_dump(self._prepare_dump(Path(path), trusted))
 
     def _prepare_dump(self, path: Path, trusted: bool) -> LoadPlan:
-        data, meta, filled, cursor, _ = _open_dir(path, trusted)
+        data, meta, filled, cursor, _ = open_storage_dir(path, trusted)
         self._check_meta(meta, path)
         return self._prepare_state({"storage": data, "filled": filled, "cursor": cursor})
 
@@ -992,6 +1001,283 @@ class LazyTensorStorage(TensorStorage):
         super().__init__(None, max_size, device=device, ndim=ndim)
 
 
+class LazyMemmapStorage(TensorStorage):
+    """A lazy tensor storage whose items live in memory-mapped files (tensordict ``MemoryMappedTensor``).
+
+    The files sit in ``scratch_dir`` (a temporary directory, removed with the storage, when
+    ``None``). After every write, the item count and write position are stored in a small header
+    file, after the data: a process killed in the middle of ``extend`` leaves the items written
+    before intact, and :meth:`open` maps the directory again without copying it. Slots that were
+    being overwritten at the time of the kill are reported as torn (``storage.torn_slots``).
+
+    Args:
+        max_size: the capacity in items.
+        scratch_dir: directory of the files; must not already hold a storage unless ``existsok``.
+        device: where sampled items are returned (files are always on CPU).
+        ndim: ``2`` to store ``[n_envs, T]`` batches.
+        existsok: replace a storage already in ``scratch_dir`` instead of raising.
+
+    Examples:
+        >>> import tempfile
+        >>> from tensordict import TensorDict
+        >>> path = tempfile.mkdtemp()
+        >>> storage = LazyMemmapStorage(10, scratch_dir=path)
+        >>> storage.set(torch.arange(3), TensorDict({"x": torch.arange(3.0)}, [3]))
+        >>> reopened = LazyMemmapStorage.open(path)
+        >>> len(reopened), reopened.get(torch.tensor([2]))["x"].tolist()
+        (3, [2.0])
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        scratch_dir: str | Path | None = None,
+        device: torch.device | str = "cpu",
+        ndim: int = 1,
+        existsok: bool = False,
+    ) -> None:
+        super().__init__(None, max_size, device=torch.device("cpu"), ndim=ndim)
+        self._out_device = torch.device(device)
+        self._scratch_dir = Path(scratch_dir) if scratch_dir is not None else None
+        self._existsok = existsok
+        self._dir: Path | None = None
+        self._header: np.memmap | None = None
+        self._dirty: np.memmap | None = None
+        self._finalizer: Any = None
+        self.torn_slots = torch.zeros(0, dtype=torch.long)
+        if self._scratch_dir is not None and (self._scratch_dir / "storage.json").exists():
+            if not existsok:
+                raise FileExistsError(
+                    f"{self._scratch_dir} already holds a storage: reopen it with "
+                    f"LazyMemmapStorage.open({str(self._scratch_dir)!r}) or pass existsok=True "
+                    f"to overwrite it"
+                )
+
+    @property
+    def scratch_dir(self) -> Path | None:
+        """The directory holding the files (``None`` before the first write)."""
+        return self._dir
+
+    @classmethod
+    def open(
+        cls, path: str | Path, *, device: torch.device | str = "cpu", trusted: bool = False
+    ) -> LazyMemmapStorage:
+        """Maps the storage files in ``path`` again, without copying them.
+
+        Writes go to the same files. Items whose write was interrupted are listed in
+        ``torn_slots`` (a warning says so) and are overwritten first by a round-robin writer.
+
+        Args:
+            path: a ``scratch_dir`` of a :class:`LazyMemmapStorage`, or a directory written by a
+                tensor storage's ``dumps``.
+            device: where sampled items are returned.
+            trusted: skip the check that the files hold plain tensors only.
+
+        Returns:
+            The reopened storage.
+        """
+        path = Path(path)
+        meta = read_json(path / "storage.json")
+        ndim = int(meta.get("ndim", 1))
+        max_size = int(meta["max_size"])
+        storage = cls(max_size, scratch_dir=None, device=device, ndim=ndim)
+        storage._apply_dump(storage._prepare_dump(path, trusted))
+        return storage
+
+    # -- files ----------------------------------------------------------------------------------
+    def _prepare_dump(self, path: Path, trusted: bool) -> LoadPlan:
+        data, meta, filled, cursor, torn = open_storage_dir(path, trusted)
+        self._check_meta(meta, path)
+        if data is None:
+            return LoadPlan(0, self._max_size if self.ndim > 1 else self.slots, 1, (path, None))
+        batch = batch_shape(data)
+        lead = torch.Size(batch[: self.ndim - 1])
+        slots = self._max_size // max(lead.numel(), 1)
+        if len(batch) < self.ndim or batch[self.ndim - 1] != slots:
+            raise ValueError(
+                f"{path}: saved data of batch shape {tuple(batch)} does not fit a storage of "
+                f"max_size={self._max_size} and ndim={self.ndim}"
+            )
+        if filled < slots:
+            # The header stores the count before the cursor; below capacity they agree.
+            cursor = filled
+        filled, cursor = check_counters(filled, cursor, slots, str(path / "header.bin"))
+        if torn is not None and torn.size:
+            cursor = int(torn[0])
+        return LoadPlan(filled, slots, lead.numel(), (path, (data, filled, cursor, torn)))
+
+    def _apply_dump(self, plan: LoadPlan) -> None:
+        path, content = plan.payload
+        self._release_temp()
+        self.torn_slots = torch.zeros(0, dtype=torch.long)
+        self._dir = path
+        if content is None:
+            self._storage = None
+            self._filled = self._cursor = 0
+            self._version += 1
+            return
+        data, filled, cursor, torn = content
+        self._memmap_data = data
+        self._adopt(
+            as_plain_tensors(data)
+            if isinstance(data, TensorDictBase)
+            else data.as_subclass(torch.Tensor)
+        )
+        self._open_header(path)
+        # With torn slots, the cursor is on the first of them, so that a round-robin writer
+        # repairs them first.
+        self._filled, self._cursor = filled, cursor
+        self._version += 1
+        if torn is not None and torn.size:
+            self.torn_slots = torch.from_numpy(torn.astype(np.int64))
+            warn_once(
+                f"{path}: {torn.size} slot(s) were being written when the process stopped and "
+                f"hold a mix of old and new data (slots {torn[:8].tolist()}...); they are "
+                f"listed in storage.torn_slots and will be overwritten first"
+            )
+
+    def _open_header(self, path: Path) -> None:
+        self._header = np.memmap(path / "header.bin", dtype=np.int64, mode="r+", shape=(4,))
+        dirty_path = path / "dirty.bin"
+        if not dirty_path.exists() or dirty_path.stat().st_size != self.slots:
+            np.zeros(self.slots, dtype=np.uint8).tofile(dirty_path)
+        self._dirty = np.memmap(dirty_path, dtype=np.uint8, mode="r+", shape=(self.slots,))
+
+    def _release_temp(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+
+    def _allocate(self, data: TensorDictBase | torch.Tensor) -> None:
+        if self._scratch_dir is None:
+            path = Path(tempfile.mkdtemp(prefix="torchrl_memmap_"))
+            self._finalizer = weakref.finalize(self, shutil.rmtree, str(path), True)
+        else:
+            path = self._scratch_dir
+            if (path / "storage.json").exists():
+                if not self._existsok:
+                    raise FileExistsError(f"{path} already holds a storage")
+                (path / "storage.json").unlink()
+                shutil.rmtree(path / "data", ignore_errors=True)
+            path.mkdir(parents=True, exist_ok=True)
+        nb = self.ndim
+        shape = batch_shape(data)
+        lead = torch.Size(shape[: nb - 1])
+        batch = torch.Size([*lead, self._slots_for(data)])
+        if isinstance(data, TensorDictBase):
+            template = alloc_like(data, batch, nb, torch.device("cpu"), fill=False)
+            mm = template.memmap_like(prefix=path / "data", existsok=True)
+            plain = as_plain_tensors(mm)
+        else:
+            mm = MemoryMappedTensor.zeros(
+                (*batch, *data.shape[nb:]), dtype=data.dtype, filename=path / "data.memmap"
+            )
+            plain = mm.as_subclass(torch.Tensor)
+        self._memmap_data = mm
+        self._dir = path
+        self._adopt(plain)
+        (path / "header.bin").write_bytes(encode_header(0, 0))
+        np.zeros(self.slots, dtype=np.uint8).tofile(path / "dirty.bin")
+        self._open_header(path)
+        # storage.json comes last: a directory without it holds no storage.
+        atomic_write_json(path / "storage.json", self._meta())
+
+    # -- writes: dirty mark, data, header, clear mark ----------------------------------------------
+    def _write(self, index: int | slice | torch.Tensor, data: Any, nb: int) -> None:
+        dirty = self._dirty
+        if dirty is None:
+            super()._write(index, data, nb)
+            return
+        slots_np: Any = index.cpu().numpy() if isinstance(index, torch.Tensor) else index
+        # The order is what makes a kill harmless: mark, write, publish the count, unmark.
+        dirty[slots_np] = 1
+        super()._write(index, data, nb)
+
+    def _note_write(self, slot_index: int | slice | torch.Tensor) -> None:
+        super()._note_write(slot_index)
+        if self._header is not None and self._dirty is not None:
+            self._header[1] = self._filled
+            self._header[2] = self._cursor
+            slots_np: Any = (
+                slot_index.cpu().numpy() if isinstance(slot_index, torch.Tensor) else slot_index
+            )
+            self._dirty[slots_np] = 0
+            if self.torn_slots.numel():
+                keep = ~np.isin(self.torn_slots.numpy(), np.arange(self.slots)[slots_np])
+                self.torn_slots = self.torn_slots[torch.from_numpy(keep)]
+
+    def get(self, index: Any) -> Any:
+        out = super().get(index)
+        if self._out_device != self.device:
+            out = out.to(self._out_device, non_blocking=True)
+        return out
+
+    def _empty(self) -> None:
+        super()._empty()
+        if self._header is not None:
+            self._header[1] = 0
+            self._header[2] = 0
+
+    def _load_data(self, data: Any, filled: int, cursor: int) -> None:
+        if self._storage is None:
+            self._allocate(data)
+        super()._load_data(data, filled, cursor)
+        if self._dirty is not None:
+            # Every slot was rewritten in full: none is torn (_write marked them all).
+            self._dirty[:] = 0
+        if self._header is not None:
+            self._header[1] = self._filled
+            self._header[2] = self._cursor
+
+    # -- dumps / loads ------------------------------------------------------------------------------
+    def dumps(self, path: str | Path) -> None:
+        path = Path(path)
+        if self._dir is not None and path.exists() and same_dir(path, self._dir):
+            # Already there: data and header are live; flush them and refresh the layout file.
+            if self._header is not None and self._dirty is not None:
+                self._header.flush()
+                self._dirty.flush()
+            atomic_write_json(path / "storage.json", self._meta())
+            return
+        if self._storage is None:
+            replace_dir(path, lambda tmp: self._dump_into(tmp))
+            return
+
+        source_dir = self._dir
+        assert source_dir is not None  # allocated storages have their files
+
+        def fill(tmp: Path) -> None:
+            for name in ("data", "data.memmap", "header.bin", "dirty.bin"):
+                src = source_dir / name
+                if src.is_dir():
+                    shutil.copytree(src, tmp / name)
+                elif src.exists():
+                    shutil.copyfile(src, tmp / name)
+            atomic_write_json(tmp / "storage.json", self._meta())
+
+        replace_dir(path, fill)
+
+    def loads(self, path: str | Path, *, trusted: bool = False) -> None:
+        """Maps the files in ``path`` in place (no copy): later writes go to those files.
+
+        Args:
+            path: a directory written by ``dumps`` (or a ``scratch_dir``).
+            trusted: skip the check that the files hold plain tensors only.
+        """
+        self._apply_dump(self._prepare_dump(Path(path), trusted))
+
+    def _meta(self) -> dict[str, Any]:
+        meta = super()._meta()
+        meta["class"] = type(self).__name__
+        return meta
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["scratch_dir"] = str(self._dir) if self._dir is not None else None
+        return state
+
+
 def storage_nbytes(storage: Storage) -> int:
     """Bytes held by the tensors of a tensor storage (0 for other storages).
 
@@ -1010,7 +1296,3 @@ def storage_nbytes(storage: Storage) -> int:
     if not isinstance(storage, TensorStorage) or storage._storage is None:
         return 0
     return sum(v.numel() * v.element_size() for _, v in storage._write_leaves)
-
-
-# Defined in its own module (it is large); re-exported here, where storages are looked up.
-from torchrl.data.replay_buffers.memmap import LazyMemmapStorage  # noqa: E402

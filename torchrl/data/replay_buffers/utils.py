@@ -18,10 +18,12 @@ import numpy as np
 import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
+from torchrl._td_compat import new_unchecked
+
 #: An item index: a tensor for ``ndim == 1`` storages, a tuple ``(lead..., t)`` otherwise.
 Index = torch.Tensor | tuple[torch.Tensor, ...]
 #: ``max_size`` of an unbounded ``ListStorage``.
-_UNBOUNDED = 2**62
+UNBOUNDED = 2**62
 
 #: Version of the on-disk layout written by ``dumps``; ``loads`` refuses other versions.
 FORMAT_VERSION = 1
@@ -232,7 +234,7 @@ def td_new(source: dict[str, Any], batch_size: torch.Size, device: Any = None) -
     The hot sampling path builds one TensorDict per sample; skipping tensordict's per-entry checks
     saves about a third of the time. The entries must have the right leading shape.
     """
-    return TensorDict._new_unsafe(source, batch_size=batch_size, device=device)  # type: ignore[arg-type]
+    return new_unchecked(source, batch_size=batch_size, device=device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,7 +242,8 @@ def td_new(source: dict[str, Any], batch_size: torch.Size, device: Any = None) -
 # ---------------------------------------------------------------------------------------------
 
 
-def _batch_shape(data: Any) -> torch.Size:
+def batch_shape(data: Any) -> torch.Size:
+    """The batch shape of a TensorDict, or the full shape of a tensor (the storable kinds)."""
     if isinstance(data, TensorDictBase):
         return data.batch_size
     if isinstance(data, torch.Tensor):
@@ -251,7 +254,8 @@ def _batch_shape(data: Any) -> torch.Size:
     )
 
 
-def _split_index(index: Any, ndim: int) -> list[torch.Tensor]:
+def split_index(index: Any, ndim: int) -> list[torch.Tensor]:
+    """The ``ndim`` broadcast index tensors of an item index ``(lead..., t)`` or ``[..., ndim]``."""
     if isinstance(index, tuple):
         if len(index) != ndim:
             raise IndexError(f"expected an index with {ndim} parts, got {len(index)}")
@@ -266,11 +270,14 @@ def _split_index(index: Any, ndim: int) -> list[torch.Tensor]:
     return list(idx.unbind(-1))
 
 
-def _leaves(td: TensorDictBase, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+def tensor_leaves(
+    td: TensorDictBase, prefix: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], Any]]:
+    """Every ``(key path, tensor)`` leaf of ``td``; raises on non-tensor entries."""
     out = []
     for key, value in td.items():
         if isinstance(value, TensorDictBase):
-            out.extend(_leaves(value, (*prefix, key)))
+            out.extend(tensor_leaves(value, (*prefix, key)))
         elif isinstance(value, torch.Tensor):
             out.append(((*prefix, key), value))
         else:
@@ -281,7 +288,7 @@ def _leaves(td: TensorDictBase, prefix: tuple[str, ...] = ()) -> list[tuple[tupl
     return out
 
 
-def _alloc_like(
+def alloc_like(
     td: TensorDictBase, batch: torch.Size, skip: int, device: torch.device | None, fill: bool
 ) -> TensorDict:
     """A zeroed TensorDict of batch ``batch`` with the layout of ``td`` past its ``skip`` dims."""
@@ -289,7 +296,7 @@ def _alloc_like(
     for key, value in td.items():
         if isinstance(value, TensorDictBase):
             sub_batch = torch.Size([*batch, *value.batch_size[skip:]])
-            source[key] = _alloc_like(value, sub_batch, value.batch_dims, device, fill)
+            source[key] = alloc_like(value, sub_batch, value.batch_dims, device, fill)
         elif isinstance(value, torch.Tensor):
             shape = (*batch, *value.shape[skip:])
             dev = device if device is not None else value.device
@@ -306,30 +313,30 @@ def _alloc_like(
     return TensorDict(source, batch_size=batch, device=device)
 
 
-def _plain(td: TensorDictBase) -> TensorDict:
+def as_plain_tensors(td: TensorDictBase) -> TensorDict:
     """The same TensorDict with memory-mapped leaves seen as plain tensors (faster indexing)."""
     source: dict[str, Any] = {}
     for key, value in td.items():
         if isinstance(value, TensorDictBase):
-            source[key] = _plain(value)
+            source[key] = as_plain_tensors(value)
         elif isinstance(value, torch.Tensor):
             source[key] = value.as_subclass(torch.Tensor)
-    return td_new(source, batch_size=td.batch_size)
+    return new_unchecked(source, batch_size=td.batch_size)
 
 
-def _make_plan(td: TensorDictBase, numel: int, nb: int) -> list[tuple[str, Any, Any]]:
+def make_gather_plan(td: TensorDictBase, numel: int, nb: int) -> list[tuple[str, Any, Any]]:
     """Per entry: ``(name, flat leaf view, None)`` or ``(name, sub-plan, extra batch dims)``."""
     plan: list[tuple[str, Any, Any]] = []
     for key, value in td.items():
         if isinstance(value, TensorDictBase):
             extra = tuple(value.batch_size[nb:])
-            plan.append((key, _make_plan(value, numel, nb), extra))
+            plan.append((key, make_gather_plan(value, numel, nb), extra))
         else:
             plan.append((key, value.view(numel, *value.shape[nb:]), None))
     return plan
 
 
-def _run_plan(
+def run_gather_plan(
     plan: list[tuple[str, Any, Any]],
     flat: torch.Tensor,
     root: torch.Size,
@@ -342,8 +349,8 @@ def _run_plan(
         if extra is None:
             source[key] = torch.index_select(item, 0, flat)
         else:
-            source[key] = _run_plan(item, flat, root, torch.Size([*root, *extra]), device)
-    return td_new(source, batch_size=batch, device=device)
+            source[key] = run_gather_plan(item, flat, root, torch.Size([*root, *extra]), device)
+    return new_unchecked(source, batch_size=batch, device=device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,11 +365,12 @@ def _run_plan(
 _MAGIC = 0x7472_6C72_6200_0001  # "trlrb" + format 1
 
 
-def _encode_header(filled: int, cursor: int) -> bytes:
+def encode_header(filled: int, cursor: int) -> bytes:
+    """The bytes of ``header.bin``: magic number, item count, write position, reserved."""
     return np.array([_MAGIC, filled, cursor, 0], dtype=np.int64).tobytes()
 
 
-def _replace_dir(path: Path, fill: Any) -> None:
+def replace_dir(path: Path, fill: Any) -> None:
     """Fills a fresh temporary directory, then swaps it in place of ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
@@ -421,7 +429,7 @@ def _check_plain_memmap(directory: Path) -> None:
             )
 
 
-def _open_dir(
+def open_storage_dir(
     path: Path, trusted: bool = False
 ) -> tuple[Any, dict[str, Any], int, int, np.ndarray | None]:
     """Maps a saved storage directory: ``(data or None, meta, filled, cursor, dirty slots)``.
@@ -455,7 +463,8 @@ def _open_dir(
     return data, meta, filled, cursor, torn
 
 
-def _same_dir(a: Path, b: Path) -> bool:
+def same_dir(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name the same existing directory."""
     try:
         return os.path.samefile(a, b)
     except OSError:
