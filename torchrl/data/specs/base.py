@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-ShapeLike: TypeAlias = "int | Sequence[int] | torch.Size | None"
-DeviceLike: TypeAlias = "str | int | torch.device | None"
+from torchrl._types import DeviceLike, ShapeLike
 
 _EMPTY = torch.Size(())
 _SCALARS = (bool, int, float, np.bool_, np.number)
 
 
-def _size(shape: Any) -> torch.Size:
+def as_size(shape: Any) -> torch.Size:
     """Turns ``None``, an int or a sequence of ints into a ``torch.Size`` (hot path: keep cheap)."""
     if shape is None:
         return _EMPTY
@@ -29,10 +28,10 @@ def _size(shape: Any) -> torch.Size:
     return torch.Size([int(s) for s in shape])
 
 
-def _spec_shape(shape: Any, owner: str) -> torch.Size:
-    """Like ``_size`` for a spec's own shape: rejects negative sizes with a ``ValueError``."""
+def as_spec_shape(shape: Any, owner: str) -> torch.Size:
+    """Like ``as_size`` for a spec's own shape: rejects negative sizes with a ``ValueError``."""
     try:
-        size = _size(shape)
+        size = as_size(shape)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{owner}: shape must be a sequence of ints, got {shape!r}") from err
     if any(s < 0 for s in size):
@@ -40,7 +39,7 @@ def _spec_shape(shape: Any, owner: str) -> torch.Size:
     return size
 
 
-def _device(device: DeviceLike) -> torch.device | None:
+def as_device(device: DeviceLike) -> torch.device | None:
     """Normalizes a device; a bare ``"cuda"`` gets the current index so that equality is stable."""
     if device is None:
         return None
@@ -52,7 +51,8 @@ def _device(device: DeviceLike) -> torch.device | None:
     return device
 
 
-def _check_dtype(dtype: Any, owner: str) -> torch.dtype:
+def check_spec_dtype(dtype: Any, owner: str) -> torch.dtype:
+    """Returns ``dtype`` if it is a real torch dtype; raises ``ValueError`` naming ``owner``."""
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"{owner}: dtype must be a torch.dtype, got {dtype!r}")
     if dtype.is_complex:
@@ -60,8 +60,9 @@ def _check_dtype(dtype: Any, owner: str) -> torch.dtype:
     return dtype
 
 
-def _check_discrete_dtype(dtype: Any, owner: str) -> torch.dtype:
-    dtype = _check_dtype(dtype, owner)
+def check_discrete_dtype(dtype: Any, owner: str) -> torch.dtype:
+    """Like :func:`check_spec_dtype`, and also refuses floating dtypes (category indices)."""
+    dtype = check_spec_dtype(dtype, owner)
     if dtype.is_floating_point:
         raise ValueError(
             f"{owner} holds integer values: its dtype must be an integer or bool dtype, got {dtype}"
@@ -69,7 +70,8 @@ def _check_discrete_dtype(dtype: Any, owner: str) -> torch.dtype:
     return dtype
 
 
-def _is_int_dtype(dtype: torch.dtype) -> bool:
+def is_int_dtype(dtype: torch.dtype) -> bool:
+    """Whether ``dtype`` is an integer dtype (bool excluded)."""
     return not dtype.is_floating_point and not dtype.is_complex and dtype is not torch.bool
 
 
@@ -128,7 +130,7 @@ def check_n_fits(n: int, dtype: torch.dtype, owner: str, what: str = "n") -> Non
         )
 
 
-def _fmt(value: Any, max_numel: int = 8) -> str:
+def format_value(value: Any, max_numel: int = 8) -> str:
     """Short, readable rendering of a tensor (or anything) for reprs and error messages."""
     if not isinstance(value, torch.Tensor):
         return repr(value)
@@ -144,7 +146,7 @@ def _fmt(value: Any, max_numel: int = 8) -> str:
     if value.dim() >= 2:
         rows = value.detach().reshape(-1, value.shape[-1])
         if bool((rows == rows[0]).all()):
-            return f"{_fmt(rows[0], max_numel)} (broadcast to {tuple(value.shape)})"
+            return f"{format_value(rows[0], max_numel)} (broadcast to {tuple(value.shape)})"
     if value.numel() <= max_numel:
         return repr(value.detach().cpu().tolist())
     if value.dtype is torch.bool:
@@ -155,17 +157,18 @@ def _fmt(value: Any, max_numel: int = 8) -> str:
     )
 
 
-def _first_bad(bad: torch.Tensor) -> tuple[int, ...]:
+def first_bad_index(bad: torch.Tensor) -> tuple[int, ...]:
     """The index of the first ``True`` entry of ``bad``, to point at one offending value."""
     return tuple(int(i) for i in bad.nonzero()[0].tolist())
 
 
-def _loc(where: tuple[int, ...]) -> str:
+def format_location(where: tuple[int, ...]) -> str:
     """``value[i, j]`` (or ``value`` for a 0-dim index), to point at an entry in messages."""
     return f"value{list(where)}" if where else "value"
 
 
-def _describe_value(val: Any) -> str:
+def describe_value(val: Any) -> str:
+    """``a tensor of shape ... and dtype ...`` or ``a <type>``, for error messages."""
     if isinstance(val, torch.Tensor):
         return f"a tensor of shape {tuple(val.shape)} and dtype {val.dtype}"
     return f"a {type(val).__name__}"
@@ -178,7 +181,7 @@ def _shallow_copy(obj: Any) -> Any:
     return new
 
 
-def _raw_tensor(val: Any) -> torch.Tensor:
+def as_raw_tensor(val: Any) -> torch.Tensor:
     """A tensor from ``val`` without changing its dtype; numpy arrays are wrapped without a copy."""
     if isinstance(val, torch.Tensor):
         return val
@@ -189,7 +192,8 @@ def _raw_tensor(val: Any) -> torch.Tensor:
     return torch.as_tensor(val)
 
 
-def _mask_equal(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+def masks_equal(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """Whether two optional masks are both absent or hold equal values."""
     if a is None or b is None:
         return a is None and b is None
     return torch.equal(a, b)
@@ -198,7 +202,8 @@ def _mask_equal(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
 INT64_MAX = 2**63 - 1
 
 
-def _check_n(n: Any, owner: str) -> int:
+def check_n(n: Any, owner: str) -> int:
+    """Returns a category count ``n`` as an int in ``[1, 2**63 - 1]``; raises ``ValueError``."""
     if isinstance(n, torch.Tensor) and n.numel() == 1:
         n = n.item()
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
@@ -208,7 +213,7 @@ def _check_n(n: Any, owner: str) -> int:
     return int(n)
 
 
-def _prepare_mask(
+def prepare_mask(
     mask: Any, shape: torch.Size, device: torch.device | None, owner: str, check_rows: bool = True
 ) -> torch.Tensor:
     """Validates a boolean mask and expands it to ``shape``; every group needs an allowed entry."""
@@ -225,15 +230,18 @@ def _prepare_mask(
         )
     mask = mask.to(device if device is not None else "cpu").expand(shape)
     if check_rows and mask.numel() and not bool(mask.any(-1).all()):
-        raise ValueError(f"{owner}: the mask allows no value for some entries: {_fmt(mask)}")
+        raise ValueError(
+            f"{owner}: the mask allows no value for some entries: {format_value(mask)}"
+        )
     return mask
 
 
-def _mask_repr(mask: torch.Tensor | None) -> str:
-    return "" if mask is None else f", mask={_fmt(mask)}"
+def mask_repr(mask: torch.Tensor | None) -> str:
+    """The ``, mask=...`` part of a spec's repr (empty without a mask)."""
+    return "" if mask is None else f", mask={format_value(mask)}"
 
 
-def _round_index(val: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
+def round_index(val: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
     """Rounds and clamps any numeric tensor to int64 indices in ``[0, high]`` (NaN gives 0)."""
     if isinstance(high, int) and high < 2**53 and val.is_floating_point():
         return round_clamp(val, 0, high, torch.int64)
@@ -241,21 +249,21 @@ def _round_index(val: torch.Tensor, high: int | torch.Tensor) -> torch.Tensor:
     return torch.minimum(idx, torch.as_tensor(high, device=val.device))
 
 
-def _one_hot_mask_reason(val: torch.Tensor, mask: torch.Tensor | None) -> str | None:
+def one_hot_mask_reason(val: torch.Tensor, mask: torch.Tensor | None) -> str | None:
     """Why a one-hot ``val`` selects a category that ``mask`` forbids (``None`` if it does not)."""
     if mask is None:
         return None
     bad = val.bool() & ~mask.to(val.device)
     if not bool(bad.any()):
         return None
-    where = _first_bad(bad.any(-1))
+    where = first_bad_index(bad.any(-1))
     return (
-        f"value masked out: {_loc(where)} = {val[where].tolist()} selects a "
-        f"category forbidden by the mask {_fmt(mask)}"
+        f"value masked out: {format_location(where)} = {val[where].tolist()} selects a "
+        f"category forbidden by the mask {format_value(mask)}"
     )
 
 
-def _masked_scores(val: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def masked_scores(val: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """``val`` as float64 scores for an arg-max: NaN counts as 0, forbidden categories as -inf."""
     scores = torch.nan_to_num(val.double(), nan=0.0)
     if mask is not None:
@@ -263,13 +271,13 @@ def _masked_scores(val: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor
     return scores
 
 
-def _sample_masked(mask: torch.Tensor, lead: torch.Size) -> torch.Tensor:
+def sample_masked(mask: torch.Tensor, lead: torch.Size) -> torch.Tensor:
     """Uniform indices among the allowed entries of ``mask[..., n]``, with ``lead`` extra dims."""
     scores = torch.rand(lead + mask.shape, device=mask.device)
     return scores.masked_fill_(~mask, -1.0).argmax(-1)
 
 
-def _nearest_allowed(idx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def nearest_allowed(idx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Replaces each index by the nearest index allowed by ``mask[..., n]`` (ties go low)."""
     n = mask.shape[-1]
     categories = torch.arange(n, device=idx.device, dtype=torch.float32)
@@ -277,7 +285,7 @@ def _nearest_allowed(idx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return dist.masked_fill_(~mask.to(idx.device), float("inf")).argmin(-1)
 
 
-def _expand_ellipsis(idx: Any, ndim: int) -> tuple:
+def expand_ellipsis(idx: Any, ndim: int) -> tuple:
     """Spells out ``...`` so that leaves, which have more dims, index the same batch dims."""
     if not isinstance(idx, tuple):
         idx = (idx,)
@@ -292,7 +300,7 @@ def _expand_ellipsis(idx: Any, ndim: int) -> tuple:
     return idx[:pos] + (slice(None),) * (ndim - consumed) + idx[pos + 1 :]
 
 
-def _indexed_shape(shape: torch.Size, idx: Any, owner: str) -> torch.Size:
+def indexed_shape(shape: torch.Size, idx: Any, owner: str) -> torch.Size:
     """The shape that indexing a tensor of ``shape`` with ``idx`` gives, without real data."""
     try:
         return torch.zeros((), dtype=torch.bool).expand(shape)[idx].shape
@@ -302,7 +310,9 @@ def _indexed_shape(shape: torch.Size, idx: Any, owner: str) -> torch.Size:
         ) from err
 
 
-def _expand_shape(old: torch.Size, new: Sequence[int], fixed_tail: int, owner: str) -> torch.Size:
+def checked_expand_shape(
+    old: torch.Size, new: Sequence[int], fixed_tail: int, owner: str
+) -> torch.Size:
     """Validates an ``expand`` target; ``-1`` keeps a size, singletons broadcast like ``torch``."""
     new = list(new)
     lead = len(new) - len(old)
@@ -347,7 +357,7 @@ class ContinuousBox:
         self.high = high
 
     def __repr__(self) -> str:
-        return f"ContinuousBox(low={_fmt(self.low)}, high={_fmt(self.high)})"
+        return f"ContinuousBox(low={format_value(self.low)}, high={format_value(self.high)})"
 
 
 class CategoricalBox:
@@ -474,7 +484,7 @@ class TensorSpec(ABC):
 
     # ----------------------------------------------------------------- sampling
     @abstractmethod
-    def rand(self, shape: ShapeLike = None) -> Any:
+    def rand(self, shape: ShapeLike | None = None) -> Any:
         """Draws a random value in the spec.
 
         Args:
@@ -484,7 +494,7 @@ class TensorSpec(ABC):
             A value for which ``is_in`` is true.
         """
 
-    def zero(self, shape: ShapeLike = None) -> Any:
+    def zero(self, shape: ShapeLike | None = None) -> Any:
         """A zero-filled value of shape ``[*shape, *self.shape]`` (a placeholder, not a sample).
 
         Args:
@@ -493,9 +503,9 @@ class TensorSpec(ABC):
         Returns:
             A tensor of zeros with the spec's dtype and device.
         """
-        return torch.zeros(_size(shape) + self.shape, dtype=self.dtype, device=self.device)
+        return torch.zeros(as_size(shape) + self.shape, dtype=self.dtype, device=self.device)
 
-    def one(self, shape: ShapeLike = None) -> Any:
+    def one(self, shape: ShapeLike | None = None) -> Any:
         """A one-filled value of shape ``[*shape, *self.shape]``.
 
         Args:
@@ -504,7 +514,7 @@ class TensorSpec(ABC):
         Returns:
             A tensor of ones with the spec's dtype and device.
         """
-        return torch.ones(_size(shape) + self.shape, dtype=self.dtype, device=self.device)
+        return torch.ones(as_size(shape) + self.shape, dtype=self.dtype, device=self.device)
 
     # ----------------------------------------------------------------- membership
     @abstractmethod
@@ -514,7 +524,7 @@ class TensorSpec(ABC):
     def _check_tensor(self, val: Any) -> str | None:
         """Common checks of a leaf value: a tensor with the right dtype and trailing shape."""
         if not isinstance(val, torch.Tensor):
-            return f"expected a tensor, got {_describe_value(val)}"
+            return f"expected a tensor, got {describe_value(val)}"
         if val.dtype != self.dtype:
             return f"wrong dtype: expected {self.dtype}, got {val.dtype}"
         shape = self.shape
@@ -567,7 +577,7 @@ class TensorSpec(ABC):
     def _project_input(self, val: Any) -> torch.Tensor:
         """``val`` as a real tensor whose shape ends with ``self.shape`` (broadcast if needed)."""
         if not isinstance(val, torch.Tensor):
-            val = _raw_tensor(val)
+            val = as_raw_tensor(val)
         if val.dtype.is_complex:
             raise ValueError(f"{self._name}: cannot project a complex value ({val.dtype})")
         shape = self.shape
@@ -605,7 +615,7 @@ class TensorSpec(ABC):
         ):
             # One conversion kernel (or none: a matching array is wrapped, not copied).
             return torch.as_tensor(val, dtype=self.dtype, device=device)
-        out = _raw_tensor(val)
+        out = as_raw_tensor(val)
         if out.dtype != self.dtype:
             out = out.to(self.dtype)
         if device is not None and out.device != device:
@@ -690,7 +700,7 @@ class TensorSpec(ABC):
         """
         if isinstance(dest, torch.dtype):
             return self if dest == self.dtype else self._with_dtype(dest)
-        device = _device(dest)
+        device = as_device(dest)
         if device == self.device:
             return self
         new = self._copy_with(self.shape, lambda t: t.to(device))
@@ -725,7 +735,7 @@ class TensorSpec(ABC):
         """
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])  # type: ignore[arg-type]
-        new_shape = _expand_shape(self.shape, shape, self._feature_ndim, self._name)  # type: ignore[arg-type]
+        new_shape = checked_expand_shape(self.shape, shape, self._feature_ndim, self._name)  # type: ignore[arg-type]
         old_batch = self._batch_ndim
         new_batch = new_shape[: len(new_shape) - self._feature_ndim]
         return self._copy_with(
@@ -778,7 +788,7 @@ class TensorSpec(ABC):
     def __getitem__(self, idx: Any) -> TensorSpec:
         """Indexes the batch dims of the spec like a tensor of shape ``self.shape``."""
         batch = self.shape[: self._batch_ndim]
-        new_batch = _indexed_shape(batch, idx, self._name)
+        new_batch = indexed_shape(batch, idx, self._name)
         shape = torch.Size((*new_batch, *self.shape[len(batch) :]))
         return self._copy_with(shape, lambda t: t[idx])
 

@@ -4,30 +4,28 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from torchrl._types import DeviceLike, NestedKey, ShapeLike
 from torchrl.data.specs.base import (
-    DeviceLike,
-    ShapeLike,
     TensorSpec,
-    _describe_value,
-    _device,
-    _expand_ellipsis,
-    _expand_shape,
-    _indexed_shape,
-    _size,
-    _spec_shape,
+    as_device,
+    as_size,
+    as_spec_shape,
+    checked_expand_shape,
+    describe_value,
+    expand_ellipsis,
+    indexed_shape,
 )
 
-NestedKey: TypeAlias = "str | tuple[str, ...]"
 _NO_DEFAULT = object()
 
 
-def _unravel(key: Any) -> tuple[str, ...] | None:
+def _as_key_path(key: Any) -> tuple[str, ...] | None:
     """A nested key as a flat tuple of strings, or ``None`` when ``key`` is not a key."""
     if type(key) is str:
         return (key,)
@@ -37,7 +35,7 @@ def _unravel(key: Any) -> tuple[str, ...] | None:
     for k in key:
         if type(k) is str:
             out.append(k)
-        elif type(k) is tuple and (sub := _unravel(k)) is not None:
+        elif type(k) is tuple and (sub := _as_key_path(k)) is not None:
             out.extend(sub)
         else:
             return None
@@ -85,14 +83,14 @@ class Composite(TensorSpec):
     def __init__(
         self,
         *args: Mapping[NestedKey, Any] | None,
-        shape: ShapeLike = None,
+        shape: ShapeLike | None = None,
         device: DeviceLike = None,
         **kwargs: Any,
     ) -> None:
         if len(args) > 1:
             raise TypeError(f"Composite takes at most one dict of entries, got {len(args)}")
-        self._shape = torch.Size(()) if shape is None else _spec_shape(shape, "Composite")
-        self._device = _device(device)
+        self._shape = torch.Size(()) if shape is None else as_spec_shape(shape, "Composite")
+        self._device = as_device(device)
         self._specs: dict[str, TensorSpec] = {}
         entries: dict[Any, Any] = {}
         if args and args[0] is not None:
@@ -112,8 +110,8 @@ class Composite(TensorSpec):
         return self._shape
 
     @shape.setter
-    def shape(self, value: ShapeLike) -> None:
-        new = _spec_shape(value, "Composite")
+    def shape(self, value: ShapeLike | None) -> None:
+        new = as_spec_shape(value, "Composite")
         for key, spec in self._specs.items():
             self._check_shape(key, spec, new)
         self._shape = new
@@ -172,7 +170,7 @@ class Composite(TensorSpec):
                 return self._specs[key]
             except KeyError:
                 raise KeyError(self._missing(key)) from None
-        path = _unravel(key)
+        path = _as_key_path(key)
         if path is None:
             return self._index(key)
         spec: Any = self
@@ -190,8 +188,8 @@ class Composite(TensorSpec):
         return spec
 
     def _index(self, idx: Any) -> Composite:
-        idx = _expand_ellipsis(idx, self.ndim)
-        out = Composite(shape=_indexed_shape(self._shape, idx, self._name), device=self._device)
+        idx = expand_ellipsis(idx, self.ndim)
+        out = Composite(shape=indexed_shape(self._shape, idx, self._name), device=self._device)
         out._specs = {k: v[idx] for k, v in self._specs.items()}
         return out
 
@@ -200,7 +198,7 @@ class Composite(TensorSpec):
         if type(key) is str:
             self._specs[key] = self._validate(key, value)
             return
-        path = _unravel(key)
+        path = _as_key_path(key)
         if path is None:
             raise TypeError(f"Composite: keys are strings or tuples of strings, got {key!r}")
         parent = self
@@ -220,7 +218,7 @@ class Composite(TensorSpec):
         return self
 
     def __delitem__(self, key: NestedKey) -> None:
-        path = _unravel(key)
+        path = _as_key_path(key)
         if path is None:
             raise TypeError(f"Composite: keys are strings or tuples of strings, got {key!r}")
         parent = self[path[:-1]] if len(path) > 1 else self
@@ -241,7 +239,7 @@ class Composite(TensorSpec):
     def __contains__(self, key: object) -> bool:
         if type(key) is str:
             return key in self._specs
-        path = _unravel(key)
+        path = _as_key_path(key)
         if path is None:
             return False
         spec: Any = self
@@ -335,7 +333,7 @@ class Composite(TensorSpec):
         """
         out = self.empty()
         for key in keys:
-            path = _unravel(key)
+            path = _as_key_path(key)
             if path is None or path not in self:
                 if strict:
                     raise KeyError(self._missing(key))
@@ -370,12 +368,12 @@ class Composite(TensorSpec):
         return all(isinstance(v, Composite) and v.is_empty(True) for v in self._specs.values())
 
     # ----------------------------------------------------------------- values
-    def _build(self, method: str, shape: ShapeLike) -> TensorDict:
-        lead = _size(shape)
+    def _build(self, method: str, shape: ShapeLike | None) -> TensorDict:
+        lead = as_size(shape)
         source = {k: getattr(v, method)(lead) for k, v in self._specs.items()}
         return TensorDict(source, batch_size=lead + self._shape, device=self._device)
 
-    def rand(self, shape: ShapeLike = None) -> TensorDict:
+    def rand(self, shape: ShapeLike | None = None) -> TensorDict:
         """A TensorDict of random values of every entry.
 
         Args:
@@ -386,11 +384,11 @@ class Composite(TensorSpec):
         """
         return self._build("rand", shape)
 
-    def zero(self, shape: ShapeLike = None) -> TensorDict:
+    def zero(self, shape: ShapeLike | None = None) -> TensorDict:
         """A TensorDict of every entry's ``zero`` (batch size ``[*shape, *self.shape]``)."""
         return self._build("zero", shape)
 
-    def one(self, shape: ShapeLike = None) -> TensorDict:
+    def one(self, shape: ShapeLike | None = None) -> TensorDict:
         """A TensorDict of every entry's ``one`` (batch size ``[*shape, *self.shape]``)."""
         return self._build("one", shape)
 
@@ -399,7 +397,7 @@ class Composite(TensorSpec):
     ) -> tuple[tuple[str, ...], TensorSpec, str] | None:
         """The first entry of ``val`` that does not fit: ``(key, spec, reason)``."""
         if not isinstance(val, (TensorDictBase, Mapping)):
-            return prefix, self, f"expected a TensorDict, got {_describe_value(val)}"
+            return prefix, self, f"expected a TensorDict, got {describe_value(val)}"
         for k, spec in self._specs.items():
             path = (*prefix, k)
             sub = val.get(k, None)
@@ -460,7 +458,7 @@ class Composite(TensorSpec):
         if not isinstance(val, (TensorDictBase, MutableMapping)):
             where = f" at key {_key_repr(prefix)}" if prefix else ""
             raise ValueError(
-                f"{self._name}.project: expected a TensorDict{where}, got {_describe_value(val)}"
+                f"{self._name}.project: expected a TensorDict{where}, got {describe_value(val)}"
             )
         for k, spec in self._specs.items():
             path = (*prefix, k)
@@ -539,7 +537,7 @@ class Composite(TensorSpec):
                 return v
 
             return self._map(self._shape, self._device, cast)
-        device = _device(dest)
+        device = as_device(dest)
         if device == self._device:
             return self
         return self._map(self._shape, device, lambda v: v.to(device))
@@ -557,7 +555,7 @@ class Composite(TensorSpec):
         """
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])  # type: ignore[arg-type]
-        new = _expand_shape(self._shape, shape, 0, self._name)  # type: ignore[arg-type]
+        new = checked_expand_shape(self._shape, shape, 0, self._name)  # type: ignore[arg-type]
         n = self.ndim
         return self._map(new, self._device, lambda v: v.expand(*new, *v.shape[n:]))
 

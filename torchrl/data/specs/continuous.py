@@ -8,22 +8,21 @@ from typing import Any
 import numpy as np
 import torch
 
+from torchrl._types import DeviceLike, ShapeLike
 from torchrl.data.specs.base import (
     INT64_MAX,
     ContinuousBox,
-    DeviceLike,
-    ShapeLike,
     TensorSpec,
-    _check_dtype,
-    _device,
-    _first_bad,
-    _fmt,
-    _is_int_dtype,
-    _loc,
-    _size,
-    _spec_shape,
+    as_device,
+    as_size,
+    as_spec_shape,
     cast_int,
+    check_spec_dtype,
     dtype_int_range,
+    first_bad_index,
+    format_location,
+    format_value,
+    is_int_dtype,
     round_clamp,
 )
 
@@ -43,7 +42,7 @@ def _bound_tensor(bound: Any, name: str) -> torch.Tensor:
     if t.is_complex():
         raise ValueError(f"Bounded: {name} must be real, got dtype {t.dtype}")
     if t.is_floating_point() and bool(t.isnan().any()):
-        raise ValueError(f"Bounded: {name} contains NaN: {_fmt(t)}")
+        raise ValueError(f"Bounded: {name} contains NaN: {format_value(t)}")
     return t
 
 
@@ -63,7 +62,7 @@ def _float_bounds(t: torch.Tensor, name: str, dtype: torch.dtype) -> torch.Tenso
     limit = torch.finfo(dtype).max
     empty = over & ((t > 0) if name == "low" else (t < 0))
     if bool(empty.any()):
-        where = _first_bad(empty)
+        where = first_bad_index(empty)
         side = "above the largest" if name == "low" else "below the smallest"
         raise ValueError(
             f"Bounded: {_at(name, where)} = {t[where].item()!r} is {side} finite value of dtype "
@@ -88,7 +87,7 @@ def _int_bounds(
             t = t.long()
             bad = (t < imin) | (t > imax)
         if bool(bad.any()):
-            where = _first_bad(bad)
+            where = first_bad_index(bad)
             raise ValueError(
                 f"Bounded: {_at(name, where)} = {t[where].item()!r} does not fit dtype {dtype}, "
                 f"whose values lie in [{imin}, {imax}]"
@@ -97,7 +96,7 @@ def _int_bounds(
             wrong_inf = math.inf if name == "low" else -math.inf
             if bool((t == wrong_inf).any()):
                 raise ValueError(
-                    f"Bounded: {name}={_fmt(t)}: no {dtype} value lies beyond {wrong_inf}"
+                    f"Bounded: {name}={format_value(t)}: no {dtype} value lies beyond {wrong_inf}"
                 )
             finite = t.isfinite()
             ints = t.where(finite, torch.zeros((), dtype=torch.float64)).long()
@@ -107,7 +106,7 @@ def _int_bounds(
     low_i, high_i = out
     if bool((low_i > high_i).any()):
         raise ValueError(
-            f"Bounded: no {dtype} value lies between low={_fmt(low)} and high={_fmt(high)}"
+            f"Bounded: no {dtype} value lies between low={format_value(low)} and high={format_value(high)}"
         )
     return low_i.to(dtype), high_i.to(dtype)
 
@@ -139,14 +138,14 @@ class Unbounded(TensorSpec):
 
     def __init__(
         self,
-        shape: ShapeLike = None,
+        shape: ShapeLike | None = None,
         device: DeviceLike = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         name = type(self).__name__
-        self.shape = torch.Size((1,)) if shape is None else _spec_shape(shape, name)
-        self.device = _device(device)
-        self.dtype = _check_dtype(self._default_dtype if dtype is None else dtype, name)
+        self.shape = torch.Size((1,)) if shape is None else as_spec_shape(shape, name)
+        self.device = as_device(device)
+        self.dtype = check_spec_dtype(self._default_dtype if dtype is None else dtype, name)
 
     @property
     def domain(self) -> str:
@@ -163,7 +162,7 @@ class Unbounded(TensorSpec):
         full = torch.full((), low, dtype=self.dtype, device=self.device).expand(self.shape)
         return ContinuousBox(full, torch.full_like(full, high).expand(self.shape))
 
-    def rand(self, shape: ShapeLike = None) -> torch.Tensor:
+    def rand(self, shape: ShapeLike | None = None) -> torch.Tensor:
         """Standard-normal floats, or integers uniform over the dtype's range.
 
         Args:
@@ -172,7 +171,7 @@ class Unbounded(TensorSpec):
         Returns:
             A tensor of shape ``[*shape, *self.shape]``.
         """
-        size = _size(shape) + self.shape
+        size = as_size(shape) + self.shape
         if self.dtype.is_floating_point:
             return torch.randn(size, dtype=self.dtype, device=self.device)
         low, high = dtype_int_range(self.dtype)
@@ -201,7 +200,7 @@ class Unbounded(TensorSpec):
         val = self._project_input(val)
         if val.dtype == self.dtype:
             return val
-        if _is_int_dtype(self.dtype):
+        if is_int_dtype(self.dtype):
             return cast_int(val, self.dtype)
         return val.to(self.dtype)
 
@@ -277,15 +276,15 @@ class Bounded(TensorSpec):
         self,
         low: float | torch.Tensor,
         high: float | torch.Tensor,
-        shape: ShapeLike = None,
+        shape: ShapeLike | None = None,
         device: DeviceLike = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        dtype = _check_dtype(torch.float32 if dtype is None else dtype, "Bounded")
+        dtype = check_spec_dtype(torch.float32 if dtype is None else dtype, "Bounded")
         if dtype is torch.bool:
             raise ValueError("Bounded: bool dtype is not supported; use Binary or Categorical")
         self.dtype = dtype
-        self.device = _device(device)
+        self.device = as_device(device)
         low_t, high_t = _bound_tensor(low, "low"), _bound_tensor(high, "high")
         try:
             inferred = torch.broadcast_shapes(low_t.shape, high_t.shape)
@@ -297,7 +296,7 @@ class Bounded(TensorSpec):
         if shape is None:
             self.shape = inferred
         else:
-            self.shape = _spec_shape(shape, "Bounded")
+            self.shape = as_spec_shape(shape, "Bounded")
             for name, t in (("low", low_t), ("high", high_t)):
                 try:
                     ok = torch.broadcast_shapes(t.shape, self.shape) == self.shape
@@ -310,10 +309,10 @@ class Bounded(TensorSpec):
                     )
         if bool((low_t > high_t).any()):
             raise ValueError(
-                f"Bounded: low must be <= high everywhere, got low={_fmt(low_t)}, "
-                f"high={_fmt(high_t)}"
+                f"Bounded: low must be <= high everywhere, got low={format_value(low_t)}, "
+                f"high={format_value(high_t)}"
             )
-        if _is_int_dtype(dtype):
+        if is_int_dtype(dtype):
             low_t, high_t = _int_bounds(low_t, high_t, dtype)
         else:
             low_t, high_t = _float_bounds(low_t, "low", dtype), _float_bounds(high_t, "high", dtype)
@@ -357,7 +356,7 @@ class Bounded(TensorSpec):
     def _with_dtype(self, dtype: torch.dtype) -> TensorSpec:
         return Bounded(self.low, self.high, self.shape, self.device, dtype)
 
-    def rand(self, shape: ShapeLike = None) -> torch.Tensor:
+    def rand(self, shape: ShapeLike | None = None) -> torch.Tensor:
         """Uniform samples in ``[low, high]`` (floats) or ``{low, ..., high}`` (integers).
 
         Where a bound is infinite, samples are ``bound -/+ |normal|`` (or normal when both are).
@@ -368,7 +367,7 @@ class Bounded(TensorSpec):
         Returns:
             A tensor of shape ``[*shape, *self.shape]``.
         """
-        size = _size(shape) + self.shape
+        size = as_size(shape) + self.shape
         dtype, device = self.dtype, self.device
         scalar = self._scalar
         if dtype.is_floating_point:
@@ -437,12 +436,12 @@ class Bounded(TensorSpec):
             if torch.equal(val.clamp(low, high), val):
                 return None
             ok = (val >= low) & (val <= high)
-        where = _first_bad(~ok)
+        where = first_bad_index(~ok)
         inner = where[len(where) - self.ndim :]
         low_at, high_at = self.low[inner].item(), self.high[inner].item()
         return (
-            f"value out of bounds: {_loc(where)} = {val[where].item()!r} is not in "
-            f"[{low_at!r}, {high_at!r}] (low={_fmt(self.low)}, high={_fmt(self.high)})"
+            f"value out of bounds: {format_location(where)} = {val[where].item()!r} is not in "
+            f"[{low_at!r}, {high_at!r}] (low={format_value(self.low)}, high={format_value(self.high)})"
         )
 
     def project(self, val: torch.Tensor) -> torch.Tensor:
@@ -462,7 +461,7 @@ class Bounded(TensorSpec):
         """
         val = self._project_input(val)
         scalar = self._scalar
-        if _is_int_dtype(self.dtype):
+        if is_int_dtype(self.dtype):
             if scalar is not None and val.is_floating_point() and self._exact_in_f64:
                 return round_clamp(val, scalar[0], scalar[1], self.dtype)
             out = cast_int(val, self.dtype)
@@ -492,6 +491,6 @@ class Bounded(TensorSpec):
 
     def __repr__(self) -> str:
         return (
-            f"Bounded(shape={self.shape}, low={_fmt(self.low)}, high={_fmt(self.high)}, "
+            f"Bounded(shape={self.shape}, low={format_value(self.low)}, high={format_value(self.high)}, "
             f"dtype={self.dtype}, device={self.device})"
         )

@@ -8,30 +8,29 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from torchrl._types import DeviceLike, ShapeLike
 from torchrl.data.specs.base import (
     BinaryBox,
     CategoricalBox,
-    DeviceLike,
-    ShapeLike,
     TensorSpec,
-    _check_discrete_dtype,
-    _check_n,
-    _device,
-    _first_bad,
-    _fmt,
-    _loc,
-    _mask_equal,
-    _mask_repr,
-    _masked_scores,
-    _nearest_allowed,
-    _one_hot_mask_reason,
-    _prepare_mask,
-    _raw_tensor,
-    _round_index,
-    _sample_masked,
-    _size,
-    _spec_shape,
+    as_device,
+    as_raw_tensor,
+    as_size,
+    as_spec_shape,
+    check_discrete_dtype,
+    check_n,
     check_n_fits,
+    first_bad_index,
+    format_location,
+    format_value,
+    mask_repr,
+    masked_scores,
+    masks_equal,
+    nearest_allowed,
+    one_hot_mask_reason,
+    prepare_mask,
+    round_index,
+    sample_masked,
 )
 
 # Up to this many categories, one-hot samples are rows of a cached identity matrix.
@@ -71,19 +70,19 @@ class Categorical(TensorSpec):
     def __init__(
         self,
         n: int,
-        shape: ShapeLike = None,
+        shape: ShapeLike | None = None,
         device: DeviceLike = None,
         dtype: torch.dtype | None = None,
         mask: torch.Tensor | None = None,
     ) -> None:
         name = type(self).__name__
-        self.n = _check_n(n, name)
-        self.dtype = _check_discrete_dtype(torch.int64 if dtype is None else dtype, name)
+        self.n = check_n(n, name)
+        self.dtype = check_discrete_dtype(torch.int64 if dtype is None else dtype, name)
         if self.dtype is torch.bool and self.n > 2:
             raise ValueError(f"{name}: a bool dtype holds at most 2 categories, got n={self.n}")
         check_n_fits(self.n, self.dtype, name)
-        self.shape = torch.Size(()) if shape is None else _spec_shape(shape, name)
-        self.device = _device(device)
+        self.shape = torch.Size(()) if shape is None else as_spec_shape(shape, name)
+        self.device = as_device(device)
         self.mask: torch.Tensor | None = None
         if mask is not None:
             self.update_mask(mask)
@@ -107,12 +106,12 @@ class Categorical(TensorSpec):
         if mask is None:
             self.mask = None
             return
-        self.mask = _prepare_mask(mask, self.shape + (self.n,), self.device, type(self).__name__)
+        self.mask = prepare_mask(mask, self.shape + (self.n,), self.device, type(self).__name__)
 
     def _with_dtype(self, dtype: torch.dtype) -> TensorSpec:
         return type(self)(self.n, self.shape, self.device, dtype, self.mask)
 
-    def rand(self, shape: ShapeLike = None) -> torch.Tensor:
+    def rand(self, shape: ShapeLike | None = None) -> torch.Tensor:
         """Uniform categories (among the allowed ones when masked).
 
         Args:
@@ -121,10 +120,10 @@ class Categorical(TensorSpec):
         Returns:
             A tensor of shape ``[*shape, *self.shape]``.
         """
-        lead = _size(shape)
+        lead = as_size(shape)
         if self.mask is None:
             return torch.randint(0, self.n, lead + self.shape, dtype=self.dtype, device=self.device)
-        return _sample_masked(self.mask, lead).to(self.dtype)
+        return sample_masked(self.mask, lead).to(self.dtype)
 
     def _why_not_in(self, val: Any) -> str | None:
         reason = self._check_tensor(val)
@@ -132,14 +131,14 @@ class Categorical(TensorSpec):
             return reason
         if self.dtype is torch.bool:
             if self.n == 1 and bool(val.any()):
-                return f"value out of range: n=1 allows only False, got {_fmt(val)}"
+                return f"value out of range: n=1 allows only False, got {format_value(val)}"
         elif val.numel():
             lo, hi = torch.aminmax(val)
             if lo.item() < 0 or hi.item() >= self.n:
                 ok = (val >= 0) & (val < self.n)
-                where = _first_bad(~ok)
+                where = first_bad_index(~ok)
                 return (
-                    f"value out of range: {_loc(where)} = {val[where].item()} is not in "
+                    f"value out of range: {format_location(where)} = {val[where].item()} is not in "
                     f"{{0, ..., {self.n - 1}}}"
                 )
         if self.mask is not None:
@@ -148,10 +147,10 @@ class Categorical(TensorSpec):
                 mask = mask.expand(*val.shape, self.n)
             allowed = mask.gather(-1, val.long().unsqueeze(-1)).squeeze(-1)
             if not bool(allowed.all()):
-                where = _first_bad(~allowed)
+                where = first_bad_index(~allowed)
                 return (
-                    f"value masked out: {_loc(where)} = {val[where].item()} is not allowed "
-                    f"by the mask {_fmt(self.mask)}"
+                    f"value masked out: {format_location(where)} = {val[where].item()} is not allowed "
+                    f"by the mask {format_value(self.mask)}"
                 )
         return None
 
@@ -170,9 +169,9 @@ class Categorical(TensorSpec):
         Raises:
             ValueError: when ``val``'s shape does not broadcast to the spec's shape.
         """
-        idx = _round_index(self._project_input(val), self.n - 1)
+        idx = round_index(self._project_input(val), self.n - 1)
         if self.mask is not None:
-            idx = _nearest_allowed(idx, self.mask)
+            idx = nearest_allowed(idx, self.mask)
         return idx.to(self.dtype)
 
     def to_one_hot(self, val: torch.Tensor, safe: bool = False) -> torch.Tensor:
@@ -199,13 +198,13 @@ class Categorical(TensorSpec):
             and type(other) is type(self)
             and self._same_meta(other)
             and self.n == other.n
-            and _mask_equal(self.mask, other.mask)
+            and masks_equal(self.mask, other.mask)
         )
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(n={self.n}, shape={self.shape}, dtype={self.dtype}, "
-            f"device={self.device}{_mask_repr(self.mask)})"
+            f"device={self.device}{mask_repr(self.mask)})"
         )
 
 
@@ -242,19 +241,19 @@ class OneHot(TensorSpec):
     def __init__(
         self,
         n: int,
-        shape: ShapeLike = None,
+        shape: ShapeLike | None = None,
         device: DeviceLike = None,
         dtype: torch.dtype | None = None,
         mask: torch.Tensor | None = None,
     ) -> None:
-        self.n = _check_n(n, "OneHot")
-        self.dtype = _check_discrete_dtype(torch.bool if dtype is None else dtype, "OneHot")
-        self.shape = torch.Size((self.n,)) if shape is None else _spec_shape(shape, "OneHot")
+        self.n = check_n(n, "OneHot")
+        self.dtype = check_discrete_dtype(torch.bool if dtype is None else dtype, "OneHot")
+        self.shape = torch.Size((self.n,)) if shape is None else as_spec_shape(shape, "OneHot")
         if not self.shape or self.shape[-1] != self.n:
             raise ValueError(
                 f"OneHot: the last dim of shape must be n={self.n}, got shape {tuple(self.shape)}"
             )
-        self.device = _device(device)
+        self.device = as_device(device)
         self._eyes: dict[torch.device, torch.Tensor] = {}
         self.mask: torch.Tensor | None = None
         if mask is not None:
@@ -279,12 +278,12 @@ class OneHot(TensorSpec):
         if mask is None:
             self.mask = None
             return
-        self.mask = _prepare_mask(mask, self.shape, self.device, "OneHot")
+        self.mask = prepare_mask(mask, self.shape, self.device, "OneHot")
 
     def _with_dtype(self, dtype: torch.dtype) -> TensorSpec:
         return OneHot(self.n, self.shape, self.device, dtype, self.mask)
 
-    def rand(self, shape: ShapeLike = None) -> torch.Tensor:
+    def rand(self, shape: ShapeLike | None = None) -> torch.Tensor:
         """Uniform one-hot vectors (among the allowed categories when masked).
 
         Args:
@@ -293,11 +292,11 @@ class OneHot(TensorSpec):
         Returns:
             A tensor of shape ``[*shape, *self.shape]``.
         """
-        lead = _size(shape)
+        lead = as_size(shape)
         if self.mask is None:
             idx = torch.randint(0, self.n, lead + self.shape[:-1], device=self.device)
         else:
-            idx = _sample_masked(self.mask, lead)
+            idx = sample_masked(self.mask, lead)
         if self.n <= _EYE_MAX_N:
             # Rows of an identity matrix: one gather instead of zeros + scatter. A 0-dim index
             # would return a view of the cached matrix, hence the 1-element detour.
@@ -321,9 +320,9 @@ class OneHot(TensorSpec):
         if self.dtype is not torch.bool:
             ok &= val.amin(-1) >= 0
         if not bool(ok.all()):
-            where = _first_bad(~ok)
-            return f"not one-hot: {_loc(where)} = {val[where].tolist()} has not exactly one 1"
-        return _one_hot_mask_reason(val, self.mask)
+            where = first_bad_index(~ok)
+            return f"not one-hot: {format_location(where)} = {val[where].tolist()} has not exactly one 1"
+        return one_hot_mask_reason(val, self.mask)
 
     def project(self, val: torch.Tensor) -> torch.Tensor:
         """Keeps a valid one-hot value; otherwise one-hot of the (allowed) arg-max.
@@ -342,7 +341,7 @@ class OneHot(TensorSpec):
         val = self._project_input(val)
         if self._why_not_in(val) is None:
             return val
-        scores = _masked_scores(val, self.mask)
+        scores = masked_scores(val, self.mask)
         idx = scores.argmax(-1, keepdim=True)
         return torch.zeros(val.shape, dtype=self.dtype, device=val.device).scatter_(-1, idx, 1)
 
@@ -372,12 +371,12 @@ class OneHot(TensorSpec):
             )
             out[val] = 1
             return out
-        raw = _raw_tensor(val)
+        raw = as_raw_tensor(val)
         n = self.ndim
         if raw.dim() < n or raw.shape[-n:] != self.shape:
             if raw.is_floating_point() or bool(((raw < 0) | (raw >= self.n)).any()):
                 raise ValueError(
-                    f"{self._name}: cannot encode {_fmt(raw)}: expected indices in "
+                    f"{self._name}: cannot encode {format_value(raw)}: expected indices in "
                     f"{{0, ..., {self.n - 1}}} or one-hot values of shape {tuple(self.shape)}"
                 )
             out = torch.zeros(raw.shape + (self.n,), dtype=self.dtype, device=raw.device)
@@ -408,13 +407,13 @@ class OneHot(TensorSpec):
         return (
             isinstance(other, OneHot)
             and self._same_meta(other)
-            and _mask_equal(self.mask, other.mask)
+            and masks_equal(self.mask, other.mask)
         )
 
     def __repr__(self) -> str:
         return (
             f"OneHot(n={self.n}, shape={self.shape}, dtype={self.dtype}, "
-            f"device={self.device}{_mask_repr(self.mask)})"
+            f"device={self.device}{mask_repr(self.mask)})"
         )
 
 
@@ -447,26 +446,26 @@ class Binary(TensorSpec):
     def __init__(
         self,
         n: int | None = None,
-        shape: ShapeLike = None,
+        shape: ShapeLike | None = None,
         device: DeviceLike = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         if n is None and shape is None:
             raise ValueError("Binary: give n or shape")
         if shape is None:
-            self.n = _check_n(n, "Binary")
+            self.n = check_n(n, "Binary")
             self.shape = torch.Size((self.n,))
         else:
-            self.shape = _spec_shape(shape, "Binary")
+            self.shape = as_spec_shape(shape, "Binary")
             if not self.shape:
                 raise ValueError("Binary: shape must have at least one dim (the n entries)")
-            self.n = self.shape[-1] if n is None else _check_n(n, "Binary")
+            self.n = self.shape[-1] if n is None else check_n(n, "Binary")
             if self.shape[-1] != self.n:
                 raise ValueError(
                     f"Binary: the last dim of shape must be n={self.n}, got {tuple(self.shape)}"
                 )
-        self.dtype = _check_discrete_dtype(torch.int8 if dtype is None else dtype, "Binary")
-        self.device = _device(device)
+        self.dtype = check_discrete_dtype(torch.int8 if dtype is None else dtype, "Binary")
+        self.device = as_device(device)
 
     @property
     def domain(self) -> str:
@@ -481,7 +480,7 @@ class Binary(TensorSpec):
     def _with_dtype(self, dtype: torch.dtype) -> TensorSpec:
         return Binary(self.n, self.shape, self.device, dtype)
 
-    def rand(self, shape: ShapeLike = None) -> torch.Tensor:
+    def rand(self, shape: ShapeLike | None = None) -> torch.Tensor:
         """Independent fair coin flips.
 
         Args:
@@ -490,7 +489,9 @@ class Binary(TensorSpec):
         Returns:
             A tensor of shape ``[*shape, *self.shape]``.
         """
-        return torch.randint(0, 2, _size(shape) + self.shape, dtype=self.dtype, device=self.device)
+        return torch.randint(
+            0, 2, as_size(shape) + self.shape, dtype=self.dtype, device=self.device
+        )
 
     def _why_not_in(self, val: Any) -> str | None:
         reason = self._check_tensor(val)
@@ -500,8 +501,8 @@ class Binary(TensorSpec):
             return None
         lo, hi = torch.aminmax(val)
         if lo.item() < 0 or hi.item() > 1:
-            where = _first_bad((val != 0) & (val != 1))
-            return f"value not binary: {_loc(where)} = {val[where].item()} is not 0 or 1"
+            where = first_bad_index((val != 0) & (val != 1))
+            return f"value not binary: {format_location(where)} = {val[where].item()} is not 0 or 1"
         return None
 
     def project(self, val: torch.Tensor) -> torch.Tensor:

@@ -9,29 +9,28 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from torchrl._types import DeviceLike, ShapeLike
 from torchrl.data.specs.base import (
     BoxList,
     CategoricalBox,
-    DeviceLike,
-    ShapeLike,
     TensorSpec,
-    _check_discrete_dtype,
-    _device,
-    _first_bad,
-    _fmt,
-    _loc,
-    _mask_equal,
-    _mask_repr,
-    _masked_scores,
-    _nearest_allowed,
-    _one_hot_mask_reason,
-    _prepare_mask,
-    _raw_tensor,
-    _round_index,
-    _sample_masked,
-    _size,
-    _spec_shape,
+    as_device,
+    as_raw_tensor,
+    as_size,
+    as_spec_shape,
+    check_discrete_dtype,
     check_n_fits,
+    first_bad_index,
+    format_location,
+    format_value,
+    mask_repr,
+    masked_scores,
+    masks_equal,
+    nearest_allowed,
+    one_hot_mask_reason,
+    prepare_mask,
+    round_index,
+    sample_masked,
 )
 
 # randint(2**62) % n is uniform up to a bias of n / 2**62: exact enough, and stays in int64.
@@ -49,14 +48,16 @@ def _nvec_tensor(nvec: Any, owner: str) -> torch.Tensor:
         raise ValueError(f"{owner}: nvec must be a non-empty sequence of ints, got {nvec!r}")
     if t.is_floating_point():
         if not bool((t == t.round()).all()):
-            raise ValueError(f"{owner}: nvec must hold integers, got {_fmt(t)}")
+            raise ValueError(f"{owner}: nvec must hold integers, got {format_value(t)}")
     elif t.dtype is torch.bool or t.is_complex():
         raise ValueError(f"{owner}: nvec must hold integers, got dtype {t.dtype}")
         if bool((t.double() >= 2.0**63).any()):
-            raise ValueError(f"{owner}: nvec entries must be at most 2**63 - 1, got {_fmt(t)}")
+            raise ValueError(
+                f"{owner}: nvec entries must be at most 2**63 - 1, got {format_value(t)}"
+            )
     t = t.long()
     if bool((t <= 0).any()):
-        raise ValueError(f"{owner}: every entry of nvec must be > 0, got {_fmt(t)}")
+        raise ValueError(f"{owner}: every entry of nvec must be > 0, got {format_value(t)}")
     return t
 
 
@@ -98,13 +99,13 @@ class MultiCategorical(TensorSpec):
     def __init__(
         self,
         nvec: Sequence[int] | torch.Tensor,
-        shape: ShapeLike = None,
+        shape: ShapeLike | None = None,
         device: DeviceLike = None,
         dtype: torch.dtype | None = None,
         mask: torch.Tensor | None = None,
     ) -> None:
         nvec_t = _nvec_tensor(nvec, "MultiCategorical")
-        self.shape = nvec_t.shape if shape is None else _spec_shape(shape, "MultiCategorical")
+        self.shape = nvec_t.shape if shape is None else as_spec_shape(shape, "MultiCategorical")
         try:
             ok = bool(self.shape) and torch.broadcast_shapes(nvec_t.shape, self.shape) == self.shape
         except RuntimeError:
@@ -114,13 +115,13 @@ class MultiCategorical(TensorSpec):
                 f"MultiCategorical: nvec of shape {tuple(nvec_t.shape)} does not fit the shape "
                 f"{tuple(self.shape)} (its last dim must be len(nvec))"
             )
-        self.dtype = _check_discrete_dtype(
+        self.dtype = check_discrete_dtype(
             torch.int64 if dtype is None else dtype, "MultiCategorical"
         )
         if self.dtype is torch.bool and bool((nvec_t > 2).any()):
             raise ValueError("MultiCategorical: a bool dtype holds at most 2 categories per entry")
         check_n_fits(int(nvec_t.max()), self.dtype, "MultiCategorical", "max(nvec)")
-        self.device = _device(device)
+        self.device = as_device(device)
         self.nvec = nvec_t.to(self.device or "cpu").expand(self.shape)
         rows = nvec_t.reshape(-1, nvec_t.shape[-1])
         # The per-group layout of masks needs the same nvec for every batch entry.
@@ -154,14 +155,14 @@ class MultiCategorical(TensorSpec):
         if self._nvec_list is None:
             raise ValueError("MultiCategorical: masks need the same nvec for every batch entry")
         shape = self.shape[:-1] + (sum(self._nvec_list),)
-        mask = _prepare_mask(mask, shape, self.device, "MultiCategorical", check_rows=False)
+        mask = prepare_mask(mask, shape, self.device, "MultiCategorical", check_rows=False)
         _check_groups(mask, self._nvec_list, "MultiCategorical")
         self.mask = mask
 
     def _with_dtype(self, dtype: torch.dtype) -> TensorSpec:
         return MultiCategorical(self.nvec, self.shape, self.device, dtype, self.mask)
 
-    def rand(self, shape: ShapeLike = None) -> torch.Tensor:
+    def rand(self, shape: ShapeLike | None = None) -> torch.Tensor:
         """Independent uniform categories per sub-action (allowed ones when masked).
 
         Args:
@@ -170,13 +171,13 @@ class MultiCategorical(TensorSpec):
         Returns:
             A tensor of shape ``[*shape, *self.shape]``.
         """
-        lead = _size(shape)
+        lead = as_size(shape)
         if self.mask is None:
             r = torch.randint(_RAND_HIGH, lead + self.shape, device=self.nvec.device)
             return (r % self.nvec).to(self.dtype)
         assert self._nvec_list is not None
         parts = self.mask.split(self._nvec_list, -1)
-        return torch.stack([_sample_masked(p, lead) for p in parts], -1).to(self.dtype)
+        return torch.stack([sample_masked(p, lead) for p in parts], -1).to(self.dtype)
 
     def _why_not_in(self, val: Any) -> str | None:
         reason = self._check_tensor(val)
@@ -185,11 +186,11 @@ class MultiCategorical(TensorSpec):
         nvec = self.nvec if self.nvec.device == val.device else self.nvec.to(val.device)
         ok = (val >= 0) & (val < nvec)
         if not bool(ok.all()):
-            where = _first_bad(~ok)
+            where = first_bad_index(~ok)
             n = nvec[where[len(where) - self.ndim :]].item()
             return (
-                f"value out of range: {_loc(where)} = {val[where].item()} is not in "
-                f"{{0, ..., {n - 1}}} (nvec={_fmt(self.nvec)})"
+                f"value out of range: {format_location(where)} = {val[where].item()} is not in "
+                f"{{0, ..., {n - 1}}} (nvec={format_value(self.nvec)})"
             )
         if self.mask is not None:
             assert self._nvec_list is not None
@@ -198,10 +199,10 @@ class MultiCategorical(TensorSpec):
                 sub = val[..., i].long().unsqueeze(-1)
                 allowed = part.expand(*sub.shape[:-1], part.shape[-1]).gather(-1, sub)
                 if not bool(allowed.all()):
-                    where = _first_bad(~allowed.squeeze(-1))
+                    where = first_bad_index(~allowed.squeeze(-1))
                     return (
-                        f"value masked out: sub-action {i} of {_loc(where)} = "
-                        f"{val[where].tolist()} is forbidden by the mask {_fmt(self.mask)}"
+                        f"value masked out: sub-action {i} of {format_location(where)} = "
+                        f"{val[where].tolist()} is forbidden by the mask {format_value(self.mask)}"
                     )
         return None
 
@@ -222,11 +223,11 @@ class MultiCategorical(TensorSpec):
         """
         val = self._project_input(val)
         high = (self.nvec - 1).to(val.device)
-        idx = _round_index(val, high)
+        idx = round_index(val, high)
         if self.mask is not None:
             assert self._nvec_list is not None
             parts = self.mask.split(self._nvec_list, -1)
-            idx = torch.stack([_nearest_allowed(idx[..., i], p) for i, p in enumerate(parts)], -1)
+            idx = torch.stack([nearest_allowed(idx[..., i], p) for i, p in enumerate(parts)], -1)
         return idx.to(self.dtype)
 
     def to_one_hot(self, val: torch.Tensor, safe: bool = False) -> torch.Tensor:
@@ -258,13 +259,13 @@ class MultiCategorical(TensorSpec):
             isinstance(other, MultiCategorical)
             and self._same_meta(other)
             and torch.equal(self.nvec, other.nvec)
-            and _mask_equal(self.mask, other.mask)
+            and masks_equal(self.mask, other.mask)
         )
 
     def __repr__(self) -> str:
         return (
-            f"MultiCategorical(nvec={_fmt(self.nvec)}, shape={self.shape}, dtype={self.dtype}, "
-            f"device={self.device}{_mask_repr(self.mask)})"
+            f"MultiCategorical(nvec={format_value(self.nvec)}, shape={self.shape}, dtype={self.dtype}, "
+            f"device={self.device}{mask_repr(self.mask)})"
         )
 
 
@@ -300,7 +301,7 @@ class MultiOneHot(TensorSpec):
     def __init__(
         self,
         nvec: Sequence[int] | torch.Tensor,
-        shape: ShapeLike = None,
+        shape: ShapeLike | None = None,
         device: DeviceLike = None,
         dtype: torch.dtype | None = None,
         mask: torch.Tensor | None = None,
@@ -310,14 +311,14 @@ class MultiOneHot(TensorSpec):
             raise ValueError(f"MultiOneHot: nvec must be 1-d, got shape {tuple(nvec_t.shape)}")
         self.nvec: list[int] = nvec_t.tolist()
         total = sum(self.nvec)
-        self.shape = torch.Size((total,)) if shape is None else _spec_shape(shape, "MultiOneHot")
+        self.shape = torch.Size((total,)) if shape is None else as_spec_shape(shape, "MultiOneHot")
         if not self.shape or self.shape[-1] != total:
             raise ValueError(
                 f"MultiOneHot: the last dim of shape must be sum(nvec)={total}, "
                 f"got shape {tuple(self.shape)}"
             )
-        self.dtype = _check_discrete_dtype(torch.bool if dtype is None else dtype, "MultiOneHot")
-        self.device = _device(device)
+        self.dtype = check_discrete_dtype(torch.bool if dtype is None else dtype, "MultiOneHot")
+        self.device = as_device(device)
         self._consts: dict[torch.device, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.mask: torch.Tensor | None = None
         if mask is not None:
@@ -352,7 +353,7 @@ class MultiOneHot(TensorSpec):
         if mask is None:
             self.mask = None
             return
-        mask = _prepare_mask(mask, self.shape, self.device, "MultiOneHot", check_rows=False)
+        mask = prepare_mask(mask, self.shape, self.device, "MultiOneHot", check_rows=False)
         _check_groups(mask, self.nvec, "MultiOneHot")
         self.mask = mask
 
@@ -363,7 +364,7 @@ class MultiOneHot(TensorSpec):
         out = torch.zeros(lead + self.shape, dtype=self.dtype, device=device)
         return out.scatter_(-1, idx, 1)
 
-    def rand(self, shape: ShapeLike = None) -> torch.Tensor:
+    def rand(self, shape: ShapeLike | None = None) -> torch.Tensor:
         """Independent uniform one-hot groups (among the allowed categories when masked).
 
         Args:
@@ -372,7 +373,7 @@ class MultiOneHot(TensorSpec):
         Returns:
             A tensor of shape ``[*shape, *self.shape]``.
         """
-        lead = _size(shape)
+        lead = as_size(shape)
         device = self.device or torch.device("cpu")
         nvec, starts, _ = self._constants(device)
         if self.mask is None:
@@ -380,7 +381,7 @@ class MultiOneHot(TensorSpec):
             idx = torch.randint(_RAND_HIGH, batch, device=device) % nvec
         else:
             parts = self.mask.split(self.nvec, -1)
-            idx = torch.stack([_sample_masked(p, lead) for p in parts], -1)
+            idx = torch.stack([sample_masked(p, lead) for p in parts], -1)
         return self._scatter(idx + starts, lead, device)
 
     def _why_not_in(self, val: Any) -> str | None:
@@ -394,12 +395,12 @@ class MultiOneHot(TensorSpec):
         if self.dtype is not torch.bool:
             ok &= val.amin(-1, keepdim=True) >= 0
         if not bool(ok.all()):
-            where = _first_bad(~ok)
+            where = first_bad_index(~ok)
             return (
-                f"not multi-one-hot: group {where[-1]} of {_loc(where[:-1])} = "
+                f"not multi-one-hot: group {where[-1]} of {format_location(where[:-1])} = "
                 f"{val[where[:-1]].tolist()} has not exactly one 1 (nvec={self.nvec})"
             )
-        return _one_hot_mask_reason(val, self.mask)
+        return one_hot_mask_reason(val, self.mask)
 
     def project(self, val: torch.Tensor) -> torch.Tensor:
         """Keeps a valid value; otherwise one-hot of each group's (allowed) arg-max.
@@ -418,7 +419,7 @@ class MultiOneHot(TensorSpec):
         val = self._project_input(val)
         if self._why_not_in(val) is None:
             return val
-        scores = _masked_scores(val, self.mask)
+        scores = masked_scores(val, self.mask)
         idx = torch.stack([p.argmax(-1) for p in scores.split(self.nvec, -1)], -1)
         _, starts, _ = self._constants(val.device)
         lead = val.shape[: val.dim() - self.ndim]
@@ -440,7 +441,7 @@ class MultiOneHot(TensorSpec):
         Raises:
             ValueError: for indices out of range or an incompatible shape.
         """
-        raw = _raw_tensor(val)
+        raw = as_raw_tensor(val)
         n = self.ndim
         if raw.dim() < n or raw.shape[-n:] != self.shape:
             nvec, starts, _ = self._constants(raw.device)
@@ -451,13 +452,13 @@ class MultiOneHot(TensorSpec):
                 or bool(((raw < 0) | (raw >= nvec)).any())
             ):
                 raise ValueError(
-                    f"{self._name}: cannot encode {_fmt(raw)}: expected indices of shape "
+                    f"{self._name}: cannot encode {format_value(raw)}: expected indices of shape "
                     f"[..., {len(self.nvec)}] within nvec={self.nvec}, or one-hot values of "
                     f"shape {tuple(self.shape)}"
                 )
             lead = raw.shape[:-1]
             raw = torch.zeros(lead + (self.shape[-1],), dtype=self.dtype, device=raw.device)
-            raw.scatter_(-1, _raw_tensor(val).long() + starts, 1)
+            raw.scatter_(-1, as_raw_tensor(val).long() + starts, 1)
         return self._fit_shape(self._as_tensor(raw, ignore_device))
 
     def to_categorical(self, val: torch.Tensor, safe: bool = False) -> torch.Tensor:
@@ -486,11 +487,11 @@ class MultiOneHot(TensorSpec):
             isinstance(other, MultiOneHot)
             and self._same_meta(other)
             and self.nvec == other.nvec
-            and _mask_equal(self.mask, other.mask)
+            and masks_equal(self.mask, other.mask)
         )
 
     def __repr__(self) -> str:
         return (
             f"MultiOneHot(nvec={self.nvec}, shape={self.shape}, dtype={self.dtype}, "
-            f"device={self.device}{_mask_repr(self.mask)})"
+            f"device={self.device}{mask_repr(self.mask)})"
         )

@@ -7,13 +7,12 @@ from typing import Any
 import torch
 from tensordict import NonTensorData, NonTensorStack, TensorDictBase
 
+from torchrl._types import DeviceLike, ShapeLike
 from torchrl.data.specs.base import (
-    DeviceLike,
-    ShapeLike,
     TensorSpec,
-    _device,
-    _size,
-    _spec_shape,
+    as_device,
+    as_size,
+    as_spec_shape,
 )
 
 
@@ -41,13 +40,13 @@ class NonTensor(TensorSpec):
 
     def __init__(
         self,
-        shape: ShapeLike = (),
+        shape: ShapeLike | None = (),
         device: DeviceLike = None,
         dtype: torch.dtype | None = None,
         example_data: Any = None,
     ) -> None:
-        self.shape = _spec_shape(shape, "NonTensor")
-        self.device = _device(device)
+        self.shape = as_spec_shape(shape, "NonTensor")
+        self.device = as_device(device)
         self.dtype = dtype
         self.example_data = example_data
 
@@ -56,10 +55,10 @@ class NonTensor(TensorSpec):
         """``None``: non-tensor data has no numeric domain."""
         return None
 
-    def _wrap(self, data: Any, shape: ShapeLike) -> NonTensorData:
-        return NonTensorData(data=data, batch_size=_size(shape) + self.shape, device=self.device)
+    def _wrap(self, data: Any, shape: ShapeLike | None) -> NonTensorData:
+        return NonTensorData(data=data, batch_size=as_size(shape) + self.shape, device=self.device)
 
-    def rand(self, shape: ShapeLike = None) -> NonTensorData:
+    def rand(self, shape: ShapeLike | None = None) -> NonTensorData:
         """``example_data`` wrapped with batch size ``[*shape, *self.shape]``.
 
         Args:
@@ -70,11 +69,11 @@ class NonTensor(TensorSpec):
         """
         return self._wrap(self.example_data, shape)
 
-    def zero(self, shape: ShapeLike = None) -> NonTensorData:
+    def zero(self, shape: ShapeLike | None = None) -> NonTensorData:
         """Same as ``rand``: ``example_data`` wrapped with batch size ``[*shape, *self.shape]``."""
         return self._wrap(self.example_data, shape)
 
-    def one(self, shape: ShapeLike = None) -> NonTensorData:
+    def one(self, shape: ShapeLike | None = None) -> NonTensorData:
         """Same as ``rand``: ``example_data`` wrapped with batch size ``[*shape, *self.shape]``."""
         return self._wrap(self.example_data, shape)
 

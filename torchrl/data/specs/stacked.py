@@ -11,13 +11,13 @@ import numpy as np
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
+from torchrl._types import ShapeLike
 from torchrl.data.specs.base import (
-    ShapeLike,
     TensorSpec,
-    _describe_value,
-    _expand_ellipsis,
-    _raw_tensor,
-    _size,
+    as_raw_tensor,
+    as_size,
+    describe_value,
+    expand_ellipsis,
 )
 
 
@@ -178,7 +178,7 @@ class Stacked(TensorSpec):
                 )
             p, elements = where, list(val.unbind(where))
         else:
-            return f"expected a tensor, got {_describe_value(val)}"
+            return f"expected a tensor, got {describe_value(val)}"
         if len(elements) != len(self._specs):
             return f"expected {len(self._specs)} stacked values, got {len(elements)}"
         return elements, p
@@ -198,12 +198,12 @@ class Stacked(TensorSpec):
             warnings.simplefilter("ignore", UserWarning)
             return torch.nested.as_nested_tensor(values)
 
-    def _sample(self, method: str, shape: ShapeLike) -> Any:
-        lead = _size(shape)
+    def _sample(self, method: str, shape: ShapeLike | None) -> Any:
+        lead = as_size(shape)
         values = [getattr(s, method)(lead) for s in self._specs]
         return self._combine(values, self.dim + len(lead))
 
-    def rand(self, shape: ShapeLike = None) -> Any:
+    def rand(self, shape: ShapeLike | None = None) -> Any:
         """Each spec's sample, stacked at ``dim`` (a nested tensor when their shapes differ).
 
         Args:
@@ -211,11 +211,11 @@ class Stacked(TensorSpec):
         """
         return self._sample("rand", shape)
 
-    def zero(self, shape: ShapeLike = None) -> Any:
+    def zero(self, shape: ShapeLike | None = None) -> Any:
         """Each spec's ``zero``, stacked at ``dim``."""
         return self._sample("zero", shape)
 
-    def one(self, shape: ShapeLike = None) -> Any:
+    def one(self, shape: ShapeLike | None = None) -> Any:
         """Each spec's ``one``, stacked at ``dim``."""
         return self._sample("one", shape)
 
@@ -256,7 +256,7 @@ class Stacked(TensorSpec):
     def encode(self, val: Any, *, ignore_device: bool = False) -> Any:
         """Encodes each slice (or each item of a list) with its spec and stacks the results."""
         if isinstance(val, np.ndarray):
-            val = _raw_tensor(val)
+            val = as_raw_tensor(val)
         split = self._split(val)
         if isinstance(split, str):
             raise ValueError(f"{self._name}: cannot encode: {split}")
@@ -331,7 +331,7 @@ class Stacked(TensorSpec):
         return self._index(idx)
 
     def _index(self, idx: Any) -> Any:
-        idx = _expand_ellipsis(idx, self._batch_ndim)
+        idx = expand_ellipsis(idx, self._batch_ndim)
         if any(not isinstance(i, (int, np.integer, slice)) for i in idx):
             raise IndexError(
                 f"{self._name}: only ints, slices and ... can index a stack, got {idx!r}"
@@ -415,7 +415,7 @@ class StackedComposite(Stacked):
                 return where
             p, elements = where, list(val.unbind(where))
         else:
-            return f"expected a TensorDict, got {_describe_value(val)}"
+            return f"expected a TensorDict, got {describe_value(val)}"
         if len(elements) != len(self._specs):
             return f"expected {len(self._specs)} stacked values, got {len(elements)}"
         return elements, p
