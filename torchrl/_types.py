@@ -9,6 +9,8 @@ One definition of each, imported everywhere else, so that a signature reads the 
 - ``TensorDictModuleLike``: a callable from a TensorDict to a TensorDict (policies, networks).
 - ``ReplayBufferLike``: what collectors, trainers and transforms need from a replay buffer.
 - ``LoggerLike``: what trainers and recorders need from a logger.
+- ``StatefulLike``: what a checkpoint needs from an object (``state_dict``/``load_state_dict``).
+- ``WeightSyncLike``: a collector whose policy weights can be refreshed.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ __all__ = [
     "NestedKey",
     "ReplayBufferLike",
     "ShapeLike",
+    "StatefulLike",
     "TensorDictModuleLike",
+    "WeightSyncLike",
 ]
 
 NestedKey = str | tuple[str, ...]
@@ -56,3 +60,19 @@ class LoggerLike(Protocol):
     """A logger as trainers and recorders use it."""
 
     def log_scalar(self, name: str, value: float, step: int | None = None) -> None: ...
+
+
+@runtime_checkable
+class StatefulLike(Protocol):
+    """An object a checkpoint saves and restores: a module, an optimizer, a hook, a buffer."""
+
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state_dict: Any, /) -> Any: ...
+
+
+@runtime_checkable
+class WeightSyncLike(Protocol):
+    """A collector whose policy copies can be refreshed from the policy being trained."""
+
+    def update_policy_weights_(self) -> Any: ...
