@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from torchrl.objectives.value import _recursions as recursions
+import torchrl._recursions as recursions
 from torchrl.objectives.value import functional as vf
 
 torch.set_num_threads(1)

@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "torchrl._keys": 0,
     "torchrl._processes": 0,
     "torchrl._C": 0,
+    "torchrl._recursions": 0,
     "torchrl._types": 0,
     "torchrl._td_compat": 0,
     "torchrl.record.loggers": 0,

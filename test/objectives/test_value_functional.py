@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 
+import torchrl._recursions as recursions
 import torchrl._utils
-from torchrl.objectives.value import _recursions as recursions
 from torchrl.objectives.value import functional as vf
 
 # ------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from torchrl._keys import DONE, NEXT, REWARD
+from torchrl._recursions import reward_to_go
 from torchrl.data.specs import Composite
 from torchrl.envs.transforms._utils import (
     NestedKey,
@@ -78,8 +79,6 @@ class Reward2GoTransform(Transform):
         return True
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
-        from torchrl.objectives.value.functional import reward2go
-
         if tensordict.batch_dims < 1:
             raise ValueError("Reward2GoTransform needs data with a time dim (its last batch dim)")
         time_dim = tensordict.batch_dims - 1
@@ -90,10 +89,11 @@ class Reward2GoTransform(Transform):
             reward = tensordict.get(in_key, None)
             if reward is None:
                 raise missing_key_error(self, in_key, tensordict)
-            # reward2go counts time from the end; a reward [*B, T, *F] has F trailing dims.
+            # reward_to_go counts time from the end; a reward [*B, T, *F] has F trailing dims.
             trailing = reward.ndim - time_dim - 1
             flags = done.bool() if done.shape == reward.shape else done.bool().expand_as(reward)
-            value = reward2go(reward, flags, self.gamma.to(reward.dtype), time_dim=-(trailing + 1))
+            gamma = self.gamma.to(reward.dtype)
+            value = reward_to_go(type(self).__name__, reward, flags, gamma, -(trailing + 1))
             tensordict.set(out_key, value)
         return tensordict
 

@@ -18,8 +18,8 @@ Conventions shared by every function in this module:
   C++ kernel (``torchrl._C``, one pass over the data). With autograd, on other devices, with other
   dtypes, or when the extension is missing (announced once), a torch loop over time, vectorized
   over the batch, gives the same answers; on non-CPU devices the blocked scan below replaces the
-  loop. The ``vec_*`` variants always solve the recursion with a blocked scan: O(log(T)) batched
-  ops instead of ``T``.
+  loop. ``vectorized=True`` (or the ``vec_*`` name of a function) always solves the recursion with
+  a blocked scan: O(log(T)) batched ops instead of ``T``.
 """
 
 from __future__ import annotations
@@ -28,19 +28,20 @@ import torch
 import torch.nn.functional as nnf
 from torch import Tensor
 
-from torchrl.objectives.value._recursions import (
-    _DISCOUNTED_SUM,
-    _GAE,
-    _check_tensors,
-    _discount,
-    _flag,
-    _is_varying,
-    _Layout,
-    _recursion,
-    _solve_discounted_sum,
-    _stops,
-    _td_lambda,
-    _td_lambda_advantage,
+from torchrl._recursions import (
+    GAE_MODE,
+    Discount,
+    Layout,
+    as_discount,
+    as_flag,
+    check_tensors,
+    is_varying,
+    recursion,
+    reward_to_go,
+    solve_discounted_sum,
+    stops,
+    td_lambda,
+    td_lambda_advantage,
 )
 
 __all__ = [
@@ -59,8 +60,6 @@ __all__ = [
     "vec_td_lambda_return_estimate",
     "vtrace_advantage_estimate",
 ]
-
-Discount = float | Tensor
 
 # --------------------------------------------------------------------------------------------
 # TD(0)
@@ -102,12 +101,12 @@ def td0_return_estimate(
         raise TypeError(f"{fn}: `reward` must be a torch.Tensor, got {type(reward).__name__}")
     if terminated is None:
         terminated = done
-    _check_tensors(fn, reward, next_state_value=next_state_value, terminated=terminated, done=done)
-    gamma = _discount(fn, "gamma", gamma, reward.shape)
+    check_tensors(fn, reward, next_state_value=next_state_value, terminated=terminated, done=done)
+    gamma = as_discount(fn, "gamma", gamma, reward.shape)
     boot = gamma * next_state_value
     if terminated is not None:
         zero = torch.zeros((), dtype=boot.dtype, device=boot.device)
-        boot = torch.where(_flag(terminated), zero, boot)
+        boot = torch.where(as_flag(terminated), zero, boot)
     return reward + boot
 
 
@@ -142,7 +141,7 @@ def td0_advantage_estimate(
                 [0.]])
     """
     fn = "td0_advantage_estimate"
-    _check_tensors(fn, reward, state_value=state_value, done=done)
+    check_tensors(fn, reward, state_value=state_value, done=done)
     if terminated is None:
         terminated = done
     return td0_return_estimate(gamma, next_state_value, reward, terminated) - state_value
@@ -163,6 +162,7 @@ def td_lambda_return_estimate(
     rolling_gamma: bool | None = None,
     *,
     time_dim: int = -2,
+    vectorized: bool = False,
 ) -> Tensor:
     """TD(lambda) return, computed by one backward recursion over time.
 
@@ -181,6 +181,9 @@ def td_lambda_return_estimate(
             start step's values to its whole future (``G_1 = r_1 + g_1 r_2 + g_1**2 r_3 ...``),
             which costs O(numel * T) memory.
         time_dim: the time dimension. Defaults to ``-2``.
+        vectorized: solve the recursion with a blocked scan (O(log(T)) batched ops, meant for
+            GPUs where a loop over time is launch-bound) instead of the C++ kernel or the loop.
+            Same results. Defaults to False.
 
     Returns:
         The TD(lambda) return, shaped like ``reward``.
@@ -192,8 +195,8 @@ def td_lambda_return_estimate(
         >>> td_lambda_return_estimate(0.5, 0.5, next_value, reward, done).squeeze(-1)
         tensor([[1.7500, 1.0000, 2.0000, 2.0000]])
     """
-    return _td_lambda(
-        "td_lambda_return_estimate",
+    return td_lambda(
+        "vec_td_lambda_return_estimate" if vectorized else "td_lambda_return_estimate",
         gamma,
         lmbda,
         next_state_value,
@@ -202,58 +205,7 @@ def td_lambda_return_estimate(
         terminated,
         rolling_gamma,
         time_dim,
-        vectorized=False,
-    )
-
-
-def vec_td_lambda_return_estimate(
-    gamma: Discount,
-    lmbda: Discount,
-    next_state_value: Tensor,
-    reward: Tensor,
-    done: Tensor,
-    terminated: Tensor | None = None,
-    rolling_gamma: bool | None = None,
-    *,
-    time_dim: int = -2,
-) -> Tensor:
-    """TD(lambda) return solved by a blocked scan instead of a loop over time.
-
-    Same arguments and results as :func:`td_lambda_return_estimate`. The recursion is solved in
-    blocks of 8 steps side by side, then across blocks (recursively), so the number of tensor ops
-    grows with ``log(T)``, not ``T``: meant for GPUs, where a loop over time is launch-bound.
-
-    Args:
-        gamma: discount, a number or a per-step tensor broadcastable to ``reward``.
-        lmbda: the lambda of TD(lambda), a number or a per-step tensor.
-        next_state_value: ``V(s_{t+1})``, shaped like ``reward`` (``[*B, T, *F]``).
-        reward: rewards, ``[*B, T, *F]`` with time at ``time_dim``.
-        done: bool end-of-trajectory flags, shaped like ``reward``.
-        terminated: bool, shaped like ``reward``; no bootstrap where True. Defaults to ``done``.
-        rolling_gamma: see :func:`td_lambda_return_estimate`.
-        time_dim: the time dimension. Defaults to ``-2``.
-
-    Returns:
-        The TD(lambda) return, shaped like ``reward``.
-
-    Examples:
-        >>> reward = torch.ones(1, 4, 1)
-        >>> next_value = torch.full((1, 4, 1), 2.0)
-        >>> done = torch.tensor([[[False], [True], [False], [False]]])
-        >>> vec_td_lambda_return_estimate(0.5, 0.5, next_value, reward, done).squeeze(-1)
-        tensor([[1.7500, 1.0000, 2.0000, 2.0000]])
-    """
-    return _td_lambda(
-        "vec_td_lambda_return_estimate",
-        gamma,
-        lmbda,
-        next_state_value,
-        reward,
-        done,
-        terminated,
-        rolling_gamma,
-        time_dim,
-        vectorized=True,
+        vectorized,
     )
 
 
@@ -266,6 +218,7 @@ def td1_return_estimate(
     rolling_gamma: bool | None = None,
     *,
     time_dim: int = -2,
+    vectorized: bool = False,
 ) -> Tensor:
     """TD(1) (Monte-Carlo, bootstrapped at truncations and at the end of the row) return.
 
@@ -280,6 +233,7 @@ def td1_return_estimate(
         terminated: bool, shaped like ``reward``; no bootstrap where True. Defaults to ``done``.
         rolling_gamma: see :func:`td_lambda_return_estimate`.
         time_dim: the time dimension. Defaults to ``-2``.
+        vectorized: use the blocked scan (see :func:`td_lambda_return_estimate`).
 
     Returns:
         The TD(1) return, shaped like ``reward``.
@@ -294,8 +248,8 @@ def td1_return_estimate(
         >>> td1_return_estimate(0.5, next_value, reward, done, truncated_only).squeeze(-1)
         tensor([[3., 4., 6.]])
     """
-    return _td_lambda(
-        "td1_return_estimate",
+    return td_lambda(
+        "vec_td1_return_estimate" if vectorized else "td1_return_estimate",
         gamma,
         1.0,
         next_state_value,
@@ -304,53 +258,7 @@ def td1_return_estimate(
         terminated,
         rolling_gamma,
         time_dim,
-        vectorized=False,
-    )
-
-
-def vec_td1_return_estimate(
-    gamma: Discount,
-    next_state_value: Tensor,
-    reward: Tensor,
-    done: Tensor,
-    terminated: Tensor | None = None,
-    rolling_gamma: bool | None = None,
-    time_dim: int = -2,
-) -> Tensor:
-    """TD(1) return solved by a blocked scan instead of a loop over time.
-
-    Same arguments and results as :func:`td1_return_estimate`.
-
-    Args:
-        gamma: discount, a number or a per-step tensor broadcastable to ``reward``.
-        next_state_value: ``V(s_{t+1})``, shaped like ``reward`` (``[*B, T, *F]``).
-        reward: rewards, ``[*B, T, *F]`` with time at ``time_dim``.
-        done: bool end-of-trajectory flags, shaped like ``reward``.
-        terminated: bool, shaped like ``reward``; no bootstrap where True. Defaults to ``done``.
-        rolling_gamma: see :func:`td_lambda_return_estimate`.
-        time_dim: the time dimension. Defaults to ``-2``.
-
-    Returns:
-        The TD(1) return, shaped like ``reward``.
-
-    Examples:
-        >>> reward = torch.ones(1, 3, 1)
-        >>> next_value = torch.full((1, 3, 1), 10.0)
-        >>> done = torch.tensor([[[False], [False], [True]]])
-        >>> vec_td1_return_estimate(0.5, next_value, reward, done).squeeze(-1)
-        tensor([[1.7500, 1.5000, 1.0000]])
-    """
-    return _td_lambda(
-        "vec_td1_return_estimate",
-        gamma,
-        1.0,
-        next_state_value,
-        reward,
-        done,
-        terminated,
-        rolling_gamma,
-        time_dim,
-        vectorized=True,
+        vectorized,
     )
 
 
@@ -363,6 +271,8 @@ def td1_advantage_estimate(
     terminated: Tensor | None = None,
     rolling_gamma: bool | None = None,
     time_dim: int = -2,
+    *,
+    vectorized: bool = False,
 ) -> Tensor:
     """TD(1) advantage: :func:`td1_return_estimate` minus ``state_value``.
 
@@ -375,6 +285,7 @@ def td1_advantage_estimate(
         terminated: bool, shaped like ``reward``; no bootstrap where True. Defaults to ``done``.
         rolling_gamma: see :func:`td_lambda_return_estimate`.
         time_dim: the time dimension. Defaults to ``-2``.
+        vectorized: use the blocked scan (see :func:`td_lambda_return_estimate`).
 
     Returns:
         The TD(1) advantage, shaped like ``reward``.
@@ -386,8 +297,8 @@ def td1_advantage_estimate(
         >>> td1_advantage_estimate(0.5, value, value, reward, done).squeeze(-1)
         tensor([[0.7500, 0.5000, 0.0000]])
     """
-    return _td_lambda_advantage(
-        "td1_advantage_estimate",
+    return td_lambda_advantage(
+        "vec_td1_advantage_estimate" if vectorized else "td1_advantage_estimate",
         gamma,
         1.0,
         state_value,
@@ -397,54 +308,7 @@ def td1_advantage_estimate(
         terminated,
         rolling_gamma,
         time_dim,
-        vectorized=False,
-    )
-
-
-def vec_td1_advantage_estimate(
-    gamma: Discount,
-    state_value: Tensor,
-    next_state_value: Tensor,
-    reward: Tensor,
-    done: Tensor,
-    terminated: Tensor | None = None,
-    rolling_gamma: bool | None = None,
-    time_dim: int = -2,
-) -> Tensor:
-    """TD(1) advantage with the blocked solver of :func:`vec_td1_return_estimate`.
-
-    Args:
-        gamma: discount, a number or a per-step tensor broadcastable to ``reward``.
-        state_value: ``V(s_t)``, shaped like ``reward`` (``[*B, T, *F]``).
-        next_state_value: ``V(s_{t+1})``, shaped like ``reward``.
-        reward: rewards, ``[*B, T, *F]`` with time at ``time_dim``.
-        done: bool end-of-trajectory flags, shaped like ``reward``.
-        terminated: bool, shaped like ``reward``; no bootstrap where True. Defaults to ``done``.
-        rolling_gamma: see :func:`td_lambda_return_estimate`.
-        time_dim: the time dimension. Defaults to ``-2``.
-
-    Returns:
-        The TD(1) advantage, shaped like ``reward``.
-
-    Examples:
-        >>> value = torch.ones(1, 3, 1)
-        >>> reward = torch.ones(1, 3, 1)
-        >>> done = torch.tensor([[[False], [False], [True]]])
-        >>> vec_td1_advantage_estimate(0.5, value, value, reward, done).squeeze(-1)
-        tensor([[0.7500, 0.5000, 0.0000]])
-    """
-    return _td_lambda_advantage(
-        "vec_td1_advantage_estimate",
-        gamma,
-        1.0,
-        state_value,
-        next_state_value,
-        reward,
-        done,
-        terminated,
-        rolling_gamma,
-        time_dim,
-        vectorized=True,
+        vectorized,
     )
 
 
@@ -458,6 +322,8 @@ def td_lambda_advantage_estimate(
     terminated: Tensor | None = None,
     rolling_gamma: bool | None = None,
     time_dim: int = -2,
+    *,
+    vectorized: bool = False,
 ) -> Tensor:
     """TD(lambda) advantage: :func:`td_lambda_return_estimate` minus ``state_value``.
 
@@ -471,6 +337,7 @@ def td_lambda_advantage_estimate(
         terminated: bool, shaped like ``reward``; no bootstrap where True. Defaults to ``done``.
         rolling_gamma: see :func:`td_lambda_return_estimate`.
         time_dim: the time dimension. Defaults to ``-2``.
+        vectorized: use the blocked scan (see :func:`td_lambda_return_estimate`).
 
     Returns:
         The TD(lambda) advantage, shaped like ``reward``.
@@ -482,8 +349,8 @@ def td_lambda_advantage_estimate(
         >>> td_lambda_advantage_estimate(0.5, 0.5, value, value, reward, done).squeeze(-1)
         tensor([[0.6250, 0.5000, 0.0000]])
     """
-    return _td_lambda_advantage(
-        "td_lambda_advantage_estimate",
+    return td_lambda_advantage(
+        "vec_td_lambda_advantage_estimate" if vectorized else "td_lambda_advantage_estimate",
         gamma,
         lmbda,
         state_value,
@@ -493,56 +360,7 @@ def td_lambda_advantage_estimate(
         terminated,
         rolling_gamma,
         time_dim,
-        vectorized=False,
-    )
-
-
-def vec_td_lambda_advantage_estimate(
-    gamma: Discount,
-    lmbda: Discount,
-    state_value: Tensor,
-    next_state_value: Tensor,
-    reward: Tensor,
-    done: Tensor,
-    terminated: Tensor | None = None,
-    rolling_gamma: bool | None = None,
-    time_dim: int = -2,
-) -> Tensor:
-    """TD(lambda) advantage with the blocked solver of :func:`vec_td_lambda_return_estimate`.
-
-    Args:
-        gamma: discount, a number or a per-step tensor broadcastable to ``reward``.
-        lmbda: the lambda of TD(lambda), a number or a per-step tensor.
-        state_value: ``V(s_t)``, shaped like ``reward`` (``[*B, T, *F]``).
-        next_state_value: ``V(s_{t+1})``, shaped like ``reward``.
-        reward: rewards, ``[*B, T, *F]`` with time at ``time_dim``.
-        done: bool end-of-trajectory flags, shaped like ``reward``.
-        terminated: bool, shaped like ``reward``; no bootstrap where True. Defaults to ``done``.
-        rolling_gamma: see :func:`td_lambda_return_estimate`.
-        time_dim: the time dimension. Defaults to ``-2``.
-
-    Returns:
-        The TD(lambda) advantage, shaped like ``reward``.
-
-    Examples:
-        >>> value = torch.ones(1, 3, 1)
-        >>> reward = torch.ones(1, 3, 1)
-        >>> done = torch.tensor([[[False], [False], [True]]])
-        >>> vec_td_lambda_advantage_estimate(0.5, 0.5, value, value, reward, done).squeeze(-1)
-        tensor([[0.6250, 0.5000, 0.0000]])
-    """
-    return _td_lambda_advantage(
-        "vec_td_lambda_advantage_estimate",
-        gamma,
-        lmbda,
-        state_value,
-        next_state_value,
-        reward,
-        done,
-        terminated,
-        rolling_gamma,
-        time_dim,
-        vectorized=True,
+        vectorized,
     )
 
 
@@ -561,6 +379,7 @@ def generalized_advantage_estimate(
     terminated: Tensor | None = None,
     *,
     time_dim: int = -2,
+    vectorized: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Generalized advantage estimate (Schulman et al., 2016) and its value target.
 
@@ -577,6 +396,7 @@ def generalized_advantage_estimate(
         done: bool end-of-trajectory flags, shaped like ``reward``.
         terminated: bool, shaped like ``reward``; no bootstrap where True. Defaults to ``done``.
         time_dim: the time dimension. Defaults to ``-2``.
+        vectorized: use the blocked scan (see :func:`td_lambda_return_estimate`).
 
     Returns:
         ``(advantage, value_target)``, both shaped like ``reward``, with
@@ -591,9 +411,9 @@ def generalized_advantage_estimate(
         >>> adv.squeeze(-1)
         tensor([[1.7500, 1.0000, 1.5000]])
     """
-    adv, target = _recursion(
-        "generalized_advantage_estimate",
-        _GAE,
+    adv, target = recursion(
+        "vec_generalized_advantage_estimate" if vectorized else "generalized_advantage_estimate",
+        GAE_MODE,
         gamma,
         lmbda,
         state_value,
@@ -602,10 +422,140 @@ def generalized_advantage_estimate(
         done,
         terminated,
         time_dim,
-        vectorized=False,
+        vectorized,
     )
     assert target is not None
     return adv, target
+
+
+# --------------------------------------------------------------------------------------------
+# The vec_* names: the functions above with ``vectorized=True``
+# --------------------------------------------------------------------------------------------
+
+
+def vec_td_lambda_return_estimate(
+    gamma: Discount,
+    lmbda: Discount,
+    next_state_value: Tensor,
+    reward: Tensor,
+    done: Tensor,
+    terminated: Tensor | None = None,
+    rolling_gamma: bool | None = None,
+    *,
+    time_dim: int = -2,
+) -> Tensor:
+    """:func:`td_lambda_return_estimate` with ``vectorized=True`` (same arguments and results).
+
+    Examples:
+        >>> done = torch.tensor([[[False], [True], [False], [False]]])
+        >>> args = (torch.full((1, 4, 1), 2.0), torch.ones(1, 4, 1), done)
+        >>> vec_td_lambda_return_estimate(0.5, 0.5, *args).squeeze(-1)
+        tensor([[1.7500, 1.0000, 2.0000, 2.0000]])
+    """
+    return td_lambda_return_estimate(
+        gamma,
+        lmbda,
+        next_state_value,
+        reward,
+        done,
+        terminated,
+        rolling_gamma,
+        time_dim=time_dim,
+        vectorized=True,
+    )
+
+
+def vec_td1_return_estimate(
+    gamma: Discount,
+    next_state_value: Tensor,
+    reward: Tensor,
+    done: Tensor,
+    terminated: Tensor | None = None,
+    rolling_gamma: bool | None = None,
+    time_dim: int = -2,
+) -> Tensor:
+    """:func:`td1_return_estimate` with ``vectorized=True`` (same arguments and results).
+
+    Examples:
+        >>> done = torch.tensor([[[False], [False], [True]]])
+        >>> args = (torch.full((1, 3, 1), 10.0), torch.ones(1, 3, 1), done)
+        >>> vec_td1_return_estimate(0.5, *args).squeeze(-1)
+        tensor([[1.7500, 1.5000, 1.0000]])
+    """
+    return td1_return_estimate(
+        gamma,
+        next_state_value,
+        reward,
+        done,
+        terminated,
+        rolling_gamma,
+        time_dim=time_dim,
+        vectorized=True,
+    )
+
+
+def vec_td1_advantage_estimate(
+    gamma: Discount,
+    state_value: Tensor,
+    next_state_value: Tensor,
+    reward: Tensor,
+    done: Tensor,
+    terminated: Tensor | None = None,
+    rolling_gamma: bool | None = None,
+    time_dim: int = -2,
+) -> Tensor:
+    """:func:`td1_advantage_estimate` with ``vectorized=True`` (same arguments and results).
+
+    Examples:
+        >>> value = torch.ones(1, 3, 1)
+        >>> done = torch.tensor([[[False], [False], [True]]])
+        >>> vec_td1_advantage_estimate(0.5, value, value, value, done).squeeze(-1)
+        tensor([[0.7500, 0.5000, 0.0000]])
+    """
+    return td1_advantage_estimate(
+        gamma,
+        state_value,
+        next_state_value,
+        reward,
+        done,
+        terminated,
+        rolling_gamma,
+        time_dim,
+        vectorized=True,
+    )
+
+
+def vec_td_lambda_advantage_estimate(
+    gamma: Discount,
+    lmbda: Discount,
+    state_value: Tensor,
+    next_state_value: Tensor,
+    reward: Tensor,
+    done: Tensor,
+    terminated: Tensor | None = None,
+    rolling_gamma: bool | None = None,
+    time_dim: int = -2,
+) -> Tensor:
+    """:func:`td_lambda_advantage_estimate` with ``vectorized=True`` (same arguments, results).
+
+    Examples:
+        >>> value = torch.ones(1, 3, 1)
+        >>> done = torch.tensor([[[False], [False], [True]]])
+        >>> vec_td_lambda_advantage_estimate(0.5, 0.5, value, value, value, done).squeeze(-1)
+        tensor([[0.6250, 0.5000, 0.0000]])
+    """
+    return td_lambda_advantage_estimate(
+        gamma,
+        lmbda,
+        state_value,
+        next_state_value,
+        reward,
+        done,
+        terminated,
+        rolling_gamma,
+        time_dim,
+        vectorized=True,
+    )
 
 
 def vec_generalized_advantage_estimate(
@@ -619,36 +569,16 @@ def vec_generalized_advantage_estimate(
     *,
     time_dim: int = -2,
 ) -> tuple[Tensor, Tensor]:
-    """Generalized advantage estimate solved by a blocked scan instead of a loop over time.
-
-    Same arguments and results as :func:`generalized_advantage_estimate`, computed with
-    O(log(T)) batched tensor ops (see :func:`vec_td_lambda_return_estimate`); meant for GPUs.
-
-    Args:
-        gamma: discount, a number or a per-step tensor broadcastable to ``reward``.
-        lmbda: GAE's lambda, a number or a per-step tensor.
-        state_value: ``V(s_t)``, shaped like ``reward`` (``[*B, T, *F]``).
-        next_state_value: ``V(s_{t+1})``, shaped like ``reward``.
-        reward: rewards, ``[*B, T, *F]`` with time at ``time_dim``.
-        done: bool end-of-trajectory flags, shaped like ``reward``.
-        terminated: bool, shaped like ``reward``; no bootstrap where True. Defaults to ``done``.
-        time_dim: the time dimension. Defaults to ``-2``.
-
-    Returns:
-        ``(advantage, value_target)``, both shaped like ``reward``.
+    """:func:`generalized_advantage_estimate` with ``vectorized=True`` (same arguments, results).
 
     Examples:
-        >>> value = torch.zeros(1, 3, 1)
-        >>> next_value = torch.ones(1, 3, 1)
-        >>> reward = torch.ones(1, 3, 1)
+        >>> value, next_value = torch.zeros(1, 3, 1), torch.ones(1, 3, 1)
         >>> done = torch.tensor([[[False], [True], [False]]])
-        >>> adv, _ = vec_generalized_advantage_estimate(0.5, 0.5, value, next_value, reward, done)
+        >>> adv, _ = vec_generalized_advantage_estimate(0.5, 0.5, value, next_value, next_value, done)
         >>> adv.squeeze(-1)
         tensor([[1.7500, 1.0000, 1.5000]])
     """
-    adv, target = _recursion(
-        "vec_generalized_advantage_estimate",
-        _GAE,
+    return generalized_advantage_estimate(
         gamma,
         lmbda,
         state_value,
@@ -656,11 +586,9 @@ def vec_generalized_advantage_estimate(
         reward,
         done,
         terminated,
-        time_dim,
+        time_dim=time_dim,
         vectorized=True,
     )
-    assert target is not None
-    return adv, target
 
 
 # --------------------------------------------------------------------------------------------
@@ -719,8 +647,8 @@ def vtrace_advantage_estimate(
         tensor([[1.7500, 1.5000, 1.0000]])
     """
     fn = "vtrace_advantage_estimate"
-    layout = _Layout(fn, reward, time_dim)
-    _check_tensors(
+    layout = Layout(fn, reward, time_dim)
+    check_tensors(
         fn,
         reward,
         log_pi=log_pi,
@@ -730,12 +658,12 @@ def vtrace_advantage_estimate(
         done=done,
         terminated=terminated,
     )
-    gamma = _discount(fn, "gamma", gamma, reward.shape)
+    gamma = as_discount(fn, "gamma", gamma, reward.shape)
     if layout.n * layout.t * layout.f == 0:
         return torch.empty_like(reward), torch.empty_like(reward)
-    d = layout.ntf(_flag(done))
-    term = d if terminated is None else layout.ntf(_flag(terminated))
-    g = layout.ntf(gamma) if _is_varying(gamma) else gamma
+    d = layout.ntf(as_flag(done))
+    term = d if terminated is None else layout.ntf(as_flag(terminated))
+    g = layout.ntf(gamma) if is_varying(gamma) else gamma
     r = layout.ntf(reward)
     v = layout.ntf(state_value)
     nv = layout.ntf(next_state_value)
@@ -743,11 +671,11 @@ def vtrace_advantage_estimate(
     rho = torch.clamp(ratio, max=rho_thresh)
     trace = torch.clamp(ratio, max=c_thresh)
     zero = torch.zeros((), dtype=r.dtype, device=r.device)
-    stop = _stops(d, term)
+    stop = stops(d, term)
     boot = torch.where(term, zero, g * nv)
     delta = rho * (r + boot - v)
     coef = torch.where(stop, zero, g * trace)
-    correction = _solve_discounted_sum(delta, coef, stop)
+    correction = solve_discounted_sum(delta, coef, stop)
     target = v + correction
     next_correction = torch.where(stop, zero, nnf.pad(correction[:, 1:], (0, 0, 0, 1)))
     next_target = nv + next_correction
@@ -782,16 +710,4 @@ def reward2go(
         >>> reward2go(reward, done, 0.5, time_dim=-1)
         tensor([[1.7500, 1.5000, 1.0000, 1.7500, 1.5000, 1.0000]])
     """
-    return _recursion(
-        "reward2go",
-        _DISCOUNTED_SUM,
-        gamma,
-        1.0,
-        None,
-        None,
-        reward,
-        done,
-        None,
-        time_dim,
-        vectorized=False,
-    )[0]
+    return reward_to_go("reward2go", reward, done, gamma, time_dim)

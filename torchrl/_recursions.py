@@ -1,8 +1,10 @@
-"""The machinery behind :mod:`torchrl.objectives.value.functional`.
+"""Backward recursions over time: the machinery behind value estimates and reward-to-go.
 
 Argument checks, the solvers of the backward recursion ``y_t = x_t + c_t * y_{t+1}`` (a torch loop
 over time, a blocked scan, and the torch-free C++ kernel of ``csrc/value.cpp``), and the drivers
-that the public estimates share. Nothing here is public API.
+that :mod:`torchrl.objectives.value.functional` and the replay-buffer transform
+:class:`~torchrl.envs.transforms.Reward2GoTransform` share. It sits at the bottom layer so that
+both can use it; the public API is in :mod:`torchrl.objectives.value.functional`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 import torch
 import torch.nn.functional as nnf
@@ -18,9 +20,13 @@ from torch import Tensor
 
 from torchrl._utils import warn_once
 
+# The compiled kernels are optional: without them the torch loop takes over (see
+# kernel_usable, which announces it once). Tests and benchmarks set ``_C = None`` here to
+# exercise that path.
+_C: Any
 try:
-    from torchrl import _C
-except ImportError as _err:  # the torch loop takes over; see _kernel_usable
+    import torchrl._C as _C
+except ImportError as _err:
     _C = None
     _C_IMPORT_ERROR: ImportError | None = _err
 else:
@@ -29,10 +35,10 @@ else:
 Discount = float | Tensor
 
 # Modes of the C++ kernel (csrc/value.cpp).
-_GAE, _TD_LAMBDA, _DISCOUNTED_SUM = 0, 1, 2
+GAE_MODE, TD_LAMBDA_MODE, DISCOUNTED_SUM_MODE = 0, 1, 2
 
-# Steps per block of the vectorized solver (see _solve_rows); 8 measured fastest on CPU.
-_VEC_BLOCK = 8
+# Steps per block of the vectorized solver (see solve_rows); 8 measured fastest on CPU.
+VEC_BLOCK = 8
 
 
 # --------------------------------------------------------------------------------------------
@@ -40,7 +46,7 @@ _VEC_BLOCK = 8
 # --------------------------------------------------------------------------------------------
 
 
-class _Layout:
+class Layout:
     """The reward's shape viewed as ``[N, T, F]`` (batch, time, features)."""
 
     __slots__ = ("shape", "n", "t", "f")
@@ -67,7 +73,7 @@ class _Layout:
         return x.reshape(self.shape)
 
 
-def _check_tensors(fn: str, reward: Tensor, **tensors: Tensor | None) -> None:
+def check_tensors(fn: str, reward: Tensor, **tensors: Tensor | None) -> None:
     for name, value in tensors.items():
         if value is None:
             continue
@@ -80,11 +86,11 @@ def _check_tensors(fn: str, reward: Tensor, **tensors: Tensor | None) -> None:
             )
 
 
-def _flag(value: Tensor) -> Tensor:
+def as_flag(value: Tensor) -> Tensor:
     return value if value.dtype == torch.bool else value != 0
 
 
-def _discount(fn: str, name: str, value: Discount, shape: torch.Size) -> Discount:
+def as_discount(fn: str, name: str, value: Discount, shape: torch.Size) -> Discount:
     """Returns a float, a one-element tensor, or a tensor expanded to ``shape``."""
     if isinstance(value, Tensor):
         if value.numel() == 1:
@@ -104,11 +110,11 @@ def _discount(fn: str, name: str, value: Discount, shape: torch.Size) -> Discoun
     return float(value)
 
 
-def _is_varying(value: Discount) -> TypeGuard[Tensor]:
+def is_varying(value: Discount) -> TypeGuard[Tensor]:
     return isinstance(value, Tensor) and value.ndim > 0
 
 
-def _kernel_usable(reward: Tensor, floats: Sequence[Tensor], discounts: Sequence[Discount]) -> bool:
+def kernel_usable(reward: Tensor, floats: Sequence[Tensor], discounts: Sequence[Discount]) -> bool:
     """Whether the C++ kernel can take these inputs (CPU, no autograd, one float dtype)."""
     tensors = [*floats, *(d for d in discounts if isinstance(d, Tensor))]
     if reward.dtype not in (torch.float32, torch.float64):
@@ -129,19 +135,19 @@ def _kernel_usable(reward: Tensor, floats: Sequence[Tensor], discounts: Sequence
     return True
 
 
-def _np(x: Tensor, layout: _Layout, dtype: torch.dtype | None = None):  # -> np.ndarray
+def as_numpy(x: Tensor, layout: Layout, dtype: torch.dtype | None = None):  # -> np.ndarray
     x = layout.ntf(x.detach())
     if dtype is not None:
         x = x.to(dtype)
     return x.contiguous().numpy()
 
 
-def _np_discount(value: Discount, layout: _Layout, dtype: torch.dtype):  # float | np.ndarray
+def np_discount(value: Discount, layout: Layout, dtype: torch.dtype):  # float | np.ndarray
     if not isinstance(value, Tensor):
         return value
     if value.ndim == 0:
         return float(value)
-    return _np(value, layout, dtype)
+    return as_numpy(value, layout, dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -149,7 +155,7 @@ def _np_discount(value: Discount, layout: _Layout, dtype: torch.dtype):  # float
 # --------------------------------------------------------------------------------------------
 
 
-def _solve_loop(x: Tensor, c: Tensor) -> Tensor:
+def solve_loop(x: Tensor, c: Tensor) -> Tensor:
     """One step at a time backwards, each step vectorized over the batch."""
     steps = x.shape[1]
     # Time-major copies make every step one contiguous op (twice as fast as strided columns).
@@ -167,17 +173,17 @@ def _solve_loop(x: Tensor, c: Tensor) -> Tensor:
     return y.transpose(0, 1)
 
 
-def _solve_rows(x: Tensor, c: Tensor) -> Tensor:
+def solve_rows(x: Tensor, c: Tensor) -> Tensor:
     """Solves ``[L, T]`` rows with a blocked scan: no loop over ``T``.
 
-    The rows are cut into blocks of ``_VEC_BLOCK`` steps, all solved side by side (a fixed loop
+    The rows are cut into blocks of ``VEC_BLOCK`` steps, all solved side by side (a fixed loop
     over the position inside the block, each step one op over every block of every row). Each
-    block's first value and the product of its ``c`` (its "carry") form a ``T / _VEC_BLOCK`` long
+    block's first value and the product of its ``c`` (its "carry") form a ``T / VEC_BLOCK`` long
     recursion of the same kind, solved recursively; the block starts then flow back in with one
-    multiply-add. O(numel) work and memory, O(_VEC_BLOCK * log(T)) tensor ops.
+    multiply-add. O(numel) work and memory, O(VEC_BLOCK * log(T)) tensor ops.
     """
     rows, steps = x.shape
-    size = _VEC_BLOCK
+    size = VEC_BLOCK
     blocks = -(-steps // size)
     pad = blocks * size - steps
     if pad:
@@ -193,28 +199,28 @@ def _solve_rows(x: Tensor, c: Tensor) -> Tensor:
         ys.append(torch.addcmul(xb[j], cb[j], ys[-1]))
         carries.append(cb[j] * carries[-1])
     if blocks > 1:
-        starts = _solve_rows(ys[-1], carries[-1])
+        starts = solve_rows(ys[-1], carries[-1])
         next_start = nnf.pad(starts[:, 1:], (0, 1))
         ys = [torch.addcmul(y, carry, next_start) for y, carry in zip(ys, carries)]
     y = torch.stack(ys[::-1], -1)
     return y.reshape(rows, blocks * size)[:, :steps]
 
 
-def _solve_vec(x: Tensor, c: Tensor) -> Tensor:
+def solve_vec(x: Tensor, c: Tensor) -> Tensor:
     n, steps, f = x.shape
     rows_x = x.transpose(1, 2).reshape(n * f, steps)
     rows_c = c.transpose(1, 2).reshape(n * f, steps)
-    return _solve_rows(rows_x, rows_c).reshape(n, f, steps).transpose(1, 2)
+    return solve_rows(rows_x, rows_c).reshape(n, f, steps).transpose(1, 2)
 
 
-def _solve(x: Tensor, c: Tensor, vectorized: bool) -> Tensor:
+def solve(x: Tensor, c: Tensor, vectorized: bool) -> Tensor:
     # Off CPU a Python loop costs a kernel launch per step: the blocked solver wins there.
     if vectorized or x.device.type != "cpu":
-        return _solve_vec(x, c)
-    return _solve_loop(x, c)
+        return solve_vec(x, c)
+    return solve_loop(x, c)
 
 
-def _stops(done: Tensor, terminated: Tensor) -> Tensor:
+def stops(done: Tensor, terminated: Tensor) -> Tensor:
     """Where the recursion stops: episode ends, terminations and the last step of each row."""
     stop = done | terminated
     stop[:, -1] = True
@@ -226,7 +232,7 @@ def _stops(done: Tensor, terminated: Tensor) -> Tensor:
 # --------------------------------------------------------------------------------------------
 
 
-def _recursion(
+def recursion(
     fn: str,
     mode: int,
     gamma: Discount,
@@ -240,8 +246,8 @@ def _recursion(
     vectorized: bool,
 ) -> tuple[Tensor, Tensor | None]:
     """Runs one of the kernel's recursions; returns ``(y, y + state_value or None)``."""
-    layout = _Layout(fn, reward, time_dim)
-    _check_tensors(
+    layout = Layout(fn, reward, time_dim)
+    check_tensors(
         fn,
         reward,
         state_value=state_value,
@@ -249,28 +255,28 @@ def _recursion(
         done=done,
         terminated=terminated,
     )
-    gamma = _discount(fn, "gamma", gamma, reward.shape)
-    lmbda = _discount(fn, "lmbda", lmbda, reward.shape)
-    done = _flag(done)
-    terminated = None if terminated is None else _flag(terminated)
+    gamma = as_discount(fn, "gamma", gamma, reward.shape)
+    lmbda = as_discount(fn, "lmbda", lmbda, reward.shape)
+    done = as_flag(done)
+    terminated = None if terminated is None else as_flag(terminated)
     floats = [t for t in (reward, state_value, next_state_value) if t is not None]
     if layout.n * layout.t * layout.f == 0:
         empty = torch.empty_like(reward)
-        return empty, (empty.clone() if mode == _GAE else None)
+        return empty, (empty.clone() if mode == GAE_MODE else None)
 
-    if not vectorized and _kernel_usable(reward, floats, (gamma, lmbda)):
+    if not vectorized and kernel_usable(reward, floats, (gamma, lmbda)):
         dtype = reward.dtype
         out = torch.empty(layout.n, layout.t, layout.f, dtype=dtype)
-        target = torch.empty_like(out) if mode == _GAE else None
+        target = torch.empty_like(out) if mode == GAE_MODE else None
         _C.value_recurrence(
             mode,
-            _np(reward, layout),
-            None if state_value is None else _np(state_value, layout),
-            None if next_state_value is None else _np(next_state_value, layout),
-            _np(done, layout),
-            None if terminated is None else _np(terminated, layout),
-            _np_discount(gamma, layout, dtype),
-            _np_discount(lmbda, layout, dtype),
+            as_numpy(reward, layout),
+            None if state_value is None else as_numpy(state_value, layout),
+            None if next_state_value is None else as_numpy(next_state_value, layout),
+            as_numpy(done, layout),
+            None if terminated is None else as_numpy(terminated, layout),
+            np_discount(gamma, layout, dtype),
+            np_discount(lmbda, layout, dtype),
             out.numpy(),
             None if target is None else target.numpy(),
         )
@@ -279,11 +285,11 @@ def _recursion(
     r = layout.ntf(reward)
     d = layout.ntf(done)
     term = d if terminated is None else layout.ntf(terminated)
-    g = layout.ntf(gamma) if _is_varying(gamma) else gamma
-    lam = layout.ntf(lmbda) if _is_varying(lmbda) else lmbda
-    stop = _stops(d, term)
+    g = layout.ntf(gamma) if is_varying(gamma) else gamma
+    lam = layout.ntf(lmbda) if is_varying(lmbda) else lmbda
+    stop = stops(d, term)
     zero = torch.zeros((), dtype=r.dtype, device=r.device)
-    if mode == _DISCOUNTED_SUM:
+    if mode == DISCOUNTED_SUM_MODE:
         c = torch.where(stop, zero, torch.as_tensor(g, dtype=r.dtype, device=r.device))
         x = r
     else:
@@ -291,20 +297,20 @@ def _recursion(
         nv = layout.ntf(next_state_value)
         c = torch.where(stop, zero, torch.as_tensor(g * lam, dtype=r.dtype, device=r.device))
         x = r + torch.where(term, zero, g * nv)
-        if mode == _GAE:
+        if mode == GAE_MODE:
             assert state_value is not None
             x = x - layout.ntf(state_value)
         else:
             x = x - c * nv
     c = c.expand_as(x)
-    y = _solve(x, c, vectorized)
-    if mode != _GAE:
+    y = solve(x, c, vectorized)
+    if mode != GAE_MODE:
         return layout.back(y), None
     assert state_value is not None
     return layout.back(y), layout.back(y + layout.ntf(state_value))
 
 
-def _td_lambda_fixed_discount(
+def td_lambda_fixed_discount(
     fn: str,
     gamma: Discount,
     lmbda: Discount,
@@ -320,12 +326,12 @@ def _td_lambda_fixed_discount(
     with ``e`` the end of ``t``'s trajectory and ``v'`` zeroed on terminated steps. Built as a
     ``[T, T]`` matrix per row: O(numel * T) memory.
     """
-    layout = _Layout(fn, reward, time_dim)
-    _check_tensors(fn, reward, next_state_value=next_state_value, done=done, terminated=terminated)
-    gamma = _discount(fn, "gamma", gamma, reward.shape)
-    lmbda = _discount(fn, "lmbda", lmbda, reward.shape)
-    done = _flag(done)
-    terminated = done if terminated is None else _flag(terminated)
+    layout = Layout(fn, reward, time_dim)
+    check_tensors(fn, reward, next_state_value=next_state_value, done=done, terminated=terminated)
+    gamma = as_discount(fn, "gamma", gamma, reward.shape)
+    lmbda = as_discount(fn, "lmbda", lmbda, reward.shape)
+    done = as_flag(done)
+    terminated = done if terminated is None else as_flag(terminated)
     steps = layout.t
     if layout.n * steps * layout.f == 0:
         return torch.empty_like(reward)
@@ -338,8 +344,8 @@ def _td_lambda_fixed_discount(
     term = rows(terminated)
     stop = rows(done) | term
     stop[:, -1] = True
-    g = rows(gamma) if _is_varying(gamma) else torch.as_tensor(gamma, dtype=dtype, device=device)
-    lam = rows(lmbda) if _is_varying(lmbda) else torch.as_tensor(lmbda, dtype=dtype, device=device)
+    g = rows(gamma) if is_varying(gamma) else torch.as_tensor(gamma, dtype=dtype, device=device)
+    lam = rows(lmbda) if is_varying(lmbda) else torch.as_tensor(lmbda, dtype=dtype, device=device)
     g = g.expand_as(r)
     lam = lam.expand_as(r)
     nv = torch.where(term, torch.zeros((), dtype=dtype, device=device), rows(next_state_value))
@@ -358,7 +364,7 @@ def _td_lambda_fixed_discount(
     return layout.back(out.reshape(layout.n, layout.f, steps).transpose(1, 2))
 
 
-def _td_lambda(
+def td_lambda(
     fn: str,
     gamma: Discount,
     lmbda: Discount,
@@ -370,13 +376,13 @@ def _td_lambda(
     time_dim: int,
     vectorized: bool,
 ) -> Tensor:
-    if rolling_gamma is False and (_is_varying_arg(gamma) or _is_varying_arg(lmbda)):
-        return _td_lambda_fixed_discount(
+    if rolling_gamma is False and (is_varying_arg(gamma) or is_varying_arg(lmbda)):
+        return td_lambda_fixed_discount(
             fn, gamma, lmbda, next_state_value, reward, done, terminated, time_dim
         )
-    return _recursion(
+    return recursion(
         fn,
-        _TD_LAMBDA,
+        TD_LAMBDA_MODE,
         gamma,
         lmbda,
         None,
@@ -389,11 +395,11 @@ def _td_lambda(
     )[0]
 
 
-def _is_varying_arg(value: Discount) -> TypeGuard[Tensor]:
+def is_varying_arg(value: Discount) -> TypeGuard[Tensor]:
     return isinstance(value, Tensor) and value.numel() > 1
 
 
-def _td_lambda_advantage(
+def td_lambda_advantage(
     fn: str,
     gamma: Discount,
     lmbda: Discount,
@@ -407,8 +413,8 @@ def _td_lambda_advantage(
     vectorized: bool,
 ) -> Tensor:
     """The TD(1)/TD(lambda) advantage wrappers' shared body: the return minus ``state_value``."""
-    _check_tensors(fn, reward, state_value=state_value)
-    ret = _td_lambda(
+    check_tensors(fn, reward, state_value=state_value)
+    ret = td_lambda(
         fn,
         gamma,
         lmbda,
@@ -423,22 +429,43 @@ def _td_lambda_advantage(
     return ret - state_value
 
 
-def _solve_discounted_sum(x: Tensor, c: Tensor, stop: Tensor) -> Tensor:
+def solve_discounted_sum(x: Tensor, c: Tensor, stop: Tensor) -> Tensor:
     """``y_t = x_t + c_t * y_{t+1}`` on [N, T, F]; ``c`` must already be 0 where ``stop``."""
-    if _kernel_usable(x, [x, c], ()):
-        layout = _Layout("vtrace_advantage_estimate", x, -2)
+    if kernel_usable(x, [x, c], ()):
+        layout = Layout("vtrace_advantage_estimate", x, -2)
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         _C.value_recurrence(
-            _DISCOUNTED_SUM,
-            _np(x, layout),
+            DISCOUNTED_SUM_MODE,
+            as_numpy(x, layout),
             None,
             None,
-            _np(stop, layout),
+            as_numpy(stop, layout),
             None,
-            _np(c, layout),
+            as_numpy(c, layout),
             1.0,
             out.numpy(),
             None,
         )
         return out
-    return _solve(x, c.expand_as(x), vectorized=False)
+    return solve(x, c.expand_as(x), vectorized=False)
+
+
+def reward_to_go(fn: str, reward: Tensor, done: Tensor, gamma: Discount, time_dim: int) -> Tensor:
+    """``G_t = r_t + gamma_t * G_{t+1}``, restarted after every ``done`` (no bootstrap).
+
+    ``fn`` names the caller in error messages. See
+    :func:`torchrl.objectives.value.functional.reward2go` for the arguments.
+    """
+    return recursion(
+        fn,
+        DISCOUNTED_SUM_MODE,
+        gamma,
+        1.0,
+        None,
+        None,
+        reward,
+        done,
+        None,
+        time_dim,
+        vectorized=False,
+    )[0]
