@@ -27,7 +27,7 @@ from torchrl.envs import (
     SerialEnv,
     check_env_specs,
 )
-from torchrl.envs._contract import _next_seed
+from torchrl.envs.common import next_seed as _next_seed
 
 gymnasium = pytest.importorskip("gymnasium")
 

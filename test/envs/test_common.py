@@ -413,7 +413,7 @@ class TestRollout:
         assert r[0, 1]["note"] == "hello"
 
     def test_stack_matches_torch_stack(self):
-        from torchrl.envs._contract import _stack_steps
+        from torchrl.envs._rollout import stack_steps as _stack_steps
 
         env = NestedEnv(batch_size=[2], max_steps=100)
         td = env.reset()

@@ -7,7 +7,8 @@ import torch
 from tensordict import LazyStackedTensorDict, TensorDict
 
 from torchrl.envs import PendulumEnv
-from torchrl.envs._contract import _stack_steps, _StepStore
+from torchrl.envs._rollout import StepStore as _StepStore
+from torchrl.envs._rollout import stack_steps as _stack_steps
 
 
 def _step(t: int, batch: tuple[int, ...] = (2,), extra: bool = False) -> TensorDict:

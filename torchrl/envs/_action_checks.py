@@ -26,8 +26,10 @@ from itertools import chain
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
+from torchrl._td_compat import entries
+from torchrl._types import NestedKey
 from torchrl.data.specs import (
     Binary,
     Bounded,
@@ -38,9 +40,6 @@ from torchrl.data.specs import (
     TensorSpec,
     Unbounded,
 )
-from torchrl.envs._contract import _raw
-
-NestedKey = str | tuple[str, ...]
 
 #: Number of entries up to which a CPU action is checked as a Python list.
 _SMALL = 64
@@ -48,7 +47,7 @@ _SMALL = 64
 # values_ok(value, small, ndim): ``small``: read the values as a Python list; ``ndim``: the
 # value's number of dims (known from the shape check, so not asked again)
 _ValuesOk = Callable[[torch.Tensor, bool, int], bool]
-_ActionCheck = Callable[[TensorDictBase], None]
+ActionCheck = Callable[[TensorDictBase], None]
 
 
 def _flat(value: torch.Tensor, ndim: int) -> Iterable[Any]:
@@ -272,7 +271,7 @@ class _LeafCheck:
 
     def __init__(self, key: NestedKey, spec: TensorSpec, batch_ndim: int) -> None:
         self.key = key
-        # plain TensorDicts are read through their dict for a str key (see _contract._raw)
+        # plain TensorDicts are read through their entry dict for a str key
         self.raw_key = key if type(key) is str else None
         self.spec = spec
         self.shape = shape = spec.shape
@@ -355,7 +354,7 @@ def _missing(owner: str, leaf: _LeafCheck, tensordict: TensorDictBase) -> None:
 
 def make_action_check(
     owner: str, action_spec: Composite, keys: Sequence[NestedKey], batch_ndim: int
-) -> _ActionCheck | None:
+) -> ActionCheck | None:
     """Builds the function that checks the actions of a step input against ``action_spec``.
 
     Args:
@@ -387,8 +386,11 @@ def make_action_check(
         small, ndim = leaf.spec_small, leaf.spec_ndim
 
         def check_one(tensordict: TensorDictBase) -> None:
-            raw = _raw(tensordict)
-            value = raw.get(key) if raw is not None else tensordict.get(key, None)
+            value = (
+                entries(tensordict).get(key)
+                if type(tensordict) is TensorDict
+                else tensordict.get(key, None)
+            )
             if (
                 type(value) is torch.Tensor
                 and value.dtype is dtype

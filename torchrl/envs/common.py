@@ -15,7 +15,7 @@ read key lists computed when the specs are set, and build at most one TensorDict
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,37 +23,18 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from torchrl._keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, TRUNCATED
-from torchrl.data.specs import Categorical, Composite, Unbounded
+from torchrl._td_compat import entries
+from torchrl._types import DeviceLike, NestedKey, ShapeLike
+from torchrl.data.specs import Categorical, Composite, TensorSpec, Unbounded
 from torchrl.envs._action_checks import make_action_check
-from torchrl.envs._contract import (
-    _all,
-    _any,
-    _any_group_done,
-    _cast_policy,
-    _check_against_specs,
-    _check_not_done,
-    _check_spec_shape,
-    _complete_done,
-    _done_per_env,
-    _drop_reset_keys,
-    _keep_unreset,
-    _leading_shape,
-    _make_device,
-    _next_seed,
-    _only,
-    _raw,
-    _set_leaf,
-    _set_next,
-    _single_or_all,
-    _spec_summary,
-    _SpecCache,
-    _StepStore,
-)
-from torchrl.envs.utils import _apply_mdp_plan
+from torchrl.envs._done import all_flag, any_flag
+from torchrl.envs._mdp import apply_mdp_plan
+from torchrl.envs._rollout import StepStore
+from torchrl.envs._spec_cache import SpecCache
+from torchrl.envs._spec_checks import check_against_specs, check_spec_shape, leading_shape
+from torchrl.envs._writes import set_leaf, set_next
 
-NestedKey = str | tuple[str, ...]
-
-__all__ = ["EnvBase"]
+__all__ = ["EnvBase", "next_seed"]
 
 _OUTPUT_SPECS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
 _INPUT_SPECS = ("full_state_spec", "full_action_spec")
@@ -122,8 +103,8 @@ class EnvBase(nn.Module):
     def __init__(
         self,
         *,
-        device: torch.device | str | int | None = None,
-        batch_size: Sequence[int] | torch.Size | int | None = None,
+        device: DeviceLike = None,
+        batch_size: ShapeLike | None = None,
         run_type_checks: bool = False,
         allow_done_after_reset: bool = False,
         validate_actions: bool = True,
@@ -142,7 +123,7 @@ class EnvBase(nn.Module):
         self.validate_actions = bool(validate_actions)
         self._batch_locked = True
         self._closed = False
-        self._cache: _SpecCache | None = None
+        self._cache: SpecCache | None = None
         shape = (*batch_size, 1)
         flag = Categorical(2, shape=shape, dtype=torch.bool, device=self._device)
         self._output_spec = Composite(
@@ -210,19 +191,19 @@ class EnvBase(nn.Module):
         """Forgets the key lists derived from the specs (after an in-place spec edit)."""
         self._cache = None
 
-    def _spec_cache(self) -> _SpecCache:
+    def _spec_cache(self) -> SpecCache:
         cache = self._cache
         if cache is None:
-            cache = self._cache = _SpecCache(self)
+            cache = self._cache = SpecCache(self)
         return cache
 
-    def _prepare(self, spec: Any, name: str, wrap_key: NestedKey | None) -> Composite:
+    def _prepare(self, spec: TensorSpec, name: str, wrap_key: NestedKey | None) -> Composite:
         if not isinstance(spec, Composite):
             if wrap_key is None:
                 raise TypeError(f"{type(self).__name__}.{name} must be a Composite, got {spec!r}")
-            _check_spec_shape(type(self).__name__, spec, name, self._batch_size)
+            check_spec_shape(type(self).__name__, spec, name, self._batch_size)
             spec = Composite({wrap_key: spec}, shape=self._batch_size, device=spec.device)
-        _check_spec_shape(type(self).__name__, spec, name, self._batch_size)
+        check_spec_shape(type(self).__name__, spec, name, self._batch_size)
         if self._device is not None and spec.device != self._device:
             spec = spec.to(self._device)
         return spec
@@ -265,7 +246,7 @@ class EnvBase(nn.Module):
         return self._output_spec["full_observation_spec"]
 
     @full_observation_spec.setter
-    def full_observation_spec(self, value: Any) -> None:
+    def full_observation_spec(self, value: TensorSpec) -> None:
         value = self._prepare(value, "full_observation_spec", OBSERVATION)
         self._set_sub_spec(self._output_spec, "full_observation_spec", value)
 
@@ -278,7 +259,7 @@ class EnvBase(nn.Module):
         return self.full_observation_spec
 
     @observation_spec.setter
-    def observation_spec(self, value: Any) -> None:
+    def observation_spec(self, value: TensorSpec) -> None:
         self.full_observation_spec = value
 
     @property
@@ -287,17 +268,17 @@ class EnvBase(nn.Module):
         return self._output_spec["full_reward_spec"]
 
     @full_reward_spec.setter
-    def full_reward_spec(self, value: Any) -> None:
+    def full_reward_spec(self, value: TensorSpec) -> None:
         value = self._prepare(value, "full_reward_spec", REWARD)
         self._set_sub_spec(self._output_spec, "full_reward_spec", value)
 
     @property
-    def reward_spec(self) -> Any:
+    def reward_spec(self) -> TensorSpec:
         """The reward spec: the leaf when there is one reward key, else the ``Composite``."""
         return _single_or_all(self.full_reward_spec)
 
     @reward_spec.setter
-    def reward_spec(self, value: Any) -> None:
+    def reward_spec(self, value: TensorSpec) -> None:
         keys = self.reward_keys if not isinstance(value, Composite) else []
         wrap = keys[0] if len(keys) == 1 else REWARD
         self.full_reward_spec = self._prepare(value, "reward_spec", wrap)
@@ -308,9 +289,9 @@ class EnvBase(nn.Module):
         return self._output_spec["full_done_spec"]
 
     @full_done_spec.setter
-    def full_done_spec(self, value: Any) -> None:
+    def full_done_spec(self, value: TensorSpec) -> None:
         if not isinstance(value, Composite):
-            _check_spec_shape(type(self).__name__, value, "full_done_spec", self._batch_size)
+            check_spec_shape(type(self).__name__, value, "full_done_spec", self._batch_size)
             value = Composite(
                 {DONE: value, TERMINATED: value.clone(), TRUNCATED: value.clone()},
                 shape=self._batch_size,
@@ -320,7 +301,7 @@ class EnvBase(nn.Module):
         self._set_sub_spec(self._output_spec, "full_done_spec", value)
 
     @property
-    def done_spec(self) -> Any:
+    def done_spec(self) -> TensorSpec:
         """The done specs: the leaf when there is one done key, else the ``Composite``.
 
         Setting a leaf spec creates ``done``, ``terminated`` and ``truncated`` entries alike.
@@ -328,7 +309,7 @@ class EnvBase(nn.Module):
         return _single_or_all(self.full_done_spec)
 
     @done_spec.setter
-    def done_spec(self, value: Any) -> None:
+    def done_spec(self, value: TensorSpec) -> None:
         self.full_done_spec = value
 
     @property
@@ -337,12 +318,12 @@ class EnvBase(nn.Module):
         return self._input_spec["full_action_spec"]
 
     @full_action_spec.setter
-    def full_action_spec(self, value: Any) -> None:
+    def full_action_spec(self, value: TensorSpec) -> None:
         value = self._prepare(value, "full_action_spec", ACTION)
         self._set_sub_spec(self._input_spec, "full_action_spec", value)
 
     @property
-    def action_spec(self) -> Any:
+    def action_spec(self) -> TensorSpec:
         """The action spec: the leaf when there is one action key, else the ``Composite``.
 
         Setting a leaf spec stores it under the current action key (``"action"`` by default).
@@ -350,7 +331,7 @@ class EnvBase(nn.Module):
         return _single_or_all(self.full_action_spec)
 
     @action_spec.setter
-    def action_spec(self, value: Any) -> None:
+    def action_spec(self, value: TensorSpec) -> None:
         keys = self.action_keys if not isinstance(value, Composite) else []
         wrap = keys[0] if len(keys) == 1 else ACTION
         self.full_action_spec = self._prepare(value, "action_spec", wrap)
@@ -361,7 +342,7 @@ class EnvBase(nn.Module):
         return self._input_spec["full_state_spec"]
 
     @full_state_spec.setter
-    def full_state_spec(self, value: Any) -> None:
+    def full_state_spec(self, value: TensorSpec) -> None:
         value = self._prepare(value, "full_state_spec", None)
         self._set_sub_spec(self._input_spec, "full_state_spec", value)
 
@@ -371,7 +352,7 @@ class EnvBase(nn.Module):
         return self.full_state_spec
 
     @state_spec.setter
-    def state_spec(self, value: Any) -> None:
+    def state_spec(self, value: TensorSpec) -> None:
         self.full_state_spec = value
 
     @property
@@ -472,10 +453,10 @@ class EnvBase(nn.Module):
                 check(tensordict)
         next_td = self._step(tensordict)
         cache = self._cache or self._spec_cache()
-        _complete_done(next_td, cache.done_groups)
+        cache.done_groups.complete(next_td)
         if self.run_type_checks:
             self._type_check(next_td, "step()", next_=True)
-        _set_next(tensordict, next_td)
+        set_next(tensordict, next_td)
         return tensordict
 
     def reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
@@ -510,45 +491,39 @@ class EnvBase(nn.Module):
         groups = cache.done_groups
         masks: dict[tuple[str, ...], torch.Tensor] = {}
         if tensordict is not None:
-            for group in groups:
-                mask = tensordict.get(group.reset_key, None)
-                if mask is not None:
-                    if mask.dtype != torch.bool:
-                        mask = mask.bool()
-                        tensordict.set(group.reset_key, mask)
-                    masks[group.prefix] = mask
-            if masks and not any(_any(m) for m in masks.values()):
-                _drop_reset_keys(tensordict, groups)
+            masks = groups.read_masks(tensordict)
+            if masks and not any(any_flag(m) for m in masks.values()):
+                groups.drop_reset(tensordict)
                 return tensordict  # nothing to reset
         # _reset sees the "_reset" masks in its input (part of the contract).
         out = self._reset(tensordict, **kwargs)
         if tensordict is not None:
-            _drop_reset_keys(tensordict, groups)
+            groups.drop_reset(tensordict)
         partial = (
             bool(masks)
             and out is not tensordict
             and not self._handles_partial_reset
-            and not all(_all(m) for m in masks.values())
+            and not all(all_flag(m) for m in masks.values())
         )
         if not isinstance(out, TensorDictBase):
             raise TypeError(
                 f"{type(self).__name__}._reset must return a TensorDict, got {type(out).__name__}"
             )
         if out is not tensordict:
-            _drop_reset_keys(out, groups)
-        _complete_done(out, groups)
+            groups.drop_reset(out)
+        groups.complete(out)
         if partial and tensordict is not None:
-            _keep_unreset(out, tensordict, masks, groups)
+            groups.keep_unreset(out, tensordict, masks)
         if self.run_type_checks:
             self._type_check(out, "reset()", next_=False)
         if not self.allow_done_after_reset:
-            _check_not_done(type(self).__name__, out, masks, groups)
+            groups.check_not_done(type(self).__name__, out, masks)
         if tensordict is not None and out is not tensordict:
             return tensordict.update(out)
         return out
 
     def _type_check(self, td: TensorDictBase, where: str, next_: bool) -> None:
-        _check_against_specs(self, td, where, next_)
+        check_against_specs(self, td, where, next_)
 
     def step_and_maybe_reset(
         self, tensordict: TensorDictBase
@@ -574,19 +549,11 @@ class EnvBase(nn.Module):
         """
         tensordict = self.step(tensordict)
         cache = self._cache or self._spec_cache()
-        next_td = _apply_mdp_plan(tensordict, cache.mdp_plan)
+        next_td = apply_mdp_plan(tensordict, cache.mdp_plan)
         groups = cache.done_groups
-        if len(groups) == 1:
-            group = groups[0]
-            flags = group.flags(next_td)
-            if _any(flags):
-                next_td.set(group.reset_key, flags)
-                next_td = self.reset(next_td)
-            return tensordict, next_td
-        flags_list = [group.flags(next_td) for group in groups]
-        if any(_any(f) for f in flags_list):
-            for group, flags in zip(groups, flags_list):
-                next_td.set(group.reset_key, flags)
+        flags = groups.done_flags(next_td)
+        if flags is not None:
+            groups.set_reset(next_td, flags)
             next_td = self.reset(next_td)
         return tensordict, next_td
 
@@ -648,7 +615,7 @@ class EnvBase(nn.Module):
         cache = self._cache or self._spec_cache()
         groups = cache.done_groups
         step = self.step
-        tds = _StepStore(lazy=not return_contiguous)
+        tds = StepStore(lazy=not return_contiguous)
         if break_when_any_done:
             plan = cache.mdp_plan
             for i in range(max_steps):
@@ -659,11 +626,10 @@ class EnvBase(nn.Module):
                 tds.append(td)
                 if callback is not None:
                     callback(self, td)
-                raw = _raw(td)
-                next_td = raw[NEXT] if raw is not None else td.get(NEXT)
-                if i + 1 == max_steps or _any_group_done(next_td, groups):
+                next_td = entries(td)[NEXT] if type(td) is TensorDict else td.get(NEXT)
+                if i + 1 == max_steps or groups.any_done(next_td):
                     break
-                td = _apply_mdp_plan(td, plan)
+                td = apply_mdp_plan(td, plan)
         else:
             seen = None
             step_and_reset = self.step_and_maybe_reset
@@ -676,7 +642,7 @@ class EnvBase(nn.Module):
                 if callback is not None:
                     callback(self, transition)
                 if break_when_all_done:
-                    flags = _done_per_env(transition.get(NEXT), groups)
+                    flags = groups.done_per_env(transition.get(NEXT))
                     seen = flags if seen is None else seen | flags
                     if seen.all():
                         break
@@ -704,7 +670,7 @@ class EnvBase(nn.Module):
         if seed is None:
             seed = int(torch.randint(0, 2**32 - 1, (), dtype=torch.int64))
         self._set_seed(int(seed))
-        return int(seed) if static_seed else _next_seed(int(seed))
+        return int(seed) if static_seed else next_seed(int(seed))
 
     def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
         """Writes random actions drawn from the action spec.
@@ -723,11 +689,11 @@ class EnvBase(nn.Module):
         if tensordict is None:
             tensordict = TensorDict(batch_size=self._batch_size, device=self._device)
         cache = self._cache or self._spec_cache()
-        lead = _leading_shape(tensordict.batch_size, self._batch_size)
+        lead = leading_shape(tensordict.batch_size, self._batch_size)
         if cache.action_leaf is not None and cache.action_key is not None:
             fast = cache.action_rand if lead is None else None
             value = fast() if fast is not None else cache.action_leaf.rand(lead)
-            _set_leaf(tensordict, cache.action_key, value)
+            set_leaf(tensordict, cache.action_key, value)
         elif cache.action_keys:
             tensordict.update(self.full_action_spec.rand(lead))
         return tensordict
@@ -833,3 +799,66 @@ class EnvBase(nn.Module):
             lines.append(f"state_spec={_spec_summary(self.full_state_spec)}")
         body = ",\n    ".join(lines)
         return f"{type(self).__name__}(\n    {body})"
+
+
+def next_seed(seed: int) -> int:
+    """The seed of the next env of a chain (what ``EnvBase.set_seed`` returns).
+
+    splitmix64: a cheap bijective mix, so chains ``seed -> next -> next`` never repeat early.
+
+    Examples:
+        >>> from torchrl.envs.common import next_seed
+        >>> next_seed(0) != 0, next_seed(0) == next_seed(0)
+        (True, True)
+    """
+    z = (seed + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (z ^ (z >> 31)) % (2**32 - 1)
+
+
+def _make_device(device: DeviceLike) -> torch.device | None:
+    if device is None:
+        return None
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _single_or_all(spec: Composite) -> TensorSpec:
+    keys = list(spec.keys(include_nested=True, leaves_only=True))
+    return spec[keys[0]] if len(keys) == 1 else spec
+
+
+def _only(keys: list[NestedKey], what: str) -> NestedKey:
+    if len(keys) != 1:
+        raise KeyError(f"the env has {len(keys)} {what} keys ({keys}); use env.{what}_keys")
+    return keys[0]
+
+
+def _spec_summary(spec: Composite) -> str:
+    """``{key: (shape) dtype, ...}`` over the leaves of ``spec``, for ``EnvBase.__repr__``."""
+    items = [
+        f"{k!r}: {tuple(spec[k].shape)} {spec[k].dtype}"
+        for k in spec.keys(include_nested=True, leaves_only=True)
+    ]
+    return "{" + ", ".join(items) + "}"
+
+
+def _cast_policy(
+    policy: Callable[[TensorDictBase], TensorDictBase | None], env_device: torch.device | None
+) -> Callable[[TensorDictBase], TensorDictBase]:
+    """``policy`` called on its parameters' device, its output moved back to the env's."""
+    params = policy.parameters() if isinstance(policy, nn.Module) else iter(())
+    first = next(iter(params), None)
+    if first is None:
+        return policy  # type: ignore[return-value]
+    policy_device = first.device
+
+    def call(td: TensorDictBase) -> TensorDictBase:
+        out = policy(td.to(policy_device))
+        out = td if out is None else out
+        return out.to(env_device) if env_device is not None else out
+
+    return call

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from torchrl.envs.batched._common import EnvMetaData
+from torchrl.envs.batched._meta import EnvMetaData
 from torchrl.envs.common import EnvBase
 
 __all__ = ["EnvCreator"]

@@ -4,7 +4,7 @@
 one process each, exchanging data through shared memory.
 """
 
-from torchrl.envs.batched._common import EnvMetaData
+from torchrl.envs.batched._meta import EnvMetaData
 from torchrl.envs.batched.base import BatchedEnvBase
 from torchrl.envs.batched.parallel import ParallelEnv
 from torchrl.envs.batched.serial import SerialEnv

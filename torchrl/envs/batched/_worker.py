@@ -31,15 +31,10 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._processes import exit_worker, parent_gone, watch_parent
-from torchrl.envs._contract import _next_seed
-from torchrl.envs.batched._common import (
-    _check_value,
-    _fast_step,
-    _get_leaf,
-    _inner_step,
-    _Layout,
-    _reset_finished,
-)
+from torchrl._td_compat import entries
+from torchrl.envs.batched._inner import check_value, fast_step, inner_step, reset_finished
+from torchrl.envs.batched._layout import Layout, get_leaf
+from torchrl.envs.common import next_seed
 
 STEP = b"s"
 STEP_RESET = b"x"
@@ -104,19 +99,19 @@ class _Worker:
         self,
         index: int,
         env: Any,
-        layouts: tuple[_Layout, _Layout, _Layout],
+        layouts: tuple[Layout, Layout, Layout],
         buffers: tuple[TensorDictBase, TensorDictBase, TensorDictBase],
         step_present: list[bool],
     ) -> None:
         self.index = index
         self.env = env
-        self.fast = _fast_step(env)
+        self.fast = fast_step(env)
         self.fused = getattr(env, "_fused_step_and_reset", False)
         self.input_layout, self.step_layout, self.root_layout = layouts
         inputs, steps, roots = buffers
-        self.inputs = [_get_leaf(inputs, p)[index] for p in self.input_layout.paths]
-        self.steps = [_get_leaf(steps, p)[index] for p in self.step_layout.paths]
-        self.roots = [_get_leaf(roots, p)[index] for p in self.root_layout.paths]
+        self.inputs = [get_leaf(inputs, p)[index] for p in self.input_layout.paths]
+        self.steps = [get_leaf(steps, p)[index] for p in self.step_layout.paths]
+        self.roots = [get_leaf(roots, p)[index] for p in self.root_layout.paths]
         # What a step reads when every input is present: actions and states, not the masks.
         self.step_present = step_present
 
@@ -126,11 +121,11 @@ class _Worker:
         values = [v if keep else None for v, keep in zip(self.inputs, present)]
         return self.input_layout.build(values, full=False)
 
-    def _write(self, out: TensorDictBase, layout: _Layout, views: list, what: str) -> None:
+    def _write(self, out: TensorDictBase, layout: Layout, views: list, what: str) -> None:
         keys = layout.flat_keys
         if keys is not None and type(out) is TensorDict:
             # the common case: a plain TensorDict holding every entry of a flat layout
-            raw = out._tensordict
+            raw = entries(out)
             values = [raw.get(key) for key in keys]
             if all(
                 type(v) is torch.Tensor and v.shape == view.shape for v, view in zip(values, views)
@@ -139,15 +134,15 @@ class _Worker:
                     view.copy_(value)
                 return
         for path, spec, view in zip(layout.paths, layout.specs, views):
-            value = _get_leaf(out, path)
+            value = get_leaf(out, path)
             if value is None and what == "reset":
                 view.zero_()
                 continue
-            view.copy_(_check_value(value, spec, path, self.index, what))
+            view.copy_(check_value(value, spec, path, self.index, what))
 
     def step(self, present: list[bool]) -> None:
         td = self._inputs(present)
-        out = _inner_step(self.env, td, self.fast)  # type: ignore[arg-type]
+        out = inner_step(self.env, td, self.fast)  # type: ignore[arg-type]
         self._write(out, self.step_layout, self.steps, "step")
 
     def step_reset(self, present: list[bool]) -> bytes:
@@ -158,9 +153,9 @@ class _Worker:
             out, root = env._step_and_reset_outputs(td)
             self._write(out, self.step_layout, self.steps, "step")
         else:
-            out = _inner_step(env, td, self.fast)  # type: ignore[arg-type]
+            out = inner_step(env, td, self.fast)  # type: ignore[arg-type]
             self._write(out, self.step_layout, self.steps, "step")
-            root = _reset_finished(env, td, out)  # type: ignore[arg-type]
+            root = reset_finished(env, td, out)  # type: ignore[arg-type]
         if root is None:
             return RESET_NONE
         self._write(root, self.root_layout, self.roots, "reset")
@@ -209,7 +204,7 @@ def worker_main(
     conn: Connection,
     inherited: list[Connection],
     num_threads: int,
-    layouts: tuple[_Layout, _Layout, _Layout],
+    layouts: tuple[Layout, Layout, Layout],
     buffers: tuple[TensorDictBase, TensorDictBase, TensorDictBase],
     step_present: list[bool],
     parent_pid: int,
@@ -240,7 +235,7 @@ def worker_main(
     for other in inherited:
         other.close()
     torch.set_num_threads(num_threads)
-    torch.manual_seed(_next_seed((base_seed + index) % 2**64))
+    torch.manual_seed(next_seed((base_seed + index) % 2**64))
     fd = conn.fileno()
     env = None
     try:

@@ -2,33 +2,27 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
-from torchrl._keys import NEXT
-from torchrl.envs._contract import _any_group_done, _complete_done, _set_next
-from torchrl.envs.batched._common import (
-    EnvMetaData,
-    Path,
-    _get_leaf,
-    _is_non_tensor,
-    _Layout,
-    _normalize_args,
-    _normalize_kwargs,
-    _read_metas,
-    _reset_entries,
-    _stack_metas,
-    _unravel,
-)
+from torchrl._keys import DONE, NEXT, TERMINATED, TRUNCATED
+from torchrl.data.specs import TensorSpec
+from torchrl.envs._key_paths import key_tuple, path_to_key
+from torchrl.envs._mdp import apply_mdp_plan
+from torchrl.envs._writes import set_next
+from torchrl.envs.batched._layout import Layout, Path, get_leaf
+from torchrl.envs.batched._meta import EnvMetaData, stack_metas
 from torchrl.envs.common import EnvBase
-from torchrl.envs.utils import _apply_mdp_plan, _key_tuple
+from torchrl.envs.env_creator import EnvCreator
 
-__all__ = ["BatchedEnvBase"]
+__all__ = ["BatchedEnvBase", "Merge"]
 
-_Merge = Callable[[TensorDictBase], None]
+#: Writes the entries of the sub-envs a step-and-reset reset into the next step's input.
+Merge = Callable[[TensorDictBase], None]
 
 
 class BatchedEnvBase(EnvBase):
@@ -108,7 +102,7 @@ class BatchedEnvBase(EnvBase):
 
     def _apply_metas(self, metas: list[EnvMetaData]) -> None:
         name = type(self).__name__
-        output_spec, input_spec = _stack_metas(metas, name)
+        output_spec, input_spec = stack_metas(metas, name)
         self._metas = metas
         self._batch_size = torch.Size([self._num_workers, *metas[0].batch_size])
         self.output_spec = output_spec
@@ -133,7 +127,7 @@ class BatchedEnvBase(EnvBase):
             return self._batch_size
 
         def leaves(spec: Any) -> list[tuple[Path, Any]]:
-            return [(_key_tuple(k), spec[k]) for k in spec.keys(True, True)]
+            return [(key_tuple(k), spec[k]) for k in spec.keys(True, True)]
 
         obs = leaves(self.full_observation_spec)
         reward = leaves(self.full_reward_spec)
@@ -142,9 +136,9 @@ class BatchedEnvBase(EnvBase):
         state = leaves(self.full_state_spec)
         resets = _reset_entries(self)
         device = self.device
-        self._input_layout = _Layout(action + state + resets, node_shape, 1, device)
-        self._step_layout = _Layout(obs + reward + done, node_shape, 1, device)
-        self._root_layout = _Layout(obs + done + state, node_shape, 1, device)
+        self._input_layout = Layout(action + state + resets, node_shape, 1, device)
+        self._step_layout = Layout(obs + reward + done, node_shape, 1, device)
+        self._root_layout = Layout(obs + done + state, node_shape, 1, device)
         index = {path: i for i, path in enumerate(self._input_layout.paths)}
         self._action_idx = [index[p] for p, _ in action]
         self._state_idx = [index[p] for p, _ in state if index[p] not in self._action_idx]
@@ -267,16 +261,16 @@ class BatchedEnvBase(EnvBase):
         values: list[Any] = [None] * len(layout)
         paths = layout.paths
         for j in self._action_idx:
-            value = _get_leaf(tensordict, paths[j])
+            value = get_leaf(tensordict, paths[j])
             if value is None:
                 raise KeyError(
                     f"{type(self).__name__}.step: the input has no action entry "
-                    f"{_unravel(paths[j])!r} (spec: {layout.specs[j]!r})"
+                    f"{path_to_key(paths[j])!r} (spec: {layout.specs[j]!r})"
                 )
             values[j] = value
         complete = True
         for j in self._state_idx:
-            value = values[j] = _get_leaf(tensordict, paths[j])
+            value = values[j] = get_leaf(tensordict, paths[j])
             if value is None:
                 complete = False
         return values, complete
@@ -290,10 +284,10 @@ class BatchedEnvBase(EnvBase):
             return values, [True] * n
         paths = layout.paths
         for j in self._state_idx:
-            values[j] = _get_leaf(tensordict, paths[j])
+            values[j] = get_leaf(tensordict, paths[j])
         need = None
         for j in self._reset_idx:
-            mask = _get_leaf(tensordict, paths[j])
+            mask = get_leaf(tensordict, paths[j])
             if mask is not None:
                 values[j] = mask
                 per_worker = mask.reshape(n, -1).any(-1)
@@ -334,11 +328,11 @@ class BatchedEnvBase(EnvBase):
         values, complete = self._step_values(tensordict)
         next_td, merge = self._run_step_and_reset(values, complete)
         cache = self._cache or self._spec_cache()
-        _complete_done(next_td, cache.done_groups)
+        cache.done_groups.complete(next_td)
         if self.run_type_checks:
             self._type_check(next_td, "step()", next_=True)
-        _set_next(tensordict, next_td)
-        next_input = _apply_mdp_plan(tensordict, cache.mdp_plan)
+        set_next(tensordict, next_td)
+        next_input = apply_mdp_plan(tensordict, cache.mdp_plan)
         if merge is not None:
             merge(next_input)
         return tensordict, next_input
@@ -354,7 +348,7 @@ class BatchedEnvBase(EnvBase):
         transition, next_input = self.step_and_maybe_reset(tensordict)
         out = transition.get(NEXT)
         cache = self._cache or self._spec_cache()
-        return out, next_input if _any_group_done(out, cache.done_groups) else None
+        return out, next_input if cache.done_groups.any_done(out) else None
 
     # ------------------------------------------------------------------ subclass hooks
     def _start(self) -> None:
@@ -371,7 +365,7 @@ class BatchedEnvBase(EnvBase):
 
     def _run_step_and_reset(
         self, values: list[Any], complete: bool
-    ) -> tuple[TensorDictBase, _Merge | None]:
+    ) -> tuple[TensorDictBase, Merge | None]:
         raise NotImplementedError
 
     def _run_reset(
@@ -382,3 +376,89 @@ class BatchedEnvBase(EnvBase):
     def __repr__(self) -> str:
         head, rest = super().__repr__().split("(", 1)
         return f"{head}(\n    num_workers={self._num_workers},{rest}"
+
+
+# ----------------------------------------------------------------------------- construction
+def _normalize_args(
+    num_workers: int,
+    create_env_fn: Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]],
+    create_env_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None,
+    name: str,
+) -> tuple[list[Callable[..., EnvBase]], list[dict[str, Any]]]:
+    if not isinstance(num_workers, numbers.Integral) or isinstance(num_workers, bool):
+        raise TypeError(f"{name}: num_workers must be a positive int, got {num_workers!r}")
+    if num_workers < 1:
+        raise ValueError(f"{name}: num_workers must be a positive int, got {num_workers!r}")
+    num_workers = int(num_workers)
+    if callable(create_env_fn):
+        fns = [create_env_fn] * num_workers
+    else:
+        fns = list(create_env_fn)
+        if len(fns) != num_workers:
+            raise ValueError(
+                f"{name}: create_env_fn is a list of {len(fns)} callables for "
+                f"num_workers={num_workers}; give one per worker (or a single callable)"
+            )
+        for i, fn in enumerate(fns):
+            if not callable(fn):
+                raise TypeError(f"{name}: create_env_fn[{i}] is not callable: {fn!r}")
+    return fns, _normalize_kwargs(num_workers, create_env_kwargs, name)
+
+
+def _normalize_kwargs(
+    num_workers: int, kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None, name: str
+) -> list[dict[str, Any]]:
+    if kwargs is None:
+        return [{} for _ in range(num_workers)]
+    if isinstance(kwargs, dict):
+        return [dict(kwargs) for _ in range(num_workers)]
+    out = [dict(k) for k in kwargs]
+    if len(out) != num_workers:
+        raise ValueError(
+            f"{name}: create_env_kwargs is a list of {len(out)} dicts for num_workers="
+            f"{num_workers}; give one per worker (or a single dict)"
+        )
+    return out
+
+
+def _read_metas(
+    fns: list[Callable[..., EnvBase]], kwargs: list[dict[str, Any]], keep: bool
+) -> tuple[list[EnvMetaData], dict[int, EnvBase]]:
+    """The metadata of each worker's env, building one env per distinct (fn, kwargs) pair.
+
+    Returns the metadata and, when ``keep``, the envs built (by worker index), for the caller
+    to use; otherwise they are closed.
+    """
+    metas: list[EnvMetaData] = []
+    built: dict[int, EnvBase] = {}
+    seen: list[tuple[Callable, dict[str, Any], EnvMetaData]] = []
+    for i, (fn, kw) in enumerate(zip(fns, kwargs)):
+        meta = next((m for f, k, m in seen if f is fn and k == kw), None)
+        if meta is None:
+            if isinstance(fn, EnvCreator) and not kw:
+                meta = fn.meta_data
+            else:
+                env = fn(**kw)
+                meta = EnvMetaData.from_env(env)
+                if keep:
+                    built[i] = env
+                else:
+                    env.close()
+            seen.append((fn, kw, meta))
+        metas.append(meta)
+    return metas, built
+
+
+def _reset_entries(env: EnvBase) -> list[tuple[Path, TensorSpec]]:
+    """The ``"_reset"`` masks of a (batched) env: one per done group, shaped like its flags."""
+    cache = env._cache or env._spec_cache()
+    done_spec = env.full_done_spec
+    out = []
+    for group in cache.done_groups:
+        flag = next(n for n in (DONE, TERMINATED, TRUNCATED) if group.has[n])
+        out.append((key_tuple(group.reset_key), done_spec[group.prefix + (flag,)].clone()))
+    return out
+
+
+def _is_non_tensor(spec: TensorSpec) -> bool:
+    return type(spec).__name__ in ("NonTensor", "NonTensorSpec")

@@ -37,8 +37,9 @@ from typing import Any, NoReturn
 import torch
 from tensordict import TensorDictBase
 
-from torchrl.envs._contract import _set_leaf
-from torchrl.envs.batched._common import _get_leaf, _Layout, _unravel
+from torchrl.envs._key_paths import path_to_key
+from torchrl.envs._writes import set_leaf
+from torchrl.envs.batched._layout import Layout, get_leaf
 from torchrl.envs.batched._worker import (
     CLOSE,
     FRAMES,
@@ -52,7 +53,7 @@ from torchrl.envs.batched._worker import (
     worker_main,
     write_frame,
 )
-from torchrl.envs.batched.base import BatchedEnvBase, _Merge
+from torchrl.envs.batched.base import BatchedEnvBase, Merge
 from torchrl.envs.common import EnvBase
 
 __all__ = ["ParallelEnv"]
@@ -103,7 +104,7 @@ class _WorkerPool:
         fns: Sequence[Callable[..., EnvBase]],
         kwargs: Sequence[dict[str, Any]],
         num_threads: int,
-        layouts: tuple[_Layout, _Layout, _Layout],
+        layouts: tuple[Layout, Layout, Layout],
         buffers: tuple[TensorDictBase, TensorDictBase, TensorDictBase],
         step_present: list[bool],
         memmap_dir: str | None,
@@ -448,9 +449,9 @@ class ParallelEnv(BatchedEnvBase):
                 b.memmap_(prefix=os.path.join(memmap_dir, str(k))) for k, b in enumerate(buffers)
             )
         inputs, steps, roots = buffers
-        self._in_bufs = [_get_leaf(inputs, p) for p in self._input_layout.paths]
-        self._step_bufs = [_get_leaf(steps, p) for p in self._step_layout.paths]
-        self._root_bufs = [_get_leaf(roots, p) for p in self._root_layout.paths]
+        self._in_bufs = [get_leaf(inputs, p) for p in self._input_layout.paths]
+        self._step_bufs = [get_leaf(steps, p) for p in self._step_layout.paths]
+        self._root_bufs = [get_leaf(roots, p) for p in self._root_layout.paths]
         step_idx = set(self._action_idx) | set(self._state_idx)
         self._step_idx = sorted(step_idx)
         step_present = [j in step_idx for j in range(len(self._input_layout))]
@@ -525,7 +526,7 @@ class ParallelEnv(BatchedEnvBase):
                 if value.shape != buffer.shape:
                     path = self._input_layout.paths[j]
                     raise ValueError(
-                        f"{type(self).__name__}: input {_unravel(path)!r} has shape "
+                        f"{type(self).__name__}: input {path_to_key(path)!r} has shape "
                         f"{tuple(value.shape)}, expected {tuple(buffer.shape)} "
                         f"(spec: {self._input_layout.specs[j]!r})"
                     )
@@ -550,7 +551,7 @@ class ParallelEnv(BatchedEnvBase):
 
     def _run_step_and_reset(
         self, values: list[Any], complete: bool
-    ) -> tuple[TensorDictBase, _Merge | None]:
+    ) -> tuple[TensorDictBase, Merge | None]:
         pool = self._live_pool()
         self._write_inputs(values, self._step_idx)
         message = self._step_message(values, complete, STEP_RESET, "step_reset")
@@ -569,7 +570,7 @@ class ParallelEnv(BatchedEnvBase):
         def merge(next_input: TensorDictBase) -> None:
             masks: dict[int, torch.Tensor] = {}
             for path, buffer in zip(paths, root_bufs):
-                current = _get_leaf(next_input, path)
+                current = get_leaf(next_input, path)
                 if current is None:
                     value = buffer.clone()
                 else:
@@ -578,7 +579,7 @@ class ParallelEnv(BatchedEnvBase):
                         mask = masks[buffer.ndim] = reset.reshape(-1, *([1] * (buffer.ndim - 1)))
                     value = torch.where(mask, buffer, current)
                 if len(path) == 1:
-                    _set_leaf(next_input, path[0], value)
+                    set_leaf(next_input, path[0], value)
                 else:
                     next_input.set(path, value)
 

@@ -8,18 +8,14 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from torchrl.envs._contract import _set_leaf
-from torchrl.envs.batched._common import (
-    _check_value,
-    _complete,
-    _get_leaf,
-    _Layout,
-    _reset_finished,
-    _step_fn,
-    _unravel,
-)
-from torchrl.envs.batched.base import BatchedEnvBase, _Merge
-from torchrl.envs.common import EnvBase, NestedKey
+from torchrl._td_compat import entries, new_unchecked
+from torchrl._types import NestedKey
+from torchrl.envs._key_paths import path_to_key
+from torchrl.envs._writes import set_leaf
+from torchrl.envs.batched._inner import check_value, complete_output, reset_finished, step_fn
+from torchrl.envs.batched._layout import Layout, get_leaf
+from torchrl.envs.batched.base import BatchedEnvBase, Merge
+from torchrl.envs.common import EnvBase
 
 __all__ = ["SerialEnv"]
 
@@ -95,7 +91,7 @@ class SerialEnv(BatchedEnvBase):
         for env in built.values():
             env.close()
         self._envs = envs
-        self._step_fns = [_step_fn(env) for env in envs]
+        self._step_fns = [step_fn(env) for env in envs]
         # a worker's last reset entries, or (batched entries, row) until they are needed
         self._last_roots: list[Any] = [None] * len(envs)
         self._stepper = self._make_stepper(envs)
@@ -167,7 +163,7 @@ class SerialEnv(BatchedEnvBase):
         if keys is not None:
             present = [(k, v.unbind(0)) for k, v in zip(keys, values) if v is not None]
             inner, device = layout.root.inner, layout.device
-            new = TensorDict._new_unsafe
+            new = new_unchecked
             return [
                 new({k: c[i] for k, c in present}, batch_size=inner, device=device, nested=False)
                 for i in range(n)
@@ -178,16 +174,16 @@ class SerialEnv(BatchedEnvBase):
             build([c[i] if c is not None else None for c in columns], full=False) for i in range(n)
         ]
 
-    def _stack(self, outs: list[Any], layout: _Layout, what: str, fill: bool) -> TensorDictBase:
+    def _stack(self, outs: list[Any], layout: Layout, what: str, fill: bool) -> TensorDictBase:
         """Stacks the workers' outputs along a first dim, entry by entry of ``layout``."""
         stacked = []
         for path, spec in zip(layout.paths, layout.specs):
-            values: list[Any] = [_get_leaf(out, path) if out is not None else None for out in outs]
+            values: list[Any] = [get_leaf(out, path) if out is not None else None for out in outs]
             for i, value in enumerate(values):
                 if value is None and fill:
                     values[i] = spec.zero()[i]
                 else:
-                    _check_value(value, spec, path, i, what)
+                    check_value(value, spec, path, i, what)
             stacked.append(torch.stack(values, 0))
         return layout.build(stacked, full=True)
 
@@ -198,14 +194,14 @@ class SerialEnv(BatchedEnvBase):
         if keys is not None and all(type(out) is TensorDict for out in outs):
             # The common case, in a few tensor calls: plain TensorDicts with every entry.
             try:
-                raws = [out._tensordict for out in outs]
+                raws = [entries(out) for out in outs]
                 stacked = [torch.stack([raw[k] for raw in raws], 0) for k in keys]
             except (KeyError, RuntimeError):
                 pass
             else:
                 if all(v.shape == shape for v, shape in zip(stacked, layout.shapes)):
                     return layout.build(stacked, full=True)
-        outs = [_complete(env, out) for env, out in zip(self._envs, outs)]
+        outs = [complete_output(env, out) for env, out in zip(self._envs, outs)]
         return self._stack(outs, layout, "step", fill=False)
 
     def _finished(self, next_td: TensorDictBase) -> list[int]:
@@ -237,7 +233,7 @@ class SerialEnv(BatchedEnvBase):
 
     def _run_step_and_reset(
         self, values: list[Any], complete: bool
-    ) -> tuple[TensorDictBase, _Merge | None]:
+    ) -> tuple[TensorDictBase, Merge | None]:
         if self._stepper is not None:
             return self._batched_step_and_reset(values[self._action_idx[0]])
         subs = cast(list[TensorDictBase], self._split(values))  # a step has actions
@@ -246,7 +242,7 @@ class SerialEnv(BatchedEnvBase):
         roots: dict[int, TensorDictBase] = {}
         for i in self._finished(next_td):
             env = self._envs[i]
-            root = _reset_finished(env, subs[i], _complete(env, outs[i]))
+            root = reset_finished(env, subs[i], complete_output(env, outs[i]))
             if root is not None:
                 roots[i] = self._last_roots[i] = root
         if not roots:
@@ -255,14 +251,14 @@ class SerialEnv(BatchedEnvBase):
         def merge(next_input: TensorDictBase) -> None:
             layout = self._root_layout
             for path, spec in zip(layout.paths, layout.specs):
-                current = _get_leaf(next_input, path)
+                current = get_leaf(next_input, path)
                 if current is None:
                     current = spec.zero()
                 columns = list(current.unbind(0))
                 for i, root in roots.items():
-                    value = _get_leaf(root, path)
+                    value = get_leaf(root, path)
                     columns[i] = value if value is not None else torch.zeros_like(columns[i])
-                next_input.set(_unravel(path), torch.stack(columns, 0))
+                next_input.set(path_to_key(path), torch.stack(columns, 0))
 
         return next_td, merge
 
@@ -288,7 +284,7 @@ class SerialEnv(BatchedEnvBase):
         root = self._last_roots[i]
         if type(root) is tuple:
             batched, row = root
-            root = self._last_roots[i] = TensorDict._new_unsafe(
+            root = self._last_roots[i] = new_unchecked(
                 {key: value[row] for key, value in batched.items()},
                 batch_size=self._root_layout.root.inner,
                 device=batched.device,
@@ -296,7 +292,7 @@ class SerialEnv(BatchedEnvBase):
             )
         return root
 
-    def _batched_step_and_reset(self, action: Any) -> tuple[TensorDictBase, _Merge | None]:
+    def _batched_step_and_reset(self, action: Any) -> tuple[TensorDictBase, Merge | None]:
         if self._stepper_checks:
             next_td, root, finished = self._stepper.step_and_reset(action, self.validate_actions)
         else:
@@ -308,7 +304,7 @@ class SerialEnv(BatchedEnvBase):
         def merge(next_input: TensorDictBase) -> None:
             # root holds every worker's next input, reset or not: it replaces the entries
             for key, value in root.items():
-                _set_leaf(next_input, key, value)
+                set_leaf(next_input, key, value)
 
         return next_td, merge
 

@@ -50,7 +50,7 @@ from torchrl.envs.libs._gym_spaces import (
     make_writer,
 )
 from torchrl.envs.libs._marl import MarlGroupMapType, prefix_group_map, resolve_group_map
-from torchrl.envs.utils import _masked_choice
+from torchrl.envs.utils import masked_choice
 
 __all__ = ["PettingZooEnv", "PettingZooWrapper"]
 
@@ -465,7 +465,7 @@ class PettingZooWrapper(EnvBase):
             mask = tensordict.get((group.name, ACTION_MASK), None)
             if mask is not None:
                 spec = self.full_action_spec[group.name, ACTION]
-                tensordict.set((group.name, ACTION), _masked_choice(spec, mask))
+                tensordict.set((group.name, ACTION), masked_choice(spec, mask))
         return tensordict
 
     def _close(self) -> None:
