@@ -10,7 +10,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, set_skip_existing
 from torch import nn
 
-import torchrl.collectors.sync as sync_module
+import torchrl.collectors._buffer as sync_module
 from torchrl.collectors import SyncDataCollector
 from torchrl.collectors._buffer import BufferPool
 from torchrl.collectors._policy import DirectModuleCall, direct_call

@@ -3,12 +3,20 @@
 ``SyncDataCollector`` steps its env in the calling process; ``MultiSyncDataCollector`` and
 ``MultiaSyncDataCollector`` run one collector per worker process and move the data through
 shared memory. ``Collector``, ``MultiSyncCollector`` and ``MultiAsyncCollector`` are the same
-classes under TorchRL's current names.
+classes under TorchRL's current names. Each collector checks its keywords once into an options
+object (:class:`CollectorOptions`, :class:`MultiCollectorOptions`, :class:`RemoteCollectorOptions`)
+that its workers receive whole.
 """
 
 from torchrl.collectors._base import DataCollectorBase
+from torchrl.collectors._options import (
+    CollectorOptions,
+    MultiCollectorOptions,
+    RemoteCollectorOptions,
+)
+from torchrl.collectors._pool import WorkerError
 from torchrl.collectors._worker import RemoteTraceback
-from torchrl.collectors.multi import MultiaSyncDataCollector, MultiSyncDataCollector, WorkerError
+from torchrl.collectors.multi import MultiaSyncDataCollector, MultiSyncDataCollector
 from torchrl.collectors.sync import SyncDataCollector
 from torchrl.collectors.utils import split_trajectories
 from torchrl.envs.utils import RandomPolicy
@@ -20,12 +28,15 @@ MultiAsyncCollector = MultiaSyncDataCollector
 
 __all__ = [
     "Collector",
+    "CollectorOptions",
     "DataCollectorBase",
     "MultiAsyncCollector",
+    "MultiCollectorOptions",
     "MultiSyncCollector",
     "MultiSyncDataCollector",
     "MultiaSyncDataCollector",
     "RandomPolicy",
+    "RemoteCollectorOptions",
     "RemoteTraceback",
     "SyncDataCollector",
     "WorkerError",

@@ -15,8 +15,18 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import COLLECTOR, DONE, NEXT, TRAJ_IDS, TRUNCATED
+from torchrl._td_compat import entries, set_unchecked
+from torchrl._types import DeviceLike
+from torchrl._utils import warn_once
 
-NestedKey = str | tuple[str, ...]
+__all__ = [
+    "TRAJ_KEY",
+    "BatchBuffers",
+    "BufferPool",
+    "StepWriter",
+    "allocate_batch",
+    "is_tensor_dict",
+]
 
 #: Where the collector writes the trajectory ids.
 TRAJ_KEY: tuple[str, str] = (COLLECTOR, TRAJ_IDS)
@@ -41,7 +51,7 @@ def allocate_batch(
     like: TensorDictBase,
     batch_size: torch.Size,
     steps: int,
-    device: torch.device | None,
+    device: DeviceLike,
     extra: dict[tuple[str, ...], torch.Tensor] | None = None,
     shared: bool = False,
 ) -> tuple[TensorDict, list[tuple[str, ...]]]:
@@ -63,7 +73,9 @@ def allocate_batch(
 
     def zeros_like_step(value: torch.Tensor) -> torch.Tensor:
         shape = (*value.shape[:nb], steps, *value.shape[nb:])
-        return torch.zeros(shape, dtype=value.dtype, device=device or value.device)
+        return torch.zeros(
+            shape, dtype=value.dtype, device=value.device if device is None else device
+        )
 
     def build(node: TensorDictBase, path: tuple[str, ...]) -> TensorDict:
         inner = list(node.batch_size)
@@ -74,9 +86,9 @@ def allocate_batch(
                 if not is_tensor_dict(value):
                     skipped.append(sub)
                     continue
-                out._set_str(key, build(value, sub), inplace=False, validated=True)
+                set_unchecked(out, key, build(value, sub), inplace=False, validated=True)
             elif isinstance(value, torch.Tensor):
-                out._set_str(key, zeros_like_step(value), inplace=False, validated=True)
+                set_unchecked(out, key, zeros_like_step(value), inplace=False, validated=True)
             else:
                 skipped.append(sub)
         return out
@@ -176,12 +188,12 @@ class StepWriter:
         """Copies the transition ``td`` (batch ``[*B]``, with ``"next"``) into slice ``t``."""
         try:
             if type(td) is TensorDict:
-                raw = td._tensordict
+                raw = entries(td)
                 sources = [raw[key] for key in self.root_keys]
                 if self.next_keys:
                     nxt = raw[NEXT]
                     if type(nxt) is TensorDict:
-                        nraw = nxt._tensordict
+                        nraw = entries(nxt)
                         sources += [nraw[key] for key in self.next_keys]
                     else:
                         sources += [nxt.get(key) for key in self.next_keys]
@@ -279,7 +291,7 @@ def _reference_counts(holder: list[TensorDictBase], i: int) -> list[tuple[int, .
     stack = [root]
     while stack:
         node = stack.pop()
-        for value in node._tensordict.values():
+        for value in entries(node).values():
             if type(value) is torch.Tensor:
                 storage = value.untyped_storage()._cdata
                 uses = (value._use_count(), torch._C._storage_Use_Count(storage))  # type: ignore[attr-defined]
@@ -359,3 +371,161 @@ class BufferPool:
         """Forgets every tracked batch."""
         self._batches = []
         self._rest = []
+
+
+# Mean bytes of one leaf at one time step from which a batch is handed out rather than copied
+# (see BatchBuffers.allocate).
+_FRESH_MIN_BYTES = 4096
+
+# A buffer slot: the batch, its writer, and its writer for random actions (no policy outputs).
+Slot = tuple[TensorDictBase, StepWriter, StepWriter]
+
+
+class BatchBuffers:
+    """The preallocated batches of a collector, their writers, and how batches are handed out.
+
+    Allocated from the first transition (:meth:`allocate`), one batch per slot: a collector in
+    the calling process has one; a multi-process worker has one (sync) or two (async: one is
+    filled while the parent reads the other), in shared memory. Every batch has a writer for
+    policy steps and one for random steps, which leaves out the policy's other outputs (zeroed
+    once before such a batch).
+
+    For big steps (thousands of vectorized envs: ``_FRESH_MIN_BYTES`` per leaf and step) a
+    collector that hands out batches of the caller's own gives the buffer itself away
+    (:attr:`hand_out`) and writes the next batch into another (:meth:`renew`), and its writers
+    defer the copies of carried-over root entries (:attr:`defer`).
+
+    Args:
+        batch_size: the env's batch size ``B``.
+        steps: the time steps ``T`` of a batch.
+        device: where batches live (``None``: where the transition's leaves are).
+        slots: how many batches.
+        shared: place the batches in shared memory (a multi-process worker's).
+        may_hand_out: whether delivered batches may be the buffers themselves (not when the
+            collector returns its own buffer, ``return_same_td=True``, nor in shared memory).
+    """
+
+    def __init__(
+        self,
+        batch_size: torch.Size,
+        steps: int,
+        device: DeviceLike,
+        slots: int = 1,
+        shared: bool = False,
+        may_hand_out: bool = True,
+    ) -> None:
+        self.batch_size = batch_size
+        self.batch_dims = len(batch_size)
+        self.steps = steps
+        self.device = device
+        self.shared = shared
+        self.n_slots = slots
+        self.may_hand_out = may_hand_out and not shared
+        #: the slot the next batch is written into
+        self.slot = 0
+        #: policy outputs a random step does not write (zeroed before a random batch)
+        self.policy_only: list[tuple[str, ...]] = []
+        #: delivered batches are the buffers themselves (see :meth:`renew`)
+        self.hand_out = False
+        #: the writers defer carried-over root copies (see :meth:`StepWriter.flush`)
+        self.defer = False
+        self._slots: list[Slot] = []
+        self._zeroed_for_random = False
+        self._pool = BufferPool()
+        self._counts: list[tuple[int, ...]] | None = None
+
+    @property
+    def allocated(self) -> bool:
+        """Whether the batches exist (after the first transition)."""
+        return bool(self._slots)
+
+    def allocate(
+        self,
+        transition: TensorDictBase,
+        extra: dict[tuple[str, ...], torch.Tensor],
+        owner: str,
+    ) -> None:
+        """Allocates every slot's batch from the first transition.
+
+        Args:
+            transition: the first transition, batch ``B``.
+            extra: leaves the transition lacks that batches must hold (policy outputs of a
+                random first step), path -> one step's tensor.
+            owner: the collector's name, for the warning about non-tensor entries left out.
+        """
+        self.policy_only = list(extra)
+        for _ in range(self.n_slots):
+            batch, skipped = allocate_batch(
+                transition, self.batch_size, self.steps, self.device, extra, shared=self.shared
+            )
+            if skipped:
+                warn_once(
+                    f"{owner}: non-tensor entries {skipped} are not collected with "
+                    "use_buffers=True; pass use_buffers=False to keep them"
+                )
+            self._slots.append(self._slot_for(batch))
+        self._zeroed_for_random = True  # allocated as zeros
+        batch, writer, _ = self._slots[0]
+        leaves = max(len(writer.paths), 1)
+        per_leaf_step = batch.bytes() / (leaves * self.steps)
+        # A delivered batch is normally a copy of the buffer. For big steps (thousands of
+        # vectorized envs) handing out the buffer itself and writing the next batch into
+        # another (a dropped earlier batch, else a new one) saves that copy; for small steps
+        # the copy is cheap and a new buffer's per-step views (about a microsecond each)
+        # would cost more.
+        self.hand_out = self.may_hand_out and per_leaf_step >= _FRESH_MIN_BYTES
+        # Big steps also defer their carried-over root entries (see StepWriter._defer_carried).
+        self.defer = per_leaf_step >= _FRESH_MIN_BYTES
+        for _, writer, writer_random in self._slots:
+            writer.defer = writer_random.defer = self.defer
+        self._counts = BufferPool.counts(batch) if self.hand_out else None
+
+    def _slot_for(self, batch: TensorDictBase) -> Slot:
+        writer = StepWriter(batch, self.batch_dims)
+        writer_random = StepWriter(batch, self.batch_dims, skip=self.policy_only)
+        writer.defer = writer_random.defer = self.defer
+        return batch, writer, writer_random
+
+    def batch(self, slot: int | None = None) -> TensorDictBase:
+        """The batch of ``slot`` (default: the current one)."""
+        return self._slots[self.slot if slot is None else slot][0]
+
+    def writer(self, random: bool) -> StepWriter:
+        """The current slot's writer for policy steps, or for random ones (``random``).
+
+        Before a random batch, the policy outputs it leaves out are zeroed (once per buffer).
+        """
+        batch, writer, writer_random = self._slots[self.slot]
+        if not random:
+            return writer
+        if self.policy_only and not self._zeroed_for_random:
+            for path in self.policy_only:
+                batch.get(path).zero_()
+            self._zeroed_for_random = True
+        return writer_random
+
+    def renew(self) -> None:
+        """Gives the current buffer away: the next batch goes into another of the same layout.
+
+        That is a delivered batch nobody references any more (see :class:`BufferPool`), or a
+        new, uninitialized one. Every leaf is rewritten by the next batch (policy-only ones
+        are zeroed again when random actions leave them out), so nothing needs clearing.
+        """
+        delivered, counts = self._slots[self.slot], self._counts
+        taken = self._pool.take()
+        if taken is None:
+            empty = delivered[0].apply(torch.empty_like, filter_empty=False)
+            assert empty is not None
+            slot = self._slot_for(empty)
+            self._counts = BufferPool.counts(slot[0])
+        else:
+            batch, writers, self._counts = taken
+            slot = (batch, *writers)
+        self._pool.add(delivered[0], delivered[1:], counts)
+        self._slots[self.slot] = slot
+        self._zeroed_for_random = False
+
+    def clear(self) -> None:
+        """Drops every batch (the collector is shut down)."""
+        self._slots = []
+        self._pool.clear()

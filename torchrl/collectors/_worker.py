@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import pickle
 import traceback
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -25,7 +26,11 @@ import numpy as np
 import torch
 
 from torchrl._processes import exit_worker, parent_gone, use_temp_dir, watch_parent
+from torchrl.collectors._options import CollectorOptions
 from torchrl.collectors._policy import bind_weights
+from torchrl.collectors.sync import SyncDataCollector
+
+__all__ = ["RemoteTraceback", "SharedFlag", "WorkerSpec", "worker_main"]
 
 
 class RemoteTraceback(Exception):
@@ -88,71 +93,80 @@ def _send_error(conn: Connection, err: BaseException) -> None:
         pass
 
 
-def worker_main(
-    conn: Connection,
-    index: int,
-    num_workers: int,
-    create_env_fn: Any,
-    create_env_kwargs: dict[str, Any] | None,
-    policy: Any,
-    weights: dict[str, torch.Tensor] | None,
-    collector_kwargs: dict[str, Any],
-    flag: SharedFlag,
-    num_threads: int,
-    num_slots: int,
-    sync: bool,
-    seed: int,
-    parent_pid: int,
-    temp_dir: str | None = None,
-    inherited: tuple[Connection, ...] = (),
-) -> None:
-    """Runs one collector in a worker process until the parent says ``"close"``.
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker process needs to build and run its collector (pickled to it once).
 
     Args:
-        conn: the worker's end of the pipe to the parent.
         index: the worker's index (its trajectory ids are ``k * num_workers + index``).
         num_workers: how many workers the collector runs.
         create_env_fn: an env or a callable returning one.
         create_env_kwargs: keyword arguments for ``create_env_fn``.
         policy: the policy (``None`` for random actions).
         weights: shared-memory weights the policy reads (``None`` for a policy without any).
-        collector_kwargs: keyword arguments of the worker's ``SyncDataCollector``.
-        flag: the shared stop flag.
+        options: the options of the worker's ``SyncDataCollector`` (the stop flag is its
+            ``interruptor``).
         num_threads: torch threads in the worker.
         num_slots: batch buffers (2 in async mode: one is filled while the parent reads one).
         sync: wait for a ``"collect"`` message before each batch (else collect continuously).
         seed: seeds the worker's torch generator (a forked worker would otherwise draw the
             same random numbers as its siblings).
+    """
+
+    index: int
+    num_workers: int
+    create_env_fn: Any
+    create_env_kwargs: dict[str, Any] | None
+    policy: Any
+    weights: dict[str, torch.Tensor] | None
+    options: CollectorOptions
+    num_threads: int
+    num_slots: int
+    sync: bool
+    seed: int
+
+
+def worker_main(
+    conn: Connection,
+    parent_pid: int,
+    temp_dir: str | None,
+    inherited: tuple[Connection, ...],
+    spec: WorkerSpec,
+) -> None:
+    """Runs one collector in a worker process until the parent says ``"close"``.
+
+    Args:
+        conn: the worker's end of the pipe to the parent.
         parent_pid: the parent's pid: the worker ends within a second of its death, whatever
             it is doing (see :func:`torchrl._processes.watch_parent`).
         temp_dir: this worker's multiprocessing temp dir, made by the parent (which removes it
             if this worker is killed); removed by this worker when it exits.
         inherited: the parent's ends of pipes that a fork copied here; closed at once, so that
             the parent's death ends this worker's wait for a message (it then closes its env).
+        spec: what to build and run.
     """
     if temp_dir is not None:
         use_temp_dir(temp_dir)
     watch_parent(parent_pid, cleanup=(temp_dir,) if temp_dir is not None else ())
     for other in inherited:
         other.close()
-    torch.set_num_threads(num_threads)
-    torch.manual_seed(seed)
-    from torchrl.collectors.sync import SyncDataCollector
-
+    torch.set_num_threads(spec.num_threads)
+    torch.manual_seed(spec.seed)
     collector = None
     try:
-        if weights is not None:
-            bind_weights(policy, weights)
-        collector = SyncDataCollector(
-            create_env_fn, policy, create_env_kwargs=create_env_kwargs, **collector_kwargs
+        if spec.weights is not None:
+            bind_weights(spec.policy, spec.weights)
+        collector = SyncDataCollector.from_options(
+            spec.create_env_fn,
+            spec.policy,
+            spec.options,
+            spec.create_env_kwargs,
+            worker_index=spec.index,
+            num_workers=spec.num_workers,
+            shared_slots=spec.num_slots,
         )
-        collector._traj_offset = index
-        collector._traj_stride = num_workers
-        collector._shared = True
-        collector._n_slots = num_slots
-        collector.interruptor = flag
         conn.send(("ready", {"pid": os.getpid(), "batch_size": tuple(collector.env.batch_size)}))
-        _serve(conn, collector, policy, weights, num_slots, sync)
+        _serve(conn, collector, spec)
     except (KeyboardInterrupt, BrokenPipeError, EOFError):
         pass
     except BaseException as err:  # noqa: BLE001 - every failure goes to the parent
@@ -168,17 +182,12 @@ def worker_main(
             exit_worker()  # now, rather than after the interpreter's teardown
 
 
-def _serve(
-    conn: Connection,
-    collector: Any,
-    policy: Any,
-    weights: dict[str, torch.Tensor] | None,
-    num_slots: int,
-    sync: bool,
-) -> None:
+def _serve(conn: Connection, collector: SyncDataCollector, spec: WorkerSpec) -> None:
     sent: set[int] = set()
-    free = list(range(num_slots))
-    flag = collector.interruptor
+    free = list(range(spec.num_slots))
+    flag = spec.options.interruptor
+    assert flag is not None
+    sync = spec.sync
     while True:
         # Async mode collects whenever a buffer is free and no message waits; otherwise (sync
         # mode, every buffer in the parent's hands, or a raised stop flag) it blocks on the pipe.
@@ -193,22 +202,23 @@ def _serve(
         elif cmd == "release":
             free.append(arg)
         else:
-            conn.send(("reply", _command(collector, policy, weights, cmd, arg)))
+            conn.send(("reply", _command(collector, spec, cmd, arg)))
 
 
-def _collect(conn: Connection, collector: Any, slot: int, sent: set[int]) -> None:
-    collector._slot = slot
+def _collect(conn: Connection, collector: SyncDataCollector, slot: int, sent: set[int]) -> None:
+    buffers = collector.batch_buffers
+    buffers.slot = slot
     batch = collector.rollout()
-    steps = batch.batch_size[collector._batch_dims] if batch.batch_dims else 0
+    steps = batch.batch_size[buffers.batch_dims] if batch.batch_dims else 0
     buffer = None
-    if slot not in sent and collector._slots:
-        buffer = collector._slots[slot][0]
+    if slot not in sent and buffers.allocated:
+        buffer = buffers.batch(slot)
         sent.add(slot)
     collector.frames += batch.numel()
     conn.send(("batch", (slot, steps, buffer)))
 
 
-def _command(collector: Any, policy: Any, weights: Any, cmd: str, arg: Any) -> Any:
+def _command(collector: SyncDataCollector, spec: WorkerSpec, cmd: str, arg: Any) -> Any:
     if cmd == "seed":
         seed, static = arg
         # the policy's random draws follow the seed too, so that a seeded run repeats
@@ -221,8 +231,8 @@ def _command(collector: Any, policy: Any, weights: Any, cmd: str, arg: Any) -> A
         return None
     if cmd == "update":
         # Weights on another device than the shared ones are copies: refresh them.
-        if weights is not None:
-            bind_weights(policy, weights)
+        if spec.weights is not None:
+            bind_weights(spec.policy, spec.weights)
         return None
     if cmd == "reset":
         collector.reset()

@@ -18,9 +18,10 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from torchrl._keys import DONE, NEXT, TERMINATED, TRUNCATED
-from torchrl._utils import warn_once
-from torchrl.collectors._base import DataCollectorBase, check_count, check_frames
-from torchrl.collectors._buffer import TRAJ_KEY, BufferPool, StepWriter, allocate_batch
+from torchrl._types import DeviceLike, ReplayBufferLike
+from torchrl.collectors._base import DataCollectorBase, check_frames
+from torchrl.collectors._buffer import BatchBuffers, StepWriter
+from torchrl.collectors._options import CollectorOptions, Interruptor
 from torchrl.collectors._policy import (
     DevicePolicy,
     DirectModuleCall,
@@ -31,20 +32,22 @@ from torchrl.collectors._policy import (
     random_policy,
     wrap_policy,
 )
+from torchrl.collectors._trajectories import TrajectoryIds
 from torchrl.collectors.utils import split_trajectories
 from torchrl.envs.common import EnvBase
 from torchrl.envs.utils import ExplorationType, RandomPolicy, set_exploration_type, step_mdp
 
-__all__ = ["SyncDataCollector", "make_env"]
+__all__ = ["SyncDataCollector", "extend_replay_buffer", "make_env"]
 
-DeviceLike = torch.device | str | int | None
+#: What a collector is given as its env: an env, a callable building one, or a one-element list.
+EnvSource = EnvBase | Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]]
+#: A collector's policy: TensorDict in, TensorDict out (or written in place and ``None``).
+PolicyLike = Callable[[TensorDictBase], "TensorDictBase | None"]
 
-# Mean bytes of one leaf at one time step from which a batch is handed out rather than copied
-# (see SyncDataCollector._allocate).
-_FRESH_MIN_BYTES = 4096
 
-
-def make_env(create_env_fn: Any, create_env_kwargs: dict[str, Any] | None, name: str) -> EnvBase:
+def make_env(
+    create_env_fn: EnvSource, create_env_kwargs: dict[str, Any] | None, name: str
+) -> EnvBase:
     """Returns the env given to a collector: an ``EnvBase``, or what a callable builds.
 
     Args:
@@ -78,10 +81,6 @@ def make_env(create_env_fn: Any, create_env_kwargs: dict[str, Any] | None, name:
             f"{name}: the env constructor returned {type(env).__name__}, not an EnvBase"
         )
     return env
-
-
-class _Interrupted(Exception):
-    pass
 
 
 class SyncDataCollector(DataCollectorBase):
@@ -147,8 +146,8 @@ class SyncDataCollector(DataCollectorBase):
 
     def __init__(
         self,
-        create_env_fn: EnvBase | Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]],
-        policy: Callable[[TensorDictBase], TensorDictBase | None] | None = None,
+        create_env_fn: EnvSource,
+        policy: PolicyLike | None = None,
         *,
         frames_per_batch: int,
         total_frames: int | None = -1,
@@ -165,50 +164,114 @@ class SyncDataCollector(DataCollectorBase):
         exploration_type: ExplorationType = ExplorationType.RANDOM,
         return_same_td: bool = False,
         reset_when_done: bool = True,
-        interruptor: Any = None,
+        interruptor: Interruptor | None = None,
         set_truncated: bool = False,
         use_buffers: bool | None = None,
-        replay_buffer: Any = None,
+        replay_buffer: ReplayBufferLike | None = None,
         trust_policy: bool | None = None,
         extend_buffer: bool = True,
     ) -> None:
+        options = CollectorOptions(
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            device=device,
+            storing_device=storing_device,
+            policy_device=policy_device,
+            env_device=env_device,
+            max_frames_per_traj=max_frames_per_traj,
+            init_random_frames=init_random_frames,
+            reset_at_each_iter=reset_at_each_iter,
+            postproc=postproc,
+            split_trajs=split_trajs,
+            exploration_type=exploration_type,
+            return_same_td=return_same_td,
+            reset_when_done=reset_when_done,
+            interruptor=interruptor,
+            set_truncated=set_truncated,
+            use_buffers=use_buffers,
+            replay_buffer=replay_buffer,
+            trust_policy=trust_policy,
+            extend_buffer=extend_buffer,
+            owner=type(self).__name__,
+        )
+        self._setup(create_env_fn, policy, options, create_env_kwargs)
+
+    @classmethod
+    def from_options(
+        cls,
+        create_env_fn: EnvSource,
+        policy: PolicyLike | None,
+        options: CollectorOptions,
+        create_env_kwargs: dict[str, Any] | None = None,
+        *,
+        worker_index: int = 0,
+        num_workers: int = 1,
+        shared_slots: int = 0,
+    ) -> SyncDataCollector:
+        """Builds a collector from validated options (what workers of other collectors do).
+
+        Args:
+            create_env_fn: as for the constructor.
+            policy: as for the constructor.
+            options: the other keywords, validated.
+            create_env_kwargs: as for the constructor.
+            worker_index: this collector's index among the workers of a multi-process
+                collector (its trajectory ids are ``id * num_workers + worker_index``).
+            num_workers: how many workers that collector runs.
+            shared_slots: batch buffers in shared memory a worker fills in turn (``0``: one
+                buffer in this process's memory).
+
+        Returns:
+            The collector.
+
+        Examples:
+            >>> from torchrl.collectors import CollectorOptions, SyncDataCollector
+            >>> from torchrl.envs import PendulumEnv
+            >>> options = CollectorOptions(frames_per_batch=4, total_frames=8)
+            >>> collector = SyncDataCollector.from_options(PendulumEnv, None, options)
+            >>> [batch.numel() for batch in collector]
+            [4, 4]
+        """
+        collector = cls.__new__(cls)
+        collector._setup(
+            create_env_fn, policy, options, create_env_kwargs, worker_index, num_workers,
+            shared_slots,
+        )  # fmt: skip
+        return collector
+
+    def _setup(
+        self,
+        create_env_fn: EnvSource,
+        policy: PolicyLike | None,
+        options: CollectorOptions,
+        create_env_kwargs: dict[str, Any] | None,
+        worker_index: int = 0,
+        num_workers: int = 1,
+        shared_slots: int = 0,
+    ) -> None:
         self._init_base()
-        name = type(self).__name__
-        if max_frames_per_traj is not None:
-            max_frames_per_traj = check_count(name, "max_frames_per_traj", max_frames_per_traj, 1)
-        init_random_frames = check_count(name, "init_random_frames", init_random_frames or 0)
+        self.options = options
+        name = options.owner
         env = make_env(create_env_fn, create_env_kwargs, name)
-        device = torch.device(device) if device is not None else None
-        env_device = torch.device(env_device) if env_device is not None else device
+        device = cast("torch.device | None", options.device)
+        env_device = options.env_device if options.env_device is not None else device
         if env_device is not None and env.device != env_device:
             env = env.to(env_device)
         self.env = env
         self.env_device = env.device
-        self.storing_device = torch.device(storing_device) if storing_device is not None else device
+        storing = options.storing_device
+        self.storing_device = cast(
+            "torch.device | None", storing if storing is not None else device
+        )
         self.n_env = int(env.batch_size.numel())
         self.frames_per_batch, self.total_frames = check_frames(
-            name, frames_per_batch, total_frames, self.n_env
+            name, options.frames_per_batch, options.total_frames, self.n_env
         )
         self._steps = self.frames_per_batch // self.n_env
-        if replay_buffer is not None and split_trajs:
-            raise ValueError(f"{name}: split_trajs cannot be used with a replay_buffer")
-        self.max_frames_per_traj = max_frames_per_traj
-        self.init_random_frames = init_random_frames
-        self.reset_at_each_iter = bool(reset_at_each_iter)
-        self.postproc = postproc
-        self.split_trajs = bool(split_trajs)
-        self.exploration_type = exploration_type
-        self.return_same_td = bool(return_same_td)
-        self.reset_when_done = bool(reset_when_done)
-        self.interruptor = interruptor
-        self.set_truncated = bool(set_truncated)
-        self.use_buffers = True if use_buffers is None else bool(use_buffers)
-        self.replay_buffer = replay_buffer
-        self.extend_buffer = extend_buffer
 
         # The policy: the user's object, and what the loop calls (a copy on policy_device).
-        policy = wrap_policy(policy, env, bool(trust_policy))
-        pdev = torch.device(policy_device) if policy_device is not None else device
+        policy = wrap_policy(policy, env, bool(options.trust_policy))
+        pdev = cast("torch.device | None", options.policy_device or device)
         current = device_of(policy)
         # The policy the user holds, when the collector runs a copy of it on policy_device.
         self._policy_source: nn.Module | None = None
@@ -225,32 +288,102 @@ class SyncDataCollector(DataCollectorBase):
         self._random_call = random_policy(env)
         self._uses_random_policy = isinstance(policy, RandomPolicy)
 
-        self._step_fn = env.step_and_maybe_reset if self.reset_when_done else self._step_no_reset
+        self._step_fn = env.step_and_maybe_reset if options.reset_when_done else self._step_no_reset
         self._carrier: TensorDictBase | None = None
         self._needs_reset = True
         batch = env.batch_size
         self._batch_dims = len(batch)
-        self._traj_ids = torch.zeros(batch, dtype=torch.int64, device=self.storing_device)
-        self._pending_start = torch.ones(batch, dtype=torch.bool, device=self.storing_device)
-        self._traj_counter = 0
-        # Multi-process collectors interleave the ids of their workers (id * stride + offset).
-        self._traj_offset = 0
-        self._traj_stride = 1
+        self._traj = TrajectoryIds(batch, self.storing_device, worker_index, num_workers)
         self._step_count = (
-            torch.zeros(batch, dtype=torch.int64) if max_frames_per_traj is not None else None
+            torch.zeros(batch, dtype=torch.int64)
+            if options.max_frames_per_traj is not None
+            else None
         )
-        self._shared = False
-        self._slots: list[tuple[TensorDictBase, StepWriter, StepWriter]] = []
-        self._slot = 0
-        self._n_slots = 1
-        self._policy_only: list[tuple[str, ...]] = []
-        self._zeroed_for_random = False
-        self._fresh_buffers = False
-        self._defer = False
-        self._pool = BufferPool()
-        self._counts: list[tuple[int, ...]] | None = None
+        self.batch_buffers = BatchBuffers(
+            batch,
+            self._steps,
+            self.storing_device,
+            slots=max(shared_slots, 1),
+            shared=shared_slots > 0,
+            may_hand_out=not options.return_same_td,
+        )
         self.frames = 0
         self._iter = 0
+
+    # ------------------------------------------------------------------------------- options
+    @property
+    def max_frames_per_traj(self) -> int | None:
+        """Steps after which a trajectory is truncated (``None``: no limit)."""
+        return self.options.max_frames_per_traj
+
+    @property
+    def init_random_frames(self) -> int:
+        """First frames collected with random actions."""
+        return cast(int, self.options.init_random_frames)
+
+    @property
+    def reset_at_each_iter(self) -> bool:
+        """Whether the env is reset at the start of every batch."""
+        return bool(self.options.reset_at_each_iter)
+
+    @property
+    def postproc(self) -> Callable[[TensorDictBase], TensorDictBase] | None:
+        """Applied to every batch."""
+        return self.options.postproc
+
+    @property
+    def split_trajs(self) -> bool:
+        """Whether batches are split into trajectories."""
+        return bool(self.options.split_trajs)
+
+    @property
+    def exploration_type(self) -> ExplorationType:
+        """The exploration type of the policy calls."""
+        return self.options.exploration_type
+
+    @property
+    def return_same_td(self) -> bool:
+        """Whether the internal buffer itself is returned."""
+        return bool(self.options.return_same_td)
+
+    @property
+    def reset_when_done(self) -> bool:
+        """Whether sub-envs that are done are reset by the collector."""
+        return bool(self.options.reset_when_done)
+
+    @property
+    def interruptor(self) -> Interruptor | None:
+        """What ends a batch early (``None``: nothing)."""
+        return self.options.interruptor
+
+    @property
+    def set_truncated(self) -> bool:
+        """Whether the last step of every batch is marked truncated."""
+        return bool(self.options.set_truncated)
+
+    @property
+    def use_buffers(self) -> bool:
+        """Whether steps are written into a preallocated batch (else stacked)."""
+        return bool(self.options.use_buffers)
+
+    @property
+    def replay_buffer(self) -> ReplayBufferLike | None:  # type: ignore[override]
+        """The buffer every batch extends (``None``: batches are yielded)."""
+        return self.options.replay_buffer
+
+    @property
+    def extend_buffer(self) -> bool:
+        """Kept for TorchRL compatibility."""
+        return bool(self.options.extend_buffer)
+
+    @property
+    def _fresh_buffers(self) -> bool:
+        # whether delivered batches are the buffers themselves (see BatchBuffers.hand_out)
+        return self.batch_buffers.hand_out
+
+    @property
+    def _defer(self) -> bool:
+        return self.batch_buffers.defer
 
     # ------------------------------------------------------------------------------ iteration
     def iterator(self) -> Iterator[TensorDictBase | None]:
@@ -278,9 +411,9 @@ class SyncDataCollector(DataCollectorBase):
             return None
         if self.return_same_td:
             out = batch
-        elif self._fresh_buffers:
-            out = batch  # the next batch goes into another buffer (see _renew_slot)
-            self._renew_slot()
+        elif self.batch_buffers.hand_out:
+            out = batch  # the next batch goes into another buffer (see BatchBuffers.renew)
+            self.batch_buffers.renew()
         else:
             out = batch.clone()
         if self.split_trajs:
@@ -313,7 +446,7 @@ class SyncDataCollector(DataCollectorBase):
         with torch.no_grad(), set_exploration_type(self.exploration_type, thread_local=True):
             if self.use_buffers:
                 steps = self._rollout_buffered(policy, random)
-                batch = self._slots[self._slot][0]
+                batch = self.batch_buffers.batch()
             else:
                 batch = self._rollout_stacked(policy)
                 steps = batch.batch_size[self._batch_dims]
@@ -322,7 +455,7 @@ class SyncDataCollector(DataCollectorBase):
         if steps:
             if self.set_truncated:
                 self._truncate_last(batch, steps)
-            self._assign_traj_ids(batch)
+            self._traj.assign(batch)
         return batch
 
     # ---------------------------------------------------------------------------- the hot loop
@@ -332,21 +465,15 @@ class SyncDataCollector(DataCollectorBase):
         step = self._step_fn
         stop = self.interruptor
         start = 0
-        if not self._slots:
+        if not self.batch_buffers.allocated:
             td = self._first_step(td, policy, random)
             start = 1
-        batch, writer, writer_random = self._slots[self._slot]
-        if random:
-            if self._policy_only and not self._zeroed_for_random:
-                for path in self._policy_only:
-                    batch.get(path).zero_()
-                self._zeroed_for_random = True
-            writer = writer_random
+        writer = self.batch_buffers.writer(random)
         write = writer.write
         limit = self._count_step if self._step_count is not None else None
         steps = self._steps
         # The loop does the policy call, the env step and one copy per key: trajectory ids are
-        # derived from the done flags once per batch (see _assign_traj_ids).
+        # derived from the done flags once per batch (see TrajectoryIds.assign).
         for t in range(start, steps):
             if stop is not None and stop.collection_stopped():
                 steps = t
@@ -377,121 +504,12 @@ class SyncDataCollector(DataCollectorBase):
             probe = probe if out is None else out
             have = set(_paths(transition))
             extra = {p: probe.get(p) for p in _paths(probe) if p not in have}
-            self._policy_only = list(extra)
-        self._allocate(transition, extra)
-        _, writer, writer_random = self._slots[self._slot]
-        writer = writer_random if random else writer
+        self.batch_buffers.allocate(transition, extra, self.options.owner)
+        writer = self.batch_buffers.writer(random)
         writer.write(transition, 0)
         if self._step_count is not None:
             td_next = self._count_step(td_next, [v[0] for v in writer.done], writer, 0, None)
         return td_next
-
-    def _allocate(
-        self, transition: TensorDictBase, extra: dict[tuple[str, ...], torch.Tensor]
-    ) -> None:
-        for _ in range(self._n_slots):
-            batch, skipped = allocate_batch(
-                transition,
-                self.env.batch_size,
-                self._steps,
-                self.storing_device,
-                extra,
-                shared=self._shared,
-            )
-            if skipped:
-                warn_once(
-                    f"{type(self).__name__}: non-tensor entries {skipped} are not collected with "
-                    "use_buffers=True; pass use_buffers=False to keep them"
-                )
-            self._slots.append(self._slot_for(batch))
-        batch = self._slots[0][0]
-        leaves = max(len(self._slots[0][1].paths), 1)
-        per_leaf_step = batch.bytes() / (leaves * self._steps)
-        # A delivered batch is normally a copy of the buffer. For big steps (thousands of
-        # vectorized envs) handing out the buffer itself and writing the next batch into
-        # another (a dropped earlier batch, else a new one) saves that copy; for small steps
-        # the copy is cheap and a new buffer's per-step views (about a microsecond each)
-        # would cost more.
-        self._fresh_buffers = (
-            not self._shared and not self.return_same_td and per_leaf_step >= _FRESH_MIN_BYTES
-        )
-        # Big steps also defer their carried-over root entries (see StepWriter._defer_carried).
-        self._defer = per_leaf_step >= _FRESH_MIN_BYTES
-        for _, writer, writer_random in self._slots:
-            writer.defer = writer_random.defer = self._defer
-        self._counts = BufferPool.counts(batch) if self._fresh_buffers else None
-
-    def _slot_for(self, batch: TensorDictBase) -> tuple[TensorDictBase, StepWriter, StepWriter]:
-        writer = StepWriter(batch, self._batch_dims)
-        writer_random = StepWriter(batch, self._batch_dims, skip=self._policy_only)
-        writer.defer = writer_random.defer = self._defer
-        return batch, writer, writer_random
-
-    def _renew_slot(self) -> None:
-        """Gives the current buffer away: the next batch goes into another of the same layout.
-
-        That is a delivered batch nobody references any more (see :class:`BufferPool`), or a
-        new, uninitialized one. Every leaf is rewritten by the next batch (policy-only ones
-        are zeroed again when random actions leave them out), so nothing needs clearing.
-        """
-        delivered, counts = self._slots[self._slot], self._counts
-        taken = self._pool.take()
-        if taken is None:
-            empty = delivered[0].apply(torch.empty_like, filter_empty=False)
-            assert empty is not None
-            slot = self._slot_for(empty)
-            self._counts = BufferPool.counts(slot[0])
-        else:
-            batch, writers, self._counts = taken
-            slot = (batch, *writers)
-        self._pool.add(delivered[0], delivered[1:], counts)
-        self._slots[self._slot] = slot
-        self._zeroed_for_random = False
-
-    def _assign_traj_ids(self, batch: TensorDictBase) -> None:
-        """Writes ``("collector", "traj_ids")`` for a batch, from its done flags.
-
-        A trajectory starts at the first step of the collector, after every done step, and
-        after a reset between batches. New ids are handed out in time order, then sub-env
-        order, from a counter (``id * stride + offset`` in multi-process workers); steps before
-        the first start of a row continue the row's trajectory from the previous batch.
-        """
-        nb = self._batch_dims
-        ends = None
-        for key in batch.get(NEXT).keys(True, True):
-            key_t = _as_tuple(key)
-            if key_t[-1] == DONE:
-                flag = batch.get((NEXT, *key_t))
-                flag = flag.reshape(*flag.shape[: nb + 1], -1).any(-1)
-                ends = flag if ends is None else ends | flag
-        steps = batch.batch_size[nb]
-        if ends is None:
-            ends = torch.zeros(batch.batch_size[: nb + 1], dtype=torch.bool)
-        ends = ends.to(self._traj_ids.device)
-        starts = torch.empty_like(ends)
-        starts[..., 0] = self._pending_start
-        starts[..., 1:] = ends[..., :-1]
-        flat = starts.reshape(-1, steps)  # [n_env, T]
-        n_starts = int(flat.sum())
-        if n_starts == 0:  # every row goes on with its trajectory (most batches of long episodes)
-            ids = self._traj_ids.reshape(-1, 1).expand(-1, steps).clone()
-        else:
-            # Rank of each start in (time, sub-env) order: the starts at earlier times, plus
-            # those at the same time in earlier or the same sub-envs, minus one.
-            per_time = flat.sum(0)
-            rank = flat.cumsum(0) + (per_time.cumsum(0) - per_time - 1)
-            last = torch.where(flat, rank, -1).cummax(1).values
-            fresh = (self._traj_counter + last) * self._traj_stride + self._traj_offset
-            ids = torch.where(last >= 0, fresh, self._traj_ids.reshape(-1, 1))
-        self._traj_counter += n_starts
-        ids = ids.reshape(batch.batch_size[: nb + 1])
-        current = batch.get(TRAJ_KEY, None)
-        if current is None or current.shape != ids.shape:
-            batch.set(TRAJ_KEY, ids)
-        else:
-            current.copy_(ids)
-        self._traj_ids.copy_(ids[..., -1])
-        self._pending_start = ends[..., -1].clone()
 
     def _count_step(
         self,
@@ -600,7 +618,7 @@ class SyncDataCollector(DataCollectorBase):
 
     def _reset_all(self) -> None:
         self._carrier = self.env.reset()
-        self._pending_start.fill_(True)
+        self._traj.start()
         if self._step_count is not None:
             self._step_count.zero_()
         self._needs_reset = False
@@ -621,7 +639,7 @@ class SyncDataCollector(DataCollectorBase):
         for key in self.env.reset_keys:
             td.set(key, mask.unsqueeze(-1))
         self._carrier = self.env.reset(td)
-        self._pending_start |= mask.to(self._pending_start.device)
+        self._traj.start(mask)
         if self._step_count is not None:
             self._step_count.masked_fill_(mask, 0)
 
@@ -682,7 +700,7 @@ class SyncDataCollector(DataCollectorBase):
             else {},
             "frames": self.frames,
             "iter": self._iter,
-            "traj_counter": self._traj_counter,
+            "traj_counter": self._traj.counter,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -697,7 +715,7 @@ class SyncDataCollector(DataCollectorBase):
             self.policy.load_state_dict(state_dict["policy_state_dict"])
         self.frames = int(state_dict.get("frames", 0))
         self._iter = int(state_dict.get("iter", 0))
-        self._traj_counter = int(state_dict.get("traj_counter", self._traj_counter))
+        self._traj.counter = int(state_dict.get("traj_counter", self._traj.counter))
 
     def shutdown(self) -> None:
         """Closes the env; calling it again does nothing."""
@@ -708,8 +726,7 @@ class SyncDataCollector(DataCollectorBase):
         self._closed = True
         if not self.env.is_closed:
             self.env.close()
-        self._slots = []
-        self._pool.clear()
+        self.batch_buffers.clear()
         self._carrier = None
 
     def __repr__(self) -> str:
@@ -719,7 +736,7 @@ class SyncDataCollector(DataCollectorBase):
         )
 
 
-def extend_replay_buffer(replay_buffer: Any, batch: TensorDictBase) -> None:
+def extend_replay_buffer(replay_buffer: ReplayBufferLike, batch: TensorDictBase) -> None:
     """Writes a ``[*B, T]`` batch into a replay buffer, flattened unless its storage is N-d."""
     storage = getattr(replay_buffer, "storage", None)
     ndim = getattr(storage, "ndim", 1)
