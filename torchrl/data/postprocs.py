@@ -9,10 +9,10 @@ from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.utils import NestedKey
 from torch import nn
 
 from torchrl._keys import COLLECTOR, DONE, MASK, NEXT, REWARD, TRAJ_IDS
+from torchrl._types import NestedKey
 
 __all__ = ["MultiStep", "split_trajectories"]
 

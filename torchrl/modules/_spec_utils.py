@@ -8,7 +8,8 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, interaction_type
-from tensordict.utils import NestedKey
+
+from torchrl._types import NestedKey
 
 
 def as_composite(spec: Any, keys: Sequence[NestedKey]) -> Any:

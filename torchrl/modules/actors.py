@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -20,7 +20,6 @@ from tensordict.nn import (
     skip_existing,
 )
 from tensordict.nn.distributions import Delta
-from tensordict.utils import NestedKey
 from torch import nn
 
 from torchrl._keys import (
@@ -30,7 +29,11 @@ from torchrl._keys import (
     STATE_ACTION_VALUE,
     STATE_VALUE,
 )
+from torchrl._types import NestedKey
 from torchrl.modules._spec_utils import as_composite, leaf_spec, module_keys, project_keys
+
+if TYPE_CHECKING:
+    from torchrl.data.specs.base import TensorSpec
 
 
 def _as_list(
@@ -69,13 +72,15 @@ class Actor(TensorDictModule):
         in_keys: NestedKey | Sequence[NestedKey] | None = None,
         out_keys: NestedKey | Sequence[NestedKey] | None = None,
         *,
-        spec: Any = None,
+        spec: TensorSpec | None = None,
         safe: bool = False,
         **kwargs: Any,
     ) -> None:
         in_keys = _as_list(in_keys, [OBSERVATION])
         out_keys = _as_list(out_keys, [ACTION])
-        super().__init__(module, in_keys=in_keys, out_keys=out_keys, **kwargs)
+        super().__init__(
+            module, in_keys=module_keys(in_keys), out_keys=module_keys(out_keys), **kwargs
+        )
         if safe and spec is None:
             raise ValueError("safe=True needs a spec to project the outputs into")
         self.spec = as_composite(spec, out_keys)
@@ -131,7 +136,7 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         in_keys: NestedKey | Sequence[NestedKey] | Mapping[str, NestedKey],
         out_keys: NestedKey | Sequence[NestedKey] | None = None,
         *,
-        spec: Any = None,
+        spec: TensorSpec | None = None,
         safe: bool = False,
         default_interaction_type: InteractionType = InteractionType.DETERMINISTIC,
         distribution_class: type = Delta,
@@ -151,7 +156,7 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
             in_keys = [in_keys]
         sampler = ProbabilisticTensorDictModule(
             in_keys=cast(Any, in_keys),
-            out_keys=out_keys,
+            out_keys=module_keys(out_keys),
             default_interaction_type=default_interaction_type,
             distribution_class=distribution_class,
             distribution_kwargs=distribution_kwargs,
@@ -323,7 +328,7 @@ class ValueOperator(TensorDictModule):
         in_keys = _as_list(in_keys, [OBSERVATION])
         default_out = STATE_ACTION_VALUE if ACTION in in_keys else STATE_VALUE
         out_keys = _as_list(out_keys, [default_out])
-        super().__init__(module, in_keys=in_keys, out_keys=out_keys)
+        super().__init__(module, in_keys=module_keys(in_keys), out_keys=module_keys(out_keys))
 
 
 class TanhModule(TensorDictModuleBase):
@@ -350,7 +355,7 @@ class TanhModule(TensorDictModuleBase):
         in_keys: Sequence[NestedKey],
         out_keys: Sequence[NestedKey] | None = None,
         *,
-        spec: Any = None,
+        spec: TensorSpec | None = None,
         low: float | torch.Tensor | None = None,
         high: float | torch.Tensor | None = None,
         clamp: bool = False,

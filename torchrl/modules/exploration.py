@@ -9,14 +9,14 @@ its noise with ``step(frames)``. The ``*Wrapper`` classes (the paper's names) ar
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
-from tensordict.utils import NestedKey
 
 from torchrl._keys import ACTION, IS_INIT
+from torchrl._types import NestedKey
 from torchrl.modules._spec_utils import (
     exploring,
     leaf_spec,
@@ -24,6 +24,9 @@ from torchrl.modules._spec_utils import (
     module_keys,
     spec_kind,
 )
+
+if TYPE_CHECKING:
+    from torchrl.data.specs.base import TensorSpec
 
 
 class _Annealed(TensorDictModuleBase):
@@ -91,7 +94,7 @@ class EGreedyModule(_Annealed):
 
     def __init__(
         self,
-        spec: Any,
+        spec: TensorSpec | None,
         eps_init: float = 1.0,
         eps_end: float = 0.1,
         annealing_num_steps: int = 1000,
@@ -171,7 +174,7 @@ class AdditiveGaussianModule(_Annealed):
 
     def __init__(
         self,
-        spec: Any = None,
+        spec: TensorSpec | None = None,
         sigma_init: float = 1.0,
         sigma_end: float = 0.1,
         annealing_num_steps: int = 1000,
@@ -248,7 +251,7 @@ class OrnsteinUhlenbeckProcessModule(_Annealed):
 
     def __init__(
         self,
-        spec: Any = None,
+        spec: TensorSpec | None = None,
         eta: float = 0.6,
         sigma: float = 0.2,
         theta: float = 0.15,
@@ -322,7 +325,9 @@ class OrnsteinUhlenbeckProcessModule(_Annealed):
         return tensordict
 
 
-def _policy_spec(policy: TensorDictModuleBase, spec: Any, action_key: NestedKey) -> Any:
+def _policy_spec(
+    policy: TensorDictModuleBase, spec: TensorSpec | None, action_key: NestedKey
+) -> Any:
     if spec is not None:
         return spec
     policy_spec = getattr(policy, "spec", None)
@@ -346,7 +351,7 @@ class _ExplorationWrapper(TensorDictSequential):
         return cast(_Annealed, self.module[1])
 
     @property
-    def spec(self) -> Any:
+    def spec(self) -> TensorSpec | None:
         return getattr(self.module[0], "spec", None)
 
     def step(self, frames: int = 1) -> None:
@@ -384,7 +389,7 @@ class EGreedyWrapper(_ExplorationWrapper):
         annealing_num_steps: int = 1000,
         action_key: NestedKey = ACTION,
         action_mask_key: NestedKey | None = None,
-        spec: Any = None,
+        spec: TensorSpec | None = None,
     ) -> None:
         module = EGreedyModule(
             _policy_spec(policy, spec, action_key),
@@ -431,7 +436,7 @@ class AdditiveGaussianWrapper(_ExplorationWrapper):
         mean: float = 0.0,
         std: float = 1.0,
         action_key: NestedKey = ACTION,
-        spec: Any = None,
+        spec: TensorSpec | None = None,
         safe: bool = True,
     ) -> None:
         module = AdditiveGaussianModule(
@@ -483,7 +488,7 @@ class OrnsteinUhlenbeckProcessWrapper(_ExplorationWrapper):
         x0: float = 0.0,
         sigma_min: float | None = None,
         n_steps_annealing: int = 1000,
-        spec: Any = None,
+        spec: TensorSpec | None = None,
         action_key: NestedKey = ACTION,
         **kwargs: Any,
     ) -> None:

@@ -8,15 +8,18 @@ rollout of batch ``[*B, num_candidates]``: the env must not be batch-locked.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
-from tensordict.utils import NestedKey
 
 from torchrl._keys import ACTION, ADVANTAGE, DONE, NEXT, REWARD
+from torchrl._types import NestedKey, TensorDictModuleLike
 from torchrl.modules._spec_utils import module_keys
+
+if TYPE_CHECKING:
+    from torchrl.envs.common import EnvBase
 
 
 class _ActionSequence:
@@ -42,7 +45,7 @@ class MPCPlannerBase(TensorDictModuleBase):
         action_key: where the planned action is written.
     """
 
-    def __init__(self, env: Any, action_key: NestedKey = ACTION) -> None:
+    def __init__(self, env: EnvBase, action_key: NestedKey = ACTION) -> None:
         super().__init__()
         if getattr(env, "batch_locked", True):
             raise ValueError(
@@ -127,7 +130,7 @@ class CEMPlanner(MPCPlannerBase):
 
     def __init__(
         self,
-        env: Any,
+        env: EnvBase,
         planning_horizon: int,
         optim_steps: int,
         num_candidates: int,
@@ -200,8 +203,8 @@ class MPPIPlanner(MPCPlannerBase):
 
     def __init__(
         self,
-        env: Any,
-        advantage_module: Any,
+        env: EnvBase,
+        advantage_module: TensorDictModuleLike,
         temperature: float,
         planning_horizon: int,
         optim_steps: int,

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
-from tensordict.utils import NestedKey
 from torch import nn
 
 from torchrl._keys import ACTION, ACTION_VALUE, OBSERVATION
+from torchrl._types import NestedKey
 from torchrl.modules._spec_utils import (
     as_composite,
     leaf_spec,
@@ -25,8 +25,13 @@ CHOSEN_ACTION_VALUE = "chosen_action_value"
 
 _ACTION_SPACES = ("one_hot", "categorical", "mult_one_hot", "multi_categorical")
 
+if TYPE_CHECKING:
+    from torchrl.data.specs.base import TensorSpec
 
-def _resolve_action_space(action_space: Any, spec: Any, action_key: NestedKey) -> str:
+
+def _resolve_action_space(
+    action_space: str | TensorSpec | None, spec: TensorSpec | None, action_key: NestedKey
+) -> str:
     if action_space is None:
         if spec is None:
             raise ValueError(
@@ -54,13 +59,13 @@ class _GreedyBase(TensorDictModuleBase):
 
     def __init__(
         self,
-        action_space: Any,
+        action_space: str | TensorSpec | None,
         action_value_key: NestedKey | None,
         action_mask_key: NestedKey | None,
         out_keys: Sequence[NestedKey] | None,
         default_out_keys: list[NestedKey],
         var_nums: Sequence[int] | int | None,
-        spec: Any,
+        spec: TensorSpec | None,
         safe: bool,
     ) -> None:
         super().__init__()
@@ -166,12 +171,12 @@ class QValueModule(_GreedyBase):
 
     def __init__(
         self,
-        action_space: Any = None,
+        action_space: str | TensorSpec | None = None,
         action_value_key: NestedKey | None = None,
         action_mask_key: NestedKey | None = None,
         out_keys: Sequence[NestedKey] | None = None,
         var_nums: Sequence[int] | int | None = None,
-        spec: Any = None,
+        spec: TensorSpec | None = None,
         safe: bool = False,
     ) -> None:
         value_key = ACTION_VALUE if action_value_key is None else action_value_key
@@ -227,13 +232,13 @@ class DistributionalQValueModule(_GreedyBase):
 
     def __init__(
         self,
-        action_space: Any,
+        action_space: str | TensorSpec | None,
         support: torch.Tensor,
         action_value_key: NestedKey | None = None,
         action_mask_key: NestedKey | None = None,
         out_keys: Sequence[NestedKey] | None = None,
         var_nums: Sequence[int] | int | None = None,
-        spec: Any = None,
+        spec: TensorSpec | None = None,
         safe: bool = False,
     ) -> None:
         value_key = ACTION_VALUE if action_value_key is None else action_value_key
@@ -304,9 +309,9 @@ class QValueActor(TensorDictSequential):
         module: nn.Module,
         *,
         in_keys: Sequence[NestedKey] | None = None,
-        spec: Any = None,
+        spec: TensorSpec | None = None,
         safe: bool = False,
-        action_space: Any = None,
+        action_space: str | TensorSpec | None = None,
         action_value_key: NestedKey | None = None,
         action_mask_key: NestedKey | None = None,
     ) -> None:
@@ -352,9 +357,9 @@ class DistributionalQValueActor(TensorDictSequential):
         support: torch.Tensor,
         *,
         in_keys: Sequence[NestedKey] | None = None,
-        spec: Any = None,
+        spec: TensorSpec | None = None,
         safe: bool = False,
-        action_space: Any = None,
+        action_space: str | TensorSpec | None = None,
         action_value_key: NestedKey | None = None,
         action_mask_key: NestedKey | None = None,
         make_log_softmax: bool = True,

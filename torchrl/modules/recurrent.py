@@ -13,20 +13,23 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
-from tensordict.utils import NestedKey
 from torch import nn
 
 from torchrl._keys import IS_INIT, NEXT
+from torchrl._types import NestedKey
 from torchrl.modules._spec_utils import module_keys
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 _RECURRENT_MODE: list[bool | None] = [None]
+
+if TYPE_CHECKING:
+    from torchrl.envs.transforms import TensorDictPrimer
 
 
 def recurrent_mode() -> bool | None:
@@ -169,7 +172,7 @@ class _RecurrentModule(TensorDictModuleBase):
         out.default_recurrent_mode = mode
         return out
 
-    def make_tensordict_primer(self) -> Any:
+    def make_tensordict_primer(self) -> TensorDictPrimer:
         """The ``TensorDictPrimer`` that makes an env write zero recurrent states at reset.
 
         Append it to the env (with an ``InitTracker``) so that every reset sub-env starts from

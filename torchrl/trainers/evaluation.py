@@ -6,14 +6,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from tensordict import NestedKey, TensorDictBase
+from tensordict import TensorDictBase
 from torch import nn
 
 from torchrl._keys import DONE, NEXT, REWARD
+from torchrl._types import NestedKey, TensorDictModuleLike
 from torchrl.record.loggers.common import as_float
-from torchrl.trainers.hooks import _key_name
+from torchrl.trainers.hooks import flat_key_name
 
 if TYPE_CHECKING:
+    from torchrl.envs.common import EnvBase
+    from torchrl.envs.utils import ExplorationType
     from torchrl.trainers.trainer import Trainer
 
 __all__ = ["EarlyStopping", "LogValidationReward", "Recorder", "episode_returns"]
@@ -93,14 +96,14 @@ class Recorder:
         record_interval: int,
         record_frames: int,
         frame_skip: int = 1,
-        policy_exploration: Any,
-        environment: Any = None,
-        exploration_type: Any = None,
+        policy_exploration: TensorDictModuleLike | None,
+        environment: EnvBase | None = None,
+        exploration_type: ExplorationType | None = None,
         log_keys: list[NestedKey] | None = None,
         out_keys: dict[NestedKey, str] | None = None,
         suffix: str | None = None,
         log_pbar: bool = False,
-        recorder: Any = None,
+        recorder: EnvBase | None = None,
     ) -> None:
         from torchrl.envs.utils import ExplorationType
 
@@ -136,21 +139,22 @@ class Recorder:
         from torchrl.envs.utils import set_exploration_type
 
         policy = self.policy_exploration
-        was_training = isinstance(policy, nn.Module) and policy.training
-        if was_training:
-            policy.eval()
+        # a module in training mode is evaluated in eval mode, then put back
+        training = policy if isinstance(policy, nn.Module) and policy.training else None
+        if training is not None:
+            training.eval()
         try:
             with set_exploration_type(self.exploration_type):
                 rollout = self.environment.rollout(
                     self.record_frames, policy, auto_reset=True, break_when_any_done=False
                 )
         finally:
-            if was_training:
-                policy.train()
+            if training is not None:
+                training.train()
         _dump_videos(self.environment)
         out: dict[str, Any] = {}
         for key in self.log_keys:
-            name = self.out_keys.get(key) or _key_name(key)
+            name = self.out_keys.get(key) or flat_key_name(key)
             value = rollout.get(key).float().mean()
             if key == (NEXT, REWARD):
                 value = value / self.frame_skip

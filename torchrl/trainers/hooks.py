@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from tensordict import NestedKey, TensorDictBase
+from tensordict import TensorDictBase
 
 from torchrl._keys import COLLECTOR, MASK, NEXT, REWARD
+from torchrl._types import NestedKey, WeightSyncLike
 from torchrl.record.loggers.common import as_float
 
 if TYPE_CHECKING:
+    from torchrl.data.replay_buffers.replay_buffers import ReplayBuffer
+    from torchrl.data.replay_buffers.storages import LazyMemmapStorage
     from torchrl.trainers.trainer import Trainer
 
 __all__ = [
@@ -42,8 +45,19 @@ def _valid(batch: TensorDictBase) -> TensorDictBase:
     return batch[mask] if mask is not None else batch
 
 
-def _key_name(key: NestedKey) -> str:
-    """A flat name for a (nested) key: ``("next", "reward")`` -> ``"next_reward"``."""
+def flat_key_name(key: NestedKey) -> str:
+    """A flat name for a (nested) key: ``("next", "reward")`` -> ``"next_reward"``.
+
+    Args:
+        key: a string or a tuple of strings.
+
+    Returns:
+        The key itself for a string, else its parts joined by ``"_"``.
+
+    Examples:
+        >>> flat_key_name(("next", "reward"))
+        'next_reward'
+    """
     return key if isinstance(key, str) else "_".join(str(part) for part in key)
 
 
@@ -192,7 +206,7 @@ class ReplayBufferTrainer:
 
     def __init__(
         self,
-        replay_buffer: Any,
+        replay_buffer: ReplayBuffer,
         batch_size: int | None = None,
         memmap: bool = False,
         device: torch.device | str | None = None,
@@ -335,7 +349,7 @@ class ReplayBufferTrainer:
         trainer.register_module(name, self)
 
 
-def _mapped_by(storage: Any, directory: Path) -> bool:
+def _mapped_by(storage: LazyMemmapStorage, directory: Path) -> bool:
     """Whether ``storage`` (a memory-mapped storage) maps the files in ``directory``."""
     current = storage.scratch_dir
     try:
@@ -375,7 +389,7 @@ class LogScalar:
         if reduction not in ("mean", "sum", "min", "max"):
             raise ValueError(f"LogScalar: reduction must be mean/sum/min/max, got {reduction!r}")
         self.key = key
-        self.logname = logname or _key_name(key)
+        self.logname = logname or flat_key_name(key)
         self.log_pbar = bool(log_pbar)
         self.include_std = bool(include_std)
         self.reduction = reduction
@@ -632,7 +646,7 @@ class UpdateWeights:
         2
     """
 
-    def __init__(self, collector: Any, update_weights_interval: int) -> None:
+    def __init__(self, collector: WeightSyncLike, update_weights_interval: int) -> None:
         if not callable(getattr(collector, "update_policy_weights_", None)):
             raise TypeError(
                 f"UpdateWeights: {type(collector).__name__} has no update_policy_weights_() method"

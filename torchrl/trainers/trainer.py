@@ -14,6 +14,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from torchrl._keys import COLLECTOR, MASK, NEXT, REWARD
+from torchrl._types import StatefulLike
 from torchrl._utils import logger as torchrl_logger
 from torchrl.record.loggers.common import Logger, as_float
 from torchrl.trainers.checkpoint import (
@@ -149,6 +150,7 @@ class Trainer:
         self._ops: dict[str, list[tuple[Callable[..., Any], dict[str, Any]]]] = {
             point: [] for point in HOOK_POINTS
         }
+        # Any: some modules also have checkpoint_state(path) or load_state_dict(..., trusted=)
         self._modules: dict[str, Any] = {}
         #: the latest value of every logged name (read by hooks such as ``EarlyStopping``).
         self.latest_logs: dict[str, float] = {}
@@ -189,7 +191,7 @@ class Trainer:
             )
         self._ops[dest].append((op, kwargs))
 
-    def register_module(self, module_name: str, module: Any) -> None:
+    def register_module(self, module_name: str, module: StatefulLike) -> None:
         """Adds an object with ``state_dict``/``load_state_dict`` to the trainer's checkpoint.
 
         Args:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from torchrl.modules.models.utils import DeviceLike
+from torchrl._types import DeviceLike
 
 
 class BatchRenorm1d(nn.Module):

@@ -8,13 +8,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchrl._types import DeviceLike
 from torchrl.modules.models.mlp import MLP
 from torchrl.modules.models.utils import (
-    DeviceLike,
     SquashDims,
-    _find_depth,
-    _per_layer,
     create_on_device,
+    find_depth,
+    per_layer,
 )
 
 _DEFAULT_CONV_CELLS = (32, 32, 32)
@@ -73,13 +73,13 @@ class ConvNet(nn.Module):
             num_cells = list(_DEFAULT_CONV_CELLS)
         if depth is None and isinstance(num_cells, int):
             depth = len(_DEFAULT_CONV_CELLS)
-        depth = _find_depth(depth, num_cells, kernel_sizes, strides, paddings)
-        cells = _per_layer(num_cells, depth, "num_cells")
-        kernels = _per_layer(kernel_sizes, depth, "kernel_sizes")
-        strides_ = _per_layer(strides, depth, "strides")
-        pads = _per_layer(paddings, depth, "paddings")
-        act_kwargs = _per_layer(activation_kwargs or {}, depth, "activation_kwargs")
-        nrm_kwargs = _per_layer(norm_kwargs or {}, depth, "norm_kwargs")
+        depth = find_depth(depth, num_cells, kernel_sizes, strides, paddings)
+        cells = per_layer(num_cells, depth, "num_cells")
+        kernels = per_layer(kernel_sizes, depth, "kernel_sizes")
+        strides_ = per_layer(strides, depth, "strides")
+        pads = per_layer(paddings, depth, "paddings")
+        act_kwargs = per_layer(activation_kwargs or {}, depth, "activation_kwargs")
+        nrm_kwargs = per_layer(norm_kwargs or {}, depth, "norm_kwargs")
 
         layers: list[nn.Module] = []
         for i in range(depth):

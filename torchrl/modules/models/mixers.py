@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from torchrl.modules.models.utils import DeviceLike
+from torchrl._types import DeviceLike
 
 
 class Mixer(nn.Module):

@@ -9,13 +9,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchrl._types import DeviceLike
 from torchrl.modules.models.noisy import NoisyLazyLinear, NoisyLinear
 from torchrl.modules.models.utils import (
-    DeviceLike,
     ScalarBias,
-    _find_depth,
-    _per_layer,
     create_on_device,
+    find_depth,
+    per_layer,
 )
 
 _DEFAULT_NUM_CELLS = 32
@@ -113,12 +113,12 @@ class MLP(nn.Sequential):
             num_cells = _DEFAULT_NUM_CELLS
         if depth is None and isinstance(num_cells, int):
             depth = _DEFAULT_DEPTH
-        depth = _find_depth(depth, num_cells)
-        cells = _per_layer(num_cells, depth, "num_cells")
+        depth = find_depth(depth, num_cells)
+        cells = per_layer(num_cells, depth, "num_cells")
         # One extra entry for the output layer when it is activated too.
         n_act = depth + int(activate_last_layer)
-        act_kwargs = _per_layer(activation_kwargs or {}, n_act, "activation_kwargs")
-        nrm_kwargs = _per_layer(norm_kwargs or {}, n_act, "norm_kwargs")
+        act_kwargs = per_layer(activation_kwargs or {}, n_act, "activation_kwargs")
+        nrm_kwargs = per_layer(norm_kwargs or {}, n_act, "norm_kwargs")
         layer_kwargs = dict(layer_kwargs or {})
 
         layers: list[nn.Module] = []

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from torch import nn
 
+from torchrl._types import DeviceLike
 from torchrl.modules.models.conv import ConvNet
 from torchrl.modules.models.mlp import MLP
-from torchrl.modules.models.utils import DeviceLike
 
 
 def _has_lazy(module: nn.Module) -> bool:

@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 
-from torchrl.modules.models.utils import DeviceLike
+from torchrl._types import DeviceLike
 
 
 def _signed_sqrt(value: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchrl.modules.models.utils import DeviceLike
+from torchrl._types import DeviceLike
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 

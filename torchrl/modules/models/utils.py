@@ -9,10 +9,10 @@ from typing import Any
 import torch
 from torch import nn
 
-DeviceLike = torch.device | str | int | None
+from torchrl._types import DeviceLike
 
 
-def _find_depth(depth: int | None, *seqs: Any) -> int:
+def find_depth(depth: int | None, *seqs: Any) -> int:
     """Returns the depth implied by ``depth`` and by the per-layer sequences in ``seqs``.
 
     Integers in ``seqs`` mean "the same for every layer" and imply nothing; sequences must agree
@@ -31,7 +31,7 @@ def _find_depth(depth: int | None, *seqs: Any) -> int:
     return depth
 
 
-def _per_layer(value: Any, depth: int, name: str) -> list[Any]:
+def per_layer(value: Any, depth: int, name: str) -> list[Any]:
     """Expands a scalar (or a dict of kwargs) to one value per layer; checks a sequence's length."""
     if isinstance(value, Sequence) and not isinstance(value, str):
         if len(value) != depth:
