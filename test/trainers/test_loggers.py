@@ -18,7 +18,7 @@ from torchrl.record.loggers import (
     generate_exp_name,
     get_logger,
 )
-from torchrl.trainers.loggers.common import flatten_config
+from torchrl.record.loggers.common import flatten_config
 
 
 @dataclasses.dataclass
@@ -216,3 +216,20 @@ def test_import_is_lazy():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("sub", ["common", "csv", "mlflow", "tensorboard", "utils", "wandb"])
+def test_trainers_paths_reexport_record_loggers(sub):
+    import importlib
+
+    import torchrl.record.loggers as record_loggers
+    import torchrl.trainers.loggers as trainer_loggers
+
+    old = importlib.import_module(f"torchrl.trainers.loggers.{sub}")
+    new = importlib.import_module(f"torchrl.record.loggers.{sub}")
+    assert old.__all__ == new.__all__
+    assert all(getattr(old, name) is getattr(new, name) for name in new.__all__)
+    assert all(
+        getattr(trainer_loggers, name) is getattr(record_loggers, name)
+        for name in record_loggers.__all__
+    )
