@@ -7,7 +7,7 @@ advantage estimates, as functions on tensors and as modules.
 
 from torchrl.objectives.a2c import A2CLoss
 from torchrl.objectives.bc import BCLoss
-from torchrl.objectives.common import LossModule
+from torchrl.objectives.common import LossModule, ParamSet
 from torchrl.objectives.cql import CQLLoss, DiscreteCQLLoss
 from torchrl.objectives.ddpg import DDPGLoss
 from torchrl.objectives.decision_transformer import DTLoss, OnlineDTLoss
@@ -48,6 +48,7 @@ __all__ = [
     "LossModule",
     "OnlineDTLoss",
     "PPOLoss",
+    "ParamSet",
     "QMixerLoss",
     "REDQLoss",
     "ReinforceLoss",

@@ -11,19 +11,19 @@ from tensordict.utils import NestedKey
 from torch import Tensor
 
 from torchrl._keys import ACTION, ADVANTAGE, DONE, REWARD, STATE_VALUE, TERMINATED, VALUE_TARGET
-from torchrl.objectives.common import LossModule, next_key
-from torchrl.objectives.utils import (
-    _UNSET,
-    ValueEstimators,
-    _as_batch,
-    _check_loss_function,
-    _check_reduction,
-    _either,
-    _entropy,
-    _log_prob,
-    _reduce,
-    _value_loss,
+from torchrl.objectives._helpers import (
+    UNSET,
+    action_log_prob,
+    as_batch,
+    check_loss_function,
+    check_reduction,
+    critic_value_loss,
+    dist_entropy,
+    either_alias,
+    reduce_loss,
 )
+from torchrl.objectives.common import LossModule, next_key
+from torchrl.objectives.utils import ValueEstimators
 
 __all__ = ["A2CLoss"]
 
@@ -96,21 +96,21 @@ class A2CLoss(LossModule):
         *,
         entropy_bonus: bool = True,
         samples_mc_entropy: int = 1,
-        entropy_coef: float = _UNSET,
-        critic_coef: float | None = _UNSET,
+        entropy_coef: float = UNSET,
+        critic_coef: float | None = UNSET,
         loss_critic_type: str = "smooth_l1",
         separate_losses: bool = False,
         clip_value: float | None = None,
         reduction: str = "mean",
         functional: bool = True,
-        entropy_coeff: float = _UNSET,
-        critic_coeff: float | None = _UNSET,
+        entropy_coeff: float = UNSET,
+        critic_coeff: float | None = UNSET,
     ) -> None:
         super().__init__()
-        entropy_coef = _either(
+        entropy_coef = either_alias(
             type(self).__name__, "entropy_coef", entropy_coef, "entropy_coeff", entropy_coeff, 0.01
         )
-        critic_coef = _either(
+        critic_coef = either_alias(
             type(self).__name__, "critic_coef", critic_coef, "critic_coeff", critic_coeff, 1.0
         )
         if not hasattr(actor_network, "get_dist"):
@@ -128,10 +128,10 @@ class A2CLoss(LossModule):
         self.samples_mc_entropy = samples_mc_entropy
         self.entropy_coef = float(entropy_coef)
         self.critic_coef = None if critic_coef is None else float(critic_coef)
-        self.loss_critic_type = _check_loss_function(loss_critic_type)
+        self.loss_critic_type = check_loss_function(loss_critic_type)
         self.separate_losses = separate_losses
         self.clip_value = None if clip_value is None else float(clip_value)
-        self.reduction = _check_reduction(reduction)
+        self.reduction = check_reduction(reduction)
         sample_keys = list(getattr(actor_network, "dist_sample_keys", None) or [ACTION])
         if sample_keys != [ACTION]:
             self._tensor_keys.action = sample_keys[0]
@@ -189,16 +189,16 @@ class A2CLoss(LossModule):
             self.value_estimator(tensordict)
             adv = tensordict.get(keys.advantage)
         dist = self.actor_network.get_dist(tensordict.copy())
-        log_prob = _log_prob(dist, tensordict, keys.action)
+        log_prob = action_log_prob(dist, tensordict, keys.action)
         adv = adv.detach()
-        adv = _as_batch(adv, log_prob, "the advantage", "A2CLoss")
-        out: dict[str, Tensor] = {"loss_objective": _reduce(-(log_prob * adv), self.reduction)}
+        adv = as_batch(adv, log_prob, "the advantage", "A2CLoss")
+        out: dict[str, Tensor] = {"loss_objective": reduce_loss(-(log_prob * adv), self.reduction)}
         if self.entropy_bonus:
-            entropy = _entropy(dist, self.samples_mc_entropy)
+            entropy = dist_entropy(dist, self.samples_mc_entropy)
             out["entropy"] = entropy.detach().mean()
-            out["loss_entropy"] = -self.entropy_coef * _reduce(entropy, self.reduction)
+            out["loss_entropy"] = -self.entropy_coef * reduce_loss(entropy, self.reduction)
         if self.critic_network is not None and self.critic_coef is not None:
-            loss, clip_fraction = _value_loss(
+            loss, clip_fraction = critic_value_loss(
                 self,
                 tensordict,
                 "critic_network",
@@ -206,7 +206,7 @@ class A2CLoss(LossModule):
                 self.clip_value,
                 "actor_network" if self.separate_losses else None,
             )
-            out["loss_critic"] = self.critic_coef * _reduce(loss, self.reduction)
+            out["loss_critic"] = self.critic_coef * reduce_loss(loss, self.reduction)
             if clip_fraction is not None:
                 out["value_clip_fraction"] = clip_fraction
         return TensorDict(out, batch_size=[])

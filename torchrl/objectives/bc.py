@@ -10,14 +10,14 @@ from tensordict.nn import dispatch
 from tensordict.utils import NestedKey
 
 from torchrl._keys import ACTION
-from torchrl.objectives.common import LossModule
-from torchrl.objectives.utils import (
-    _check_loss_function,
-    _check_reduction,
-    _log_prob,
-    _reduce,
-    distance_loss,
+from torchrl.objectives._helpers import (
+    action_log_prob,
+    check_loss_function,
+    check_reduction,
+    reduce_loss,
 )
+from torchrl.objectives.common import LossModule
+from torchrl.objectives.utils import distance_loss
 
 __all__ = ["BCLoss"]
 
@@ -75,8 +75,8 @@ class BCLoss(LossModule):
         keys = list(getattr(actor_network, "dist_sample_keys", None) or [])
         keys = keys or list(getattr(actor_network, "out_keys", None) or [ACTION])
         self._tensor_keys.action = keys[0]
-        self.loss_function = _check_loss_function(loss_function)
-        self.reduction = _check_reduction(reduction)
+        self.loss_function = check_loss_function(loss_function)
+        self.reduction = check_reduction(reduction)
         self.out_keys = ["loss_bc"]
         self._refresh_keys()
 
@@ -98,7 +98,7 @@ class BCLoss(LossModule):
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
         if self.probabilistic:
             dist = self.actor_network.get_dist(inputs)
-            loss = -_log_prob(dist, tensordict, key)
+            loss = -action_log_prob(dist, tensordict, key)
         else:
             target = tensordict.get(key)
             pred = self.actor_network(inputs).get(key)
@@ -110,4 +110,4 @@ class BCLoss(LossModule):
             loss = distance_loss(pred, target.to(pred.dtype), self.loss_function)
             if loss.ndim > tensordict.batch_dims:
                 loss = loss.flatten(tensordict.batch_dims).mean(-1)
-        return TensorDict({"loss_bc": _reduce(loss, self.reduction)}, batch_size=[])
+        return TensorDict({"loss_bc": reduce_loss(loss, self.reduction)}, batch_size=[])

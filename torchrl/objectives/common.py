@@ -11,10 +11,13 @@ on request, makes
   stacked along a leading dim in ``<name>_params``; the module at ``<name>`` is then an empty
   template, called member-wise under :func:`torch.vmap`.
 
-Networks are called with other tensors (targets, detached copies, ensemble members) by putting
-those tensors into the module's parameter and buffer slots for the duration of the call and
-putting the originals back: a handful of dict writes, several times cheaper than
-``TensorDict.to_module`` on small networks.
+A loss calls a network with one of three parameter sets, named by
+:class:`~torchrl.objectives.ParamSet` (online, target, detached):
+:meth:`LossModule.network_tensors` returns them and :meth:`LossModule.using_tensors` runs a block
+with them (the losses' ``_call_network`` and ``_call_ensemble`` build on both). The chosen
+tensors are put into the module's parameter and buffer slots for the duration of the call and
+the originals put back (:class:`~torchrl.objectives._params.TensorSlots`): a handful of dict
+writes, several times cheaper than ``TensorDict.to_module`` on small networks.
 """
 
 from __future__ import annotations
@@ -22,17 +25,17 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictParams
-from tensordict.utils import NestedKey
 from torch import Tensor, nn
 
-from torchrl._keys import NEXT
+from torchrl._types import NestedKey
 from torchrl._utils import warn_once
+from torchrl.objectives._params import ParamSet, TensorSlots
 from torchrl.objectives.utils import ValueEstimators, default_value_kwargs
 from torchrl.objectives.value.estimators import (
     GAE,
@@ -41,9 +44,10 @@ from torchrl.objectives.value.estimators import (
     TDLambdaEstimator,
     ValueEstimatorBase,
     VTrace,
+    next_key,
 )
 
-__all__ = ["LossModule"]
+__all__ = ["LossModule", "ParamSet", "next_key"]
 
 _ESTIMATOR_CLASSES: dict[ValueEstimators, type[ValueEstimatorBase]] = {
     ValueEstimators.TD0: TD0Estimator,
@@ -54,18 +58,12 @@ _ESTIMATOR_CLASSES: dict[ValueEstimators, type[ValueEstimatorBase]] = {
 }
 
 
-def next_key(key: NestedKey) -> NestedKey:
-    """``("next", *key)``."""
-    return (NEXT, *key) if isinstance(key, tuple) else (NEXT, key)  # type: ignore[arg-type]
-
-
 @dataclasses.dataclass
 class _Network:
     """Bookkeeping of one converted network."""
 
     keys: list[tuple[str, ...]]
-    # (owning sub-module, attribute name, is_parameter), in the order of ``keys``
-    slots: list[tuple[nn.Module, str, bool]]
+    slots: TensorSlots
     ensemble_size: int | None
     has_target: bool
 
@@ -92,22 +90,6 @@ class _LeavesCache(dict):
 
     def __reduce__(self) -> tuple:
         return (_LeavesCache, ())
-
-
-def _resolve_slots(
-    module: nn.Module, keys: Sequence[tuple[str, ...]]
-) -> list[tuple[nn.Module, str, bool]]:
-    slots = []
-    for key in keys:
-        owner = module.get_submodule(".".join(key[:-1])) if len(key) > 1 else module
-        name = key[-1]
-        if name in owner._parameters:
-            slots.append((owner, name, True))
-        elif name in owner._buffers:
-            slots.append((owner, name, False))
-        else:  # pragma: no cover - from_module only lists parameters and buffers
-            raise KeyError(f"{'.'.join(key)} is neither a parameter nor a buffer")
-    return slots
 
 
 def _check_initialized(module: nn.Module, name: str) -> None:
@@ -322,7 +304,7 @@ class LossModule(nn.Module):
             source = TensorDict.from_module(module)
             keys = [k if isinstance(k, tuple) else (k,) for k in source.keys(True, True)]
             setattr(self, module_name, module)
-            slots = _resolve_slots(module, keys)
+            slots = TensorSlots(module, keys)
         else:
             if expand_dim < 1:
                 raise ValueError(f"expand_dim must be >= 1, got {expand_dim}")
@@ -335,10 +317,9 @@ class LossModule(nn.Module):
             source = TensorDict.from_modules(*members, as_module=True)
             keys = [k if isinstance(k, tuple) else (k,) for k in source.keys(True, True)]
             template = copy.deepcopy(module)
-            slots = _resolve_slots(template, keys)
+            slots = TensorSlots(template, keys)
             # The template keeps no tensors of its own: the stacked ones are the only copy.
-            for owner, name, is_param in slots:
-                (owner._parameters if is_param else owner._buffers)[name] = None
+            slots.clear()
             setattr(self, module_name, template)
             setattr(self, f"{module_name}_params", source)
         if create_target_params:
@@ -401,76 +382,131 @@ class LossModule(nn.Module):
         net = self._network(name)
         if net.ensemble_size is not None:
             return self._leaves(f"{name}_params")
-        stores: list[dict[str, Any]] = [
-            owner._parameters if is_param else owner._buffers for owner, _, is_param in net.slots
-        ]
-        return [store[attr] for store, (_, attr, _) in zip(stores, net.slots)]
+        return net.slots.read()
+
+    def network_tensors(
+        self,
+        name: str,
+        param_set: ParamSet = ParamSet.ONLINE,
+        *,
+        detach_shared_with: str | None = None,
+    ) -> list[Tensor]:
+        """The tensors of a converted network, flat, in the order of its parameters and buffers.
+
+        Args:
+            name: the network's attribute name (e.g. ``"actor_network"``).
+            param_set: which tensors (see :class:`~torchrl.objectives.ParamSet`).
+            detach_shared_with: with :attr:`ParamSet.ONLINE`, detach the tensors that network
+                ``detach_shared_with`` shares (e.g. a trunk common to actor and critic), so
+                that a loss of ``name`` does not train them.
+
+        Returns:
+            One tensor per parameter or buffer (``[n, ...]`` each for an ensemble of ``n``).
+
+        Examples:
+            >>> from torchrl.modules import QValueActor
+            >>> from torchrl.objectives import DQNLoss
+            >>> loss = DQNLoss(QValueActor(nn.Linear(4, 2), action_space="categorical"))
+            >>> [tuple(t.shape) for t in loss.network_tensors("value_network", ParamSet.TARGET)]
+            [(2, 4), (2,)]
+        """
+        online = self._online_tensors(name)
+        if detach_shared_with is not None:
+            if param_set is not ParamSet.ONLINE:
+                raise ValueError("detach_shared_with applies to the online tensors only")
+            shared = {id(t) for t in self._online_tensors(detach_shared_with)}
+            return [t.detach() if id(t) in shared else t for t in online]
+        if param_set is ParamSet.ONLINE:
+            return online
+        if param_set is ParamSet.TARGET:
+            return self._target_tensors(name)
+        return [t.detach() for t in online]
 
     def _target_tensors(self, name: str) -> list[Tensor]:
-        net = self._network(name)
-        if not net.has_target:
+        if not self._network(name).has_target:
             # Without a delayed copy the target is the online network, without gradients.
             return [t.detach() for t in self._online_tensors(name)]
         return self._leaves(f"target_{name}_params")
 
-    def _tensors(self, name: str, which: str) -> list[Tensor]:
-        if which == "online":
-            return self._online_tensors(name)
-        if which == "target":
-            return self._target_tensors(name)
-        if which == "detached":
-            return [t.detach() for t in self._online_tensors(name)]
-        raise ValueError(f"which must be 'online', 'target' or 'detached', got {which!r}")
-
-    def _tensors_detaching_shared(self, name: str, other: str) -> list[Tensor]:
-        """``name``'s tensors, detached where they are shared with network ``other``."""
-        shared = {id(t) for t in self._online_tensors(other)}
-        return [t.detach() if id(t) in shared else t for t in self._online_tensors(name)]
-
     @contextmanager
-    def _swapped(self, name: str, tensors: Sequence[Tensor]) -> Iterator[Any]:
-        """Runs the block with ``tensors`` in the network's parameter/buffer slots."""
-        net = self._networks[name]
-        saved = []
-        for (owner, attr, is_param), tensor in zip(net.slots, tensors):
-            store: dict[str, Any] = owner._parameters if is_param else owner._buffers
-            saved.append(store[attr])
-            store[attr] = tensor
-        try:
+    def using_tensors(self, name: str, tensors: Sequence[Tensor]) -> Iterator[nn.Module]:
+        """A context in which network ``name`` computes with ``tensors`` instead of its own.
+
+        Args:
+            name: a converted network.
+            tensors: one per parameter or buffer, as :meth:`network_tensors` returns them.
+
+        Yields:
+            The network.
+
+        Examples:
+            >>> from torchrl.modules import QValueActor
+            >>> from torchrl.objectives import DQNLoss
+            >>> loss = DQNLoss(QValueActor(nn.Linear(4, 2), action_space="categorical"))
+            >>> zeros = [torch.zeros_like(t) for t in loss.network_tensors("value_network")]
+            >>> with loss.using_tensors("value_network", zeros) as net:
+            ...     net.module[0].module(torch.ones(1, 4))
+            tensor([[0., 0.]])
+        """
+        with self._network(name).slots.swapped(tensors):
             yield getattr(self, name)
-        finally:
-            for (owner, attr, is_param), old in zip(net.slots, saved):
-                restore: dict[str, Any] = owner._parameters if is_param else owner._buffers
-                restore[attr] = old
 
     def _call_network(
-        self, name: str, tensordict: TensorDictBase, which: str = "online"
+        self,
+        name: str,
+        tensordict: TensorDictBase,
+        param_set: ParamSet = ParamSet.ONLINE,
+        *,
+        modules: Sequence[nn.Module] | None = None,
     ) -> TensorDictBase:
-        """Calls a (non-ensemble) network on ``tensordict`` with online/target/detached tensors.
+        """Calls a (non-ensemble) network on ``tensordict`` with one of its parameter sets.
 
-        The outputs are written into ``tensordict``, which is returned.
+        Args:
+            name: a converted network.
+            tensordict: its input; the outputs are written into it.
+            param_set: which tensors (see :class:`~torchrl.objectives.ParamSet`).
+            modules: run these sub-modules of the network, in order, instead of the network
+                itself (e.g. a Q-value actor without its greedy head).
+
+        Returns:
+            ``tensordict`` (or what the last module returns).
         """
-        if which == "online":
-            return getattr(self, name)(tensordict)
-        with self._swapped(name, self._tensors(name, which)) as module:
-            return module(tensordict)
+        network = getattr(self, name)
+        run = list(modules) if modules is not None else [network]
+        # The online tensors already sit in the slots: no swap needed.
+        swap = (
+            nullcontext()
+            if param_set is ParamSet.ONLINE
+            else self.using_tensors(name, self.network_tensors(name, param_set))
+        )
+        with swap:
+            for module in run:
+                tensordict = module(tensordict)
+        return tensordict
 
     def _call_ensemble(
         self,
         name: str,
         tensordict: TensorDictBase,
         out_keys: Sequence[NestedKey],
-        which: str | list[Tensor] = "online",
+        param_set: ParamSet = ParamSet.ONLINE,
+        *,
+        tensors: Sequence[Tensor] | None = None,
     ) -> list[Tensor]:
-        """Calls every member of an ensemble on the same data.
+        """Calls every member of an ensemble (``expand_dim``) on the same data.
 
-        ``which`` is ``"online"``, ``"target"``, ``"detached"`` or the stacked tensors to use
-        (e.g. a subset of the members).
+        Args:
+            name: a network converted with ``expand_dim``.
+            tensordict: the input (the members' inputs are selected from it).
+            out_keys: the outputs to collect.
+            param_set: which tensors (see :class:`~torchrl.objectives.ParamSet`).
+            tensors: stacked tensors to use instead (e.g. a subset of the members).
 
         Returns:
             One tensor per key of ``out_keys``, stacked ``[n, *B, ...]`` over the members.
         """
-        tensors = self._tensors(name, which) if isinstance(which, str) else which
+        if tensors is None:
+            tensors = self.network_tensors(name, param_set)
         module = getattr(self, name)
         inputs = tensordict.select(*module.in_keys, strict=False)
         members = tensors[0].shape[0]
@@ -478,16 +514,17 @@ class LossModule(nn.Module):
         # Python call for the usual pair of critics on CPU: twin critics are looped there
         # (same results; ~20% of a small SAC update).
         loop = self.deactivate_vmap or (members <= 2 and tensors[0].device.type == "cpu")
+        slots = self._networks[name].slots
 
         def one(flat: list[Tensor]) -> tuple[Tensor, ...]:
-            with self._swapped(name, flat):
+            with slots.swapped(flat):
                 out = module(inputs.copy())
             return tuple(out.get(k) for k in out_keys)
 
         if loop:
             outs = [one([t[i] for t in tensors]) for i in range(members)]
             return [torch.stack(group) for group in zip(*outs)]
-        return list(torch.vmap(one, randomness="different")(tensors))
+        return list(torch.vmap(one, randomness="different")(list(tensors)))
 
     # ---- value estimator ---------------------------------------------------------------------
 

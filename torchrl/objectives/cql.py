@@ -11,16 +11,17 @@ from tensordict.utils import NestedKey
 from torch import Tensor, nn
 
 from torchrl._keys import NEXT
+from torchrl.objectives._helpers import (
+    action_bounds,
+    alpha_loss,
+    gather_action_values,
+    reduce_loss,
+    td_error_priority,
+)
+from torchrl.objectives.common import ParamSet
 from torchrl.objectives.dqn import DQNLoss
 from torchrl.objectives.sac import SACLoss
-from torchrl.objectives.utils import (
-    _action_bounds,
-    _Alpha,
-    _gather_action_values,
-    _priority,
-    _reduce,
-    distance_loss,
-)
+from torchrl.objectives.utils import distance_loss
 
 __all__ = ["CQLLoss", "DiscreteCQLLoss"]
 
@@ -127,7 +128,7 @@ class CQLLoss(SACLoss):
             deactivate_vmap=deactivate_vmap,
         )
         try:
-            low, high = _action_bounds(
+            low, high = action_bounds(
                 "CQLLoss", action_spec, bounds, actor_network, self.tensor_keys.action
             )
         except ValueError:
@@ -156,14 +157,14 @@ class CQLLoss(SACLoss):
         return inputs.expand(self.num_random, *inputs.batch_size).clone()
 
     def _next_value(self, tensordict: TensorDictBase, alpha: Tensor) -> Tensor:
-        which = "target" if self.delay_actor else "online"
+        param_set = ParamSet.TARGET if self.delay_actor else ParamSet.ONLINE
         next_td = tensordict.get(NEXT)
         if self.max_q_backup:
-            acted, _ = self._sample(self._repeat(next_td), which)
-            q = self._q(acted, "target").min(0).values  # [R, *B, 1]
+            acted, _ = self._sample(self._repeat(next_td), param_set)
+            q = self._q(acted, ParamSet.TARGET).min(0).values  # [R, *B, 1]
             return q.max(0).values
-        acted, log_prob = self._sample(next_td, which)
-        value = self._q(acted, "target").min(0).values
+        acted, log_prob = self._sample(next_td, param_set)
+        value = self._q(acted, ParamSet.TARGET).min(0).values
         if not self.deterministic_backup:
             value = value - alpha * log_prob
         return value
@@ -173,17 +174,17 @@ class CQLLoss(SACLoss):
         key = self.tensor_keys.action
         obs = self._repeat(tensordict)  # [R, *B]
         with torch.no_grad():
-            curr, curr_log_prob = self._sample(obs, "online")
-            nxt, next_log_prob = self._sample(self._repeat(tensordict.get(NEXT)), "online")
+            curr, curr_log_prob = self._sample(obs, ParamSet.ONLINE)
+            nxt, next_log_prob = self._sample(self._repeat(tensordict.get(NEXT)), ParamSet.ONLINE)
             sample = curr.get(key)
             low = self.low.to(sample.dtype)
             high = self.high.to(sample.dtype)
             uniform = low + (high - low) * torch.rand_like(sample)
             # Uniform density over the box: -sum(log(high - low)) over the action dims.
             log_density = -(high - low).log().expand_as(sample).sum(-1, keepdim=True)
-        q_rand = self._q(obs.clone(False).set(key, uniform), "online")
-        q_curr = self._q(obs.clone(False).set(key, sample), "online")
-        q_next = self._q(obs.clone(False).set(key, nxt.get(key)), "online")
+        q_rand = self._q(obs.clone(False).set(key, uniform), ParamSet.ONLINE)
+        q_curr = self._q(obs.clone(False).set(key, sample), ParamSet.ONLINE)
+        q_next = self._q(obs.clone(False).set(key, nxt.get(key)), ParamSet.ONLINE)
         cat = torch.cat(
             [q_rand - log_density, q_next - next_log_prob, q_curr - curr_log_prob], dim=1
         )  # [n, 3R, *B, 1]
@@ -204,31 +205,33 @@ class CQLLoss(SACLoss):
         """
         self._check_inputs(tensordict)
         alpha = self.alpha
-        acted, log_prob = self._sample(tensordict, "online")
+        acted, log_prob = self._sample(tensordict, ParamSet.ONLINE)
         self._check_action(tensordict, acted)
-        loss_actor = alpha * log_prob - self._q(acted, "detached").min(0).values
+        loss_actor = alpha * log_prob - self._q(acted, ParamSet.DETACHED).min(0).values
         with torch.no_grad():
             next_value = self._next_value(tensordict, alpha)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
-        pred = self._q(tensordict, "online")  # [2, *B, 1]
+        pred = self._q(tensordict, ParamSet.ONLINE)  # [2, *B, 1]
         loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
         td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(self.tensor_keys.priority, _priority(td_error, tensordict.batch_size))
+        tensordict.set(
+            self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
+        )
         cql = self._cql_terms(tensordict, pred)  # [2, *B, 1]
         out = {
-            "loss_actor": _reduce(loss_actor, self.reduction),
-            "loss_qvalue": _reduce(loss_qvalue, self.reduction),
+            "loss_actor": reduce_loss(loss_actor, self.reduction),
+            "loss_qvalue": reduce_loss(loss_qvalue, self.reduction),
         }
         if self.with_lagrange:
             alpha_prime = self.log_alpha_prime.exp().clamp(0.0, 1e6)
             gap = cql - self.lagrange_thresh
-            out["loss_cql"] = _reduce((alpha_prime.detach() * gap).sum(0), self.reduction)
-            out["loss_alpha_prime"] = _reduce(
+            out["loss_cql"] = reduce_loss((alpha_prime.detach() * gap).sum(0), self.reduction)
+            out["loss_alpha_prime"] = reduce_loss(
                 -0.5 * (alpha_prime * gap.detach()).sum(0), self.reduction
             )
         else:
-            out["loss_cql"] = _reduce(cql.sum(0), self.reduction)
-        out["loss_alpha"] = _reduce(_Alpha.loss(self, log_prob), self.reduction)
+            out["loss_cql"] = reduce_loss(cql.sum(0), self.reduction)
+        out["loss_alpha"] = reduce_loss(alpha_loss(self, log_prob), self.reduction)
         out["alpha"] = alpha
         out["entropy"] = -log_prob.detach().mean()
         return TensorDict(out, batch_size=[])
@@ -294,20 +297,22 @@ class DiscreteCQLLoss(DQNLoss):
         """
         keys = self.tensor_keys
         self._check_inputs(tensordict)
-        values = self._action_values(tensordict, "online")
-        pred = _gather_action_values(
+        values = self._action_values(tensordict, ParamSet.ONLINE)
+        pred = gather_action_values(
             values, tensordict.get(keys.action), self.action_space, "DiscreteCQLLoss", keys.action
         )
         with torch.no_grad():
             next_value = self._next_value(tensordict)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
-        tensordict.set(keys.priority, _priority((pred - target).abs(), tensordict.batch_size))
+        tensordict.set(
+            keys.priority, td_error_priority((pred - target).abs(), tensordict.batch_size)
+        )
         loss_qvalue = distance_loss(pred, target, self.loss_function)
         loss_cql = values.logsumexp(-1, keepdim=True) - pred
         return TensorDict(
             {
-                "loss_qvalue": _reduce(loss_qvalue, self.reduction),
-                "loss_cql": _reduce(loss_cql, self.reduction),
+                "loss_qvalue": reduce_loss(loss_qvalue, self.reduction),
+                "loss_cql": reduce_loss(loss_cql, self.reduction),
             },
             batch_size=[],
         )

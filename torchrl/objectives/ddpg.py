@@ -12,16 +12,15 @@ from tensordict.utils import NestedKey
 from torch import Tensor
 
 from torchrl._keys import DONE, NEXT, PRIORITY, REWARD, STATE_ACTION_VALUE, TERMINATED
-from torchrl.objectives.common import LossModule, next_key
-from torchrl.objectives.utils import (
-    ValueEstimators,
-    _check_action_shape,
-    _check_loss_function,
-    _check_reduction,
-    _priority,
-    _reduce,
-    distance_loss,
+from torchrl.objectives._helpers import (
+    check_action_shape,
+    check_loss_function,
+    check_reduction,
+    reduce_loss,
+    td_error_priority,
 )
+from torchrl.objectives.common import LossModule, ParamSet, next_key
+from torchrl.objectives.utils import ValueEstimators, distance_loss
 
 __all__ = ["DDPGLoss"]
 
@@ -88,8 +87,8 @@ class DDPGLoss(LossModule):
         self.delay_actor = delay_actor
         self._action_key = (getattr(actor_network, "out_keys", None) or ["action"])[-1]
         self.delay_value = delay_value
-        self.loss_function = _check_loss_function(loss_function)
-        self.reduction = _check_reduction(reduction)
+        self.loss_function = check_loss_function(loss_function)
+        self.reduction = check_reduction(reduction)
         self._adopt_out_key("state_action_value", value_network)
         self.out_keys = [
             "loss_actor",
@@ -116,29 +115,29 @@ class DDPGLoss(LossModule):
             next_key(keys.terminated),
         ]
 
-    def _q(self, tensordict: TensorDictBase, which: str) -> Tensor:
+    def _q(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
         inputs = tensordict.select(*self.value_network.in_keys, strict=False)
-        out = self._call_network("value_network", inputs, which)
+        out = self._call_network("value_network", inputs, param_set)
         return out.get(self.tensor_keys.state_action_value)
 
-    def _act(self, tensordict: TensorDictBase, which: str) -> TensorDictBase:
+    def _act(self, tensordict: TensorDictBase, param_set: ParamSet) -> TensorDictBase:
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
-        return self._call_network("actor_network", inputs, which)
+        return self._call_network("actor_network", inputs, param_set)
 
     def actor_loss(self, tensordict: TensorDictBase) -> Tensor:
         """``-Q(s, pi(s))`` per sample, gradients to the actor only (``[*B, 1]``)."""
-        acted = self._act(tensordict, "online")
+        acted = self._act(tensordict, ParamSet.ONLINE)
         key = self._action_key
         if key in tensordict.keys(True):
-            _check_action_shape("DDPGLoss", key, tensordict.get(key), acted.get(key))
-        return -self._q(acted, "detached")
+            check_action_shape("DDPGLoss", key, tensordict.get(key), acted.get(key))
+        return -self._q(acted, ParamSet.DETACHED)
 
     def value_loss(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor, Tensor]:
         """``(d(Q(s, a), y), Q(s, a), y)`` per sample."""
-        pred = self._q(tensordict, "online")
+        pred = self._q(tensordict, ParamSet.ONLINE)
         with torch.no_grad():
-            next_acted = self._act(tensordict.get(NEXT), "target")
-            next_value = self._q(next_acted, "target")
+            next_acted = self._act(tensordict.get(NEXT), ParamSet.TARGET)
+            next_value = self._q(next_acted, ParamSet.TARGET)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         return distance_loss(pred, target, self.loss_function), pred, target
 
@@ -158,13 +157,13 @@ class DDPGLoss(LossModule):
         loss_value, pred, target = self.value_loss(tensordict)
         tensordict.set(
             self.tensor_keys.priority,
-            _priority((pred - target).abs(), tensordict.batch_size),
+            td_error_priority((pred - target).abs(), tensordict.batch_size),
         )
         pred = pred.detach()
         return TensorDict(
             {
-                "loss_actor": _reduce(loss_actor, self.reduction),
-                "loss_value": _reduce(loss_value, self.reduction),
+                "loss_actor": reduce_loss(loss_actor, self.reduction),
+                "loss_value": reduce_loss(loss_value, self.reduction),
                 "pred_value": pred.mean(),
                 "target_value": target.mean(),
                 "pred_value_max": pred.max(),

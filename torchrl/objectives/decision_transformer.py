@@ -12,17 +12,18 @@ from tensordict.utils import NestedKey
 from torch import Tensor
 
 from torchrl._keys import ACTION
-from torchrl.objectives.common import LossModule
-from torchrl.objectives.utils import (
-    _Alpha,
-    _check_loss_function,
-    _check_reduction,
-    _entropy,
-    _log_prob,
-    _reduce,
-    _target_entropy,
-    distance_loss,
+from torchrl.objectives._helpers import (
+    action_log_prob,
+    check_loss_function,
+    check_reduction,
+    clamped_alpha,
+    dist_entropy,
+    reduce_loss,
+    register_log_alpha,
+    resolve_target_entropy,
 )
+from torchrl.objectives.common import LossModule
+from torchrl.objectives.utils import distance_loss
 
 __all__ = ["DTLoss", "OnlineDTLoss"]
 
@@ -67,8 +68,8 @@ class DTLoss(LossModule):
         super().__init__()
         self.convert_to_functional(actor_network, "actor_network")
         self._adopt_out_key("action_pred", actor_network)
-        self.loss_function = _check_loss_function(loss_function)
-        self.reduction = _check_reduction(reduction)
+        self.loss_function = check_loss_function(loss_function)
+        self.reduction = check_reduction(reduction)
         self.out_keys = ["loss"]
         self._refresh_keys()
 
@@ -98,7 +99,7 @@ class DTLoss(LossModule):
         loss = distance_loss(pred, target, self.loss_function)
         if self.reduction == "none":
             loss = loss.mean(-1)
-        return TensorDict({"loss": _reduce(loss, self.reduction)}, batch_size=[])
+        return TensorDict({"loss": reduce_loss(loss, self.reduction)}, batch_size=[])
 
 
 class OnlineDTLoss(LossModule):
@@ -169,12 +170,12 @@ class OnlineDTLoss(LossModule):
         sample_keys = list(getattr(actor_network, "dist_sample_keys", None) or [ACTION])
         self._tensor_keys.action_target = sample_keys[0]
         self._tensor_keys.action_pred = sample_keys[0]
-        _Alpha.init(self, alpha_init, fixed_alpha, min_alpha, max_alpha)
-        self.target_entropy = _target_entropy(
+        register_log_alpha(self, alpha_init, fixed_alpha, min_alpha, max_alpha)
+        self.target_entropy = resolve_target_entropy(
             "OnlineDTLoss", target_entropy, action_spec, actor_network, sample_keys[0]
         )
         self.samples_mc_entropy = samples_mc_entropy
-        self.reduction = _check_reduction(reduction)
+        self.reduction = check_reduction(reduction)
         self.out_keys = [
             "loss_log_likelihood",
             "loss_entropy",
@@ -187,7 +188,7 @@ class OnlineDTLoss(LossModule):
     @property
     def alpha(self) -> Tensor:
         """``exp(log_alpha)`` (clamped, detached)."""
-        return _Alpha.value(self)
+        return clamped_alpha(self)
 
     def _compute_in_keys(self) -> list[NestedKey]:
         return [*self.actor_network.in_keys, self.tensor_keys.action_target]
@@ -207,8 +208,8 @@ class OnlineDTLoss(LossModule):
         self._check_inputs(tensordict)
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
         dist = self.actor_network.get_dist(inputs)
-        log_likelihood = _log_prob(dist, tensordict, keys.action_target)
-        entropy = _entropy(dist, self.samples_mc_entropy)
+        log_likelihood = action_log_prob(dist, tensordict, keys.action_target)
+        entropy = dist_entropy(dist, self.samples_mc_entropy)
         alpha = self.alpha
         log_alpha = self.log_alpha
         if self.min_log_alpha is not None or self.max_log_alpha is not None:
@@ -220,9 +221,9 @@ class OnlineDTLoss(LossModule):
         )
         return TensorDict(
             {
-                "loss_log_likelihood": _reduce(-log_likelihood, self.reduction),
-                "loss_entropy": _reduce(-alpha * entropy, self.reduction),
-                "loss_alpha": _reduce(loss_alpha, self.reduction),
+                "loss_log_likelihood": reduce_loss(-log_likelihood, self.reduction),
+                "loss_entropy": reduce_loss(-alpha * entropy, self.reduction),
+                "loss_alpha": reduce_loss(loss_alpha, self.reduction),
                 "entropy": entropy.detach().mean(),
                 "alpha": alpha,
             },

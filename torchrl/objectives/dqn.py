@@ -23,21 +23,19 @@ from torchrl._keys import (
     VALUE_TARGET,
     WEIGHT,
 )
-from torchrl.objectives.common import LossModule, next_key
-from torchrl.objectives.utils import (
-    ValueEstimators,
-    _check_loss_function,
-    _check_reduction,
-    _find_mask_key,
-    _gather_action_values,
-    _masked_argmax,
-    _priority,
-    _reduce,
-    _resolve_action_space,
-    _run_q,
-    _without_greedy_head,
-    distance_loss,
+from torchrl.objectives._helpers import (
+    check_loss_function,
+    check_reduction,
+    find_mask_key,
+    gather_action_values,
+    masked_argmax,
+    reduce_loss,
+    resolve_action_space,
+    td_error_priority,
+    without_greedy_head,
 )
+from torchrl.objectives.common import LossModule, ParamSet, next_key
+from torchrl.objectives.utils import ValueEstimators, distance_loss
 from torchrl.objectives.value.estimators import STEPS_TO_NEXT_OBS
 
 __all__ = ["DQNLoss", "DistributionalDQNLoss"]
@@ -135,15 +133,15 @@ class DQNLoss(LossModule):
     ) -> None:
         super().__init__()
         value_network = _as_value_network(value_network, action_space)
-        self.action_space = _resolve_action_space(type(self).__name__, action_space, value_network)
+        self.action_space = resolve_action_space(type(self).__name__, action_space, value_network)
         self.convert_to_functional(value_network, "value_network", create_target_params=delay_value)
         self.delay_value = delay_value
         self.double_dqn = double_dqn
-        self.loss_function = _check_loss_function(loss_function)
-        self.reduction = _check_reduction(reduction)
+        self.loss_function = check_loss_function(loss_function)
+        self.reduction = check_reduction(reduction)
         self.use_prioritized_weights = use_prioritized_weights
-        self._mask_key = _find_mask_key(value_network)
-        self._q_modules = _without_greedy_head(value_network)
+        self._mask_key = find_mask_key(value_network)
+        self._q_modules = without_greedy_head(value_network)
         self.out_keys = ["loss"]
         for sub in value_network.modules():
             key = getattr(sub, "action_value_key", None)
@@ -164,17 +162,24 @@ class DQNLoss(LossModule):
             next_key(keys.terminated),
         ]
 
-    def _action_values(self, tensordict: TensorDictBase, which: str) -> Tensor:
-        out = _run_q(self, "value_network", tensordict, which)
+    def _action_values(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
+        out = self._call_network(
+            "value_network",
+            tensordict.select(*self.value_network.in_keys, strict=False),
+            param_set,
+            modules=self._q_modules,
+        )
         return out.get(self.tensor_keys.action_value)
 
     def _next_value(self, tensordict: TensorDictBase) -> Tensor:
         """``Q_target(s', a*)``, ``a*`` greedy w.r.t. the online (double) or target network."""
         next_td = tensordict.get(NEXT)
-        target_values = self._action_values(next_td, "target")
+        target_values = self._action_values(next_td, ParamSet.TARGET)
         mask = next_td.get(self._mask_key, None) if self._mask_key is not None else None
-        chooser = self._action_values(next_td, "detached") if self.double_dqn else target_values
-        index = _masked_argmax(chooser, mask)
+        chooser = (
+            self._action_values(next_td, ParamSet.DETACHED) if self.double_dqn else target_values
+        )
+        index = masked_argmax(chooser, mask)
         return target_values.gather(-1, index.unsqueeze(-1))
 
     @dispatch
@@ -190,18 +195,18 @@ class DQNLoss(LossModule):
         """
         keys = self.tensor_keys
         self._check_inputs(tensordict)
-        values = self._action_values(tensordict, "online")
-        pred = _gather_action_values(
+        values = self._action_values(tensordict, ParamSet.ONLINE)
+        pred = gather_action_values(
             values, tensordict.get(keys.action), self.action_space, "DQNLoss", keys.action
         )
         with torch.no_grad():
             next_value = self._next_value(tensordict)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         td_error = (pred - target).abs()
-        tensordict.set(keys.priority, _priority(td_error, tensordict.batch_size))
+        tensordict.set(keys.priority, td_error_priority(td_error, tensordict.batch_size))
         loss = distance_loss(pred, target, self.loss_function)
         loss = _weights(tensordict, self.use_prioritized_weights, loss)
-        return TensorDict({"loss": _reduce(loss, self.reduction)}, batch_size=[])
+        return TensorDict({"loss": reduce_loss(loss, self.reduction)}, batch_size=[])
 
 
 class DistributionalDQNLoss(LossModule):
@@ -279,12 +284,12 @@ class DistributionalDQNLoss(LossModule):
         if support.ndim != 1 or support.numel() < 2 or not bool((support.diff() > 0).all()):
             raise ValueError("support must be a 1-d increasing tensor of at least 2 atoms")
         self.register_buffer("support", support)
-        self.action_space = _resolve_action_space(type(self).__name__, action_space, value_network)
+        self.action_space = resolve_action_space(type(self).__name__, action_space, value_network)
         self.convert_to_functional(value_network, "value_network", create_target_params=delay_value)
         self.gamma = float(gamma)
-        self.reduction = _check_reduction(reduction)
-        self._mask_key = _find_mask_key(value_network)
-        self._q_modules = _without_greedy_head(value_network)
+        self.reduction = check_reduction(reduction)
+        self._mask_key = find_mask_key(value_network)
+        self._q_modules = without_greedy_head(value_network)
         self.out_keys = ["loss"]
         if priority_key is not None:
             self._tensor_keys.priority = priority_key
@@ -314,8 +319,13 @@ class DistributionalDQNLoss(LossModule):
             next_key(keys.terminated),
         ]
 
-    def _log_probs(self, tensordict: TensorDictBase, which: str) -> Tensor:
-        out = _run_q(self, "value_network", tensordict, which)
+    def _log_probs(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
+        out = self._call_network(
+            "value_network",
+            tensordict.select(*self.value_network.in_keys, strict=False),
+            param_set,
+            modules=self._q_modules,
+        )
         log_p = out.get(self.tensor_keys.action_value)
         if log_p.shape[-2] != self.support.numel():
             raise ValueError(
@@ -356,7 +366,7 @@ class DistributionalDQNLoss(LossModule):
         """
         keys = self.tensor_keys
         self._check_inputs(tensordict)
-        log_p = self._log_probs(tensordict, "online")  # [*B, atoms, n]
+        log_p = self._log_probs(tensordict, ParamSet.ONLINE)  # [*B, atoms, n]
         action = tensordict.get(keys.action)
         n_atoms = log_p.shape[-2]
         # Gather the taken action's distribution: move actions first, reuse the value gather.
@@ -379,10 +389,10 @@ class DistributionalDQNLoss(LossModule):
             log_p_a = flat.gather(-2, index).squeeze(-2)
         with torch.no_grad():
             next_td = tensordict.get(NEXT)
-            next_p = self._log_probs(next_td, "target").exp()
+            next_p = self._log_probs(next_td, ParamSet.TARGET).exp()
             q_next = (next_p * self.support.to(next_p.dtype).unsqueeze(-1)).sum(-2)
             mask = next_td.get(self._mask_key, None) if self._mask_key is not None else None
-            best = _masked_argmax(q_next, mask)
+            best = masked_argmax(q_next, mask)
             index = best.reshape(*best.shape, 1, 1).expand(*best.shape, n_atoms, 1)
             p_best = next_p.gather(-1, index).squeeze(-1)  # [*B, atoms]
             reward = tensordict.get(next_key(keys.reward))
@@ -396,4 +406,4 @@ class DistributionalDQNLoss(LossModule):
             m = self._project(p_best, reward, terminated.reshape(reward.shape), gamma)
         loss = -(m * log_p_a).sum(-1)
         tensordict.set(keys.priority, loss.detach())
-        return TensorDict({"loss": _reduce(loss, self.reduction)}, batch_size=[])
+        return TensorDict({"loss": reduce_loss(loss, self.reduction)}, batch_size=[])

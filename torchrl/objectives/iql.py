@@ -22,18 +22,17 @@ from torchrl._keys import (
     STATE_VALUE,
     TERMINATED,
 )
-from torchrl.objectives.common import LossModule, next_key
-from torchrl.objectives.utils import (
-    ValueEstimators,
-    _check_loss_function,
-    _check_reduction,
-    _gather_action_values,
-    _log_prob,
-    _priority,
-    _reduce,
-    _resolve_action_space,
-    distance_loss,
+from torchrl.objectives._helpers import (
+    action_log_prob,
+    check_loss_function,
+    check_reduction,
+    gather_action_values,
+    reduce_loss,
+    resolve_action_space,
+    td_error_priority,
 )
+from torchrl.objectives.common import LossModule, ParamSet, next_key
+from torchrl.objectives.utils import ValueEstimators, distance_loss
 
 __all__ = ["DiscreteIQLLoss", "IQLLoss"]
 
@@ -129,10 +128,10 @@ class IQLLoss(LossModule):
         if priority_key is not None:
             self._tensor_keys.priority = priority_key
         self.num_qvalue_nets = num_qvalue_nets
-        self.loss_function = _check_loss_function(loss_function)
+        self.loss_function = check_loss_function(loss_function)
         self.temperature = float(temperature)
         self.expectile = float(expectile)
-        self.reduction = _check_reduction(reduction)
+        self.reduction = check_reduction(reduction)
         self.deactivate_vmap = deactivate_vmap
         self.out_keys = ["loss_actor", "loss_qvalue", "loss_value", "entropy"]
         self._refresh_keys()
@@ -152,10 +151,10 @@ class IQLLoss(LossModule):
             next_key(keys.terminated),
         ]
 
-    def _q_taken(self, tensordict: TensorDictBase, which: str) -> Tensor:
+    def _q_taken(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
         """``[n_critics, *B, 1]`` values of the data's actions."""
         key = self.tensor_keys.state_action_value
-        return self._call_ensemble("qvalue_network", tensordict, [key], which)[0]
+        return self._call_ensemble("qvalue_network", tensordict, [key], param_set)[0]
 
     def _value(self, tensordict: TensorDictBase) -> Tensor:
         inputs = tensordict.select(*self.value_network.in_keys, strict=False)
@@ -176,7 +175,7 @@ class IQLLoss(LossModule):
         keys = self.tensor_keys
         self._check_inputs(tensordict)
         with torch.no_grad():
-            q_target = self._q_taken(tensordict, "target").min(0).values  # [*B, 1]
+            q_target = self._q_taken(tensordict, ParamSet.TARGET).min(0).values  # [*B, 1]
         value = self._value(tensordict)
         diff = q_target - value
         weight = (self.expectile - (diff < 0).to(diff.dtype)).abs()
@@ -184,7 +183,7 @@ class IQLLoss(LossModule):
 
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
         dist = self.actor_network.get_dist(inputs)
-        log_prob = _log_prob(dist, tensordict, keys.action)  # [*B]
+        log_prob = action_log_prob(dist, tensordict, keys.action)  # [*B]
         with torch.no_grad():
             adv = (q_target - value.detach()).reshape(log_prob.shape)
             exp_adv = (adv * self.temperature).exp().clamp(max=100.0)
@@ -193,15 +192,15 @@ class IQLLoss(LossModule):
         with torch.no_grad():
             next_value = self._value(tensordict.get(NEXT))
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
-        pred = self._q_taken(tensordict, "online")
+        pred = self._q_taken(tensordict, ParamSet.ONLINE)
         loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
         td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(keys.priority, _priority(td_error, tensordict.batch_size))
+        tensordict.set(keys.priority, td_error_priority(td_error, tensordict.batch_size))
         return TensorDict(
             {
-                "loss_actor": _reduce(loss_actor, self.reduction),
-                "loss_qvalue": _reduce(loss_qvalue, self.reduction),
-                "loss_value": _reduce(loss_value, self.reduction),
+                "loss_actor": reduce_loss(loss_actor, self.reduction),
+                "loss_qvalue": reduce_loss(loss_qvalue, self.reduction),
+                "loss_value": reduce_loss(loss_value, self.reduction),
                 "entropy": -log_prob.detach().mean(),
             },
             batch_size=[],
@@ -263,14 +262,16 @@ class DiscreteIQLLoss(IQLLoss):
         **kwargs: Any,
     ) -> None:
         super().__init__(actor_network, qvalue_network, value_network, **kwargs)
-        self.action_space = _resolve_action_space(type(self).__name__, action_space, actor_network)
+        self.action_space = resolve_action_space(type(self).__name__, action_space, actor_network)
 
     def _set_qvalue_key(self, qvalue_network: Any) -> None:
         self._adopt_out_key("action_value", qvalue_network)
 
-    def _q_taken(self, tensordict: TensorDictBase, which: str) -> Tensor:
+    def _q_taken(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
         keys = self.tensor_keys
-        values = self._call_ensemble("qvalue_network", tensordict, [keys.action_value], which)[0]
+        values = self._call_ensemble("qvalue_network", tensordict, [keys.action_value], param_set)[
+            0
+        ]
         action = tensordict.get(keys.action)
         action = action.expand(values.shape[0], *action.shape)
-        return _gather_action_values(values, action, self.action_space, type(self).__name__)
+        return gather_action_values(values, action, self.action_space, type(self).__name__)

@@ -21,20 +21,20 @@ from torchrl._keys import (
     TERMINATED,
     VALUE_TARGET,
 )
-from torchrl.objectives.common import LossModule, next_key
-from torchrl.objectives.utils import (
-    _UNSET,
-    ValueEstimators,
-    _as_batch,
-    _check_loss_function,
-    _check_reduction,
-    _either,
-    _entropy,
-    _log_prob,
-    _reduce,
-    _standardize,
-    _value_loss,
+from torchrl.objectives._helpers import (
+    UNSET,
+    action_log_prob,
+    as_batch,
+    check_loss_function,
+    check_reduction,
+    critic_value_loss,
+    dist_entropy,
+    either_alias,
+    reduce_loss,
 )
+from torchrl.objectives.common import LossModule, next_key
+from torchrl.objectives.utils import ValueEstimators
+from torchrl.objectives.value.estimators import standardize
 
 __all__ = ["ClipPPOLoss", "KLPENPPOLoss", "PPOLoss"]
 
@@ -116,8 +116,8 @@ class PPOLoss(LossModule):
         *,
         entropy_bonus: bool = True,
         samples_mc_entropy: int = 1,
-        entropy_coef: float = _UNSET,
-        critic_coef: float | None = _UNSET,
+        entropy_coef: float = UNSET,
+        critic_coef: float | None = UNSET,
         loss_critic_type: str = "smooth_l1",
         normalize_advantage: bool = False,
         normalize_advantage_exclude_dims: tuple[int, ...] = (),
@@ -125,15 +125,15 @@ class PPOLoss(LossModule):
         clip_value: float | None = None,
         reduction: str = "mean",
         functional: bool = True,
-        entropy_coeff: float = _UNSET,
-        critic_coeff: float | None = _UNSET,
+        entropy_coeff: float = UNSET,
+        critic_coeff: float | None = UNSET,
         device: Any = None,
     ) -> None:
         super().__init__()
-        entropy_coef = _either(
+        entropy_coef = either_alias(
             type(self).__name__, "entropy_coef", entropy_coef, "entropy_coeff", entropy_coeff, 0.01
         )
-        critic_coef = _either(
+        critic_coef = either_alias(
             type(self).__name__, "critic_coef", critic_coef, "critic_coeff", critic_coeff, 1.0
         )
         if not hasattr(actor_network, "get_dist"):
@@ -151,14 +151,14 @@ class PPOLoss(LossModule):
         self.samples_mc_entropy = samples_mc_entropy
         self.entropy_coef = float(entropy_coef)
         self.critic_coef = None if critic_coef is None else float(critic_coef)
-        self.loss_critic_type = _check_loss_function(loss_critic_type)
+        self.loss_critic_type = check_loss_function(loss_critic_type)
         self.normalize_advantage = normalize_advantage
         self.normalize_advantage_exclude_dims = tuple(normalize_advantage_exclude_dims)
         self.separate_losses = separate_losses
         if clip_value is not None and clip_value <= 0:
             raise ValueError(f"clip_value must be positive, got {clip_value}")
         self.clip_value = None if clip_value is None else float(clip_value)
-        self.reduction = _check_reduction(reduction)
+        self.reduction = check_reduction(reduction)
         self._action_keys = _sample_keys(actor_network)
         if self._action_keys != [ACTION]:
             self._tensor_keys.action = self._action_keys[0]
@@ -221,7 +221,7 @@ class PPOLoss(LossModule):
             adv = tensordict.get(keys.advantage)
         adv = adv.detach()
         if self.normalize_advantage:
-            adv = _standardize(adv, self.normalize_advantage_exclude_dims)
+            adv = standardize(adv, self.normalize_advantage_exclude_dims)
         return adv
 
     def _dist_and_log_weight(
@@ -240,8 +240,8 @@ class PPOLoss(LossModule):
         # A shallow copy: the actor writes its new distribution parameters there, so the
         # data keeps those of the collecting policy (KLPENPPOLoss reads them).
         dist = self.actor_network.get_dist(tensordict.copy())
-        log_prob = _log_prob(dist, tensordict, keys.action)
-        prev = _as_batch(prev, log_prob, repr(keys.sample_log_prob), type(self).__name__)
+        log_prob = action_log_prob(dist, tensordict, keys.action)
+        prev = as_batch(prev, log_prob, repr(keys.sample_log_prob), type(self).__name__)
         return dist, log_prob, log_prob - prev
 
     def _composite_prev_log_prob(self, tensordict: TensorDictBase) -> Tensor:
@@ -258,13 +258,13 @@ class PPOLoss(LossModule):
         return sum(v.reshape(*v.shape[:bdims], -1).sum(-1) for v in values)  # type: ignore[return-value]
 
     def _match_adv(self, adv: Tensor, like: Tensor) -> Tensor:
-        # A trailing singleton feature dim ([*B, 1] vs [*B]) is reshaped away by _as_batch.
-        return _as_batch(adv, like, "the advantage", type(self).__name__)
+        # A trailing singleton feature dim ([*B, 1] vs [*B]) is reshaped away by as_batch.
+        return as_batch(adv, like, "the advantage", type(self).__name__)
 
     def _critic_terms(self, tensordict: TensorDictBase, out: dict[str, Tensor]) -> None:
         if self.critic_network is None or self.critic_coef is None:
             return
-        loss, clip_fraction = _value_loss(
+        loss, clip_fraction = critic_value_loss(
             self,
             tensordict,
             "critic_network",
@@ -274,16 +274,16 @@ class PPOLoss(LossModule):
         )
         if clip_fraction is not None:
             out["value_clip_fraction"] = clip_fraction
-        out["loss_critic"] = self.critic_coef * _reduce(loss, self.reduction)
+        out["loss_critic"] = self.critic_coef * reduce_loss(loss, self.reduction)
 
     def _entropy_terms(
         self, dist: torch.distributions.Distribution, out: dict[str, Tensor]
     ) -> None:
         if not self.entropy_bonus:
             return
-        entropy = _entropy(dist, self.samples_mc_entropy)
+        entropy = dist_entropy(dist, self.samples_mc_entropy)
         out["entropy"] = entropy.detach().mean()
-        out["loss_entropy"] = -self.entropy_coef * _reduce(entropy, self.reduction)
+        out["loss_entropy"] = -self.entropy_coef * reduce_loss(entropy, self.reduction)
 
     def _objective(
         self,
@@ -317,7 +317,7 @@ class PPOLoss(LossModule):
         adv = self._match_adv(adv, log_weight)
         out: dict[str, Tensor] = {}
         objective = self._objective(tensordict, dist, log_weight, adv, out)
-        out["loss_objective"] = _reduce(objective, self.reduction)
+        out["loss_objective"] = reduce_loss(objective, self.reduction)
         self._entropy_terms(dist, out)
         self._critic_terms(tensordict, out)
         out["kl_approx"] = (-log_weight).detach().mean()
@@ -463,7 +463,7 @@ class KLPENPPOLoss(PPOLoss):
         except NotImplementedError:
             sample = previous.sample((self.samples_mc_kl,))
             kl = (previous.log_prob(sample) - dist.log_prob(sample)).mean(0)
-        kl = _as_batch(kl, log_weight, "the KL divergence", type(self).__name__)
+        kl = as_batch(kl, log_weight, "the KL divergence", type(self).__name__)
         beta = self.beta.clone()
         objective = -(log_weight.exp() * adv - beta * kl)
         kl_mean = kl.detach().mean()

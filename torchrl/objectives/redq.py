@@ -10,8 +10,10 @@ from tensordict.nn import dispatch
 from tensordict.utils import NestedKey
 
 from torchrl._keys import NEXT
+from torchrl.objectives._helpers import alpha_loss, reduce_loss, td_error_priority
+from torchrl.objectives.common import ParamSet
 from torchrl.objectives.sac import SACLoss
-from torchrl.objectives.utils import _Alpha, _priority, _reduce, distance_loss
+from torchrl.objectives.utils import distance_loss
 
 __all__ = ["REDQLoss"]
 
@@ -118,29 +120,31 @@ class REDQLoss(SACLoss):
         """
         self._check_inputs(tensordict)
         alpha = self.alpha
-        acted, log_prob = self._sample(tensordict, "online")
+        acted, log_prob = self._sample(tensordict, ParamSet.ONLINE)
         self._check_action(tensordict, acted)
-        loss_actor = alpha * log_prob - self._q(acted, "detached").mean(0)
+        loss_actor = alpha * log_prob - self._q(acted, ParamSet.DETACHED).mean(0)
 
         with torch.no_grad():
-            next_acted, next_log_prob = self._sample(tensordict.get(NEXT), "online")
+            next_acted, next_log_prob = self._sample(tensordict.get(NEXT), ParamSet.ONLINE)
             subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len]
-            tensors = self._tensors("qvalue_network", "target")
+            tensors = self.network_tensors("qvalue_network", ParamSet.TARGET)
             device = tensors[0].device
             chosen = [t[subset.to(device)] for t in tensors]
             key = self.tensor_keys.state_action_value
-            next_q = self._call_ensemble("qvalue_network", next_acted, [key], chosen)[0]
+            next_q = self._call_ensemble("qvalue_network", next_acted, [key], tensors=chosen)[0]
             next_value = next_q.min(0).values - alpha * next_log_prob
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
-        pred = self._q(tensordict, "online")
+        pred = self._q(tensordict, ParamSet.ONLINE)
         loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
         td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(self.tensor_keys.priority, _priority(td_error, tensordict.batch_size))
+        tensordict.set(
+            self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
+        )
         return TensorDict(
             {
-                "loss_actor": _reduce(loss_actor, self.reduction),
-                "loss_qvalue": _reduce(loss_qvalue, self.reduction),
-                "loss_alpha": _reduce(_Alpha.loss(self, log_prob), self.reduction),
+                "loss_actor": reduce_loss(loss_actor, self.reduction),
+                "loss_qvalue": reduce_loss(loss_qvalue, self.reduction),
+                "loss_alpha": reduce_loss(alpha_loss(self, log_prob), self.reduction),
                 "alpha": alpha,
                 "entropy": -log_prob.detach().mean(),
             },

@@ -20,16 +20,16 @@ from torchrl._keys import (
     TERMINATED,
     VALUE_TARGET,
 )
-from torchrl.objectives.common import LossModule, next_key
-from torchrl.objectives.utils import (
-    ValueEstimators,
-    _as_batch,
-    _check_loss_function,
-    _check_reduction,
-    _log_prob,
-    _reduce,
-    _value_loss,
+from torchrl.objectives._helpers import (
+    action_log_prob,
+    as_batch,
+    check_loss_function,
+    check_reduction,
+    critic_value_loss,
+    reduce_loss,
 )
+from torchrl.objectives.common import LossModule, next_key
+from torchrl.objectives.utils import ValueEstimators
 
 __all__ = ["ReinforceLoss"]
 
@@ -109,10 +109,10 @@ class ReinforceLoss(LossModule):
         else:
             self.critic_network = None
         self.delay_value = delay_value and critic_network is not None
-        self.loss_critic_type = _check_loss_function(loss_critic_type)
+        self.loss_critic_type = check_loss_function(loss_critic_type)
         self.separate_losses = separate_losses
         self.clip_value = None if clip_value is None else float(clip_value)
-        self.reduction = _check_reduction(reduction)
+        self.reduction = check_reduction(reduction)
         self.out_keys = ["loss_actor"] + (["loss_value"] if critic_network is not None else [])
         self._refresh_keys()
 
@@ -166,12 +166,12 @@ class ReinforceLoss(LossModule):
             self.value_estimator(tensordict, target_params=target)
             adv = tensordict.get(keys.advantage)
         dist = self.actor_network.get_dist(tensordict.copy())
-        log_prob = _log_prob(dist, tensordict, keys.action)
+        log_prob = action_log_prob(dist, tensordict, keys.action)
         adv = adv.detach()
-        adv = _as_batch(adv, log_prob, "the advantage", "ReinforceLoss")
-        out: dict[str, Tensor] = {"loss_actor": _reduce(-(log_prob * adv), self.reduction)}
+        adv = as_batch(adv, log_prob, "the advantage", "ReinforceLoss")
+        out: dict[str, Tensor] = {"loss_actor": reduce_loss(-(log_prob * adv), self.reduction)}
         if self.critic_network is not None:
-            loss, _ = _value_loss(
+            loss, _ = critic_value_loss(
                 self,
                 tensordict,
                 "critic_network",
@@ -179,5 +179,5 @@ class ReinforceLoss(LossModule):
                 self.clip_value,
                 "actor_network" if self.separate_losses else None,
             )
-            out["loss_value"] = _reduce(loss, self.reduction)
+            out["loss_value"] = reduce_loss(loss, self.reduction)
         return TensorDict(out, batch_size=[])

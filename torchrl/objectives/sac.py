@@ -24,21 +24,22 @@ from torchrl._keys import (
     STATE_VALUE,
     TERMINATED,
 )
-from torchrl.objectives.common import LossModule, next_key
-from torchrl.objectives.utils import (
-    ValueEstimators,
-    _Alpha,
-    _check_action_shape,
-    _check_loss_function,
-    _check_reduction,
-    _gather_action_values,
-    _priority,
-    _reduce,
-    _resolve_action_space,
-    _rsample_and_log_prob,
-    _target_entropy,
-    distance_loss,
+from torchrl.objectives._helpers import (
+    alpha_loss,
+    check_action_shape,
+    check_loss_function,
+    check_reduction,
+    clamped_alpha,
+    gather_action_values,
+    reduce_loss,
+    register_log_alpha,
+    resolve_action_space,
+    resolve_target_entropy,
+    rsample_and_log_prob,
+    td_error_priority,
 )
+from torchrl.objectives.common import LossModule, ParamSet, next_key
+from torchrl.objectives.utils import ValueEstimators, distance_loss
 
 __all__ = ["DiscreteSACLoss", "SACLoss"]
 
@@ -174,12 +175,12 @@ class SACLoss(LossModule):
             self._tensor_keys.priority = priority_key
         self.num_qvalue_nets = num_qvalue_nets
         self.delay_actor = delay_actor
-        self.loss_function = _check_loss_function(loss_function)
-        self.reduction = _check_reduction(reduction)
+        self.loss_function = check_loss_function(loss_function)
+        self.reduction = check_reduction(reduction)
         self.deactivate_vmap = deactivate_vmap
-        _Alpha.init(self, alpha_init, fixed_alpha, min_alpha, max_alpha)
+        register_log_alpha(self, alpha_init, fixed_alpha, min_alpha, max_alpha)
         try:
-            self.target_entropy = _target_entropy(
+            self.target_entropy = resolve_target_entropy(
                 name, target_entropy, action_spec, actor_network, sample_keys[0]
             )
         except ValueError:
@@ -196,7 +197,7 @@ class SACLoss(LossModule):
     @property
     def alpha(self) -> Tensor:
         """The entropy temperature ``exp(log_alpha)`` (clamped, detached)."""
-        return _Alpha.value(self)
+        return clamped_alpha(self)
 
     def _compute_in_keys(self) -> list[NestedKey]:
         keys = self.tensor_keys
@@ -212,37 +213,42 @@ class SACLoss(LossModule):
 
     # ---- pieces ------------------------------------------------------------------------------
 
-    def _sample(self, tensordict: TensorDictBase, which: str) -> tuple[TensorDictBase, Tensor]:
+    def _sample(
+        self, tensordict: TensorDictBase, param_set: ParamSet
+    ) -> tuple[TensorDictBase, Tensor]:
         """Draws ``a ~ pi(.|s)``; returns (inputs with the action, ``log pi(a|s)`` ``[*B, 1]``)."""
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
-        if which == "online":
+        if param_set is ParamSet.ONLINE:
             dist = self.actor_network.get_dist(inputs.copy())
         else:
-            with self._swapped("actor_network", self._tensors("actor_network", which)) as actor:
+            tensors = self.network_tensors("actor_network", param_set)
+            with self.using_tensors("actor_network", tensors) as actor:
                 dist = actor.get_dist(inputs.copy())
-        action, log_prob = _rsample_and_log_prob(dist)
+        action, log_prob = rsample_and_log_prob(dist)
         inputs.set(self.tensor_keys.action, action)
         return inputs, log_prob.unsqueeze(-1)
 
     def _check_action(self, tensordict: TensorDictBase, acted: TensorDictBase) -> None:
         key = self.tensor_keys.action
-        _check_action_shape(type(self).__name__, key, tensordict.get(key), acted.get(key))
+        check_action_shape(type(self).__name__, key, tensordict.get(key), acted.get(key))
 
-    def _q(self, tensordict: TensorDictBase, which: str) -> Tensor:
+    def _q(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
         """``[n_critics, *B, 1]`` action values."""
         key = self.tensor_keys.state_action_value
-        return self._call_ensemble("qvalue_network", tensordict, [key], which)[0]
+        return self._call_ensemble("qvalue_network", tensordict, [key], param_set)[0]
 
-    def _value(self, tensordict: TensorDictBase, which: str) -> Tensor:
+    def _value(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
         inputs = tensordict.select(*self.value_network.in_keys, strict=False)
-        return self._call_network("value_network", inputs, which).get(self.tensor_keys.value)
+        return self._call_network("value_network", inputs, param_set).get(self.tensor_keys.value)
 
     def _next_value(self, tensordict: TensorDictBase, alpha: Tensor) -> Tensor:
         next_td = tensordict.get(NEXT)
         if self.value_network is not None:
-            return self._value(next_td, "target")
-        acted, log_prob = self._sample(next_td, "target" if self.delay_actor else "online")
-        return self._q(acted, "target").min(0).values - alpha * log_prob
+            return self._value(next_td, ParamSet.TARGET)
+        acted, log_prob = self._sample(
+            next_td, ParamSet.TARGET if self.delay_actor else ParamSet.ONLINE
+        )
+        return self._q(acted, ParamSet.TARGET).min(0).values - alpha * log_prob
 
     # ---- forward -----------------------------------------------------------------------------
 
@@ -260,29 +266,31 @@ class SACLoss(LossModule):
         """
         self._check_inputs(tensordict)
         alpha = self.alpha
-        acted, log_prob = self._sample(tensordict, "online")
+        acted, log_prob = self._sample(tensordict, ParamSet.ONLINE)
         self._check_action(tensordict, acted)
-        min_q_pi = self._q(acted, "detached").min(0).values  # [*B, 1]
+        min_q_pi = self._q(acted, ParamSet.DETACHED).min(0).values  # [*B, 1]
         loss_actor = alpha * log_prob - min_q_pi
 
         with torch.no_grad():
             next_value = self._next_value(tensordict, alpha)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
-        pred = self._q(tensordict, "online")  # [n, *B, 1]
+        pred = self._q(tensordict, ParamSet.ONLINE)  # [n, *B, 1]
         loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
         td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(self.tensor_keys.priority, _priority(td_error, tensordict.batch_size))
+        tensordict.set(
+            self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
+        )
 
         out = {
-            "loss_actor": _reduce(loss_actor, self.reduction),
-            "loss_qvalue": _reduce(loss_qvalue, self.reduction),
+            "loss_actor": reduce_loss(loss_actor, self.reduction),
+            "loss_qvalue": reduce_loss(loss_qvalue, self.reduction),
         }
         if self.value_network is not None:
-            value = self._value(tensordict, "online")
+            value = self._value(tensordict, ParamSet.ONLINE)
             value_target = (min_q_pi - alpha * log_prob).detach()
             loss_value = distance_loss(value, value_target, self.loss_function)
-            out["loss_value"] = _reduce(loss_value, self.reduction)
-        out["loss_alpha"] = _reduce(_Alpha.loss(self, log_prob), self.reduction)
+            out["loss_value"] = reduce_loss(loss_value, self.reduction)
+        out["loss_alpha"] = reduce_loss(alpha_loss(self, log_prob), self.reduction)
         out["alpha"] = alpha
         out["entropy"] = -log_prob.detach().mean()
         return TensorDict(out, batch_size=[])
@@ -378,7 +386,7 @@ class DiscreteSACLoss(LossModule):
         super().__init__()
         name = type(self).__name__
         _check_actor(name, actor_network)
-        self.action_space = _resolve_action_space(name, action_space, actor_network)
+        self.action_space = resolve_action_space(name, action_space, actor_network)
         sample_keys = list(getattr(actor_network, "dist_sample_keys", None) or [ACTION])
         self._tensor_keys.action = sample_keys[0]
         self.convert_to_functional(actor_network, "actor_network")
@@ -392,11 +400,11 @@ class DiscreteSACLoss(LossModule):
         if priority_key is not None:
             self._tensor_keys.priority = priority_key
         self.num_qvalue_nets = num_qvalue_nets
-        self.loss_function = _check_loss_function(loss_function)
-        self.reduction = _check_reduction(reduction)
+        self.loss_function = check_loss_function(loss_function)
+        self.reduction = check_reduction(reduction)
         self.deactivate_vmap = deactivate_vmap
         self.target_entropy_weight = float(target_entropy_weight)
-        _Alpha.init(self, alpha_init, fixed_alpha, min_alpha, max_alpha)
+        register_log_alpha(self, alpha_init, fixed_alpha, min_alpha, max_alpha)
         self._auto_entropy = target_entropy == "auto"
         self.target_entropy = (
             self._auto_target(num_actions)
@@ -413,7 +421,7 @@ class DiscreteSACLoss(LossModule):
     @property
     def alpha(self) -> Tensor:
         """The entropy temperature ``exp(log_alpha)`` (clamped, detached)."""
-        return _Alpha.value(self)
+        return clamped_alpha(self)
 
     def _compute_in_keys(self) -> list[NestedKey]:
         keys = self.tensor_keys
@@ -437,10 +445,10 @@ class DiscreteSACLoss(LossModule):
         log_probs = torch.where(probs > 0, log_probs, torch.zeros_like(log_probs))
         return probs, log_probs
 
-    def _q(self, tensordict: TensorDictBase, which: str) -> Tensor:
+    def _q(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
         """``[n_critics, *B, n_actions]`` action values."""
         key = self.tensor_keys.action_value
-        return self._call_ensemble("qvalue_network", tensordict, [key], which)[0]
+        return self._call_ensemble("qvalue_network", tensordict, [key], param_set)[0]
 
     @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:  # type: ignore[override]
@@ -458,7 +466,7 @@ class DiscreteSACLoss(LossModule):
         self._check_inputs(tensordict)
         alpha = self.alpha
         probs, log_probs = self._policy(tensordict)
-        q_all = self._q(tensordict, "online")  # [n_nets, *B, n]
+        q_all = self._q(tensordict, ParamSet.ONLINE)  # [n_nets, *B, n]
         if not self._target_known:
             self.target_entropy = self._auto_target(q_all.shape[-1])
             self._target_known = True
@@ -468,20 +476,20 @@ class DiscreteSACLoss(LossModule):
 
         with torch.no_grad():
             next_probs, next_log_probs = self._policy(tensordict.get(NEXT))
-            next_q = self._q(tensordict.get(NEXT), "target").min(0).values
+            next_q = self._q(tensordict.get(NEXT), ParamSet.TARGET).min(0).values
             next_value = (next_probs * (next_q - alpha * next_log_probs)).sum(-1, keepdim=True)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         action = tensordict.get(keys.action)
         action = action.expand(q_all.shape[0], *action.shape)
-        pred = _gather_action_values(q_all, action, self.action_space, type(self).__name__)
+        pred = gather_action_values(q_all, action, self.action_space, type(self).__name__)
         loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
         td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(keys.priority, _priority(td_error, tensordict.batch_size))
+        tensordict.set(keys.priority, td_error_priority(td_error, tensordict.batch_size))
         return TensorDict(
             {
-                "loss_actor": _reduce(loss_actor, self.reduction),
-                "loss_qvalue": _reduce(loss_qvalue, self.reduction),
-                "loss_alpha": _reduce(_Alpha.loss(self, -entropy), self.reduction),
+                "loss_actor": reduce_loss(loss_actor, self.reduction),
+                "loss_qvalue": reduce_loss(loss_qvalue, self.reduction),
+                "loss_alpha": reduce_loss(alpha_loss(self, -entropy), self.reduction),
                 "alpha": alpha,
                 "entropy": entropy.detach().mean(),
             },

@@ -12,17 +12,16 @@ from tensordict.utils import NestedKey
 from torch import Tensor
 
 from torchrl._keys import ACTION, DONE, NEXT, PRIORITY, REWARD, STATE_ACTION_VALUE, TERMINATED
-from torchrl.objectives.common import LossModule, next_key
-from torchrl.objectives.utils import (
-    ValueEstimators,
-    _action_bounds,
-    _check_action_shape,
-    _check_loss_function,
-    _check_reduction,
-    _priority,
-    _reduce,
-    distance_loss,
+from torchrl.objectives._helpers import (
+    action_bounds,
+    check_action_shape,
+    check_loss_function,
+    check_reduction,
+    reduce_loss,
+    td_error_priority,
 )
+from torchrl.objectives.common import LossModule, ParamSet, next_key
+from torchrl.objectives.utils import ValueEstimators, distance_loss
 
 __all__ = ["TD3Loss"]
 
@@ -106,7 +105,7 @@ class TD3Loss(LossModule):
     ) -> None:
         super().__init__()
         action_key = (getattr(actor_network, "out_keys", None) or [ACTION])[0]
-        low, high = _action_bounds(
+        low, high = action_bounds(
             type(self).__name__, action_spec, bounds, actor_network, action_key
         )
         self.register_buffer("low", low)
@@ -123,8 +122,8 @@ class TD3Loss(LossModule):
         self.num_qvalue_nets = num_qvalue_nets
         self.policy_noise = float(policy_noise)
         self.noise_clip = float(noise_clip)
-        self.loss_function = _check_loss_function(loss_function)
-        self.reduction = _check_reduction(reduction)
+        self.loss_function = check_loss_function(loss_function)
+        self.reduction = check_reduction(reduction)
         self.deactivate_vmap = deactivate_vmap
         self.out_keys = self._loss_out_keys()
         self._refresh_keys()
@@ -150,17 +149,17 @@ class TD3Loss(LossModule):
             next_key(keys.terminated),
         ]
 
-    def _act(self, tensordict: TensorDictBase, which: str) -> TensorDictBase:
+    def _act(self, tensordict: TensorDictBase, param_set: ParamSet) -> TensorDictBase:
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
-        return self._call_network("actor_network", inputs, which)
+        return self._call_network("actor_network", inputs, param_set)
 
-    def _q(self, tensordict: TensorDictBase, which: str) -> Tensor:
+    def _q(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
         """``[n_critics, *B, 1]`` action values."""
         key = self.tensor_keys.state_action_value
-        return self._call_ensemble("qvalue_network", tensordict, [key], which)[0]
+        return self._call_ensemble("qvalue_network", tensordict, [key], param_set)[0]
 
     def _smoothed_next_action(self, next_td: TensorDictBase) -> TensorDictBase:
-        acted = self._act(next_td, "target")
+        acted = self._act(next_td, ParamSet.TARGET)
         key = self.tensor_keys.action
         action = acted.get(key)
         noise = (torch.randn_like(action) * self.policy_noise).clamp(
@@ -172,10 +171,10 @@ class TD3Loss(LossModule):
         return acted
 
     def _actor_terms(self, tensordict: TensorDictBase, out: dict[str, Tensor]) -> Tensor:
-        acted = self._act(tensordict, "online")
+        acted = self._act(tensordict, ParamSet.ONLINE)
         key = self.tensor_keys.action
-        _check_action_shape(type(self).__name__, key, tensordict.get(key), acted.get(key))
-        q_actor = self._q(acted, "detached")[0]
+        check_action_shape(type(self).__name__, key, tensordict.get(key), acted.get(key))
+        q_actor = self._q(acted, ParamSet.DETACHED)[0]
         out["state_action_value_actor"] = q_actor.detach().mean()
         return -q_actor
 
@@ -195,14 +194,16 @@ class TD3Loss(LossModule):
         loss_actor = self._actor_terms(tensordict, out)
         with torch.no_grad():
             next_acted = self._smoothed_next_action(tensordict.get(NEXT))
-            next_value = self._q(next_acted, "target").min(0).values
+            next_value = self._q(next_acted, ParamSet.TARGET).min(0).values
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
-        pred = self._q(tensordict, "online")  # [n, *B, 1]
+        pred = self._q(tensordict, ParamSet.ONLINE)  # [n, *B, 1]
         loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
         td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(self.tensor_keys.priority, _priority(td_error, tensordict.batch_size))
-        out["loss_actor"] = _reduce(loss_actor, self.reduction)
-        out["loss_qvalue"] = _reduce(loss_qvalue, self.reduction)
+        tensordict.set(
+            self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
+        )
+        out["loss_actor"] = reduce_loss(loss_actor, self.reduction)
+        out["loss_qvalue"] = reduce_loss(loss_qvalue, self.reduction)
         out["pred_value"] = pred.detach().mean()
         out["next_state_value"] = next_value.mean()
         out["target_value"] = target.mean()

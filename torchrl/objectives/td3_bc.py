@@ -7,8 +7,9 @@ from typing import Any
 from tensordict import TensorDictBase
 from torch import Tensor
 
+from torchrl.objectives._helpers import check_action_shape
+from torchrl.objectives.common import ParamSet
 from torchrl.objectives.td3 import TD3Loss
-from torchrl.objectives.utils import _check_action_shape
 
 __all__ = ["TD3BCLoss"]
 
@@ -55,9 +56,9 @@ class TD3BCLoss(TD3Loss):
 
     def _actor_terms(self, tensordict: TensorDictBase, out: dict[str, Tensor]) -> Tensor:
         key = self.tensor_keys.action
-        acted = self._act(tensordict, "online")
-        _check_action_shape(type(self).__name__, key, tensordict.get(key), acted.get(key))
-        q_actor = self._q(acted, "detached")[0]  # [*B, 1]
+        acted = self._act(tensordict, ParamSet.ONLINE)
+        check_action_shape(type(self).__name__, key, tensordict.get(key), acted.get(key))
+        q_actor = self._q(acted, ParamSet.DETACHED)[0]  # [*B, 1]
         lmbda = self.alpha / q_actor.abs().mean().detach()
         bc = (acted.get(key) - tensordict.get(key)).pow(2).mean(-1, keepdim=True)
         out["state_action_value_actor"] = q_actor.detach().mean()

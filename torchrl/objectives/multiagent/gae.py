@@ -14,8 +14,8 @@ import torch
 from tensordict import TensorDictBase
 from torch import Tensor
 
-from torchrl.objectives.value import functional as vf
-from torchrl.objectives.value.estimators import GAE, _maybe_standardize, _next
+import torchrl.objectives.value.functional as vf
+from torchrl.objectives.value.estimators import GAE, next_key, standardize
 
 __all__ = ["MultiAgentGAE"]
 
@@ -52,14 +52,11 @@ class MultiAgentGAE(GAE):
     Args:
         gamma: the discount.
         lmbda: GAE's lambda, in ``[0, 1]``.
-        value_network: writes the (per-agent) state value, or ``None`` when given.
         average_gae: standardize the advantage (zero mean, unit standard deviation).
-        differentiable: keep the graph through the value network.
         vectorized: use the O(log T) blocked solver instead of the C++/loop path.
-        skip_existing: reuse values already present.
-        device: unused.
-        time_dim: the time dim among the batch dims (default: the last).
-        shifted: see :class:`~torchrl.objectives.value.ValueEstimatorBase`.
+        **options: ``value_network`` (writes the per-agent state value, or ``None`` when
+            given) and the other options of
+            :class:`~torchrl.objectives.value.ValueEstimatorBase`.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -79,9 +76,9 @@ class MultiAgentGAE(GAE):
         self, td: TensorDictBase, value: Tensor, next_value: Tensor
     ) -> tuple[Tensor, Tensor]:
         keys = self.tensor_keys
-        reward = self._get(td, _next(keys.reward), "reward")
-        done = self._get(td, _next(keys.done), "done")
-        terminated = td.get(_next(keys.terminated), None)
+        reward = self._get(td, next_key(keys.reward), "reward")
+        done = self._get(td, next_key(keys.done), "done")
+        terminated = td.get(next_key(keys.terminated), None)
         if terminated is None:
             terminated = done
         gamma = self.gamma
@@ -106,12 +103,7 @@ class MultiAgentGAE(GAE):
         if steps is not None:
             base = torch.as_tensor(gamma, device=reward.device, dtype=reward.dtype)
             gamma = base ** aligned[5].to(reward.dtype)
-        fn = (
-            vf.vec_generalized_advantage_estimate
-            if self.vectorized
-            else vf.generalized_advantage_estimate
-        )
-        adv, target = fn(
+        adv, target = vf.generalized_advantage_estimate(
             gamma,
             self.lmbda,
             value.contiguous(),
@@ -120,7 +112,8 @@ class MultiAgentGAE(GAE):
             done.contiguous(),
             terminated.contiguous(),
             time_dim=self._td_time_dim(td) - reward.ndim,
+            vectorized=self.vectorized,
         )
         if self.average_gae:
-            adv = _maybe_standardize(adv, True)
+            adv = standardize(adv)
         return adv, target

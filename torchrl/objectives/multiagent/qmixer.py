@@ -22,21 +22,19 @@ from torchrl._keys import (
     TERMINATED,
     VALUE_TARGET,
 )
-from torchrl.objectives.common import LossModule, next_key
-from torchrl.objectives.utils import (
-    ValueEstimators,
-    _check_loss_function,
-    _check_reduction,
-    _find_mask_key,
-    _gather_action_values,
-    _masked_argmax,
-    _priority,
-    _reduce,
-    _resolve_action_space,
-    _run_q,
-    _without_greedy_head,
-    distance_loss,
+from torchrl.objectives._helpers import (
+    check_loss_function,
+    check_reduction,
+    find_mask_key,
+    gather_action_values,
+    masked_argmax,
+    reduce_loss,
+    resolve_action_space,
+    td_error_priority,
+    without_greedy_head,
 )
+from torchrl.objectives.common import LossModule, ParamSet, next_key
+from torchrl.objectives.utils import ValueEstimators, distance_loss
 
 __all__ = ["QMixerLoss"]
 
@@ -121,7 +119,7 @@ class QMixerLoss(LossModule):
                 raise TypeError(
                     f"QMixerLoss: {name} must be a tensordict module, got {type(net).__name__}"
                 )
-        self.action_space = _resolve_action_space("QMixerLoss", action_space, local_value_network)
+        self.action_space = resolve_action_space("QMixerLoss", action_space, local_value_network)
         self.convert_to_functional(
             local_value_network, "local_value_network", create_target_params=delay_value
         )
@@ -140,10 +138,10 @@ class QMixerLoss(LossModule):
         self._adopt_out_key("global_value", mixer_network)
         if priority_key is not None:
             keys.priority = priority_key
-        self._mask_key = _find_mask_key(local_value_network)
-        self._q_modules = _without_greedy_head(local_value_network)
-        self.loss_function = _check_loss_function(loss_function)
-        self.reduction = _check_reduction(reduction)
+        self._mask_key = find_mask_key(local_value_network)
+        self._q_modules = without_greedy_head(local_value_network)
+        self.loss_function = check_loss_function(loss_function)
+        self.reduction = check_reduction(reduction)
         self.out_keys = ["loss"]
         self._refresh_keys()
 
@@ -160,15 +158,20 @@ class QMixerLoss(LossModule):
             next_key(keys.terminated),
         ]
 
-    def _mix(self, tensordict: TensorDictBase, local: Tensor, which: str) -> Tensor:
+    def _mix(self, tensordict: TensorDictBase, local: Tensor, param_set: ParamSet) -> Tensor:
         keys = self.tensor_keys
         extra = [k for k in self.mixer_network.in_keys if k != keys.local_value]
         inputs = tensordict.select(*extra, strict=False)
         inputs.set(keys.local_value, local)
-        return self._call_network("mixer_network", inputs, which).get(keys.global_value)
+        return self._call_network("mixer_network", inputs, param_set).get(keys.global_value)
 
-    def _local_values(self, tensordict: TensorDictBase, which: str) -> Tensor:
-        out = _run_q(self, "local_value_network", tensordict, which)
+    def _local_values(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
+        out = self._call_network(
+            "local_value_network",
+            tensordict.select(*self.local_value_network.in_keys, strict=False),
+            param_set,
+            modules=self._q_modules,
+        )
         return out.get(self.tensor_keys.action_value)
 
     @dispatch
@@ -185,24 +188,26 @@ class QMixerLoss(LossModule):
         """
         keys = self.tensor_keys
         self._check_inputs(tensordict)
-        values = self._local_values(tensordict, "online")  # [*B, n_agents, n]
-        chosen = _gather_action_values(
+        values = self._local_values(tensordict, ParamSet.ONLINE)  # [*B, n_agents, n]
+        chosen = gather_action_values(
             values, tensordict.get(keys.action), self.action_space, "QMixerLoss", keys.action
         )
-        pred = self._mix(tensordict, chosen, "online")
+        pred = self._mix(tensordict, chosen, ParamSet.ONLINE)
         with torch.no_grad():
             next_td = tensordict.get(NEXT)
-            next_values = self._local_values(next_td, "target")
+            next_values = self._local_values(next_td, ParamSet.TARGET)
             mask = next_td.get(self._mask_key, None) if self._mask_key is not None else None
-            best = _masked_argmax(next_values, mask)
+            best = masked_argmax(next_values, mask)
             next_chosen = next_values.gather(-1, best.unsqueeze(-1))
-            next_value = self._mix(next_td, next_chosen, "target")
+            next_value = self._mix(next_td, next_chosen, ParamSet.TARGET)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         if pred.shape != target.shape:
             raise ValueError(
                 f"QMixerLoss: the mixed value has shape {tuple(pred.shape)} but the target "
                 f"(from the global reward {keys.reward!r}) has shape {tuple(target.shape)}"
             )
-        tensordict.set(keys.priority, _priority((pred - target).abs(), tensordict.batch_size))
+        tensordict.set(
+            keys.priority, td_error_priority((pred - target).abs(), tensordict.batch_size)
+        )
         loss = distance_loss(pred, target, self.loss_function)
-        return TensorDict({"loss": _reduce(loss, self.reduction)}, batch_size=[])
+        return TensorDict({"loss": reduce_loss(loss, self.reduction)}, batch_size=[])

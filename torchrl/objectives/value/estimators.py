@@ -12,15 +12,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
-from tensordict.nn import skip_existing as _global_skip_existing
-from tensordict.utils import NestedKey
+from tensordict.nn import skip_existing as global_skip_existing
 from torch import Tensor, nn
 
+import torchrl.objectives.value.functional as vf
 from torchrl._keys import (
     ADVANTAGE,
     DONE,
@@ -31,22 +31,45 @@ from torchrl._keys import (
     TERMINATED,
     VALUE_TARGET,
 )
-from torchrl.objectives.value import functional as vf
+from torchrl._types import DeviceLike, NestedKey
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "GAE",
+    "EstimatorOptions",
     "TD0Estimator",
     "TD1Estimator",
     "TDLambdaEstimator",
     "VTrace",
     "ValueEstimatorBase",
+    "next_key",
+    "standardize",
 ]
 
 STEPS_TO_NEXT_OBS = "steps_to_next_obs"
 
 
-def _next(key: NestedKey) -> NestedKey:
-    return (NEXT, *key) if isinstance(key, tuple) else (NEXT, key)  # type: ignore[arg-type]
+def next_key(key: NestedKey) -> NestedKey:
+    """``("next", *key)``: where the entry ``key`` of the next step sits.
+
+    Examples:
+        >>> next_key("reward"), next_key(("agents", "reward"))
+        (('next', 'reward'), ('next', 'agents', 'reward'))
+    """
+    return (NEXT, *key) if isinstance(key, tuple) else (NEXT, key)
+
+
+class EstimatorOptions(TypedDict, total=False):
+    """The keyword arguments every estimator takes (see :class:`ValueEstimatorBase`)."""
+
+    value_network: TensorDictModuleBase | None
+    shifted: bool
+    differentiable: bool
+    skip_existing: bool | None
+    device: DeviceLike
+    time_dim: int | None
 
 
 @contextmanager
@@ -101,7 +124,7 @@ class ValueEstimatorBase(nn.Module):
         shifted: bool = False,
         differentiable: bool = False,
         skip_existing: bool | None = None,
-        device: torch.device | str | None = None,
+        device: DeviceLike = None,
         time_dim: int | None = None,
     ) -> None:
         super().__init__()
@@ -163,10 +186,10 @@ class ValueEstimatorBase(nn.Module):
             net_keys = [keys.value]
         return [
             *net_keys,
-            *(_next(k) for k in net_keys),
-            _next(keys.reward),
-            _next(keys.done),
-            _next(keys.terminated),
+            *(next_key(k) for k in net_keys),
+            next_key(keys.reward),
+            next_key(keys.done),
+            next_key(keys.terminated),
         ]
 
     @property
@@ -178,7 +201,7 @@ class ValueEstimatorBase(nn.Module):
     def skip_existing(self) -> bool:
         """Whether values already in the input are reused."""
         if self._skip_existing is None:
-            return bool(_global_skip_existing())
+            return bool(global_skip_existing())
         return self._skip_existing
 
     # ---- helpers -----------------------------------------------------------------------------
@@ -194,9 +217,9 @@ class ValueEstimatorBase(nn.Module):
 
     def _reward_done(self, td: TensorDictBase) -> tuple[Tensor, Tensor, Tensor]:
         keys = self.tensor_keys
-        reward = self._get(td, _next(keys.reward), "reward")
-        done = self._get(td, _next(keys.done), "done")
-        terminated = td.get(_next(keys.terminated), None)
+        reward = self._get(td, next_key(keys.reward), "reward")
+        done = self._get(td, next_key(keys.done), "done")
+        terminated = td.get(next_key(keys.terminated), None)
         if terminated is None:
             terminated = done
         if done.shape != reward.shape:
@@ -349,13 +372,10 @@ class TD0Estimator(ValueEstimatorBase):
 
     Args:
         gamma: the discount.
-        value_network: writes ``"state_value"`` (or ``None`` when the values are given).
-        shifted: see :class:`ValueEstimatorBase`.
         average_rewards: standardize the rewards (zero mean, unit variance) first.
-        differentiable: keep the graph through the value network.
-        skip_existing: reuse values already present.
-        device: unused.
-        time_dim: the time dim among the batch dims (unused by TD(0)).
+        **options: the options every estimator takes (``value_network``, ``shifted``,
+            ``differentiable``, ``skip_existing``, ``device``, ``time_dim``): see
+            :class:`ValueEstimatorBase`.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -371,30 +391,17 @@ class TD0Estimator(ValueEstimatorBase):
         self,
         *,
         gamma: float | Tensor,
-        value_network: TensorDictModuleBase | None = None,
-        shifted: bool = False,
         average_rewards: bool = False,
-        differentiable: bool = False,
-        skip_existing: bool | None = None,
-        device: torch.device | str | None = None,
-        time_dim: int | None = None,
+        **options: Unpack[EstimatorOptions],
     ) -> None:
-        super().__init__(
-            gamma=gamma,
-            value_network=value_network,
-            shifted=shifted,
-            differentiable=differentiable,
-            skip_existing=skip_existing,
-            device=device,
-            time_dim=time_dim,
-        )
+        super().__init__(gamma=gamma, **options)
         self.average_rewards = average_rewards
 
     def _estimate(
         self, td: TensorDictBase, value: Tensor, next_value: Tensor
     ) -> tuple[Tensor, Tensor]:
         reward, _, terminated = self._reward_done(td)
-        reward = _maybe_standardize(reward, self.average_rewards)
+        reward = standardize(reward) if self.average_rewards else reward
         target = vf.td0_return_estimate(self._gamma(td, reward), next_value, reward, terminated)
         return target - value, target
 
@@ -404,13 +411,10 @@ class TD1Estimator(ValueEstimatorBase):
 
     Args:
         gamma: the discount.
-        value_network: writes ``"state_value"`` (or ``None`` when the values are given).
         average_rewards: standardize the rewards first.
-        differentiable: keep the graph through the value network.
-        skip_existing: reuse values already present.
-        device: unused.
-        time_dim: the time dim among the batch dims (default: the last).
-        shifted: see :class:`ValueEstimatorBase`.
+        **options: the options every estimator takes (``value_network``, ``shifted``,
+            ``differentiable``, ``skip_existing``, ``device``, ``time_dim``): see
+            :class:`ValueEstimatorBase`.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -426,30 +430,17 @@ class TD1Estimator(ValueEstimatorBase):
         self,
         *,
         gamma: float | Tensor,
-        value_network: TensorDictModuleBase | None = None,
         average_rewards: bool = False,
-        differentiable: bool = False,
-        skip_existing: bool | None = None,
-        device: torch.device | str | None = None,
-        time_dim: int | None = None,
-        shifted: bool = False,
+        **options: Unpack[EstimatorOptions],
     ) -> None:
-        super().__init__(
-            gamma=gamma,
-            value_network=value_network,
-            shifted=shifted,
-            differentiable=differentiable,
-            skip_existing=skip_existing,
-            device=device,
-            time_dim=time_dim,
-        )
+        super().__init__(gamma=gamma, **options)
         self.average_rewards = average_rewards
 
     def _estimate(
         self, td: TensorDictBase, value: Tensor, next_value: Tensor
     ) -> tuple[Tensor, Tensor]:
         reward, done, terminated = self._reward_done(td)
-        reward = _maybe_standardize(reward, self.average_rewards)
+        reward = standardize(reward) if self.average_rewards else reward
         target = vf.td1_return_estimate(
             self._gamma(td, reward),
             next_value,
@@ -467,15 +458,12 @@ class TDLambdaEstimator(ValueEstimatorBase):
     Args:
         gamma: the discount.
         lmbda: lambda, in ``[0, 1]``.
-        value_network: writes ``"state_value"`` (or ``None`` when the values are given).
         average_rewards: standardize the rewards first.
-        differentiable: keep the graph through the value network.
         vectorized: solve the recursion with O(log T) batched ops (for GPUs) instead of the
             C++/loop path.
-        skip_existing: reuse values already present.
-        device: unused.
-        time_dim: the time dim among the batch dims (default: the last).
-        shifted: see :class:`ValueEstimatorBase`.
+        **options: the options every estimator takes (``value_network``, ``shifted``,
+            ``differentiable``, ``skip_existing``, ``device``, ``time_dim``): see
+            :class:`ValueEstimatorBase`.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -492,24 +480,11 @@ class TDLambdaEstimator(ValueEstimatorBase):
         *,
         gamma: float | Tensor,
         lmbda: float | Tensor,
-        value_network: TensorDictModuleBase | None = None,
         average_rewards: bool = False,
-        differentiable: bool = False,
         vectorized: bool = False,
-        skip_existing: bool | None = None,
-        device: torch.device | str | None = None,
-        time_dim: int | None = None,
-        shifted: bool = False,
+        **options: Unpack[EstimatorOptions],
     ) -> None:
-        super().__init__(
-            gamma=gamma,
-            value_network=value_network,
-            shifted=shifted,
-            differentiable=differentiable,
-            skip_existing=skip_existing,
-            device=device,
-            time_dim=time_dim,
-        )
+        super().__init__(gamma=gamma, **options)
         self.lmbda = lmbda
         self.average_rewards = average_rewards
         self.vectorized = vectorized
@@ -518,9 +493,8 @@ class TDLambdaEstimator(ValueEstimatorBase):
         self, td: TensorDictBase, value: Tensor, next_value: Tensor
     ) -> tuple[Tensor, Tensor]:
         reward, done, terminated = self._reward_done(td)
-        reward = _maybe_standardize(reward, self.average_rewards)
-        fn = vf.vec_td_lambda_return_estimate if self.vectorized else vf.td_lambda_return_estimate
-        target = fn(
+        reward = standardize(reward) if self.average_rewards else reward
+        target = vf.td_lambda_return_estimate(
             self._gamma(td, reward),
             self.lmbda,
             next_value,
@@ -528,6 +502,7 @@ class TDLambdaEstimator(ValueEstimatorBase):
             done,
             terminated,
             time_dim=self._tensor_time_dim(td, reward),
+            vectorized=self.vectorized,
         )
         return target - value, target
 
@@ -538,14 +513,11 @@ class GAE(ValueEstimatorBase):
     Args:
         gamma: the discount.
         lmbda: GAE's lambda, in ``[0, 1]``.
-        value_network: writes ``"state_value"`` (or ``None`` when the values are given).
         average_gae: standardize the advantage (zero mean, unit standard deviation).
-        differentiable: keep the graph through the value network.
         vectorized: use the O(log T) blocked solver (for GPUs) instead of the C++/loop path.
-        skip_existing: reuse values already present.
-        device: unused.
-        time_dim: the time dim among the batch dims (default: the last).
-        shifted: see :class:`ValueEstimatorBase`.
+        **options: the options every estimator takes (``value_network``, ``shifted``,
+            ``differentiable``, ``skip_existing``, ``device``, ``time_dim``): see
+            :class:`ValueEstimatorBase`.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -565,24 +537,11 @@ class GAE(ValueEstimatorBase):
         *,
         gamma: float | Tensor,
         lmbda: float | Tensor,
-        value_network: TensorDictModuleBase | None = None,
         average_gae: bool = False,
-        differentiable: bool = False,
         vectorized: bool = False,
-        skip_existing: bool | None = None,
-        device: torch.device | str | None = None,
-        time_dim: int | None = None,
-        shifted: bool = False,
+        **options: Unpack[EstimatorOptions],
     ) -> None:
-        super().__init__(
-            gamma=gamma,
-            value_network=value_network,
-            shifted=shifted,
-            differentiable=differentiable,
-            skip_existing=skip_existing,
-            device=device,
-            time_dim=time_dim,
-        )
+        super().__init__(gamma=gamma, **options)
         self.lmbda = lmbda
         self.average_gae = average_gae
         self.vectorized = vectorized
@@ -591,12 +550,7 @@ class GAE(ValueEstimatorBase):
         self, td: TensorDictBase, value: Tensor, next_value: Tensor
     ) -> tuple[Tensor, Tensor]:
         reward, done, terminated = self._reward_done(td)
-        fn = (
-            vf.vec_generalized_advantage_estimate
-            if self.vectorized
-            else vf.generalized_advantage_estimate
-        )
-        adv, target = fn(
+        adv, target = vf.generalized_advantage_estimate(
             self._gamma(td, reward),
             self.lmbda,
             value,
@@ -605,9 +559,10 @@ class GAE(ValueEstimatorBase):
             done,
             terminated,
             time_dim=self._tensor_time_dim(td, reward),
+            vectorized=self.vectorized,
         )
         if self.average_gae:
-            adv = _maybe_standardize(adv, True)
+            adv = standardize(adv)
         return adv, target
 
     def value_estimate(
@@ -644,15 +599,12 @@ class VTrace(ValueEstimatorBase):
     Args:
         gamma: the discount.
         actor_network: a probabilistic actor (``get_dist(td)``) for the learned policy.
-        value_network: writes ``"state_value"`` (or ``None`` when the values are given).
         rho_thresh: clip of the importance weights in the TD errors.
         c_thresh: clip of the importance weights in the trace.
         average_adv: standardize the advantage.
-        differentiable: keep the graph through the value network.
-        skip_existing: reuse values already present.
-        device: unused.
-        time_dim: the time dim among the batch dims (default: the last).
-        shifted: see :class:`ValueEstimatorBase`.
+        **options: the options every estimator takes (``value_network``, ``shifted``,
+            ``differentiable``, ``skip_existing``, ``device``, ``time_dim``): see
+            :class:`ValueEstimatorBase`.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -675,25 +627,12 @@ class VTrace(ValueEstimatorBase):
         *,
         gamma: float | Tensor,
         actor_network: TensorDictModuleBase,
-        value_network: TensorDictModuleBase | None = None,
         rho_thresh: float | Tensor = 1.0,
         c_thresh: float | Tensor = 1.0,
         average_adv: bool = False,
-        differentiable: bool = False,
-        skip_existing: bool | None = None,
-        device: torch.device | str | None = None,
-        time_dim: int | None = None,
-        shifted: bool = False,
+        **options: Unpack[EstimatorOptions],
     ) -> None:
-        super().__init__(
-            gamma=gamma,
-            value_network=value_network,
-            shifted=shifted,
-            differentiable=differentiable,
-            skip_existing=skip_existing,
-            device=device,
-            time_dim=time_dim,
-        )
+        super().__init__(gamma=gamma, **options)
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(
                 "VTrace: actor_network must be a probabilistic actor with get_dist(), got "
@@ -729,7 +668,7 @@ class VTrace(ValueEstimatorBase):
             time_dim=self._tensor_time_dim(td, reward),
         )
         if self.average_adv:
-            adv = _maybe_standardize(adv, True)
+            adv = standardize(adv)
         return adv, target
 
     def _return_estimate(
@@ -740,8 +679,30 @@ class VTrace(ValueEstimatorBase):
         return self._estimate(td, value, next_value)[1]
 
 
-def _maybe_standardize(x: Tensor, enabled: bool) -> Tensor:
-    """``(x - mean) / std`` over all elements (std floored at 1e-6) when ``enabled``."""
-    if not enabled or x.numel() < 2:
+def standardize(x: Tensor, exclude_dims: tuple[int, ...] = ()) -> Tensor:
+    """``(x - mean) / std`` over every dim but ``exclude_dims`` (std floored at 1e-6).
+
+    Used to normalise advantages (``average_gae=True``, PPO's ``normalize_advantage``).
+
+    Args:
+        x: the tensor, any shape.
+        exclude_dims: dims kept apart (e.g. the agent dim); by default, all elements together.
+
+    Returns:
+        The standardized tensor, shaped like ``x`` (unchanged when it has fewer than 2 elements).
+        **options: the options every estimator takes (``value_network``, ``shifted``,
+            ``differentiable``, ``skip_existing``, ``device``, ``time_dim``): see
+            :class:`ValueEstimatorBase`.
+
+    Examples:
+        >>> standardize(torch.tensor([1.0, 3.0]))
+        tensor([-0.7071,  0.7071])
+    """
+    if x.numel() < 2:
         return x
-    return (x - x.mean()) / x.std().clamp_min(1e-6)
+    if not exclude_dims:
+        return (x - x.mean()) / x.std().clamp_min(1e-6)
+    dims = tuple(d for d in range(x.ndim) if d not in {e % x.ndim for e in exclude_dims})
+    mean = x.mean(dims, keepdim=True)
+    std = x.std(dims, keepdim=True).clamp_min(1e-6)
+    return (x - mean) / std
