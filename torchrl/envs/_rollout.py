@@ -85,6 +85,7 @@ class StepStore:
         self.chunks: list[TensorDict] = []
 
     def append(self, td: TensorDictBase) -> None:
+        """Adds a step (a transition of batch ``[*B]``)."""
         pending = self.pending
         pending.append(td)
         if len(pending) >= self.CHUNK and not self.lazy:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDictBase
@@ -20,9 +19,6 @@ from torchrl.envs._done import DoneGroups
 from torchrl.envs._key_paths import key_tuple
 from torchrl.envs._mdp import MDPPlan, mdp_plan
 
-if TYPE_CHECKING:
-    from torchrl.envs.common import EnvBase
-
 __all__ = ["SpecCache", "fast_sampler"]
 
 
@@ -30,12 +26,26 @@ class SpecCache:
     """Key lists, done groups, the ``step_mdp`` plan and the action check of an env's specs.
 
     Args:
-        env: the env; its specs are read once.
+        action_spec: the env's ``full_action_spec``.
+        observation_spec: its ``full_observation_spec``.
+        reward_spec: its ``full_reward_spec``.
+        done_spec: its ``full_done_spec``.
+        state_spec: its ``full_state_spec``.
+        make_action_check: builds the check of a step's actions from the action keys
+            (``None``: no check), e.g. ``EnvBase._make_action_check``.
 
     Examples:
         >>> from torchrl.envs import PendulumEnv
         >>> from torchrl.envs._spec_cache import SpecCache
-        >>> cache = SpecCache(PendulumEnv())
+        >>> env = PendulumEnv()
+        >>> cache = SpecCache(
+        ...     env.full_action_spec,
+        ...     env.full_observation_spec,
+        ...     env.full_reward_spec,
+        ...     env.full_done_spec,
+        ...     env.full_state_spec,
+        ...     lambda keys: None,
+        ... )
         >>> cache.action_keys, cache.reset_keys
         (['action'], ['_reset'])
     """
@@ -55,23 +65,29 @@ class SpecCache:
         "state_keys",
     )
 
-    def __init__(self, env: EnvBase) -> None:
+    def __init__(
+        self,
+        action_spec: Composite,
+        observation_spec: Composite,
+        reward_spec: Composite,
+        done_spec: Composite,
+        state_spec: Composite,
+        make_action_check: Callable[[list[NestedKey]], Callable[[TensorDictBase], None] | None],
+    ) -> None:
         def leaves(spec: Composite) -> list[NestedKey]:
             return list(spec.keys(include_nested=True, leaves_only=True))
 
-        action_spec = env.full_action_spec
-        done_spec = env.full_done_spec
         self.action_keys = leaves(action_spec)
-        self.reward_keys = leaves(env.full_reward_spec)
+        self.reward_keys = leaves(reward_spec)
         self.done_keys = leaves(done_spec)
-        self.observation_keys = leaves(env.full_observation_spec)
-        self.state_keys = leaves(env.full_state_spec)
+        self.observation_keys = leaves(observation_spec)
+        self.state_keys = leaves(state_spec)
         self.action_key = self.action_keys[0] if len(self.action_keys) == 1 else None
         self.action_leaf: TensorSpec | None = (
             action_spec[self.action_key] if self.action_key is not None else None
         )
         self.action_rand = fast_sampler(self.action_leaf)
-        self.check_actions: Callable[[TensorDictBase], None] | None = env._make_action_check(
+        self.check_actions: Callable[[TensorDictBase], None] | None = make_action_check(
             self.action_keys
         )
         self.done_groups = DoneGroups(done_spec)

@@ -194,7 +194,14 @@ class EnvBase(nn.Module):
     def _spec_cache(self) -> SpecCache:
         cache = self._cache
         if cache is None:
-            cache = self._cache = SpecCache(self)
+            cache = self._cache = SpecCache(
+                self.full_action_spec,
+                self.full_observation_spec,
+                self.full_reward_spec,
+                self.full_done_spec,
+                self.full_state_spec,
+                self._make_action_check,
+            )
         return cache
 
     def _prepare(self, spec: TensorSpec, name: str, wrap_key: NestedKey | None) -> Composite:

@@ -114,7 +114,7 @@ class Layout:
     def __len__(self) -> int:
         return len(self.paths)
 
-    def build(self, values: Sequence[Any], full: bool = True) -> TensorDict:
+    def build(self, values: Sequence[torch.Tensor | None], full: bool = True) -> TensorDict:
         """A TensorDict holding ``values`` (aligned with :attr:`paths`; ``None`` entries skipped)."""
         keys = self.flat_keys
         if keys is not None:

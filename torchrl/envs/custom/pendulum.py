@@ -13,12 +13,14 @@ batch size (``batch_locked = False``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from torchrl._types import DeviceLike, ShapeLike
 from torchrl.data.specs import Bounded, Composite, Unbounded
 from torchrl.envs.common import EnvBase
 
@@ -76,8 +78,8 @@ class PendulumEnv(EnvBase):
 
     def __init__(
         self,
-        batch_size: Any = None,
-        device: torch.device | str | None = None,
+        batch_size: ShapeLike | None = None,
+        device: DeviceLike = None,
         td_params: TensorDictBase | None = None,
         seed: int | None = None,
         validate_actions: bool = True,
@@ -95,7 +97,7 @@ class PendulumEnv(EnvBase):
 
     @staticmethod
     def gen_params(
-        batch_size: Any = None, device: torch.device | str | None = None, **overrides: float
+        batch_size: Sequence[int] | None = None, device: DeviceLike = None, **overrides: float
     ) -> TensorDict:
         """Makes the physical parameters, one set per sub-env.
 
