@@ -5,6 +5,10 @@ A storage answers ``get(index)``, ``set(index, data)``, ``len`` and saves its st
 last (time) dim, and an item is addressed by a tuple ``(lead..., t)``. Internally every item also has
 a *flat* index, its row-major position in the full ``[*lead, slots]`` shape, which is what the
 priority trees use.
+
+Kinds: :class:`ListStorage` (any Python objects), :class:`TensorStorage` and
+:class:`LazyTensorStorage` (preallocated tensors), :class:`LazyMemmapStorage` (memory-mapped files
+that survive their process). The layout and on-disk helpers they share are in ``.utils``.
 """
 
 from __future__ import annotations
@@ -999,6 +1003,11 @@ class LazyTensorStorage(TensorStorage):
 
     def __init__(self, max_size: int, *, device: torch.device | str = "cpu", ndim: int = 1) -> None:
         super().__init__(None, max_size, device=device, ndim=ndim)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory-mapped storage: a tensor storage in files that outlive the process
+# ---------------------------------------------------------------------------------------------
 
 
 class LazyMemmapStorage(TensorStorage):
