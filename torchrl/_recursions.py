@@ -25,11 +25,12 @@ from torchrl._utils import warn_once
 # exercise that path.
 _C: Any
 try:
-    import torchrl._C as _C
+    import torchrl._C as _compiled
 except ImportError as _err:
     _C = None
     _C_IMPORT_ERROR: ImportError | None = _err
 else:
+    _C = _compiled
     _C_IMPORT_ERROR = None
 
 Discount = float | Tensor

@@ -331,9 +331,15 @@ class AlphaOwner(Protocol):
     max_log_alpha: float | None
     target_entropy: float
 
+    def register_buffer(
+        self, name: str, tensor: Tensor | None, persistent: bool = True
+    ) -> None: ...
+
+    def register_parameter(self, name: str, param: nn.Parameter | None) -> None: ...
+
 
 def register_log_alpha(
-    loss: nn.Module,
+    loss: AlphaOwner,
     alpha_init: float,
     fixed_alpha: bool,
     min_alpha: float | None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -72,18 +73,19 @@ class TensorSlots:
     """
 
     def __init__(self, module: nn.Module, keys: Sequence[tuple[str, ...]]) -> None:
-        self._stores: list[dict[str, Tensor | None]] = []
+        self._stores: list[dict[str, Any]] = []
         self._names: list[str] = []
         for key in keys:
             owner = module.get_submodule(".".join(key[:-1])) if len(key) > 1 else module
             name = key[-1]
+            store: dict[str, Any]
             if name in owner._parameters:
                 store = owner._parameters
             elif name in owner._buffers:
                 store = owner._buffers
             else:  # pragma: no cover - from_module lists only parameters and buffers
                 raise KeyError(f"{'.'.join(key)} is neither a parameter nor a buffer")
-            self._stores.append(store)  # type: ignore[arg-type]
+            self._stores.append(store)
             self._names.append(name)
 
     def __len__(self) -> int:
@@ -91,7 +93,7 @@ class TensorSlots:
 
     def read(self) -> list[Tensor]:
         """The tensors now in the slots, in the order of the keys."""
-        return [store[name] for store, name in zip(self._stores, self._names)]  # type: ignore[misc]
+        return [store[name] for store, name in zip(self._stores, self._names)]
 
     def write(self, tensors: Sequence[Tensor | None]) -> list[Tensor | None]:
         """Puts ``tensors`` into the slots; returns what was there."""

@@ -7,10 +7,10 @@ from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import dispatch
-from tensordict.utils import NestedKey
 from torch import Tensor
 
 from torchrl._keys import ACTION, ADVANTAGE, DONE, REWARD, STATE_VALUE, TERMINATED, VALUE_TARGET
+from torchrl._types import NestedKey
 from torchrl.objectives._helpers import (
     UNSET,
     action_log_prob,

@@ -7,9 +7,9 @@ from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import dispatch
-from tensordict.utils import NestedKey
 
 from torchrl._keys import ACTION
+from torchrl._types import NestedKey
 from torchrl.objectives._helpers import (
     action_log_prob,
     check_loss_function,

@@ -7,10 +7,10 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import dispatch
-from tensordict.utils import NestedKey
 from torch import Tensor, nn
 
 from torchrl._keys import NEXT
+from torchrl._types import NestedKey
 from torchrl.objectives._helpers import (
     action_bounds,
     alpha_loss,

@@ -8,7 +8,6 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import dispatch
-from tensordict.utils import NestedKey
 from torch import Tensor, nn
 
 from torchrl._keys import (
@@ -23,6 +22,7 @@ from torchrl._keys import (
     VALUE_TARGET,
     WEIGHT,
 )
+from torchrl._types import NestedKey
 from torchrl.objectives._helpers import (
     check_loss_function,
     check_reduction,

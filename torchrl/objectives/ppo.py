@@ -8,7 +8,6 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential, dispatch
-from tensordict.utils import NestedKey
 from torch import Tensor
 
 from torchrl._keys import (
@@ -21,6 +20,7 @@ from torchrl._keys import (
     TERMINATED,
     VALUE_TARGET,
 )
+from torchrl._types import NestedKey
 from torchrl.objectives._helpers import (
     UNSET,
     action_log_prob,

@@ -7,9 +7,9 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import dispatch
-from tensordict.utils import NestedKey
 
 from torchrl._keys import NEXT
+from torchrl._types import NestedKey
 from torchrl.objectives._helpers import alpha_loss, reduce_loss, td_error_priority
 from torchrl.objectives.common import ParamSet
 from torchrl.objectives.sac import SACLoss

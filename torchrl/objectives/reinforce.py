@@ -7,7 +7,6 @@ from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import dispatch
-from tensordict.utils import NestedKey
 from torch import Tensor
 
 from torchrl._keys import (
@@ -20,6 +19,7 @@ from torchrl._keys import (
     TERMINATED,
     VALUE_TARGET,
 )
+from torchrl._types import NestedKey
 from torchrl.objectives._helpers import (
     action_log_prob,
     as_batch,

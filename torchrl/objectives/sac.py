@@ -9,7 +9,6 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import dispatch
-from tensordict.utils import NestedKey
 from torch import Tensor
 
 from torchrl._keys import (
@@ -24,6 +23,7 @@ from torchrl._keys import (
     STATE_VALUE,
     TERMINATED,
 )
+from torchrl._types import NestedKey
 from torchrl.objectives._helpers import (
     alpha_loss,
     check_action_shape,
@@ -222,8 +222,8 @@ class SACLoss(LossModule):
             dist = self.actor_network.get_dist(inputs.copy())
         else:
             tensors = self.network_tensors("actor_network", param_set)
-            with self.using_tensors("actor_network", tensors) as actor:
-                dist = actor.get_dist(inputs.copy())
+            with self.using_tensors("actor_network", tensors):
+                dist = self.actor_network.get_dist(inputs.copy())
         action, log_prob = rsample_and_log_prob(dist)
         inputs.set(self.tensor_keys.action, action)
         return inputs, log_prob.unsqueeze(-1)

@@ -8,10 +8,10 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import dispatch
-from tensordict.utils import NestedKey
 from torch import Tensor
 
 from torchrl._keys import ACTION, DONE, NEXT, PRIORITY, REWARD, STATE_ACTION_VALUE, TERMINATED
+from torchrl._types import NestedKey
 from torchrl.objectives._helpers import (
     action_bounds,
     check_action_shape,

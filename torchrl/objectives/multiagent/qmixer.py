@@ -8,7 +8,6 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import dispatch
-from tensordict.utils import NestedKey
 from torch import Tensor
 
 from torchrl._keys import (
@@ -22,6 +21,7 @@ from torchrl._keys import (
     TERMINATED,
     VALUE_TARGET,
 )
+from torchrl._types import NestedKey
 from torchrl.objectives._helpers import (
     check_loss_function,
     check_reduction,
