@@ -47,6 +47,7 @@ _SMALL = 64
 # values_ok(value, small, ndim): ``small``: read the values as a Python list; ``ndim``: the
 # value's number of dims (known from the shape check, so not asked again)
 _ValuesOk = Callable[[torch.Tensor, bool, int], bool]
+#: Checks the actions of a step input; raises when one does not fit.
 ActionCheck = Callable[[TensorDictBase], None]
 
 

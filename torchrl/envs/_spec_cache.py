@@ -11,10 +11,10 @@ from collections.abc import Callable
 from functools import partial
 
 import torch
-from tensordict import TensorDictBase
 
 from torchrl._types import NestedKey
 from torchrl.data.specs import Composite, OneHot, TensorSpec
+from torchrl.envs._action_checks import ActionCheck
 from torchrl.envs._done import DoneGroups
 from torchrl.envs._key_paths import key_tuple
 from torchrl.envs._mdp import MDPPlan, mdp_plan
@@ -72,7 +72,7 @@ class SpecCache:
         reward_spec: Composite,
         done_spec: Composite,
         state_spec: Composite,
-        make_action_check: Callable[[list[NestedKey]], Callable[[TensorDictBase], None] | None],
+        make_action_check: Callable[[list[NestedKey]], ActionCheck | None],
     ) -> None:
         def leaves(spec: Composite) -> list[NestedKey]:
             return list(spec.keys(include_nested=True, leaves_only=True))
@@ -87,9 +87,7 @@ class SpecCache:
             action_spec[self.action_key] if self.action_key is not None else None
         )
         self.action_rand = fast_sampler(self.action_leaf)
-        self.check_actions: Callable[[TensorDictBase], None] | None = make_action_check(
-            self.action_keys
-        )
+        self.check_actions: ActionCheck | None = make_action_check(self.action_keys)
         self.done_groups = DoneGroups(done_spec)
         self.reset_keys = self.done_groups.reset_keys
         self.mdp_plan: MDPPlan = mdp_plan(

@@ -9,8 +9,16 @@ A subclass writes three methods and sets its specs:
 - ``_set_seed(seed)``: seeds the simulator.
 
 Everything else (done-flag completion, partial resets, ``"next"`` bookkeeping, rollouts, random
-actions, checks) lives here, once. Hot paths (``step``, ``step_and_maybe_reset``, ``rollout``)
-read key lists computed when the specs are set, and build at most one TensorDict per step.
+actions, checks) is done here, once, for every env. Hot paths (``step``, ``step_and_maybe_reset``,
+``rollout``) read key lists computed when the specs are set, and build at most one TensorDict per
+step. The pieces they use live in modules of their own, none of which imports this one:
+
+- :mod:`torchrl.envs._spec_cache`: what is derived from the specs (``SpecCache``);
+- :mod:`torchrl.envs._done`: the done flags by group, partial resets (``DoneGroups``);
+- :mod:`torchrl.envs._writes`: the step's output written under ``"next"``;
+- :mod:`torchrl.envs._mdp`: the next step's input (``step_mdp``);
+- :mod:`torchrl.envs._rollout`: the steps of a rollout stacked (``StepStore``);
+- :mod:`torchrl.envs._action_checks` and :mod:`torchrl.envs._spec_checks`: the checks.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from torchrl._keys import ACTION, DONE, NEXT, OBSERVATION, REWARD, TERMINATED, T
 from torchrl._td_compat import entries
 from torchrl._types import DeviceLike, NestedKey, ShapeLike
 from torchrl.data.specs import Categorical, Composite, TensorSpec, Unbounded
-from torchrl.envs._action_checks import make_action_check
+from torchrl.envs._action_checks import ActionCheck, make_action_check
 from torchrl.envs._done import all_flag, any_flag
 from torchrl.envs._mdp import apply_mdp_plan
 from torchrl.envs._rollout import StepStore
@@ -410,9 +418,7 @@ class EnvBase(nn.Module):
                 f"{list(tensordict.batch_size)} differs from the env's {list(self._batch_size)}"
             )
 
-    def _make_action_check(
-        self, action_keys: list[NestedKey]
-    ) -> Callable[[TensorDictBase], None] | None:
+    def _make_action_check(self, action_keys: list[NestedKey]) -> ActionCheck | None:
         """The check of a step's actions (``None``: none); built with the spec cache."""
         return make_action_check(
             type(self).__name__, self.full_action_spec, action_keys, len(self._batch_size)
