@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 from tensordict import TensorDictBase
 
+from torchrl._types import ReplayBufferLike
 from torchrl._utils import logger, warn_once
+from torchrl.collectors._policy import WeightsLike
 
 
 class DataCollectorBase:
@@ -25,7 +27,7 @@ class DataCollectorBase:
 
     frames_per_batch: int
     total_frames: float
-    replay_buffer: Any
+    replay_buffer: ReplayBufferLike | None
 
     def _init_base(self) -> None:
         self._closed = False
@@ -139,7 +141,7 @@ class DataCollectorBase:
         self.shutdown()
 
     # ----------------------------------------------------------------------------- the abstract
-    def update_policy_weights_(self, policy_or_weights: Any = None) -> None:
+    def update_policy_weights_(self, policy_or_weights: WeightsLike | None = None) -> None:
         """Makes the collecting policy use the current (or given) weights."""
         raise NotImplementedError
 

@@ -283,7 +283,7 @@ class MultiCollectorOptions:
                 f"{owner} moves data through shared-memory buffers: use_buffers=False is not "
                 "supported"
             )
-        if opts.storing_device is not None and opts.storing_device.type != "cpu":
+        if opts.storing_device is not None and torch.device(opts.storing_device).type != "cpu":
             raise ValueError(
                 f"{owner}: batches are shared through CPU memory; storing_device must be the CPU "
                 f"(got {opts.storing_device}); move the batches yourself"

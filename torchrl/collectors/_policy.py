@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import torch
@@ -11,12 +11,29 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, skip_existing
 from torch import nn
 
+from torchrl._td_compat import entries, set_unchecked
+from torchrl.envs.common import EnvBase
 from torchrl.envs.utils import RandomPolicy
 
-PolicyFn = Callable[[TensorDictBase], "TensorDictBase | None"]
+#: New policy weights: a module, a state dict, or a TensorDict of weights (keys joined by dots).
+WeightsLike = nn.Module | Mapping[str, torch.Tensor] | TensorDictBase
+
+__all__ = [
+    "WeightsLike",
+    "DevicePolicy",
+    "DirectModuleCall",
+    "bind_weights",
+    "copy_weights",
+    "device_of",
+    "direct_call",
+    "named_weights",
+    "random_policy",
+    "share_weights",
+    "wrap_policy",
+]
 
 
-def random_policy(env: Any) -> RandomPolicy:
+def random_policy(env: EnvBase) -> RandomPolicy:
     """The policy used when a collector is given none: uniform actions from the env's spec."""
     keys = env.action_keys
     if len(keys) == 1:
@@ -24,7 +41,7 @@ def random_policy(env: Any) -> RandomPolicy:
     return RandomPolicy(env.full_action_spec)
 
 
-def wrap_policy(policy: Any, env: Any, trust_policy: bool) -> Any:
+def wrap_policy(policy: Any, env: EnvBase, trust_policy: bool) -> Any:
     """Makes ``policy`` a TensorDict-in, TensorDict-out callable.
 
     A ``TensorDictModuleBase`` is used as is. An ``nn.Module`` whose ``forward`` arguments are
@@ -50,13 +67,12 @@ def wrap_policy(policy: Any, env: Any, trust_policy: bool) -> Any:
         ]
         obs_keys = [k for k in env.observation_keys if isinstance(k, str)]
         in_keys: list[Any] = list(names)
+        out_keys: list[Any] = list(env.action_keys)
         if names and all(n in obs_keys for n in names):
-            return TensorDictModule(policy, in_keys=in_keys, out_keys=env.action_keys)
+            return TensorDictModule(policy, in_keys=in_keys, out_keys=out_keys)
         single = len(env.observation_keys) == 1
         if len(names) == 1 and single and names[0] not in ("tensordict", "td"):
-            return TensorDictModule(
-                policy, in_keys=list(env.observation_keys), out_keys=env.action_keys
-            )
+            return TensorDictModule(policy, in_keys=list(env.observation_keys), out_keys=out_keys)
     return policy
 
 
@@ -134,7 +150,7 @@ def bind_weights(module: nn.Module, weights: dict[str, torch.Tensor]) -> None:
                 tensor.copy_(source)
 
 
-def copy_weights(dest: dict[str, torch.Tensor], source: Any) -> None:
+def copy_weights(dest: dict[str, torch.Tensor], source: WeightsLike) -> None:
     """Copies weights in place into ``dest`` from a module, a state dict or a TensorDict."""
     if isinstance(source, nn.Module):
         items = named_weights(source)
@@ -143,7 +159,7 @@ def copy_weights(dest: dict[str, torch.Tensor], source: Any) -> None:
             ".".join(k) if isinstance(k, tuple) else k: cast(torch.Tensor, v)
             for k, v in source.items(True, True)
         }
-    elif isinstance(source, dict):
+    elif isinstance(source, Mapping):
         items = dict(source)
     else:
         raise TypeError(
@@ -196,7 +212,7 @@ class DirectModuleCall:
     def __call__(self, td: TensorDictBase) -> TensorDictBase:
         if type(td) is not TensorDict or skip_existing():
             return self.module(td)
-        raw = td._tensordict
+        raw = entries(td)
         try:
             args = [raw[key] for key in self.in_keys]
         except KeyError:
@@ -209,7 +225,7 @@ class DirectModuleCall:
         else:
             out = self.net(*args)
         if self.single and type(out) is torch.Tensor:
-            td._set_str(self.out_keys[0], out, inplace=False, validated=False)
+            set_unchecked(td, self.out_keys[0], out, inplace=False, validated=False)
             return td
         if type(out) is not tuple:
             out = (out,)

@@ -24,7 +24,7 @@ from torchrl._types import DeviceLike, ReplayBufferLike
 from torchrl._utils import warn_once
 from torchrl.collectors._base import DataCollectorBase, check_frames
 from torchrl.collectors._options import MultiCollectorOptions
-from torchrl.collectors._policy import copy_weights, device_of, share_weights
+from torchrl.collectors._policy import WeightsLike, copy_weights, device_of, share_weights
 from torchrl.collectors._pool import WAIT_SLICE_S, WorkerError, WorkerPool, default_start_method
 from torchrl.collectors._worker import SharedFlag, WorkerSpec, worker_main
 from torchrl.collectors.sync import PolicyLike, extend_replay_buffer
@@ -245,7 +245,7 @@ class _MultiDataCollector(DataCollectorBase):
         return batch
 
     # --------------------------------------------------------------------------------- controls
-    def update_policy_weights_(self, policy_or_weights: Any = None) -> None:
+    def update_policy_weights_(self, policy_or_weights: WeightsLike | None = None) -> None:
         """Copies new weights into the shared memory every worker's policy reads.
 
         The copy is in place (no pickling): workers use the new weights from their next step
@@ -258,9 +258,8 @@ class _MultiDataCollector(DataCollectorBase):
         self._check_open()
         if self._weights is None:
             return
-        copy_weights(
-            self._weights, policy_or_weights if policy_or_weights is not None else self._policy
-        )
+        source = policy_or_weights if policy_or_weights is not None else self._policy
+        copy_weights(self._weights, cast(nn.Module, source))  # (weights: the policy is a module)
         if self._update_by_message:
             for i in range(self.num_workers):
                 self._pool.ask(i, "update")

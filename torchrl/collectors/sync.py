@@ -25,6 +25,7 @@ from torchrl.collectors._options import CollectorOptions, Interruptor
 from torchrl.collectors._policy import (
     DevicePolicy,
     DirectModuleCall,
+    WeightsLike,
     copy_weights,
     device_of,
     direct_call,
@@ -624,7 +625,7 @@ class SyncDataCollector(DataCollectorBase):
         self._needs_reset = False
 
     # -------------------------------------------------------------------------------- controls
-    def reset(self, index: Any = None) -> None:
+    def reset(self, index: int | slice | Sequence[int] | torch.Tensor | None = None) -> None:
         """Resets the env; the next batch starts new trajectories.
 
         Args:
@@ -643,7 +644,7 @@ class SyncDataCollector(DataCollectorBase):
         if self._step_count is not None:
             self._step_count.masked_fill_(mask, 0)
 
-    def update_policy_weights_(self, policy_or_weights: Any = None) -> None:
+    def update_policy_weights_(self, policy_or_weights: WeightsLike | None = None) -> None:
         """Makes the collecting policy use new weights.
 
         Without an argument, copies the weights of the policy given at construction into the

@@ -41,17 +41,21 @@ from torchrl._processes import (
     watch_parent,
     worker_temp_dir,
 )
+from torchrl._types import ReplayBufferLike
 from torchrl._utils import import_optional
 from torchrl.collectors._base import DataCollectorBase, check_frames
+from torchrl.collectors._options import RemoteCollectorOptions, WorkerOptions
+from torchrl.collectors._policy import WeightsLike, copy_weights, named_weights
+from torchrl.collectors._pool import WorkerError
 from torchrl.collectors.distributed.utils import (
     WorkerCore,
     listening_store,
     policy_weights,
     sign_entry,
     verify_entry,
+    worker_options,
 )
-from torchrl.collectors.multi import WorkerError
-from torchrl.collectors.sync import SyncDataCollector, extend_replay_buffer
+from torchrl.collectors.sync import PolicyLike, SyncDataCollector, extend_replay_buffer
 
 __all__ = ["DistributedDataCollector"]
 
@@ -131,10 +135,11 @@ def _run_worker(
     port: int,
     backend: str,
     timeout_s: float,
-    collector_class: Callable[..., Any],
+    collector_class: Callable[..., DataCollectorBase],
     create_env_fn: Any,
     policy: Any,
-    collector_kwargs: dict[str, Any],
+    options: WorkerOptions,
+    create_env_kwargs: dict[str, Any] | None,
     num_threads: int | None,
     key: bytes,
     parent_pid: int | None = None,
@@ -166,10 +171,11 @@ def _run_worker(
             collector_class,
             create_env_fn,
             policy,
-            collector_kwargs,
+            options,
             index=rank - 1,
             num_workers=world_size - 1,
             num_threads=num_threads,
+            create_env_kwargs=create_env_kwargs,
         )
         # The first batch tells the trainer the layout; it is also the first batch sent.
         batch, frames = core.next_batch()
@@ -318,8 +324,8 @@ class DistributedDataCollector(DataCollectorBase):
     def __init__(
         self,
         create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
-        policy: Callable[[TensorDictBase], TensorDictBase | None] | None = None,
-        collector_class: Callable[..., Any] = SyncDataCollector,
+        policy: PolicyLike | None = None,
+        collector_class: Callable[..., DataCollectorBase] = SyncDataCollector,
         collector_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
         num_workers_per_collector: int = 1,
         sync: bool = False,
@@ -333,7 +339,7 @@ class DistributedDataCollector(DataCollectorBase):
         backend: str = "gloo",
         update_after_each_batch: bool = False,
         max_weight_update_interval: int = -1,
-        replay_buffer: Any = None,
+        replay_buffer: ReplayBufferLike | None = None,
         timeout: float = 600.0,
         num_threads: int | None = 1,
         host: str = "127.0.0.1",
@@ -356,40 +362,38 @@ class DistributedDataCollector(DataCollectorBase):
                 f"{name}: num_workers_per_collector must be 1; give each worker a batched env "
                 "or a multi-process collector_class instead"
             )
-        n = num_workers
-        for arg in (create_env_fn, collector_kwargs):
-            if isinstance(arg, Sequence) and not isinstance(arg, (str, dict)):
-                n = len(arg) if n is None else n
-                if len(arg) != n:
-                    raise ValueError(f"{name}: {len(arg)} per-worker entries for {n} workers")
-        n = 2 if n is None else int(n)
-        if n < 1:
-            raise ValueError(f"{name}: num_workers must be >= 1, got {n}")
-        self.num_workers = n
-        self.sync = bool(sync)
-        if self.sync and frames_per_batch % n:
-            raise ValueError(
-                f"{name}: with sync=True, frames_per_batch ({frames_per_batch}) must be a "
-                f"multiple of num_workers ({n})"
-            )
-        self.frames_per_batch, self.total_frames = check_frames(
-            name, frames_per_batch, total_frames, 1
+        self.options = opts = RemoteCollectorOptions.build(
+            name,
+            workers_keyword="num_workers",
+            num_workers=num_workers,
+            per_worker=(create_env_fn, collector_kwargs),
+            default_workers=2,
+            sync=sync,
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            update_after_each_batch=update_after_each_batch,
+            max_weight_update_interval=max_weight_update_interval,
+            replay_buffer=replay_buffer,
+            timeout=timeout,
+            num_threads=num_threads,
         )
-        self.timeout = float(timeout)
+        n = self.num_workers = opts.num_workers
+        self.sync = opts.sync
+        self.frames_per_batch, self.total_frames = check_frames(
+            name, opts.frames_per_batch, opts.total_frames, 1
+        )
+        self.timeout = opts.timeout
         self.launcher = launcher
         self.policy = policy
-        self.update_after_each_batch = bool(update_after_each_batch)
-        self.max_weight_update_interval = int(max_weight_update_interval)
-        self.replay_buffer = replay_buffer
+        self.update_after_each_batch = opts.update_after_each_batch
+        self.max_weight_update_interval = opts.max_weight_update_interval
+        self.replay_buffer = opts.replay_buffer
         self.frames = 0
-        worker_frames = frames_per_batch // n if self.sync else frames_per_batch
-        env_fns = _per_worker(create_env_fn, n)
-        kwargs_list = [dict(k or {}) for k in _per_worker(collector_kwargs, n)]
-        for kw in kwargs_list:
-            for key in ("frames_per_batch", "total_frames"):
-                if key in kw:
-                    raise ValueError(f"{name}: give {key} to {name}, not in collector_kwargs")
-            kw["frames_per_batch"] = worker_frames
+        env_fns = opts.per_worker(create_env_fn)
+        # checked here, before any worker starts; each worker gets its options whole
+        workers = [
+            worker_options(collector_class, kw) for kw in opts.worker_kwargs(collector_kwargs)
+        ]
 
         world = n + 1
         td = timedelta(seconds=self.timeout)
@@ -409,8 +413,9 @@ class DistributedDataCollector(DataCollectorBase):
                     collector_class,
                     env_fns[i],
                     policy,
-                    kwargs_list[i],
-                    num_threads,
+                    workers[i][0],
+                    workers[i][1],
+                    opts.num_threads,
                     self._key,
                 )
                 for i in range(n)
@@ -659,7 +664,7 @@ class DistributedDataCollector(DataCollectorBase):
             self._stale[i] = False
             self._since_update[i] = 0
 
-    def update_policy_weights_(self, policy_or_weights: Any = None) -> None:
+    def update_policy_weights_(self, policy_or_weights: WeightsLike | None = None) -> None:
         """Sends the policy's current weights to the workers.
 
         With ``sync=True`` (workers idle between batches) the weights are broadcast from rank 0
@@ -671,8 +676,6 @@ class DistributedDataCollector(DataCollectorBase):
         """
         self._check_open()
         if policy_or_weights is not None:
-            from torchrl.collectors._policy import copy_weights, named_weights
-
             copy_weights(named_weights(cast(Any, self.policy)), policy_or_weights)
         if not self._weight_names:
             return
@@ -766,9 +769,3 @@ def _allocate(layout: dict[str, Any]) -> TensorDictBase:
     for key, shape, dtype in layout["leaves"]:
         out.set(key, torch.empty(shape, dtype=dtype))
     return out
-
-
-def _per_worker(arg: Any, n: int) -> list[Any]:
-    if isinstance(arg, Sequence) and not isinstance(arg, (str, dict)):
-        return list(arg)
-    return [arg] * n

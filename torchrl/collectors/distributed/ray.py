@@ -17,11 +17,20 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDictBase
 
+from torchrl._types import ReplayBufferLike
 from torchrl._utils import import_optional, logger
 from torchrl.collectors._base import DataCollectorBase, check_frames
-from torchrl.collectors.distributed.utils import WorkerCore, policy_weights, start_local_ray
-from torchrl.collectors.multi import WorkerError
-from torchrl.collectors.sync import SyncDataCollector, extend_replay_buffer
+from torchrl.collectors._options import RemoteCollectorOptions
+from torchrl.collectors._policy import WeightsLike
+from torchrl.collectors._pool import WorkerError
+from torchrl.collectors.distributed.utils import (
+    WorkerCore,
+    policy_weights,
+    start_local_ray,
+    worker_options,
+)
+from torchrl.collectors.multi import MultiaSyncDataCollector, MultiSyncDataCollector
+from torchrl.collectors.sync import PolicyLike, SyncDataCollector, extend_replay_buffer
 
 __all__ = ["DEFAULT_REMOTE_CLASS_CONFIG", "RayCollector"]
 
@@ -101,8 +110,8 @@ class RayCollector(DataCollectorBase):
     def __init__(
         self,
         create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
-        policy: Callable[[TensorDictBase], TensorDictBase | None] | None = None,
-        collector_class: Callable[..., Any] | str = SyncDataCollector,
+        policy: PolicyLike | None = None,
+        collector_class: Callable[..., DataCollectorBase] | str = SyncDataCollector,
         collector_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
         num_collectors: int | None = None,
         ray_init_config: dict[str, Any] | None = None,
@@ -113,7 +122,7 @@ class RayCollector(DataCollectorBase):
         total_frames: int | None = -1,
         update_after_each_batch: bool = False,
         max_weight_update_interval: int = -1,
-        replay_buffer: Any = None,
+        replay_buffer: ReplayBufferLike | None = None,
         timeout: float = 600.0,
         num_threads: int | None = 1,
     ) -> None:
@@ -123,73 +132,58 @@ class RayCollector(DataCollectorBase):
         self._closed = False
         name = type(self).__name__
         ray = _ray()
-
-        n = num_collectors
-        for arg in (create_env_fn, collector_kwargs, remote_configs):
-            if isinstance(arg, Sequence) and not isinstance(arg, (str, dict)):
-                n = n if n is not None else len(arg)
-                if len(arg) != n:
-                    raise ValueError(
-                        f"{name}: got {len(arg)} entries in a per-worker list for "
-                        f"num_collectors={n}"
-                    )
-        n = 1 if n is None else int(n)
-        if n < 1:
-            raise ValueError(f"{name}: num_collectors must be >= 1, got {n}")
-        if timeout is None or timeout <= 0:
-            raise ValueError(f"{name}: timeout must be a positive number of seconds")
-        self.num_collectors = n
-        self.sync = bool(sync)
-        self.timeout = float(timeout)
-        self.update_after_each_batch = bool(update_after_each_batch)
-        self.max_weight_update_interval = int(max_weight_update_interval)
-        self.replay_buffer = replay_buffer
+        self.options = opts = RemoteCollectorOptions.build(
+            name,
+            workers_keyword="num_collectors",
+            num_workers=num_collectors,
+            per_worker=(create_env_fn, collector_kwargs, remote_configs),
+            default_workers=1,
+            sync=sync,
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            update_after_each_batch=update_after_each_batch,
+            max_weight_update_interval=max_weight_update_interval,
+            replay_buffer=replay_buffer,
+            timeout=timeout,
+            num_threads=num_threads,
+        )
+        n = self.num_collectors = opts.num_workers
+        self.sync = opts.sync
+        self.timeout = opts.timeout
+        self.update_after_each_batch = opts.update_after_each_batch
+        self.max_weight_update_interval = opts.max_weight_update_interval
+        self.replay_buffer = opts.replay_buffer
         self.policy = policy
         self.collector_class = _resolve_class(collector_class)
-
-        # Each worker's batch: sync batches are the workers' batches side by side.
-        if self.sync:
-            if frames_per_batch % n:
-                raise ValueError(
-                    f"{name}: with sync=True, frames_per_batch ({frames_per_batch}) must be a "
-                    f"multiple of num_collectors ({n})"
-                )
-            worker_frames = frames_per_batch // n
-        else:
-            worker_frames = frames_per_batch
         self.frames_per_batch, self.total_frames = check_frames(
-            name, frames_per_batch, total_frames, 1
+            name, opts.frames_per_batch, opts.total_frames, 1
         )
-        self._worker_frames = worker_frames
+        self._worker_frames = opts.worker_frames
         self.frames = 0
-
-        env_fns = _per_worker(create_env_fn, n)
-        kwargs_list = [dict(k or {}) for k in _per_worker(collector_kwargs, n, dict)]
-        remote_list = [
-            {**DEFAULT_REMOTE_CLASS_CONFIG, **(r or {})}
-            for r in _per_worker(remote_configs, n, dict)
+        env_fns = opts.per_worker(create_env_fn)
+        # checked here, before any actor starts; each actor gets its options whole
+        workers = [
+            worker_options(self.collector_class, kw) for kw in opts.worker_kwargs(collector_kwargs)
         ]
-        for kw in kwargs_list:
-            for key in ("frames_per_batch", "total_frames"):
-                if key in kw:
-                    raise ValueError(
-                        f"{name}: give {key} to {name} itself, not in collector_kwargs"
-                    )
-            kw["frames_per_batch"] = worker_frames
+        remote_list = [
+            {**DEFAULT_REMOTE_CLASS_CONFIG, **(r or {})} for r in opts.per_worker(remote_configs)
+        ]
 
         self._connect(ray, dict(ray_init_config or {}))
         try:
             actor_cls = ray.remote(WorkerCore)
             policy_ref = ray.put(policy)
             for i in range(n):
+                options, env_kwargs = workers[i]
                 actor = actor_cls.options(**remote_list[i]).remote(
                     self.collector_class,
                     env_fns[i],
                     policy_ref,
-                    kwargs_list[i],
+                    options,
                     i,
                     n,
-                    num_threads,
+                    opts.num_threads,
+                    env_kwargs,
                 )
                 self._actors.append(actor)
             # Fail early (with the worker's error) when an actor cannot start or build its
@@ -322,7 +316,7 @@ class RayCollector(DataCollectorBase):
         return refs
 
     def update_policy_weights_(
-        self, policy_or_weights: Any = None, worker_ids: Sequence[int] | None = None
+        self, policy_or_weights: WeightsLike | None = None, worker_ids: Sequence[int] | None = None
     ) -> None:
         """Sends the policy's current (or the given) weights to the workers.
 
@@ -432,20 +426,11 @@ class RayCollector(DataCollectorBase):
         )
 
 
-def _per_worker(arg: Any, n: int, one: type | None = None) -> list[Any]:
-    """``arg`` repeated for ``n`` workers, or ``arg`` itself when it is a per-worker list."""
-    if arg is None:
-        return [None] * n
-    if isinstance(arg, Sequence) and not isinstance(arg, (str, dict)):
-        return list(arg)
-    return [arg] * n
-
-
-def _resolve_class(collector_class: Callable[..., Any] | str) -> Callable[..., Any]:
+def _resolve_class(
+    collector_class: Callable[..., DataCollectorBase] | str,
+) -> Callable[..., DataCollectorBase]:
     if not isinstance(collector_class, str):
         return collector_class
-    from torchrl.collectors import MultiaSyncDataCollector, MultiSyncDataCollector
-
     names = {
         "single": SyncDataCollector,
         "sync": MultiSyncDataCollector,

@@ -12,19 +12,31 @@ import hmac
 import os
 import socket
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 from tensordict import TensorDictBase
 from torch import nn
 
+from torchrl.collectors._base import DataCollectorBase
 from torchrl.collectors._buffer import TRAJ_KEY
+from torchrl.collectors._options import CollectorOptions, MultiCollectorOptions, WorkerOptions
 from torchrl.collectors._policy import copy_weights, named_weights
+from torchrl.collectors.multi import MultiaSyncDataCollector, MultiSyncDataCollector
+from torchrl.collectors.sync import SyncDataCollector
 
-__all__ = ["WorkerCore", "policy_weights"]
+__all__ = [
+    "WorkerCore",
+    "listening_store",
+    "policy_weights",
+    "sign_entry",
+    "start_local_ray",
+    "verify_entry",
+    "worker_options",
+]
 
 _MAC_SIZE = hashlib.sha256().digest_size
 
@@ -124,6 +136,49 @@ def policy_weights(policy: Any) -> dict[str, torch.Tensor]:
         }
 
 
+def worker_options(
+    collector_class: Callable[..., DataCollectorBase], kwargs: Mapping[str, Any]
+) -> tuple[WorkerOptions, dict[str, Any] | None]:
+    """The options a remote worker builds its collector from, checked here, before any launch.
+
+    Args:
+        collector_class: the worker's collector class.
+        kwargs: its keywords (``create_env_fn`` and ``policy`` apart).
+
+    Returns:
+        ``(options, create_env_kwargs)``: validated :class:`~torchrl.collectors.CollectorOptions`
+        or :class:`~torchrl.collectors.MultiCollectorOptions` for torchrl's own collectors (and
+        their ``create_env_kwargs``), else the keywords themselves (and ``None``), for a class
+        of another kind.
+
+    Examples:
+        >>> from torchrl.collectors import SyncDataCollector
+        >>> options, env_kwargs = worker_options(SyncDataCollector, {"frames_per_batch": 8})
+        >>> type(options).__name__, options.frames_per_batch, env_kwargs
+        ('CollectorOptions', 8, None)
+    """
+    kwargs = dict(kwargs)
+    if collector_class is SyncDataCollector:
+        env_kwargs = kwargs.pop("create_env_kwargs", None)
+        return CollectorOptions(**kwargs, owner=collector_class.__name__), env_kwargs
+    if collector_class in (MultiSyncDataCollector, MultiaSyncDataCollector):
+        env_kwargs = kwargs.pop("create_env_kwargs", None)
+        sync = collector_class is MultiSyncDataCollector
+        return MultiCollectorOptions.from_kwargs(
+            collector_class.__name__, sync, **kwargs
+        ), env_kwargs
+    return kwargs, None
+
+
+def _forever(options: WorkerOptions) -> WorkerOptions:
+    """``options`` with no end of collection: the trainer counts the frames."""
+    if isinstance(options, CollectorOptions):
+        return options.replace(total_frames=-1)
+    if isinstance(options, MultiCollectorOptions):
+        return options.replace(collector=options.collector.replace(total_frames=-1))
+    return {**options, "total_frames": -1}
+
+
 class WorkerCore:
     """One remote worker's state: a local collector, its batch iterator and its rank.
 
@@ -136,16 +191,18 @@ class WorkerCore:
         collector_class: the local collector class (e.g. ``SyncDataCollector``).
         create_env_fn: the env constructor given to it.
         policy: the policy given to it (the worker's own copy).
-        collector_kwargs: keyword arguments of the collector (``frames_per_batch`` included).
+        options: the collector's options (see :func:`worker_options`; ``frames_per_batch``
+            included), or the keywords of a collector class of another kind.
         index: this worker's rank among the workers, from 0.
         num_workers: how many workers there are.
         num_threads: torch threads in this worker (small machines suffer from more).
+        create_env_kwargs: keyword arguments of ``create_env_fn`` (with options).
 
     Examples:
-        >>> from torchrl.collectors import SyncDataCollector
+        >>> from torchrl.collectors import CollectorOptions, SyncDataCollector
         >>> from torchrl.envs import PendulumEnv
         >>> core = WorkerCore(SyncDataCollector, PendulumEnv, None,
-        ...                   {"frames_per_batch": 8}, index=1, num_workers=2)
+        ...                   CollectorOptions(frames_per_batch=8), index=1, num_workers=2)
         >>> batch, frames = core.next_batch()
         >>> frames, (batch["collector", "traj_ids"] % 2 == 1).all().item()
         (8, True)
@@ -154,20 +211,41 @@ class WorkerCore:
 
     def __init__(
         self,
-        collector_class: Callable[..., Any],
+        collector_class: Callable[..., DataCollectorBase],
         create_env_fn: Any,
         policy: Any,
-        collector_kwargs: dict[str, Any],
+        options: WorkerOptions,
         index: int,
         num_workers: int,
         num_threads: int | None = 1,
+        create_env_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
-        kwargs = dict(collector_kwargs)
-        kwargs["total_frames"] = -1
+        if not isinstance(options, (CollectorOptions, MultiCollectorOptions)):
+            options, env_kwargs = worker_options(collector_class, options)
+            create_env_kwargs = env_kwargs if env_kwargs is not None else create_env_kwargs
+        options = _forever(options)
         self.policy = policy
-        self.collector = collector_class(create_env_fn, policy, **kwargs)
+        self.collector: DataCollectorBase
+        if isinstance(options, (CollectorOptions, MultiCollectorOptions)):
+            expected = (
+                SyncDataCollector
+                if isinstance(options, CollectorOptions)
+                else MultiSyncDataCollector
+                if options.sync
+                else MultiaSyncDataCollector
+            )
+            if not (isinstance(collector_class, type) and issubclass(collector_class, expected)):
+                raise TypeError(
+                    f"WorkerCore: {type(options).__name__} builds a {expected.__name__}, not a "
+                    f"{getattr(collector_class, '__name__', collector_class)}"
+                )
+            self.collector = collector_class.from_options(
+                create_env_fn, policy, cast(Any, options), create_env_kwargs
+            )
+        else:
+            self.collector = collector_class(create_env_fn, policy, **options)
         self.index = index
         self.num_workers = num_workers
         self._iter: Any = None
