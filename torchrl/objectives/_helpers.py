@@ -12,9 +12,11 @@ import torch
 from tensordict import TensorDictBase
 from torch import Tensor, nn
 
+from torchrl._types import NestedKey
 from torchrl.objectives.utils import LossFunction, Reduction, distance_loss
 
 if TYPE_CHECKING:
+    from torchrl.data.specs import TensorSpec
     from torchrl.objectives.common import LossModule
 
 __all__ = [
@@ -60,12 +62,14 @@ def reduce_loss(tensor: Tensor, reduction: Reduction) -> Tensor:
 
 
 def check_reduction(reduction: str) -> Reduction:
+    """``reduction`` when it is ``"mean"``, ``"sum"`` or ``"none"``; raises otherwise."""
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     return reduction  # type: ignore[return-value]
 
 
 def check_loss_function(loss_function: str) -> LossFunction:
+    """``loss_function`` when :func:`~torchrl.objectives.distance_loss` knows it; raises otherwise."""
     if loss_function not in ("l1", "l2", "smooth_l1"):
         raise ValueError(
             f"loss_function must be one of 'l1', 'l2', 'smooth_l1', got {loss_function!r}"
@@ -85,7 +89,7 @@ def _is_composite(dist: torch.distributions.Distribution) -> bool:
 
 
 def action_log_prob(
-    dist: torch.distributions.Distribution, tensordict: Any, action_key: Any
+    dist: torch.distributions.Distribution, tensordict: TensorDictBase, action_key: NestedKey
 ) -> Tensor:
     """Log-probability of the stored action(s), summed over event dims (``[*B]``)."""
     if _is_composite(dist):
@@ -184,7 +188,9 @@ def critic_value_loss(
 _DISCRETE_SPACES = ("one_hot", "categorical")
 
 
-def resolve_action_space(loss: str, action_space: Any, network: Any) -> str:
+def resolve_action_space(
+    loss: str, action_space: str | TensorSpec | None, network: nn.Module
+) -> str:
     """``"one_hot"`` or ``"categorical"``, from the argument, the network or its spec."""
     if action_space is None:
         for sub in network.modules() if isinstance(network, nn.Module) else ():
@@ -213,7 +219,7 @@ def resolve_action_space(loss: str, action_space: Any, network: Any) -> str:
 
 
 def gather_action_values(
-    values: Tensor, action: Tensor, action_space: str, loss: str, action_key: Any = "action"
+    values: Tensor, action: Tensor, action_space: str, loss: str, action_key: NestedKey = "action"
 ) -> Tensor:
     """Values ``[*B, n]`` of the taken actions, as ``[*B, 1]``; checks the action's shape."""
     n = values.shape[-1]
@@ -253,7 +259,7 @@ def td_error_priority(td_error: Tensor, batch_shape: torch.Size) -> Tensor:
     return td_error
 
 
-def find_mask_key(network: Any) -> Any:
+def find_mask_key(network: nn.Module) -> NestedKey | None:
     for sub in network.modules() if isinstance(network, nn.Module) else ():
         key = getattr(sub, "action_mask_key", None)
         if key is not None:
@@ -266,7 +272,9 @@ def find_mask_key(network: Any) -> Any:
 # ------------------------------------------------------------------------------------------
 
 
-def _leaf_action_spec(action_spec: Any, actor: Any, action_key: Any) -> Any:
+def _leaf_action_spec(
+    action_spec: TensorSpec | None, actor: nn.Module, action_key: NestedKey
+) -> Any:
     """The action's leaf spec: ``action_spec`` (leaf or composite) or the actor's ``spec``."""
     from torchrl.modules._spec_utils import leaf_spec
 
@@ -283,7 +291,11 @@ def _leaf_action_spec(action_spec: Any, actor: Any, action_key: Any) -> Any:
 
 
 def action_bounds(
-    loss: str, action_spec: Any, bounds: Any, actor: Any, action_key: Any
+    loss: str,
+    action_spec: TensorSpec | None,
+    bounds: tuple[Any, Any] | None,
+    actor: nn.Module,
+    action_key: NestedKey,
 ) -> tuple[Tensor, Tensor]:
     """``(low, high)`` of the actions: from ``bounds``, ``action_spec`` or the actor's spec."""
     if bounds is not None:
@@ -305,7 +317,11 @@ def action_bounds(
 
 
 def resolve_target_entropy(
-    loss: str, target_entropy: Any, action_spec: Any, actor: Any, action_key: Any
+    loss: str,
+    target_entropy: str | float,
+    action_spec: TensorSpec | None,
+    actor: nn.Module,
+    action_key: NestedKey,
 ) -> float:
     """``target_entropy``, or ``-prod(action shape)`` for ``"auto"``."""
     if target_entropy != "auto":
@@ -377,7 +393,7 @@ def alpha_loss(loss: AlphaOwner, log_prob: Tensor) -> Tensor:
     return -loss.log_alpha * (log_prob.detach() + loss.target_entropy)
 
 
-def check_action_shape(loss: str, key: Any, data: Tensor, policy: Tensor) -> None:
+def check_action_shape(loss: str, key: NestedKey, data: Tensor, policy: Tensor) -> None:
     """Raises when the data's actions and the policy's differ in shape (before any gradient)."""
     if data.shape != policy.shape:
         raise ValueError(
@@ -402,7 +418,7 @@ def either_alias(
     return default
 
 
-def without_greedy_head(network: Any) -> tuple[Any, ...]:
+def without_greedy_head(network: nn.Module) -> tuple[nn.Module, ...]:
     """The modules of ``network`` that compute its action values.
 
     A Q-value actor ends with a greedy module (action, chosen value) that the losses do not

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import dispatch
+from tensordict.nn import TensorDictModuleBase, dispatch
 
 from torchrl._keys import ACTION
 from torchrl._types import NestedKey
@@ -56,7 +55,7 @@ class BCLoss(LossModule):
 
     def __init__(
         self,
-        actor_network: Any,
+        actor_network: TensorDictModuleBase,
         *,
         loss_function: str = "l2",
         probabilistic: bool | None = None,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import dispatch
+from tensordict.nn import TensorDictModuleBase, dispatch
 from torch import Tensor, nn
 
 from torchrl._keys import NEXT
@@ -22,6 +22,9 @@ from torchrl.objectives.common import ParamSet
 from torchrl.objectives.dqn import DQNLoss
 from torchrl.objectives.sac import SACLoss
 from torchrl.objectives.utils import distance_loss
+
+if TYPE_CHECKING:
+    from torchrl.data.specs import TensorSpec
 
 __all__ = ["CQLLoss", "DiscreteCQLLoss"]
 
@@ -85,14 +88,14 @@ class CQLLoss(SACLoss):
 
     def __init__(
         self,
-        actor_network: Any,
-        qvalue_network: Any,
+        actor_network: TensorDictModuleBase,
+        qvalue_network: TensorDictModuleBase,
         *,
         loss_function: str = "smooth_l1",
         alpha_init: float = 1.0,
         min_alpha: float | None = None,
         max_alpha: float | None = None,
-        action_spec: Any = None,
+        action_spec: TensorSpec | None = None,
         bounds: tuple[Any, Any] | None = None,
         fixed_alpha: bool = False,
         target_entropy: str | float = "auto",
@@ -265,11 +268,11 @@ class DiscreteCQLLoss(DQNLoss):
 
     def __init__(
         self,
-        value_network: Any,
+        value_network: nn.Module,
         *,
         loss_function: str = "l2",
         delay_value: bool = True,
-        action_space: Any = None,
+        action_space: str | TensorSpec | None = None,
         priority_key: NestedKey | None = None,
         reduction: str = "mean",
         **kwargs: Any,

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import dispatch
+from tensordict.nn import TensorDictModuleBase, dispatch
 from torch import Tensor
 
 from torchrl._keys import DONE, NEXT, PRIORITY, REWARD, STATE_ACTION_VALUE, TERMINATED
@@ -72,8 +71,8 @@ class DDPGLoss(LossModule):
 
     def __init__(
         self,
-        actor_network: Any,
-        value_network: Any,
+        actor_network: TensorDictModuleBase,
+        value_network: TensorDictModuleBase,
         *,
         loss_function: str = "l2",
         delay_actor: bool = False,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import dispatch
+from tensordict.nn import TensorDictModuleBase, dispatch
 from torch import Tensor
 
 from torchrl._keys import ACTION
@@ -24,6 +24,9 @@ from torchrl.objectives._helpers import (
 )
 from torchrl.objectives.common import LossModule
 from torchrl.objectives.utils import distance_loss
+
+if TYPE_CHECKING:
+    from torchrl.data.specs import TensorSpec
 
 __all__ = ["DTLoss", "OnlineDTLoss"]
 
@@ -63,7 +66,11 @@ class DTLoss(LossModule):
     out_keys = ["loss"]
 
     def __init__(
-        self, actor_network: Any, *, loss_function: str = "l2", reduction: str = "mean"
+        self,
+        actor_network: TensorDictModuleBase,
+        *,
+        loss_function: str = "l2",
+        reduction: str = "mean",
     ) -> None:
         super().__init__()
         self.convert_to_functional(actor_network, "actor_network")
@@ -149,14 +156,14 @@ class OnlineDTLoss(LossModule):
 
     def __init__(
         self,
-        actor_network: Any,
+        actor_network: TensorDictModuleBase,
         *,
         alpha_init: float = 0.1,
         min_alpha: float | None = None,
         max_alpha: float | None = None,
         fixed_alpha: bool = False,
         target_entropy: str | float = "auto",
-        action_spec: Any = None,
+        action_spec: TensorSpec | None = None,
         samples_mc_entropy: int = 1,
         reduction: str = "mean",
     ) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -37,6 +37,9 @@ from torchrl.objectives._helpers import (
 from torchrl.objectives.common import LossModule, ParamSet, next_key
 from torchrl.objectives.utils import ValueEstimators, distance_loss
 from torchrl.objectives.value.estimators import STEPS_TO_NEXT_OBS
+
+if TYPE_CHECKING:
+    from torchrl.data.specs import TensorSpec
 
 __all__ = ["DQNLoss", "DistributionalDQNLoss"]
 
@@ -121,12 +124,12 @@ class DQNLoss(LossModule):
 
     def __init__(
         self,
-        value_network: Any,
+        value_network: nn.Module,
         *,
         loss_function: str = "l2",
         delay_value: bool = True,
         double_dqn: bool = False,
-        action_space: Any = None,
+        action_space: str | TensorSpec | None = None,
         priority_key: NestedKey | None = None,
         reduction: str = "mean",
         use_prioritized_weights: bool | str = "auto",
@@ -260,12 +263,12 @@ class DistributionalDQNLoss(LossModule):
 
     def __init__(
         self,
-        value_network: Any,
+        value_network: nn.Module,
         *,
         gamma: float,
         support: Tensor | None = None,
         delay_value: bool = True,
-        action_space: Any = None,
+        action_space: str | TensorSpec | None = None,
         priority_key: NestedKey | None = None,
         reduction: str = "mean",
     ) -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import dispatch
+from tensordict.nn import TensorDictModuleBase, dispatch
 from torch import Tensor
 
 from torchrl._keys import (
@@ -33,6 +33,9 @@ from torchrl.objectives._helpers import (
 )
 from torchrl.objectives.common import LossModule, ParamSet, next_key
 from torchrl.objectives.utils import ValueEstimators, distance_loss
+
+if TYPE_CHECKING:
+    from torchrl.data.specs import TensorSpec
 
 __all__ = ["DiscreteIQLLoss", "IQLLoss"]
 
@@ -94,9 +97,9 @@ class IQLLoss(LossModule):
 
     def __init__(
         self,
-        actor_network: Any,
-        qvalue_network: Any,
-        value_network: Any,
+        actor_network: TensorDictModuleBase,
+        qvalue_network: TensorDictModuleBase,
+        value_network: TensorDictModuleBase,
         *,
         num_qvalue_nets: int = 2,
         loss_function: str = "smooth_l1",
@@ -136,7 +139,7 @@ class IQLLoss(LossModule):
         self.out_keys = ["loss_actor", "loss_qvalue", "loss_value", "entropy"]
         self._refresh_keys()
 
-    def _set_qvalue_key(self, qvalue_network: Any) -> None:
+    def _set_qvalue_key(self, qvalue_network: TensorDictModuleBase) -> None:
         self._adopt_out_key("state_action_value", qvalue_network)
 
     def _compute_in_keys(self) -> list[NestedKey]:
@@ -254,17 +257,17 @@ class DiscreteIQLLoss(IQLLoss):
 
     def __init__(
         self,
-        actor_network: Any,
-        qvalue_network: Any,
-        value_network: Any,
+        actor_network: TensorDictModuleBase,
+        qvalue_network: TensorDictModuleBase,
+        value_network: TensorDictModuleBase,
         *,
-        action_space: Any = None,
+        action_space: str | TensorSpec | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(actor_network, qvalue_network, value_network, **kwargs)
         self.action_space = resolve_action_space(type(self).__name__, action_space, actor_network)
 
-    def _set_qvalue_key(self, qvalue_network: Any) -> None:
+    def _set_qvalue_key(self, qvalue_network: TensorDictModuleBase) -> None:
         self._adopt_out_key("action_value", qvalue_network)
 
     def _q_taken(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:

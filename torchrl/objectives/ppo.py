@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import ProbabilisticTensorDictSequential, dispatch
-from torch import Tensor
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase, dispatch
+from torch import Tensor, nn
 
 from torchrl._keys import (
     ACTION,
@@ -20,7 +20,7 @@ from torchrl._keys import (
     TERMINATED,
     VALUE_TARGET,
 )
-from torchrl._types import NestedKey
+from torchrl._types import DeviceLike, NestedKey
 from torchrl.objectives._helpers import (
     UNSET,
     action_log_prob,
@@ -112,7 +112,7 @@ class PPOLoss(LossModule):
     def __init__(
         self,
         actor_network: ProbabilisticTensorDictSequential,
-        critic_network: Any = None,
+        critic_network: TensorDictModuleBase | None = None,
         *,
         entropy_bonus: bool = True,
         samples_mc_entropy: int = 1,
@@ -127,7 +127,7 @@ class PPOLoss(LossModule):
         functional: bool = True,
         entropy_coeff: float = UNSET,
         critic_coeff: float | None = UNSET,
-        device: Any = None,
+        device: DeviceLike = None,
     ) -> None:
         super().__init__()
         entropy_coef = either_alias(
@@ -199,10 +199,10 @@ class PPOLoss(LossModule):
     def _compute_estimator_keys(self) -> list[NestedKey]:
         return self._value_target_keys(self.critic_network)
 
-    def _estimator_value_network(self) -> Any:
+    def _estimator_value_network(self) -> nn.Module | None:
         return self.critic_network
 
-    def _estimator_actor_network(self) -> Any:
+    def _estimator_actor_network(self) -> nn.Module | None:
         return self.actor_network
 
     # ---- pieces ------------------------------------------------------------------------------
@@ -350,7 +350,7 @@ class ClipPPOLoss(PPOLoss):
     def __init__(
         self,
         actor_network: ProbabilisticTensorDictSequential,
-        critic_network: Any = None,
+        critic_network: TensorDictModuleBase | None = None,
         *,
         clip_epsilon: float = 0.2,
         **kwargs: Any,
@@ -416,7 +416,7 @@ class KLPENPPOLoss(PPOLoss):
     def __init__(
         self,
         actor_network: ProbabilisticTensorDictSequential,
-        critic_network: Any = None,
+        critic_network: TensorDictModuleBase | None = None,
         *,
         dtarg: float = 0.01,
         beta: float = 1.0,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import dispatch
+from tensordict.nn import TensorDictModuleBase, dispatch
 
 from torchrl._keys import NEXT
 from torchrl._types import NestedKey
@@ -14,6 +14,9 @@ from torchrl.objectives._helpers import alpha_loss, reduce_loss, td_error_priori
 from torchrl.objectives.common import ParamSet
 from torchrl.objectives.sac import SACLoss
 from torchrl.objectives.utils import distance_loss
+
+if TYPE_CHECKING:
+    from torchrl.data.specs import TensorSpec
 
 __all__ = ["REDQLoss"]
 
@@ -63,8 +66,8 @@ class REDQLoss(SACLoss):
 
     def __init__(
         self,
-        actor_network: Any,
-        qvalue_network: Any,
+        actor_network: TensorDictModuleBase,
+        qvalue_network: TensorDictModuleBase,
         *,
         num_qvalue_nets: int = 10,
         sub_sample_len: int = 2,
@@ -72,7 +75,7 @@ class REDQLoss(SACLoss):
         alpha_init: float = 1.0,
         min_alpha: float | None = 0.1,
         max_alpha: float | None = 10.0,
-        action_spec: Any = None,
+        action_spec: TensorSpec | None = None,
         fixed_alpha: bool = False,
         target_entropy: str | float = "auto",
         delay_qvalue: bool = True,

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import dispatch
-from torch import Tensor
+from tensordict.nn import TensorDictModuleBase, dispatch
+from torch import Tensor, nn
 
 from torchrl._keys import (
     ACTION,
@@ -84,8 +83,8 @@ class ReinforceLoss(LossModule):
 
     def __init__(
         self,
-        actor_network: Any,
-        critic_network: Any = None,
+        actor_network: TensorDictModuleBase,
+        critic_network: TensorDictModuleBase | None = None,
         *,
         delay_value: bool = False,
         loss_critic_type: str = "smooth_l1",
@@ -133,10 +132,10 @@ class ReinforceLoss(LossModule):
     def _compute_estimator_keys(self) -> list[NestedKey]:
         return self._value_target_keys(self.critic_network)
 
-    def _estimator_value_network(self) -> Any:
+    def _estimator_value_network(self) -> nn.Module | None:
         return self.critic_network
 
-    def _estimator_actor_network(self) -> Any:
+    def _estimator_actor_network(self) -> nn.Module | None:
         return self.actor_network
 
     @dispatch

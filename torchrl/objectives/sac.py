@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import dispatch
+from tensordict.nn import TensorDictModuleBase, dispatch
 from torch import Tensor
 
 from torchrl._keys import (
@@ -40,6 +40,9 @@ from torchrl.objectives._helpers import (
 )
 from torchrl.objectives.common import LossModule, ParamSet, next_key
 from torchrl.objectives.utils import ValueEstimators, distance_loss
+
+if TYPE_CHECKING:
+    from torchrl.data.specs import TensorSpec
 
 __all__ = ["DiscreteSACLoss", "SACLoss"]
 
@@ -131,16 +134,16 @@ class SACLoss(LossModule):
 
     def __init__(
         self,
-        actor_network: Any,
-        qvalue_network: Any,
-        value_network: Any = None,
+        actor_network: TensorDictModuleBase,
+        qvalue_network: TensorDictModuleBase,
+        value_network: TensorDictModuleBase | None = None,
         *,
         num_qvalue_nets: int = 2,
         loss_function: str = "smooth_l1",
         alpha_init: float = 1.0,
         min_alpha: float | None = None,
         max_alpha: float | None = None,
-        action_spec: Any = None,
+        action_spec: TensorSpec | None = None,
         fixed_alpha: bool = False,
         target_entropy: str | float = "auto",
         delay_actor: bool = False,
@@ -364,10 +367,10 @@ class DiscreteSACLoss(LossModule):
 
     def __init__(
         self,
-        actor_network: Any,
-        qvalue_network: Any,
+        actor_network: TensorDictModuleBase,
+        qvalue_network: TensorDictModuleBase,
         *,
-        action_space: Any = None,
+        action_space: str | TensorSpec | None = None,
         num_actions: int | None = None,
         num_qvalue_nets: int = 2,
         loss_function: str = "smooth_l1",

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import dispatch
+from tensordict.nn import TensorDictModuleBase, dispatch
 from torch import Tensor
 
 from torchrl._keys import ACTION, DONE, NEXT, PRIORITY, REWARD, STATE_ACTION_VALUE, TERMINATED
@@ -22,6 +22,9 @@ from torchrl.objectives._helpers import (
 )
 from torchrl.objectives.common import LossModule, ParamSet, next_key
 from torchrl.objectives.utils import ValueEstimators, distance_loss
+
+if TYPE_CHECKING:
+    from torchrl.data.specs import TensorSpec
 
 __all__ = ["TD3Loss"]
 
@@ -88,10 +91,10 @@ class TD3Loss(LossModule):
 
     def __init__(
         self,
-        actor_network: Any,
-        qvalue_network: Any,
+        actor_network: TensorDictModuleBase,
+        qvalue_network: TensorDictModuleBase,
         *,
-        action_spec: Any = None,
+        action_spec: TensorSpec | None = None,
         bounds: tuple[float | Tensor, float | Tensor] | None = None,
         num_qvalue_nets: int = 2,
         policy_noise: float = 0.2,

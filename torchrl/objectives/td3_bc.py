@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
 from torch import Tensor
 
 from torchrl.objectives._helpers import check_action_shape
@@ -45,7 +46,12 @@ class TD3BCLoss(TD3Loss):
     """
 
     def __init__(
-        self, actor_network: Any, qvalue_network: Any, *, alpha: float = 2.5, **kwargs: Any
+        self,
+        actor_network: TensorDictModuleBase,
+        qvalue_network: TensorDictModuleBase,
+        *,
+        alpha: float = 2.5,
+        **kwargs: Any,
     ):
         super().__init__(actor_network, qvalue_network, **kwargs)
         self.alpha = float(alpha)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -35,6 +35,9 @@ from torchrl.objectives._helpers import (
 )
 from torchrl.objectives.common import LossModule, ParamSet, next_key
 from torchrl.objectives.utils import ValueEstimators, distance_loss
+
+if TYPE_CHECKING:
+    from torchrl.data.specs import TensorSpec
 
 __all__ = ["QMixerLoss"]
 
@@ -106,7 +109,7 @@ class QMixerLoss(LossModule):
         *,
         loss_function: str = "l2",
         delay_value: bool = True,
-        action_space: Any = None,
+        action_space: str | TensorSpec | None = None,
         priority_key: NestedKey | None = None,
         reduction: str = "mean",
     ) -> None:
