@@ -250,10 +250,11 @@ def _flat_step(
             if type(value) is not tensor:
                 return None
             items[key] = value
-    batch_size = tensordict.batch_size
     nxt = raw.get(NEXT)
     if nxt is not None:
-        if type(nxt) is not TensorDict or nxt.batch_size != batch_size:
+        # No batch-size check: a nested TensorDict's leaves start with its parent's batch size,
+        # so they fit the root whatever the batch size of "next" (the general path agrees).
+        if type(nxt) is not TensorDict:
             return None
         for key, value in entries(nxt).items():
             if next_drop is None or key not in next_drop:
@@ -261,7 +262,7 @@ def _flat_step(
                     return None
                 items[key] = value
     return new_unchecked(
-        cast(dict, items), batch_size=batch_size, device=tensordict.device, nested=False
+        cast(dict, items), batch_size=tensordict.batch_size, device=tensordict.device, nested=False
     )
 
 
