@@ -138,7 +138,7 @@ class DoneGroups:
 
     # ------------------------------------------------------------------------------ steps
     def complete(self, td: TensorDictBase) -> None:
-        """Derives the done flags a step or reset output left out: ``done = terminated | truncated``."""
+        """Derives the done flags an env output left out (``done = terminated | truncated``)."""
         for group in self.groups:
             node = group.node(td)
             if node is None:
@@ -192,7 +192,7 @@ class DoneGroups:
 
     # ------------------------------------------------------------------------- resets
     def read_masks(self, td: TensorDictBase) -> dict[tuple[str, ...], torch.Tensor]:
-        """The ``"_reset"`` masks of ``td``, by group prefix; non-boolean masks are cast in ``td``."""
+        """The ``"_reset"`` masks of ``td`` by group prefix (cast to bool, in ``td`` too)."""
         masks: dict[tuple[str, ...], torch.Tensor] = {}
         for group in self.groups:
             mask = td.get(group.reset_key, None)
@@ -218,7 +218,7 @@ class DoneGroups:
         previous: TensorDictBase,
         masks: dict[tuple[str, ...], torch.Tensor],
     ) -> None:
-        """Puts back into ``out`` the ``previous`` values of the sub-envs not marked by ``masks``."""
+        """Puts back into ``out`` the ``previous`` values of sub-envs not marked by ``masks``."""
         for key in list(out.keys(include_nested=True, leaves_only=True)):
             mask = self._covering_mask(masks, key_tuple(key)[:-1])
             if mask is None:

@@ -73,7 +73,8 @@ class Layout:
         >>> import torch
         >>> from torchrl.data import Unbounded
         >>> from torchrl.envs.batched._layout import Layout
-        >>> layout = Layout([(("obs",), Unbounded(shape=(2, 3)))], lambda path: torch.Size([2]), 1, None)
+        >>> entries = [(("obs",), Unbounded(shape=(2, 3)))]
+        >>> layout = Layout(entries, lambda path: torch.Size([2]), 1, None)
         >>> layout.zeros()["obs"].shape, layout.build([torch.ones(3)], full=False).batch_size
         (torch.Size([2, 3]), torch.Size([]))
     """
