@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase, dispatch
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase, dispatch
 from torch import Tensor, nn
 
 from torchrl._keys import ACTION, ADVANTAGE, DONE, REWARD, STATE_VALUE, TERMINATED, VALUE_TARGET
@@ -79,6 +79,7 @@ class A2CLoss(LossModule):
         terminated: NestedKey = TERMINATED
 
     default_keys = _AcceptedKeys
+    actor_network: ProbabilisticTensorDictSequential
     default_value_estimator = ValueEstimators.GAE
     _supported_estimators = (
         ValueEstimators.TD0,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase, dispatch
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase, dispatch
 
 from torchrl._keys import ACTION
 from torchrl._types import NestedKey
@@ -96,7 +97,8 @@ class BCLoss(LossModule):
         self._check_inputs(tensordict)
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
         if self.probabilistic:
-            dist = self.actor_network.get_dist(inputs)
+            # ``probabilistic`` says the actor has get_dist (checked when the loss was made).
+            dist = cast(ProbabilisticTensorDictSequential, self.actor_network).get_dist(inputs)
             loss = -action_log_prob(dist, tensordict, key)
         else:
             target = tensordict.get(key)

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictParams
+from tensordict.nn import TensorDictModuleBase, TensorDictParams
 from torch import Tensor, nn
 
 from torchrl._types import NestedKey
@@ -144,12 +144,12 @@ class LossModule(nn.Module):
     _tensor_keys: Any
     # Networks the losses register with convert_to_functional (typed for static checkers; at
     # run time they are ordinary sub-modules, or None where a loss has no such network).
-    actor_network: Any
-    critic_network: Any
-    value_network: Any
-    qvalue_network: Any
-    local_value_network: Any
-    mixer_network: Any
+    actor_network: TensorDictModuleBase
+    critic_network: TensorDictModuleBase | None
+    value_network: TensorDictModuleBase | None
+    qvalue_network: TensorDictModuleBase
+    local_value_network: TensorDictModuleBase
+    mixer_network: TensorDictModuleBase
 
     def __init__(self) -> None:
         super().__init__()

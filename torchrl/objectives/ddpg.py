@@ -66,6 +66,7 @@ class DDPGLoss(LossModule):
         terminated: NestedKey = TERMINATED
 
     default_keys = _AcceptedKeys
+    value_network: TensorDictModuleBase
     default_value_estimator = ValueEstimators.TD0
     _supported_estimators = (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase, dispatch
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase, dispatch
 from torch import Tensor
 
 from torchrl._keys import ACTION
@@ -149,6 +149,7 @@ class OnlineDTLoss(LossModule):
         action_pred: NestedKey = ACTION
 
     default_keys = _AcceptedKeys
+    actor_network: ProbabilisticTensorDictSequential
     log_alpha: Tensor
     fixed_alpha: bool
     min_log_alpha: float | None

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import dispatch
+from tensordict.nn import TensorDictModuleBase, dispatch
 from torch import Tensor, nn
 
 from torchrl._keys import (
@@ -118,6 +118,7 @@ class DQNLoss(LossModule):
         steps_to_next_obs: NestedKey = STEPS_TO_NEXT_OBS
 
     default_keys = _AcceptedKeys
+    value_network: TensorDictModuleBase
     default_value_estimator = ValueEstimators.TD0
     _supported_estimators = (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
     out_keys = ["loss"]
@@ -256,6 +257,7 @@ class DistributionalDQNLoss(LossModule):
         steps_to_next_obs: NestedKey = STEPS_TO_NEXT_OBS
 
     default_keys = _AcceptedKeys
+    value_network: TensorDictModuleBase
     default_value_estimator = ValueEstimators.TD0
     _supported_estimators = (ValueEstimators.TD0,)
     out_keys = ["loss"]

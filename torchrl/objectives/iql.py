@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase, dispatch
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase, dispatch
 from torch import Tensor
 
 from torchrl._keys import (
@@ -92,6 +92,8 @@ class IQLLoss(LossModule):
         terminated: NestedKey = TERMINATED
 
     default_keys: Any = _AcceptedKeys
+    actor_network: ProbabilisticTensorDictSequential
+    value_network: TensorDictModuleBase
     default_value_estimator = ValueEstimators.TD0
     _supported_estimators = (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
 

@@ -106,6 +106,7 @@ class PPOLoss(LossModule):
         terminated: NestedKey = TERMINATED
 
     default_keys = _AcceptedKeys
+    actor_network: ProbabilisticTensorDictSequential
     default_value_estimator = ValueEstimators.GAE
     _supported_estimators = tuple(ValueEstimators)
 

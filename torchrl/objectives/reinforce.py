@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase, dispatch
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase, dispatch
 from torch import Tensor, nn
 
 from torchrl._keys import (
@@ -78,6 +78,7 @@ class ReinforceLoss(LossModule):
         terminated: NestedKey = TERMINATED
 
     default_keys = _AcceptedKeys
+    actor_network: ProbabilisticTensorDictSequential
     default_value_estimator = ValueEstimators.GAE
     _supported_estimators = tuple(ValueEstimators)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase, dispatch
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase, dispatch
 from torch import Tensor
 
 from torchrl._keys import (
@@ -125,6 +125,7 @@ class SACLoss(LossModule):
         terminated: NestedKey = TERMINATED
 
     default_keys = _AcceptedKeys
+    actor_network: ProbabilisticTensorDictSequential
     default_value_estimator = ValueEstimators.TD0
     _supported_estimators = _TD_ESTIMATORS
     log_alpha: Tensor
@@ -241,7 +242,8 @@ class SACLoss(LossModule):
         return self._call_ensemble("qvalue_network", tensordict, [key], param_set)[0]
 
     def _value(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
-        inputs = tensordict.select(*self.value_network.in_keys, strict=False)
+        in_keys = self._net_in_keys(self.value_network, with_next=False)
+        inputs = tensordict.select(*in_keys, strict=False)
         return self._call_network("value_network", inputs, param_set).get(self.tensor_keys.value)
 
     def _next_value(self, tensordict: TensorDictBase, alpha: Tensor) -> Tensor:
@@ -358,6 +360,7 @@ class DiscreteSACLoss(LossModule):
         terminated: NestedKey = TERMINATED
 
     default_keys = _AcceptedKeys
+    actor_network: ProbabilisticTensorDictSequential
     default_value_estimator = ValueEstimators.TD0
     _supported_estimators = _TD_ESTIMATORS
     log_alpha: Tensor
@@ -440,7 +443,8 @@ class DiscreteSACLoss(LossModule):
     def _policy(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
         """``(probs, log_probs)`` over the actions, ``[*B, n]``; masked actions get 0 / 0."""
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
-        dist = self.actor_network.get_dist(inputs)
+        # A categorical policy (OneHotCategorical, Categorical, MaskedCategorical): its logits.
+        dist: Any = self.actor_network.get_dist(inputs)
         logits = dist.logits
         log_probs = logits - logits.logsumexp(-1, keepdim=True)
         probs = log_probs.exp()
