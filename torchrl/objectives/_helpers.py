@@ -135,6 +135,11 @@ def as_batch(value: Tensor, like: Tensor, what: str, loss: str) -> Tensor:
     )
 
 
+# ------------------------------------------------------------------------------------------
+# The critic term of the on-policy losses (A2C, PPO, REINFORCE)
+# ------------------------------------------------------------------------------------------
+
+
 def critic_value_loss(
     loss: LossModule,
     tensordict: TensorDictBase,
@@ -338,6 +343,11 @@ def resolve_target_entropy(
     return -float(size)
 
 
+# ------------------------------------------------------------------------------------------
+# Entropy temperature (SAC, REDQ, CQL, online DT)
+# ------------------------------------------------------------------------------------------
+
+
 class AlphaOwner(Protocol):
     """A loss with a learned (or fixed) entropy temperature, set up by :func:`register_log_alpha`."""
 
@@ -393,6 +403,11 @@ def alpha_loss(loss: AlphaOwner, log_prob: Tensor) -> Tensor:
     return -loss.log_alpha * (log_prob.detach() + loss.target_entropy)
 
 
+# ------------------------------------------------------------------------------------------
+# Arguments, action shapes and Q-networks
+# ------------------------------------------------------------------------------------------
+
+
 def check_action_shape(loss: str, key: NestedKey, data: Tensor, policy: Tensor) -> None:
     """Raises when the data's actions and the policy's differ in shape (before any gradient)."""
     if data.shape != policy.shape:
@@ -402,6 +417,7 @@ def check_action_shape(loss: str, key: NestedKey, data: Tensor, policy: Tensor) 
         )
 
 
+# The default of an argument that has two accepted spellings: tells "not given" from any value.
 UNSET: Any = object()
 
 
