@@ -410,6 +410,10 @@ class LossModule(nn.Module):
             >>> [tuple(t.shape) for t in loss.network_tensors("value_network", ParamSet.TARGET)]
             [(2, 4), (2,)]
         """
+        if not isinstance(param_set, ParamSet):
+            raise TypeError(
+                f"param_set must be a ParamSet (ONLINE, TARGET, DETACHED), got {param_set!r}"
+            )
         online = self._online_tensors(name)
         if detach_shared_with is not None:
             if param_set is not ParamSet.ONLINE:
