@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModuleBase
+from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase
 from tensordict.nn import skip_existing as global_skip_existing
 from torch import Tensor, nn
 
@@ -113,8 +113,7 @@ class ValueEstimatorBase(nn.Module):
         sample_log_prob: NestedKey = SAMPLE_LOG_PROB
 
     default_keys = _AcceptedKeys
-    value_network: Any
-    actor_network: Any
+    value_network: TensorDictModuleBase | None
 
     def __init__(
         self,
@@ -295,7 +294,7 @@ class ValueEstimatorBase(nn.Module):
             next_td.set(key, next_value)
         return value, next_value
 
-    def _grad_context(self) -> Any:
+    def _grad_context(self) -> AbstractContextManager[Any]:
         return nullcontext() if self.differentiable else torch.no_grad()
 
     # ---- API -----------------------------------------------------------------------------
@@ -622,11 +621,13 @@ class VTrace(ValueEstimatorBase):
         torch.Size([1, 5, 1])
     """
 
+    actor_network: ProbabilisticTensorDictSequential
+
     def __init__(
         self,
         *,
         gamma: float | Tensor,
-        actor_network: TensorDictModuleBase,
+        actor_network: ProbabilisticTensorDictSequential,
         rho_thresh: float | Tensor = 1.0,
         c_thresh: float | Tensor = 1.0,
         average_adv: bool = False,
