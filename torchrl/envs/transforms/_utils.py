@@ -1,8 +1,9 @@
 """Small helpers shared by the transforms: key handling, fast TensorDict access, spec reshaping.
 
-The ``_get``/``_set`` pair is on the hot path of every transformed step: for a plain
-``TensorDict`` and a string key they read and write the TensorDict's dict directly, after the
-checks ``TensorDict.set`` would make (batch dims, device) are done in a couple of comparisons.
+The ``get``/``set_`` pair is on the hot path of every transformed step: for a plain
+``TensorDict`` and a string key they read and write the TensorDict's dict directly (through
+:mod:`torchrl._td_compat`), after the checks ``TensorDict.set`` would make (batch dims, device)
+are done in a couple of comparisons.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from torchrl._td_compat import entries, new_unchecked, set_unchecked
+from torchrl._types import NestedKey
 from torchrl.data.specs import (
     Binary,
     Bounded,
@@ -21,8 +24,6 @@ from torchrl.data.specs import (
     TensorSpec,
     Unbounded,
 )
-
-NestedKey = str | tuple[str, ...]
 
 #: The three sub-specs of an env's ``output_spec``, in the order transforms visit them.
 OUTPUT_SPECS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
@@ -86,20 +87,19 @@ def with_prefix(prefix: tuple[str, ...], name: NestedKey) -> NestedKey:
 def get(td: TensorDictBase, key: NestedKey) -> Any:
     """``td.get(key, None)``, reading the dict of a plain TensorDict directly for string keys."""
     if type(key) is str and type(td) is TensorDict:
-        return td._tensordict.get(key)
+        return entries(td).get(key)
     return td.get(key, None)
 
 
 def set_(td: TensorDictBase, key: NestedKey, value: torch.Tensor) -> None:
     """``td.set(key, value)`` (a new entry, not an in-place write), skipping repeated checks."""
     if type(key) is str and type(td) is TensorDict and isinstance(value, torch.Tensor):
-        # The attributes behind TensorDict.batch_size / .device (properties cost more).
-        batch = td._batch_size
-        device = td._device
+        batch = td.batch_size
+        device = td.device
         if (not batch or value.shape[: len(batch)] == batch) and (
             device is None or value.device == device
         ):
-            td._set_str(key, value, inplace=False, validated=True)
+            set_unchecked(td, key, value, inplace=False, validated=True)
             return
     td.set(key, value)
 
@@ -108,11 +108,11 @@ def shallow_copy(td: TensorDictBase) -> TensorDictBase:
     """A copy sharing every tensor; nested TensorDicts are new containers (writable safely)."""
     if type(td) is not TensorDict:
         return td.copy()
-    items = dict(td._tensordict)
+    items = dict(entries(td))
     for k, v in items.items():
         if type(v) is TensorDict:
             items[k] = shallow_copy(v)
-    return TensorDict._new_unsafe(items, batch_size=td.batch_size, device=td.device, nested=False)
+    return new_unchecked(items, batch_size=td.batch_size, device=td.device, nested=False)
 
 
 def missing_key_error(owner: Any, key: NestedKey, td: TensorDictBase | None) -> KeyError:

@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import ACTION, ACTION_MASK
+from torchrl._types import NestedKey
 from torchrl.data.specs import (
     Bounded,
     Categorical,
@@ -19,7 +20,6 @@ from torchrl.data.specs import (
     TensorSpec,
 )
 from torchrl.envs.transforms._utils import (
-    NestedKey,
     float_dtype,
     get,
     map_input_specs,

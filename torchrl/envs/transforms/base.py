@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from torchrl._types import NestedKey
 from torchrl.data.specs import Composite
 from torchrl.envs.transforms._utils import (
-    NestedKey,
     get,
     key_list,
     missing_key_error,
@@ -32,6 +32,19 @@ if TYPE_CHECKING:
     from torchrl.envs.transforms.env import TransformedEnv
 
 __all__ = ["Compose", "ObservationTransform", "Transform"]
+
+
+@runtime_checkable
+class _TransformHost(Protocol):
+    """What the env running a chain of transforms (``TransformedEnv``) offers to them.
+
+    A Protocol rather than an import: ``TransformedEnv`` is built on this module, which
+    therefore cannot import it back.
+    """
+
+    def _refresh_specs(self) -> None: ...
+
+    def _view_through(self, transforms: Sequence[Transform]) -> TransformedEnv: ...
 
 
 class Transform(nn.Module):
@@ -368,11 +381,9 @@ class Transform(nn.Module):
         if self._parent_box:
             return self._parent_box[0]
         container, preceding = self._chain()
-        from torchrl.envs.transforms.env import TransformedEnv
-
-        if not isinstance(container, TransformedEnv):
+        if not isinstance(container, _TransformHost):
             return None
-        parent = TransformedEnv(container.base_env, Compose._view(preceding), _adopt=False)
+        parent = container._view_through(preceding)
         self._parent_box = [parent]
         return parent
 
@@ -599,12 +610,10 @@ class Compose(Transform):
     def _changed(self) -> None:
         self._prepare()
         self._clear_parent_cache()
-        from torchrl.envs.transforms.env import TransformedEnv
-
         container = self._container()
         if isinstance(container, Compose):
             container._changed()
-        elif isinstance(container, TransformedEnv):
+        elif isinstance(container, _TransformHost):
             container._refresh_specs()
 
     def _clear_parent_cache(self) -> None:

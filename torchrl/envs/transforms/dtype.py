@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import torch
 from tensordict import TensorDictBase
 
+from torchrl._types import NestedKey
 from torchrl.data.specs import Composite, TensorSpec
 from torchrl.envs.transforms._utils import (
-    NestedKey,
     cast_spec,
     map_input_specs,
     map_output_specs,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 import weakref
+from collections.abc import Sequence
 from typing import Any, cast
 
 import torch
@@ -16,6 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import NEXT
 from torchrl.data.specs import Composite
+from torchrl.envs._contract import _complete_done
 from torchrl.envs.common import EnvBase
 from torchrl.envs.transforms._utils import shallow_copy
 from torchrl.envs.transforms.base import Compose, Transform
@@ -126,6 +128,10 @@ class TransformedEnv(EnvBase):
         compose._clear_parent_cache()
         self._active = (compose,)
         EnvBase.empty_cache(self)
+
+    def _view_through(self, transforms: Sequence[Transform]) -> TransformedEnv:
+        """The base env seen through ``transforms`` only: a view sharing them (``Transform.parent``)."""
+        return TransformedEnv(self.base_env, Compose._view(transforms), _adopt=False)
 
     def _fresh(self) -> None:
         if (
@@ -279,7 +285,7 @@ class TransformedEnv(EnvBase):
                     check(td_in)
             next_td = base._step(td_in)
             cache = base._cache or base._spec_cache()
-            cache.done_groups.complete(next_td)
+            _complete_done(next_td, cache.done_groups)
             if base.run_type_checks:
                 base._type_check(next_td, "step()", next_=True)
         else:
@@ -302,7 +308,7 @@ class TransformedEnv(EnvBase):
                     f"{type(out).__name__}"
                 )
             cache = base._cache or base._spec_cache()
-            cache.done_groups.complete(out)
+            _complete_done(out, cache.done_groups)
             if base.run_type_checks:
                 base._type_check(out, "reset()", next_=False)
         else:

@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from torchrl._keys import PIXELS
+from torchrl._types import NestedKey
 from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
-from torchrl.envs.transforms._utils import NestedKey, float_dtype, map_output_specs, spec_apply
+from torchrl.envs.transforms._utils import float_dtype, map_output_specs, spec_apply
 from torchrl.envs.transforms.base import ObservationTransform
 
 __all__ = ["CenterCrop", "GrayScale", "Resize", "ToTensorImage"]

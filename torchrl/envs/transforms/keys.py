@@ -7,16 +7,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import OBSERVATION
+from torchrl._types import NestedKey
 from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
 from torchrl.envs.transforms._utils import (
     OUTPUT_SPECS,
-    NestedKey,
     find_spec,
     get,
     key_list,
@@ -112,7 +111,7 @@ class CatTensors(ObservationTransform):
         return [self.out_key] if hasattr(self, "out_key") else []
 
     @out_keys.setter
-    def out_keys(self, value: Any) -> None:
+    def out_keys(self, value: NestedKey | Sequence[NestedKey] | None) -> None:
         keys = key_list(value, "out_keys")
         if len(keys) != 1:
             raise ValueError(f"CatTensors has one out_key, got {keys}")

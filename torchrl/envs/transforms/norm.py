@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import NEXT, OBSERVATION
+from torchrl._types import NestedKey
 from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
+from torchrl.envs.common import EnvBase
 from torchrl.envs.transforms._utils import (
-    NestedKey,
     float_dtype,
     get,
     key_tuple,
@@ -20,13 +21,21 @@ from torchrl.envs.transforms._utils import (
     missing_key_error,
     set_,
 )
-from torchrl.envs.transforms.base import ObservationTransform
+from torchrl.envs.transforms.base import Compose, ObservationTransform
 from torchrl.envs.transforms.env import TransformedEnv
 
 __all__ = ["ObservationNorm", "VecNorm"]
 
 
-def _refresh_env(transform: Any) -> None:
+class _Lock(Protocol):
+    """A ``threading``/``multiprocessing`` lock, or a manager's proxy of one."""
+
+    def acquire(self) -> Any: ...
+
+    def release(self) -> Any: ...
+
+
+def _refresh_env(transform: ObservationTransform) -> None:
     container = transform.container
     if isinstance(container, TransformedEnv):
         container._refresh_specs()
@@ -254,7 +263,7 @@ class VecNorm(ObservationTransform):
         in_keys: NestedKey | Sequence[NestedKey] | None = None,
         out_keys: NestedKey | Sequence[NestedKey] | None = None,
         shared_data: TensorDictBase | None = None,
-        lock: Any = None,
+        lock: _Lock | None = None,
         decay: float = 0.9999,
         eps: float = 1e-4,
         *,
@@ -281,7 +290,7 @@ class VecNorm(ObservationTransform):
     # ---------------------------------------------------------------------- statistics
     @staticmethod
     def build_td_for_shared_vecnorm(
-        env: Any,
+        env: EnvBase,
         keys: Sequence[NestedKey] | None = None,
         memmap: bool = False,
     ) -> TensorDictBase:
@@ -434,14 +443,12 @@ class VecNorm(ObservationTransform):
         copy._td = None if self._td is None else self._td.clone()
         return copy.freeze()
 
-    def to_observation_norm(self) -> ObservationNorm | Any:
+    def to_observation_norm(self) -> ObservationNorm | Compose:
         """An ``ObservationNorm`` (standard-normal) with the current statistics.
 
         Returns:
             One ``ObservationNorm``, or a ``Compose`` of them when there are several keys.
         """
-        from torchrl.envs.transforms.base import Compose
-
         norms = []
         for in_key, out_key in self._pairs:
             mean, std = self.loc_scale(in_key)

@@ -9,9 +9,9 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import RESET, REWARD
+from torchrl._types import NestedKey
 from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
 from torchrl.envs.transforms._utils import (
-    NestedKey,
     get,
     key_list,
     key_prefix,

@@ -7,16 +7,15 @@ it across steps, reading the previous value from the step's input.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import DONE, EPISODE_REWARD, IS_INIT, NEXT, RESET, STEP_COUNT, TRUNCATED
+from torchrl._types import DeviceLike, NestedKey
 from torchrl.data.specs import Bounded, Categorical, Composite, TensorSpec, Unbounded
 from torchrl.data.specs.continuous import UnboundedDiscrete
 from torchrl.envs.transforms._utils import (
-    NestedKey,
     done_groups,
     feature_spec,
     get,
@@ -169,7 +168,7 @@ class StepCounter(Transform):
             state_spec[count_key] = self._count_spec(shape, state_spec.device)
         return input_spec
 
-    def _count_spec(self, shape: torch.Size, device: Any) -> TensorSpec:
+    def _count_spec(self, shape: torch.Size, device: DeviceLike) -> TensorSpec:
         if self.max_steps is None or not self.update_done:
             return UnboundedDiscrete(shape=shape, dtype=torch.int64, device=device)
         return Bounded(0, self.max_steps, shape=shape, dtype=torch.int64, device=device)
@@ -497,11 +496,11 @@ class TensorDictPrimer(Transform):
         return list(getattr(self, "_primer_keys", []))
 
     @out_keys.setter
-    def out_keys(self, value: Any) -> None:
+    def out_keys(self, value: NestedKey | Sequence[NestedKey] | None) -> None:
         raise AttributeError("TensorDictPrimer.out_keys are the keys of its primers")
 
     def _fill(
-        self, key: NestedKey, spec: TensorSpec, lead: torch.Size, device: Any
+        self, key: NestedKey, spec: TensorSpec, lead: torch.Size, device: DeviceLike
     ) -> torch.Tensor:
         if self.random:
             value = spec.rand(lead)
