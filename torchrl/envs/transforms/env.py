@@ -17,7 +17,6 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import NEXT
 from torchrl.data.specs import Composite
-from torchrl.envs._contract import _complete_done
 from torchrl.envs.common import EnvBase
 from torchrl.envs.transforms._utils import shallow_copy
 from torchrl.envs.transforms.base import Compose, Transform
@@ -285,7 +284,7 @@ class TransformedEnv(EnvBase):
                     check(td_in)
             next_td = base._step(td_in)
             cache = base._cache or base._spec_cache()
-            _complete_done(next_td, cache.done_groups)
+            cache.done_groups.complete(next_td)
             if base.run_type_checks:
                 base._type_check(next_td, "step()", next_=True)
         else:
@@ -308,7 +307,7 @@ class TransformedEnv(EnvBase):
                     f"{type(out).__name__}"
                 )
             cache = base._cache or base._spec_cache()
-            _complete_done(out, cache.done_groups)
+            cache.done_groups.complete(out)
             if base.run_type_checks:
                 base._type_check(out, "reset()", next_=False)
         else:

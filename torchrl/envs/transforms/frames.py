@@ -12,7 +12,7 @@ from tensordict import TensorDictBase
 from torchrl._keys import DONE, NEXT, OBSERVATION, PIXELS, RESET
 from torchrl._types import NestedKey
 from torchrl.data.specs import Composite, TensorSpec
-from torchrl.envs._contract import _any_group_done, _complete_done
+from torchrl.envs._mdp import apply_mdp_plan
 from torchrl.envs.transforms._utils import (
     expand_right,
     get,
@@ -24,7 +24,6 @@ from torchrl.envs.transforms._utils import (
     unravel_key,
 )
 from torchrl.envs.transforms.base import ObservationTransform, Transform
-from torchrl.envs.utils import _apply_mdp_plan
 
 __all__ = ["CatFrames", "FrameSkipTransform", "NoopResetEnv", "TimeMaxPool"]
 
@@ -338,12 +337,12 @@ class FrameSkipTransform(Transform):
         rewards = [get(next_tensordict, k) for k in reward_keys]
         td_in = self._input_at_level(tensordict)
         for _ in range(self.frame_skip - 1):
-            if _any_group_done(next_tensordict, groups):
+            if groups.any_done(next_tensordict):
                 break
             td_in = shallow_copy(td_in)
             td_in.update(next_tensordict)
             next_tensordict = parent._step(td_in)
-            _complete_done(next_tensordict, groups)
+            groups.complete(next_tensordict)
             rewards = [r + get(next_tensordict, k) for r, k in zip(rewards, reward_keys)]
         for key, reward in zip(reward_keys, rewards):
             set_(next_tensordict, key, reward)
@@ -420,9 +419,9 @@ class NoopResetEnv(Transform):
         i = 0
         while i < count:
             td = parent.step(parent.rand_action(td))
-            td = _apply_mdp_plan(td, cache.mdp_plan)
+            td = apply_mdp_plan(td, cache.mdp_plan)
             i += 1
-            if _any_group_done(td, groups):
+            if groups.any_done(td):
                 trials += 1
                 if trials >= _MAX_NOOP_TRIALS:
                     raise RuntimeError(
