@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from torchrl._keys import ACTION
+from torchrl._types import DeviceLike
 from torchrl._utils import import_optional
 from torchrl.data.specs import (
     Binary,
@@ -80,7 +81,7 @@ def tensor_from_array(value: np.ndarray) -> torch.Tensor:
 
 def gym_to_torchrl_spec_transform(
     space: Any,
-    device: torch.device | str | None = "cpu",
+    device: DeviceLike = "cpu",
     categorical_action_encoding: bool = False,
     batch_size: Sequence[int] = (),
 ) -> TensorSpec:

@@ -21,6 +21,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Bounded, Composite, Unbounded
 from torchrl.envs.common import EnvBase
@@ -130,7 +131,7 @@ class BraxWrapper(EnvBase):
         requires_grad: bool = False,
         *,
         seed: int | None = None,
-        device: torch.device | str | int | None = "cpu",
+        device: DeviceLike = "cpu",
         allow_done_after_reset: bool = False,
         validate_actions: bool = True,
     ) -> None:
@@ -346,7 +347,7 @@ class BraxEnv(BraxWrapper):
         requires_grad: bool = False,
         *,
         seed: int | None = None,
-        device: torch.device | str | int | None = "cpu",
+        device: DeviceLike = "cpu",
         allow_done_after_reset: bool = False,
         validate_actions: bool = True,
         **kwargs: Any,

@@ -20,6 +20,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import ACTION, DONE, NEXT, PIXELS, RESET, REWARD, TERMINATED, TRUNCATED
 from torchrl._td_compat import new_unchecked
+from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
 from torchrl.envs.common import EnvBase
@@ -98,7 +99,7 @@ class DMControlWrapper(EnvBase):
         from_pixels: bool = False,
         pixels_only: bool = False,
         frame_skip: int | None = None,
-        device: torch.device | str | int | None = "cpu",
+        device: DeviceLike = "cpu",
         render_kwargs: dict[str, Any] | None = None,
         return_physics: bool = False,
         allow_done_after_reset: bool = False,
@@ -284,7 +285,7 @@ class DMControlEnv(DMControlWrapper):
         from_pixels: bool = False,
         pixels_only: bool = False,
         frame_skip: int | None = None,
-        device: torch.device | str | int | None = "cpu",
+        device: DeviceLike = "cpu",
         seed: int | None = None,
         task_kwargs: dict[str, Any] | None = None,
         environment_kwargs: dict[str, Any] | None = None,

@@ -46,6 +46,7 @@ from torchrl._keys import (
     TRUNCATED,
 )
 from torchrl._td_compat import new_unchecked
+from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Composite, Unbounded
 from torchrl.envs.common import EnvBase
@@ -149,7 +150,7 @@ class MultiThreadedEnvWrapper(EnvBase):
         *,
         disable_env_checker: bool | None = None,
         frame_skip: int | None = None,
-        device: torch.device | str | int | None = "cpu",
+        device: DeviceLike = "cpu",
         allow_done_after_reset: bool = False,
         validate_actions: bool = True,
     ) -> None:
@@ -448,7 +449,7 @@ class MultiThreadedEnv(MultiThreadedEnvWrapper):
         categorical_action_encoding: bool = False,
         disable_env_checker: bool | None = None,
         frame_skip: int | None = None,
-        device: torch.device | str | int | None = "cpu",
+        device: DeviceLike = "cpu",
         allow_done_after_reset: bool = False,
         validate_actions: bool = True,
     ) -> None:

@@ -45,6 +45,7 @@ from torchrl._keys import (
     TRUNCATED,
 )
 from torchrl._td_compat import entries, new_unchecked
+from torchrl._types import DeviceLike
 from torchrl._utils import has_module
 from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
 from torchrl.envs._action_checks import make_action_check
@@ -105,7 +106,7 @@ class BaseInfoDictReader:
         self,
         sample_infos: Callable[[], list[dict[str, Any]]],
         batch_size: torch.Size,
-        device: Any,
+        device: DeviceLike,
     ) -> None:
         """Called once by the env: completes the spec, calling ``sample_infos()`` if needed.
 
@@ -180,7 +181,7 @@ class default_info_dict_reader(BaseInfoDictReader):  # noqa: N801 (TorchRL's pub
         self,
         sample_infos: Callable[[], list[dict[str, Any]]],
         batch_size: torch.Size,
-        device: Any,
+        device: DeviceLike,
     ) -> None:
         batch = tuple(batch_size)
         keys = self.keys
@@ -300,7 +301,7 @@ class GymWrapper(EnvBase):
         from_pixels: bool = False,
         pixels_only: bool = True,
         frame_skip: int | None = None,
-        device: torch.device | str | int | None = "cpu",
+        device: DeviceLike = "cpu",
         batch_size: Sequence[int] | torch.Size | None = None,
         allow_done_after_reset: bool = False,
         validate_actions: bool = True,
@@ -744,7 +745,7 @@ class GymEnv(GymWrapper):
         from_pixels: bool = False,
         pixels_only: bool = True,
         frame_skip: int | None = None,
-        device: torch.device | str | int | None = "cpu",
+        device: DeviceLike = "cpu",
         batch_size: Sequence[int] | torch.Size | None = None,
         allow_done_after_reset: bool = False,
         validate_actions: bool = True,

@@ -40,6 +40,7 @@ from torchrl._keys import (
     TRUNCATED,
 )
 from torchrl._td_compat import new_unchecked
+from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Categorical, Composite, OneHot, TensorSpec, Unbounded, stack_specs
 from torchrl.envs.common import EnvBase
@@ -130,7 +131,7 @@ class PettingZooWrapper(EnvBase):
         seed: int | None = None,
         done_on_any: bool | None = None,
         *,
-        device: torch.device | str | int | None = "cpu",
+        device: DeviceLike = "cpu",
         allow_done_after_reset: bool | None = None,
         validate_actions: bool = True,
     ) -> None:
@@ -578,7 +579,7 @@ class PettingZooEnv(PettingZooWrapper):
         seed: int | None = None,
         done_on_any: bool | None = None,
         *,
-        device: torch.device | str | int | None = "cpu",
+        device: DeviceLike = "cpu",
         allow_done_after_reset: bool | None = None,
         validate_actions: bool = True,
         **kwargs: Any,

@@ -25,6 +25,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import ACTION, DONE, OBSERVATION, RESET, REWARD, TERMINATED, TRUNCATED
 from torchrl._td_compat import new_unchecked
+from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import (
     Categorical,
@@ -149,7 +150,7 @@ class VmasWrapper(EnvBase):
         categorical_actions: bool = True,
         group_map: MarlGroupMapType | Mapping[str, Sequence[str]] | None = None,
         *,
-        device: torch.device | str | int | None = None,
+        device: DeviceLike = None,
         allow_done_after_reset: bool = False,
         validate_actions: bool = True,
     ) -> None:
@@ -415,7 +416,7 @@ class VmasEnv(VmasWrapper):
         seed: int | None = None,
         group_map: MarlGroupMapType | Mapping[str, Sequence[str]] | None = None,
         *,
-        device: torch.device | str | int | None = "cpu",
+        device: DeviceLike = "cpu",
         allow_done_after_reset: bool = False,
         validate_actions: bool = True,
         **scenario_kwargs: Any,
