@@ -231,7 +231,14 @@ class DirectModuleCall:
             out = (out,)
         if isinstance(out[0], (dict, TensorDictBase)) and len(out) == 1:
             out = tuple(out[0].get(key) for key in self.out_keys)
-        return self.module._write_to_tensordict(td, list(out))
+        if len(out) != len(self.out_keys):
+            raise RuntimeError(
+                f"{type(self.net).__name__} returned {len(out)} outputs for out_keys "
+                f"{self.out_keys}"
+            )
+        for key, value in zip(self.out_keys, out):
+            td.set(key, value if type(value) is torch.Tensor else TensorDict.from_any(value))
+        return td
 
 
 def _plain_layer(module: Any) -> bool:

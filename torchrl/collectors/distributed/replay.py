@@ -8,8 +8,10 @@ samples from it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from torchrl._types import ReplayBufferLike
 from torchrl._utils import import_optional
 from torchrl.collectors.distributed.utils import start_local_ray
 
@@ -67,7 +69,7 @@ class RayReplayBuffer:
     def __init__(
         self,
         *args: Any,
-        replay_buffer_cls: Any = None,
+        replay_buffer_cls: Callable[..., ReplayBufferLike] | None = None,
         ray_init_config: dict[str, Any] | None = None,
         remote_config: dict[str, Any] | None = None,
         timeout: float = 300.0,

@@ -33,10 +33,12 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from torchrl._types import ReplayBufferLike
 
 __all__ = ["RPCReplayBuffer"]
 
@@ -284,7 +286,7 @@ class RPCReplayBuffer:
     def __init__(
         self,
         *args: Any,
-        replay_buffer_cls: Any = None,
+        replay_buffer_cls: Callable[..., ReplayBufferLike] | None = None,
         launcher: str | None = "mp",
         num_clients: int = 0,
         name: str = "replay_buffer",
