@@ -702,7 +702,8 @@ class EnvBase(nn.Module):
         if tensordict is None:
             tensordict = TensorDict(batch_size=self._batch_size, device=self._device)
         cache = self._cache or self._spec_cache()
-        lead = leading_shape(tensordict.batch_size, self._batch_size)
+        batch = tensordict.batch_size
+        lead = None if batch == self._batch_size else leading_shape(batch, self._batch_size)
         if cache.action_leaf is not None and cache.action_key is not None:
             fast = cache.action_rand if lead is None else None
             value = fast() if fast is not None else cache.action_leaf.rand(lead)
