@@ -135,3 +135,13 @@ class TestRemoteCollectorOptions:
         assert isinstance(multi, MultiCollectorOptions) and multi.num_workers == 2
         other, none = worker_options(dict, {"a": 1})
         assert other == {"a": 1} and none is None
+
+
+@pytest.mark.parametrize("given", ["mode", "MODE", "Mode"])
+def test_exploration_type_by_name(given):
+    from torchrl.envs.utils import ExplorationType
+
+    opts = CollectorOptions(frames_per_batch=4, exploration_type=given)
+    assert opts.exploration_type is ExplorationType.MODE
+    with pytest.raises(ValueError, match="exploration_type must be"):
+        CollectorOptions(frames_per_batch=4, exploration_type="sometimes")

@@ -74,6 +74,21 @@ def _flag(value: Any, owner: str, name: str, default: bool) -> bool:
     )
 
 
+def _exploration(value: Any, owner: str) -> ExplorationType | None:
+    """An :class:`ExplorationType`, its name (any case), or ``None`` (modules' own default)."""
+    if value is None or isinstance(value, ExplorationType):
+        return value
+    if isinstance(value, str):
+        for member in ExplorationType:
+            if value.lower() in (member.name.lower(), str(member.value).lower()):
+                return member
+    names = [m.name for m in ExplorationType]
+    raise ValueError(
+        f"{owner}: exploration_type must be an ExplorationType, one of the names {names}, or "
+        f"None; got {value!r} ({type(value).__name__})"
+    )
+
+
 def check_total_frames(owner: str, total_frames: Any) -> int | float:
     """Validates a ``total_frames``: a positive integer, or ``-1``/``None``/``inf`` for no end.
 
@@ -131,7 +146,7 @@ class CollectorOptions:
     reset_at_each_iter: bool = False
     postproc: Callable[[TensorDictBase], TensorDictBase] | None = None
     split_trajs: bool | None = None
-    exploration_type: ExplorationType = ExplorationType.RANDOM
+    exploration_type: ExplorationType | str | None = ExplorationType.RANDOM
     return_same_td: bool = False
     reset_when_done: bool = True
     interruptor: Interruptor | None = None
@@ -176,17 +191,11 @@ class CollectorOptions:
         }
         for name, default in flags.items():
             put(self, name, _flag(getattr(self, name), owner, name, default))
-        for name in ("postproc",):
-            value = getattr(self, name)
-            if value is not None and not callable(value):
-                raise ValueError(
-                    f"{owner}: {name} must be a callable or None, got {type(value).__name__}"
-                )
-        if not isinstance(self.exploration_type, ExplorationType):
+        if self.postproc is not None and not callable(self.postproc):
             raise ValueError(
-                f"{owner}: exploration_type must be an ExplorationType, got "
-                f"{self.exploration_type!r}"
+                f"{owner}: postproc must be a callable or None, got {type(self.postproc).__name__}"
             )
+        put(self, "exploration_type", _exploration(self.exploration_type, owner))
         if self.interruptor is not None and not callable(
             getattr(self.interruptor, "collection_stopped", None)
         ):

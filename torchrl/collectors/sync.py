@@ -338,9 +338,9 @@ class SyncDataCollector(DataCollectorBase):
         return bool(self.options.split_trajs)
 
     @property
-    def exploration_type(self) -> ExplorationType:
+    def exploration_type(self) -> ExplorationType | None:
         """The exploration type of the policy calls."""
-        return self.options.exploration_type
+        return cast("ExplorationType | None", self.options.exploration_type)
 
     @property
     def return_same_td(self) -> bool:
