@@ -277,7 +277,7 @@ class MultiCollectorOptions:
             _flag(self.update_at_each_batch, owner, "update_at_each_batch", False),
         )
         timeout = self.timeout
-        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+        if timeout is not None and not (isinstance(timeout, numbers.Real) and timeout > 0):
             raise ValueError(
                 f"{owner}: timeout must be a positive number of seconds or None, got {timeout!r}"
             )
@@ -301,7 +301,7 @@ class MultiCollectorOptions:
         if threshold is not None:
             if not self.sync:
                 raise ValueError(f"{owner}: preemptive_threshold applies to MultiSyncDataCollector")
-            if not (isinstance(threshold, (int, float)) and 0.0 < threshold <= 1.0):
+            if not (isinstance(threshold, numbers.Real) and 0.0 < threshold <= 1.0):
                 raise ValueError(
                     f"{owner}: preemptive_threshold must be in (0, 1], got {threshold!r}"
                 )
@@ -436,7 +436,7 @@ class RemoteCollectorOptions:
                 f"{owner}: with sync=True, frames_per_batch ({frames}) must be a multiple of "
                 f"{workers_keyword} ({n})"
             )
-        if timeout is None or not (isinstance(timeout, (int, float)) and timeout > 0):
+        if timeout is None or not (isinstance(timeout, numbers.Real) and timeout > 0):
             raise ValueError(
                 f"{owner}: timeout must be a positive number of seconds, got {timeout!r}"
             )
