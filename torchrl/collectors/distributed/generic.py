@@ -395,6 +395,26 @@ class DistributedDataCollector(DataCollectorBase):
             worker_options(collector_class, kw) for kw in opts.worker_kwargs(collector_kwargs)
         ]
 
+        payloads = [
+            (collector_class, env_fns[i], policy, *workers[i], opts.num_threads) for i in range(n)
+        ]
+        self._start(host, tcp_port, backend, payloads, dict(slurm_kwargs or {}))
+        self._weight_names = sorted(policy_weights(policy))
+        self._stale = [False] * n
+        self._since_update = [0] * n
+
+    # ------------------------------------------------------------------------------- launching
+    def _start(
+        self,
+        host: str,
+        tcp_port: int | None,
+        backend: str,
+        payloads: list[tuple[Any, ...]],
+        slurm_kwargs: dict[str, Any],
+    ) -> None:
+        """Opens the rendezvous, launches the workers, reads their layouts, joins the group
+        and starts one receiver thread per worker (everything is shut down on a failure)."""
+        n = len(payloads)
         world = n + 1
         td = timedelta(seconds=self.timeout)
         self._store = listening_store(host, tcp_port or 0, world, td)
@@ -403,24 +423,10 @@ class DistributedDataCollector(DataCollectorBase):
         self._key = secrets.token_bytes(32)
         try:
             args = [
-                (
-                    i + 1,
-                    world,
-                    host,
-                    port,
-                    backend,
-                    self.timeout,
-                    collector_class,
-                    env_fns[i],
-                    policy,
-                    workers[i][0],
-                    workers[i][1],
-                    opts.num_threads,
-                    self._key,
-                )
-                for i in range(n)
+                (i + 1, world, host, port, backend, self.timeout, *payload, self._key)
+                for i, payload in enumerate(payloads)
             ]
-            self._launch(args, dict(slurm_kwargs or {}))
+            self._launch(args, slurm_kwargs)
             layouts = [self._wait_layout(i) for i in range(n)]
             self.pids = [layout["pid"] for layout in layouts]
             self._group = _gloo_group(self._store, 0, world, host, td)
@@ -436,11 +442,7 @@ class DistributedDataCollector(DataCollectorBase):
         except BaseException:
             self.shutdown()
             raise
-        self._weight_names = sorted(policy_weights(policy))
-        self._stale = [False] * n
-        self._since_update = [0] * n
 
-    # ------------------------------------------------------------------------------- launching
     def _launch(self, args: list[tuple[Any, ...]], slurm_kwargs: dict[str, Any]) -> None:
         """Starts the workers. Those on this machine (``"mp"``, submitit's ``"local"``
         cluster) watch this process and end with it; ``"mp"`` workers get a temp dir that

@@ -20,7 +20,7 @@ from tensordict import TensorDictBase
 from torchrl._types import ReplayBufferLike
 from torchrl._utils import import_optional, logger
 from torchrl.collectors._base import DataCollectorBase, check_frames
-from torchrl.collectors._options import RemoteCollectorOptions
+from torchrl.collectors._options import RemoteCollectorOptions, WorkerOptions
 from torchrl.collectors._policy import WeightsLike
 from torchrl.collectors._pool import WorkerError
 from torchrl.collectors.distributed.utils import (
@@ -170,19 +170,34 @@ class RayCollector(DataCollectorBase):
         ]
 
         self._connect(ray, dict(ray_init_config or {}))
+        self._start_actors(ray, env_fns, policy, workers, remote_list)
+        self._since_update = [0] * n
+        self._weights_ref: Any = None
+        self._pending_updates: list[Any] = []
+
+    # ------------------------------------------------------------------------------- cluster
+    def _start_actors(
+        self,
+        ray: Any,
+        env_fns: list[Any],
+        policy: PolicyLike | None,
+        workers: list[tuple[WorkerOptions, dict[str, Any] | None]],
+        remote_configs: list[dict[str, Any]],
+    ) -> None:
+        """Starts one actor per worker and waits until each has built its collector."""
+        n = len(workers)
         try:
             actor_cls = ray.remote(WorkerCore)
             policy_ref = ray.put(policy)
-            for i in range(n):
-                options, env_kwargs = workers[i]
-                actor = actor_cls.options(**remote_list[i]).remote(
+            for i, (options, env_kwargs) in enumerate(workers):
+                actor = actor_cls.options(**remote_configs[i]).remote(
                     self.collector_class,
                     env_fns[i],
                     policy_ref,
                     options,
                     i,
                     n,
-                    opts.num_threads,
+                    self.options.num_threads,
                     env_kwargs,
                 )
                 self._actors.append(actor)
@@ -192,11 +207,7 @@ class RayCollector(DataCollectorBase):
         except BaseException:
             self.shutdown()
             raise
-        self._since_update = [0] * n
-        self._weights_ref: Any = None
-        self._pending_updates: list[Any] = []
 
-    # ------------------------------------------------------------------------------- cluster
     def _connect(self, ray: Any, config: dict[str, Any]) -> None:
         if ray.is_initialized():
             if config.get("address") is not None:
