@@ -1,5 +1,9 @@
 """What every torchrl worker process shares: the parent watchdog, and a temp dir left nowhere.
 
+The parent's side is here too: the default start method (:func:`default_start_method`), how
+workers are stopped (:func:`stop_processes`) and how a dead one is described
+(:func:`describe_exit`), the same for :class:`~torchrl.envs.ParallelEnv` and the collectors.
+
 A worker process (of :class:`~torchrl.envs.ParallelEnv` or of a multi-process collector) must
 not outlive the process that started it: the parent's pipes may stay open after its death (a
 process forked later holds copies of them), so a worker blocked on a pipe, a semaphore or a
@@ -12,21 +16,27 @@ ends with :func:`exit_worker`. A worker that sends file descriptors to its paren
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import select
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from multiprocessing.process import BaseProcess
 from typing import NoReturn
 
 __all__ = [
     "EXIT_GRACE_S",
     "PARENT_POLL_S",
+    "default_start_method",
+    "describe_exit",
     "exit_worker",
     "parent_gone",
+    "stop_processes",
     "use_temp_dir",
     "watch_parent",
     "worker_temp_dir",
@@ -38,6 +48,50 @@ EXIT_GRACE_S = 0.5
 # How often a watchdog looks at its parent where the OS gives no notification of its death
 # (no pidfd: not Linux, or a kernel older than 5.3).
 PARENT_POLL_S = 0.2
+
+
+def default_start_method() -> str:
+    """``"fork"`` on Linux while CUDA is not initialized in this process, else ``"spawn"``.
+
+    fork starts a worker in milliseconds and needs nothing picklable; a forked child cannot use
+    CUDA once the parent initialized it, and fork is unsafe with macOS system libraries.
+    """
+    import torch
+
+    fork_ok = sys.platform.startswith("linux") and "fork" in mp.get_all_start_methods()
+    return "fork" if fork_ok and not torch.cuda.is_initialized() else "spawn"
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """How a process ended, for an error message: ``"killed by SIGKILL"``, ``"exit code 3"``."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+def stop_processes(procs: Sequence[BaseProcess], wait_s: float) -> None:
+    """Joins ``procs`` for ``wait_s`` seconds in all, then terminates, then kills what is left.
+
+    The caller has asked the workers to exit first (a close message, a stop flag); this only
+    makes sure none outlives the call. Never raises.
+    """
+    deadline = time.monotonic() + wait_s
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.exitcode is None:
+            proc.terminate()
+            proc.join(1.0)
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join()
+
+
 # (parent pid, whether it is this process's parent), set by watch_parent
 _watched: tuple[int, bool] | None = None
 # set by the watchdog thread once it has seen the parent exit (a pidfd tells at the exit, before

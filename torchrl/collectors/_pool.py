@@ -16,7 +16,6 @@ import multiprocessing as mp
 import os
 import pickle
 import shutil
-import signal
 import threading
 import time
 import weakref
@@ -25,13 +24,12 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, NoReturn
 
-import torch
 from tensordict import TensorDictBase
 
-from torchrl._processes import worker_temp_dir
+from torchrl._processes import describe_exit, stop_processes, worker_temp_dir
 from torchrl.collectors._worker import RemoteTraceback, SharedFlag
 
-__all__ = ["WAIT_SLICE_S", "WorkerError", "WorkerPool", "default_start_method"]
+__all__ = ["WAIT_SLICE_S", "WorkerError", "WorkerPool"]
 
 #: How long a parent waits in one blocking call before it looks at a stop request.
 WAIT_SLICE_S = 1.0
@@ -41,18 +39,6 @@ _JOIN_TIMEOUT_S = 5.0
 
 class WorkerError(RuntimeError):
     """A collector worker process died or could not be reached."""
-
-
-def default_start_method() -> str:
-    """``"fork"`` where available and CUDA is not initialized in this process, else ``"spawn"``.
-
-    fork starts a worker in milliseconds and shares the parent's imports; it is unsafe once
-    CUDA is initialized.
-    """
-    methods = mp.get_all_start_methods()
-    if "fork" in methods and not torch.cuda.is_initialized():
-        return "fork"
-    return "spawn"
 
 
 def _stop_processes(
@@ -68,14 +54,7 @@ def _stop_processes(
             conn.send(("close", None))
         except (OSError, ValueError):
             pass
-    for proc in procs:
-        proc.join(timeout)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(1.0)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+    stop_processes(procs, timeout)
     for conn in conns:
         conn.close()
     # A worker that exited normally removed its directory; a killed one could not.
@@ -300,12 +279,7 @@ class WorkerPool:
         proc.join(0.5)
         code = proc.exitcode
         self.shutdown()
-        how = f"exit code {code}"
-        if code is not None and code < 0:
-            try:
-                how = f"signal {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"signal {-code}"
+        how = describe_exit(code)
         raise WorkerError(
             f"collector worker {i} (pid {proc.pid}) died unexpectedly ({how}); all workers were "
             "shut down"

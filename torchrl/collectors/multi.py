@@ -20,12 +20,13 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from torchrl._processes import default_start_method
 from torchrl._types import DeviceLike, ReplayBufferLike
 from torchrl._utils import warn_once
 from torchrl.collectors._base import DataCollectorBase, check_frames
 from torchrl.collectors._options import MultiCollectorOptions
 from torchrl.collectors._policy import WeightsLike, copy_weights, device_of, share_weights
-from torchrl.collectors._pool import WAIT_SLICE_S, WorkerError, WorkerPool, default_start_method
+from torchrl.collectors._pool import WAIT_SLICE_S, WorkerError, WorkerPool
 from torchrl.collectors._worker import SharedFlag, WorkerSpec, worker_main
 from torchrl.collectors.sync import PolicyLike, extend_replay_buffer
 from torchrl.collectors.utils import split_trajectories
@@ -373,7 +374,8 @@ class MultiSyncDataCollector(_MultiDataCollector):
         cat_results: ``"stack"`` or the dim to concatenate along.
         num_threads: torch threads of this process (unchanged by default).
         num_sub_threads: torch threads of each worker (1).
-        mp_start_method: ``"fork"`` (default where available) , ``"spawn"`` or ``"forkserver"``.
+        mp_start_method: ``"fork"`` (default on Linux while CUDA is not initialized), ``"spawn"`` or
+            ``"forkserver"``.
         timeout: seconds a worker may stay silent while it owes an answer (a batch, a reply,
             its start-up) before it is taken as hung: the collector then stops every worker
             and raises ``TimeoutError`` naming it. The default, 600 s, leaves room for slow

@@ -25,8 +25,6 @@ import os
 import pickle
 import select
 import shutil
-import signal
-import sys
 import tempfile
 import time
 import weakref
@@ -37,6 +35,7 @@ from typing import Any, NoReturn
 import torch
 from tensordict import TensorDictBase
 
+from torchrl._processes import default_start_method, describe_exit, stop_processes
 from torchrl.envs._key_paths import path_to_key
 from torchrl.envs._writes import set_leaf
 from torchrl.envs.batched._layout import Layout, get_leaf
@@ -76,8 +75,7 @@ def _mp_context(method: str | None) -> Any:
     ``spawn``.
     """
     if method is None:
-        fork_ok = sys.platform.startswith("linux") and not torch.cuda.is_initialized()
-        method = "fork" if fork_ok else "spawn"
+        method = default_start_method()
     if method not in _START_METHODS or method not in mp.get_all_start_methods():
         raise ValueError(
             f"ParallelEnv: mp_start_method must be one of "
@@ -85,13 +83,6 @@ def _mp_context(method: str | None) -> Any:
             f"got {method!r}"
         )
     return mp.get_context(method)
-
-
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
 
 
 class _WorkerPool:
@@ -260,7 +251,7 @@ class _WorkerPool:
         if code is None:
             how = "closed its pipe"
         elif code < 0:
-            how = f"was killed by {_signal_name(code)}"
+            how = f"was {describe_exit(code)}"
         else:
             how = f"exited with code {code}"
         pid = proc.pid
@@ -296,16 +287,7 @@ class _WorkerPool:
                 write_frame(fd, FRAMES[CLOSE])
             except OSError:
                 pass
-        deadline = time.monotonic() + (_JOIN_S if graceful else 1.0)
-        for proc in self.procs:
-            proc.join(max(0.0, deadline - time.monotonic()))
-        for proc in self.procs:
-            if proc.exitcode is None:
-                proc.terminate()
-                proc.join(1.0)
-            if proc.exitcode is None:
-                proc.kill()
-                proc.join()
+        stop_processes(self.procs, _JOIN_S if graceful else 1.0)
         for fd in list(self.fds):
             try:
                 self.poller.unregister(fd)
