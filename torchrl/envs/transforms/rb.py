@@ -14,9 +14,9 @@ from torch import nn
 
 from torchrl._keys import DONE, NEXT, REWARD
 from torchrl._recursions import reward_to_go
+from torchrl._types import NestedKey
 from torchrl.data.specs import Composite
 from torchrl.envs.transforms._utils import (
-    NestedKey,
     key_list,
     key_tuple,
     missing_key_error,
