@@ -32,7 +32,9 @@ from typing import Any
 
 import tensordict
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
+
+from torchrl._types import DeviceLike, ShapeLike
 
 __all__ = [
     "FAST",
@@ -52,8 +54,8 @@ MIN_VERSION = (0, 10)
 
 def public_new_unchecked(
     source: Mapping[str, Any] | None = None,
-    batch_size: Any = None,
-    device: Any = None,
+    batch_size: ShapeLike | None = None,
+    device: DeviceLike = None,
     nested: bool = True,
 ) -> TensorDict:
     """:func:`new_unchecked` on tensordict's public constructor."""
@@ -122,6 +124,6 @@ else:
     entries = public_entries
 
 
-def plain_entries(td: Any) -> Mapping[str, Any] | None:
+def plain_entries(td: TensorDictBase) -> Mapping[str, Any] | None:
     """:func:`entries` of a plain ``TensorDict``; ``None`` for other TensorDict kinds."""
     return entries(td) if type(td) is TensorDict else None

@@ -6,6 +6,8 @@ One definition of each, imported everywhere else, so that a signature reads the 
 - ``NestedKey``: a TensorDict key, ``"obs"`` or a path such as ``("agents", "obs")``.
 - ``DeviceLike``: what ``torch.device(...)`` accepts, or ``None`` for "no device".
 - ``ShapeLike``: a shape given as a ``torch.Size``, a sequence of ints or one int.
+- ``IndexLike``: what indexing a tensor accepts (an int, a slice, ``...``, ``None``, an index
+  tensor or array, or a sequence/tuple of those).
 - ``TensorDictModuleLike``: a callable from a TensorDict to a TensorDict (policies, networks).
 - ``ReplayBufferLike``: what collectors, trainers and transforms need from a replay buffer.
 - ``LoggerLike``: what trainers and recorders need from a logger.
@@ -16,13 +18,16 @@ One definition of each, imported everywhere else, so that a signature reads the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import EllipsisType
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
 __all__ = [
     "DeviceLike",
+    "IndexLike",
     "LoggerLike",
     "NestedKey",
     "ReplayBufferLike",
@@ -35,6 +40,7 @@ __all__ = [
 NestedKey = str | tuple[str, ...]
 DeviceLike = torch.device | str | int | None
 ShapeLike = torch.Size | Sequence[int] | int
+IndexLike = int | slice | EllipsisType | None | torch.Tensor | np.ndarray | Sequence[Any]
 
 
 @runtime_checkable
@@ -48,7 +54,7 @@ class TensorDictModuleLike(Protocol):
 class ReplayBufferLike(Protocol):
     """A replay buffer as other components use it: add data, sample it, count it."""
 
-    def extend(self, data: Any, /) -> Any: ...
+    def extend(self, data: TensorDictBase, /) -> object: ...
 
     def sample(self, batch_size: int | None = None, /) -> Any: ...
 
@@ -66,13 +72,13 @@ class LoggerLike(Protocol):
 class StatefulLike(Protocol):
     """An object a checkpoint saves and restores: a module, an optimizer, a hook, a buffer."""
 
-    def state_dict(self) -> Any: ...
+    def state_dict(self) -> dict[str, Any]: ...
 
-    def load_state_dict(self, state_dict: Any, /) -> Any: ...
+    def load_state_dict(self, state_dict: dict[str, Any], /) -> object: ...
 
 
 @runtime_checkable
 class WeightSyncLike(Protocol):
     """A collector whose policy copies can be refreshed from the policy being trained."""
 
-    def update_policy_weights_(self) -> Any: ...
+    def update_policy_weights_(self) -> None: ...
