@@ -1,5 +1,7 @@
 """Data: tensor specs, replay buffers, and offline datasets."""
 
+from __future__ import annotations
+
 from torchrl.data.postprocs import MultiStep  # noqa: F401
 from torchrl.data.replay_buffers import (  # noqa: F401
     LazyMemmapStorage,

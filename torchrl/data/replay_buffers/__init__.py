@@ -1,5 +1,7 @@
 """Replay buffers: storages, samplers, writers and the buffers composing them."""
 
+from __future__ import annotations
+
 from torchrl.data.replay_buffers.replay_buffers import (
     PrioritizedReplayBuffer,
     ReplayBuffer,

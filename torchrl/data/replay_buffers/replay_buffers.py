@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import INDEX, MASK, PRIORITY, WEIGHT
+from torchrl._types import IndexLike, NestedKey
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
 from torchrl.data.replay_buffers.storages import Index, ListStorage, Storage
 from torchrl.data.replay_buffers.utils import (
@@ -317,11 +318,11 @@ class ReplayBuffer:
             self._sampler.mark_update(idx.reshape(-1))
 
     # -- reading ----------------------------------------------------------------------------------
-    def _decorate(self, data: Any, info: dict[str, Any]) -> Any:
+    def _decorate(self, data: Any, info: dict[NestedKey, Any]) -> Any:
         """Hook adding sampling information into the batch (TensorDict buffers)."""
         return data
 
-    def _sample_now(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
+    def _sample_now(self, batch_size: int) -> tuple[Any, dict[NestedKey, Any], bool]:
         with self._lock:
             index, info = self._sampler.sample(self._storage, batch_size)
             data = self._storage.get(index)
@@ -336,7 +337,7 @@ class ReplayBuffer:
             data = self._transforms(data)
         return data, info, ran_out
 
-    def _sample_prefetched(self, batch_size: int) -> tuple[Any, dict[str, Any], bool]:
+    def _sample_prefetched(self, batch_size: int) -> tuple[Any, dict[NestedKey, Any], bool]:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(
                 self._prefetch, thread_name_prefix="torchrl-rb-prefetch"
@@ -411,7 +412,7 @@ class ReplayBuffer:
         return data
 
     # -- priorities -------------------------------------------------------------------------------
-    def update_priority(self, index: Any, priority: Any) -> None:
+    def update_priority(self, index: IndexLike, priority: float | torch.Tensor) -> None:
         """Sets the priority of stored items (prioritized samplers; ignored by the others).
 
         Args:
@@ -628,14 +629,14 @@ class TensorDictReplayBuffer(ReplayBuffer):
         True
     """
 
-    def __init__(self, *, priority_key: Any = PRIORITY, **kwargs: Any) -> None:
+    def __init__(self, *, priority_key: NestedKey = PRIORITY, **kwargs: Any) -> None:
         self.priority_key = priority_key
         super().__init__(**kwargs)
 
     def _default_writer(self) -> Writer:
         return TensorDictRoundRobinWriter()
 
-    def _decorate(self, data: Any, info: dict[str, Any]) -> Any:
+    def _decorate(self, data: Any, info: dict[NestedKey, Any]) -> Any:
         if not isinstance(data, TensorDictBase):
             return data
         index = info[INDEX]
@@ -738,7 +739,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         *,
         alpha: float,
         beta: float,
-        priority_key: Any = PRIORITY,
+        priority_key: NestedKey = PRIORITY,
         eps: float = 1e-8,
         storage: Storage | None = None,
         collate_fn: Callable[[Any], Any] | None = None,

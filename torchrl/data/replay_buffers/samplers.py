@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from torchrl._keys import WEIGHT
+from torchrl._types import IndexLike, NestedKey
 from torchrl.data._segment_tree import MinSegmentTree, SumSegmentTree
 from torchrl.data.replay_buffers.storages import Index, LoadPlan, Storage
 from torchrl.data.replay_buffers.utils import (
@@ -52,7 +53,7 @@ class Sampler(ABC):
     _generator: torch.Generator | None = None
 
     @abstractmethod
-    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[str, Any]]:
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[NestedKey, Any]]:
         """Returns the index of ``batch_size`` stored items, and a dict of extra information."""
 
     def extend(self, index: torch.Tensor) -> None:  # noqa: B027
@@ -70,10 +71,12 @@ class Sampler(ABC):
         """Called after items at the flat indices ``index`` were overwritten in place."""
         self.extend(index)
 
-    def update_priority(self, index: Any, priority: Any, *, storage: Storage | None = None) -> None:  # noqa: B027
+    def update_priority(  # noqa: B027
+        self, index: IndexLike, priority: float | torch.Tensor, *, storage: Storage | None = None
+    ) -> None:
         """Sets priorities; samplers without priorities ignore the call."""
 
-    def postprocess(self, data: Any, info: dict[str, Any]) -> Any:
+    def postprocess(self, data: Any, info: dict[NestedKey, Any]) -> Any:
         """Adjusts sampled data using ``info`` (slice samplers mark slice ends); default: as is."""
         return data
 
@@ -162,7 +165,7 @@ class RandomSampler(Sampler):
         (torch.Size([3]), True)
     """
 
-    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[str, Any]]:
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[NestedKey, Any]]:
         n = check_not_empty(storage)
         dense = torch.randint(n, (batch_size,), generator=self._generator)
         return storage._dense_to_index(dense), {}
@@ -199,7 +202,7 @@ class SamplerWithoutReplacement(Sampler):
         self._len = 0
         self._ran_out = False
 
-    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[str, Any]]:
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[NestedKey, Any]]:
         n = check_not_empty(storage)
         if self.drop_last and batch_size > n:
             raise ValueError(
@@ -372,7 +375,7 @@ class PrioritizedSampler(Sampler):
         w = np.power(p / p_min, -self.beta)
         return torch.from_numpy(w.astype(np.float32))
 
-    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[str, Any]]:
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[NestedKey, Any]]:
         flat = self._sample_flat(storage, batch_size)
         weight = self._weights(flat)
         return storage._flat_to_index(torch.from_numpy(flat)), {WEIGHT: weight}
@@ -399,7 +402,9 @@ class PrioritizedSampler(Sampler):
             self._sum_tree.update(flat, value)
             self._min_tree.update(flat, value if value > 0 else np.inf)
 
-    def update_priority(self, index: Any, priority: Any, *, storage: Storage | None = None) -> None:
+    def update_priority(
+        self, index: IndexLike, priority: float | torch.Tensor, *, storage: Storage | None = None
+    ) -> None:
         """Sets the priority of the items at ``index`` (validated first: on error nothing changes).
 
         Args:

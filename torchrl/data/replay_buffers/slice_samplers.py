@@ -17,6 +17,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import DONE, MASK, NEXT, TRUNCATED, WEIGHT
+from torchrl._types import IndexLike, NestedKey
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler, Sampler, check_not_empty
 from torchrl.data.replay_buffers.storages import Index, LoadPlan, Storage
 from torchrl.data.replay_buffers.utils import nested_key_str
@@ -82,7 +83,7 @@ def _traj_id_ends(ids: torch.Tensor, n_rows: int, ndim: int, t_len: int, wrap: b
 
 
 def _span_of(span: Any, slice_len: int) -> tuple[int, int]:
-    def one(v: Any) -> int:
+    def one(v: object) -> int:
         if v is True:
             return slice_len - 1
         if v is False or v is None:
@@ -143,12 +144,12 @@ class SliceSampler(Sampler):
         *,
         num_slices: int | None = None,
         slice_len: int | None = None,
-        end_key: Any = None,
-        traj_key: Any = None,
+        end_key: NestedKey | None = None,
+        traj_key: NestedKey | None = None,
         ends: torch.Tensor | None = None,
         trajectories: torch.Tensor | None = None,
         cache_values: bool = True,
-        truncated_key: Any = (NEXT, TRUNCATED),
+        truncated_key: NestedKey = (NEXT, TRUNCATED),
         strict_length: bool = True,
         span: bool | int | tuple[bool | int, bool | int] = False,
         pad: float | None = None,
@@ -276,14 +277,14 @@ class SliceSampler(Sampler):
             return flat.reshape(-1), is_last.reshape(-1), valid.reshape(-1)
         return flat[valid], is_last[valid], None
 
-    def _info(self, is_last: np.ndarray, mask: np.ndarray | None) -> dict[str, Any]:
-        info: dict[str, Any] = {self.truncated_key: torch.from_numpy(is_last)}
+    def _info(self, is_last: np.ndarray, mask: np.ndarray | None) -> dict[NestedKey, Any]:
+        info: dict[NestedKey, Any] = {self.truncated_key: torch.from_numpy(is_last)}
         if mask is not None:
             info[MASK] = torch.from_numpy(mask)
         return info
 
     # -- sampling -----------------------------------------------------------------------------------
-    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[str, Any]]:
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[NestedKey, Any]]:
         num_slices, slice_len = self._shape(batch_size)
         traj = self._trajectories(storage)
         eligible = traj.eligible(slice_len, self.strict_length)
@@ -302,7 +303,7 @@ class SliceSampler(Sampler):
         flat, is_last, mask = self._positions(traj, pick, begin, seg, slice_len)
         return storage._flat_to_index(torch.from_numpy(flat)), self._info(is_last, mask)
 
-    def postprocess(self, data: Any, info: dict[str, Any]) -> Any:
+    def postprocess(self, data: Any, info: dict[NestedKey, Any]) -> Any:
         """Or-s slice ends into the truncated (and end) entries; fills padded items with ``pad``."""
         if not isinstance(data, TensorDictBase):
             return data
@@ -322,7 +323,12 @@ class SliceSampler(Sampler):
             data = data.apply(fill)
             data.set(MASK, mask)
         keys = [self.truncated_key]
-        if self.traj_key is None and self.end_key != self.truncated_key:
+        # Without a traj_key the end_key is always set (``("next", "done")`` by default).
+        if (
+            self.traj_key is None
+            and self.end_key is not None
+            and self.end_key != self.truncated_key
+        ):
             keys.append(self.end_key)
         for key in keys:
             current = data.get(key, None)
@@ -343,9 +349,9 @@ class SliceSampler(Sampler):
 
     def __repr__(self) -> str:
         what = (
-            f"traj_key={self.traj_key!r}"
-            if self.traj_key is not None
-            else (f"end_key={nested_key_str(self.end_key)}")
+            f"end_key={nested_key_str(self.end_key)}"
+            if self.traj_key is None and self.end_key is not None
+            else f"traj_key={self.traj_key!r}"
         )
         size = f"num_slices={self.num_slices}" if self.num_slices else f"slice_len={self.slice_len}"
         return f"{type(self).__name__}({size}, {what}, strict_length={self.strict_length})"
@@ -388,11 +394,11 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         num_slices: int | None = None,
         slice_len: int | None = None,
         drop_last: bool = False,
-        end_key: Any = None,
-        traj_key: Any = None,
+        end_key: NestedKey | None = None,
+        traj_key: NestedKey | None = None,
         ends: torch.Tensor | None = None,
         trajectories: torch.Tensor | None = None,
-        truncated_key: Any = (NEXT, TRUNCATED),
+        truncated_key: NestedKey = (NEXT, TRUNCATED),
         strict_length: bool = True,
         shuffle: bool = True,
     ) -> None:
@@ -440,7 +446,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._pos = 0
         self._stale = False
 
-    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[str, Any]]:
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[NestedKey, Any]]:
         num_slices, slice_len = self._shape(batch_size)
         traj = self._trajectories(storage)
         key = (len(storage), storage._cursor, slice_len)
@@ -583,12 +589,12 @@ class PrioritizedSliceSampler(SliceSampler):
         *,
         num_slices: int | None = None,
         slice_len: int | None = None,
-        end_key: Any = None,
-        traj_key: Any = None,
+        end_key: NestedKey | None = None,
+        traj_key: NestedKey | None = None,
         ends: torch.Tensor | None = None,
         trajectories: torch.Tensor | None = None,
         cache_values: bool = True,
-        truncated_key: Any = (NEXT, TRUNCATED),
+        truncated_key: NestedKey = (NEXT, TRUNCATED),
         strict_length: bool = True,
     ) -> None:
         super().__init__(
@@ -618,7 +624,7 @@ class PrioritizedSliceSampler(SliceSampler):
     def beta(self, value: float) -> None:
         self._prio.beta = float(value)
 
-    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[str, Any]]:
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[NestedKey, Any]]:
         num_slices, slice_len = self._shape(batch_size)
         traj = self._trajectories(storage)
         self._prio._generator = self._generator
@@ -652,7 +658,9 @@ class PrioritizedSliceSampler(SliceSampler):
     def extend(self, index: torch.Tensor) -> None:
         self._prio.extend(index)
 
-    def update_priority(self, index: Any, priority: Any, *, storage: Storage | None = None) -> None:
+    def update_priority(
+        self, index: IndexLike, priority: float | torch.Tensor, *, storage: Storage | None = None
+    ) -> None:
         """Sets per-item priorities; see :meth:`PrioritizedSampler.update_priority`."""
         self._prio.update_priority(index, priority, storage=storage)
 

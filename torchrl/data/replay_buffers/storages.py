@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
+from torchrl._types import IndexLike
 from torchrl._utils import warn_once
 from torchrl.data.replay_buffers.utils import (
     FORMAT_VERSION,
@@ -82,7 +83,7 @@ class LoadPlan:
         return (torch.arange(self.lead_numel)[:, None] * self.slots + t).reshape(-1)
 
 
-def check_counters(filled: Any, cursor: Any, slots: int, what: str) -> tuple[int, int]:
+def check_counters(filled: object, cursor: object, slots: int, what: str) -> tuple[int, int]:
     """Validates a saved ``(filled, cursor)`` pair against ``slots``; returns them as ints."""
     if not isinstance(filled, int) or isinstance(filled, bool) or not 0 <= filled <= slots:
         raise ValueError(f"{what}: the saved item count {filled!r} is not in [0, {slots}]")
@@ -270,7 +271,7 @@ class Storage(ABC):
 
     # -- interface ------------------------------------------------------------------------------
     @abstractmethod
-    def get(self, index: Any) -> Any:
+    def get(self, index: IndexLike) -> Any:
         """Reads the items at ``index`` (no range check: samplers give valid indices)."""
 
     @abstractmethod
@@ -393,7 +394,7 @@ class ListStorage(Storage):
             self._cursor = (idx[-1] + 1) % self._max_size
         self._version += 1
 
-    def get(self, index: Any) -> Any:
+    def get(self, index: IndexLike) -> Any:
         if isinstance(index, int):
             return self._items[index]
         if isinstance(index, torch.Tensor) and index.ndim == 0:
@@ -735,7 +736,7 @@ class TensorStorage(Storage):
                 _check_fits(name, value, dtype)
 
     # -- read / write -----------------------------------------------------------------------------
-    def set(self, index: int | slice | torch.Tensor, data: Any) -> None:
+    def set(self, index: int | slice | torch.Tensor, data: TensorDictBase | torch.Tensor) -> None:
         nb = self.ndim
         if self._storage is None:
             # One item (int index) lacks the write dim that the allocation reads.
@@ -776,7 +777,7 @@ class TensorStorage(Storage):
             else:
                 dst.index_copy_(dim, index, src)
 
-    def get(self, index: Any) -> Any:
+    def get(self, index: IndexLike) -> TensorDictBase | torch.Tensor:
         if self._storage is None:
             raise RuntimeError("the storage is empty: nothing was written to it yet")
         scalar = False
@@ -1216,7 +1217,7 @@ class LazyMemmapStorage(TensorStorage):
                 keep = ~np.isin(self.torn_slots.numpy(), np.arange(self.slots)[slots_np])
                 self.torn_slots = self.torn_slots[torch.from_numpy(keep)]
 
-    def get(self, index: Any) -> Any:
+    def get(self, index: IndexLike) -> TensorDictBase | torch.Tensor:
         out = super().get(index)
         if self._out_device != self.device:
             out = out.to(self._out_device, non_blocking=True)

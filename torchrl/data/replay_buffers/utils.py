@@ -12,13 +12,14 @@ import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
 from torchrl._td_compat import new_unchecked
+from torchrl._types import DeviceLike, IndexLike, NestedKey
 
 #: An item index: a tensor for ``ndim == 1`` storages, a tuple ``(lead..., t)`` otherwise.
 Index = torch.Tensor | tuple[torch.Tensor, ...]
@@ -27,6 +28,8 @@ UNBOUNDED = 2**62
 
 #: Version of the on-disk layout written by ``dumps``; ``loads`` refuses other versions.
 FORMAT_VERSION = 1
+
+T = TypeVar("T")
 
 _REDUCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "max": lambda x: x.amax(-1),
@@ -54,7 +57,7 @@ def reduce_trailing(values: torch.Tensor, batch_dims: int, reduction: str) -> to
     return _REDUCTIONS[reduction](flat)
 
 
-def as_long_tensor(index: Any) -> torch.Tensor:
+def as_long_tensor(index: IndexLike) -> torch.Tensor:
     """``index`` (int, sequence, numpy array or tensor) as an int64 CPU-or-same-device tensor."""
     if isinstance(index, torch.Tensor):
         if index.dtype == torch.bool:
@@ -93,12 +96,12 @@ def atomic_write_bytes(path: str | Path, payload: bytes) -> None:
         raise
 
 
-def atomic_write_json(path: str | Path, obj: Any) -> None:
+def atomic_write_json(path: str | Path, obj: object) -> None:
     """Writes ``obj`` as JSON to ``path`` atomically (temporary file + rename)."""
     atomic_write_bytes(path, json.dumps(obj, indent=1, sort_keys=True).encode())
 
 
-def atomic_torch_save(obj: Any, path: str | Path) -> None:
+def atomic_torch_save(obj: object, path: str | Path) -> None:
     """``torch.save(obj, path)`` through a temporary file and a rename."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -116,7 +119,7 @@ def safe_torch_load(
     path: str | Path,
     *,
     trusted: bool = False,
-    map_location: Any = None,
+    map_location: torch.device | str | dict[str, str] | None = None,
     hint: str = "",
     allow: Sequence[Any] = (),
 ) -> Any:
@@ -218,17 +221,17 @@ def default_collate(items: Sequence[Any]) -> Any:
         return list(items)
 
 
-def identity(x: Any) -> Any:
+def identity(x: T) -> T:
     """Returns ``x`` unchanged (the collate function of tensor storages)."""
     return x
 
 
-def nested_key_str(key: Any) -> str:
+def nested_key_str(key: NestedKey) -> str:
     """A readable form of a (possibly nested) key for error messages."""
     return repr(key) if isinstance(key, str) else repr(tuple(key))
 
 
-def td_new(source: dict[str, Any], batch_size: torch.Size, device: Any = None) -> TensorDict:
+def td_new(source: dict[str, Any], batch_size: torch.Size, device: DeviceLike = None) -> TensorDict:
     """Builds a TensorDict from already-checked tensors without re-validating them.
 
     The hot sampling path builds one TensorDict per sample; skipping tensordict's per-entry checks
@@ -242,7 +245,7 @@ def td_new(source: dict[str, Any], batch_size: torch.Size, device: Any = None) -
 # ---------------------------------------------------------------------------------------------
 
 
-def batch_shape(data: Any) -> torch.Size:
+def batch_shape(data: object) -> torch.Size:
     """The batch shape of a TensorDict, or the full shape of a tensor (the storable kinds)."""
     if isinstance(data, TensorDictBase):
         return data.batch_size
@@ -254,7 +257,7 @@ def batch_shape(data: Any) -> torch.Size:
     )
 
 
-def split_index(index: Any, ndim: int) -> list[torch.Tensor]:
+def split_index(index: IndexLike, ndim: int) -> list[torch.Tensor]:
     """The ``ndim`` broadcast index tensors of an item index ``(lead..., t)`` or ``[..., ndim]``."""
     if isinstance(index, tuple):
         if len(index) != ndim:
@@ -370,7 +373,7 @@ def encode_header(filled: int, cursor: int) -> bytes:
     return np.array([_MAGIC, filled, cursor, 0], dtype=np.int64).tobytes()
 
 
-def replace_dir(path: Path, fill: Any) -> None:
+def replace_dir(path: Path, fill: Callable[[Path], object]) -> None:
     """Fills a fresh temporary directory, then swaps it in place of ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"

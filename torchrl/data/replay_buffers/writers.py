@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import INDEX, NEXT, REWARD
+from torchrl._types import NestedKey
 from torchrl.data.replay_buffers.storages import Index, LoadPlan, Storage
 from torchrl.data.replay_buffers.utils import check_reduction, nested_key_str, reduce_trailing
 
@@ -251,7 +252,7 @@ class TensorDictMaxValueWriter(Writer):
         [3.0, 5.0]
     """
 
-    def __init__(self, rank_key: Any = None, reduction: str = "sum") -> None:
+    def __init__(self, rank_key: NestedKey | None = None, reduction: str = "sum") -> None:
         super().__init__()
         self.rank_key = rank_key if rank_key is not None else (NEXT, REWARD)
         self.reduction = check_reduction(reduction)

@@ -6,6 +6,8 @@ TensorDict; ``torch.stack`` / ``stack_specs`` stack specs, lazily (``Stacked``,
 ``StackedComposite``) when they differ. The TorchRL paper's names are permanent aliases.
 """
 
+from __future__ import annotations
+
 from torchrl.data.specs.base import (
     BinaryBox,
     BoxList,

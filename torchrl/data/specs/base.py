@@ -9,13 +9,13 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from torchrl._types import DeviceLike, ShapeLike
+from torchrl._types import DeviceLike, IndexLike, ShapeLike
 
 _EMPTY = torch.Size(())
 _SCALARS = (bool, int, float, np.bool_, np.number)
 
 
-def as_size(shape: Any) -> torch.Size:
+def as_size(shape: ShapeLike | torch.Tensor | None) -> torch.Size:
     """Turns ``None``, an int or a sequence of ints into a ``torch.Size`` (hot path: keep cheap)."""
     if shape is None:
         return _EMPTY
@@ -28,7 +28,7 @@ def as_size(shape: Any) -> torch.Size:
     return torch.Size([int(s) for s in shape])
 
 
-def as_spec_shape(shape: Any, owner: str) -> torch.Size:
+def as_spec_shape(shape: ShapeLike | torch.Tensor | None, owner: str) -> torch.Size:
     """Like ``as_size`` for a spec's own shape: rejects negative sizes with a ``ValueError``."""
     try:
         size = as_size(shape)
@@ -51,7 +51,7 @@ def as_device(device: DeviceLike) -> torch.device | None:
     return device
 
 
-def check_spec_dtype(dtype: Any, owner: str) -> torch.dtype:
+def check_spec_dtype(dtype: object, owner: str) -> torch.dtype:
     """Returns ``dtype`` if it is a real torch dtype; raises ``ValueError`` naming ``owner``."""
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"{owner}: dtype must be a torch.dtype, got {dtype!r}")
@@ -60,7 +60,7 @@ def check_spec_dtype(dtype: Any, owner: str) -> torch.dtype:
     return dtype
 
 
-def check_discrete_dtype(dtype: Any, owner: str) -> torch.dtype:
+def check_discrete_dtype(dtype: object, owner: str) -> torch.dtype:
     """Like :func:`check_spec_dtype`, and also refuses floating dtypes (category indices)."""
     dtype = check_spec_dtype(dtype, owner)
     if dtype.is_floating_point:
@@ -130,7 +130,7 @@ def check_n_fits(n: int, dtype: torch.dtype, owner: str, what: str = "n") -> Non
         )
 
 
-def format_value(value: Any, max_numel: int = 8) -> str:
+def format_value(value: object, max_numel: int = 8) -> str:
     """Short, readable rendering of a tensor (or anything) for reprs and error messages."""
     if not isinstance(value, torch.Tensor):
         return repr(value)
@@ -167,7 +167,7 @@ def format_location(where: tuple[int, ...]) -> str:
     return f"value{list(where)}" if where else "value"
 
 
-def describe_value(val: Any) -> str:
+def describe_value(val: object) -> str:
     """``a tensor of shape ... and dtype ...`` or ``a <type>``, for error messages."""
     if isinstance(val, torch.Tensor):
         return f"a tensor of shape {tuple(val.shape)} and dtype {val.dtype}"
@@ -181,7 +181,7 @@ def _shallow_copy(obj: Any) -> Any:
     return new
 
 
-def as_raw_tensor(val: Any) -> torch.Tensor:
+def as_raw_tensor(val: object) -> torch.Tensor:
     """A tensor from ``val`` without changing its dtype; numpy arrays are wrapped without a copy."""
     if isinstance(val, torch.Tensor):
         return val
@@ -202,7 +202,7 @@ def masks_equal(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
 INT64_MAX = 2**63 - 1
 
 
-def check_n(n: Any, owner: str) -> int:
+def check_n(n: object, owner: str) -> int:
     """Returns a category count ``n`` as an int in ``[1, 2**63 - 1]``; raises ``ValueError``."""
     if isinstance(n, torch.Tensor) and n.numel() == 1:
         n = n.item()
@@ -214,7 +214,11 @@ def check_n(n: Any, owner: str) -> int:
 
 
 def prepare_mask(
-    mask: Any, shape: torch.Size, device: torch.device | None, owner: str, check_rows: bool = True
+    mask: torch.Tensor | np.ndarray | Sequence[Any],
+    shape: torch.Size,
+    device: torch.device | None,
+    owner: str,
+    check_rows: bool = True,
 ) -> torch.Tensor:
     """Validates a boolean mask and expands it to ``shape``; every group needs an allowed entry."""
     mask = torch.as_tensor(mask)
@@ -285,7 +289,7 @@ def nearest_allowed(idx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return dist.masked_fill_(~mask.to(idx.device), float("inf")).argmin(-1)
 
 
-def expand_ellipsis(idx: Any, ndim: int) -> tuple:
+def expand_ellipsis(idx: IndexLike, ndim: int) -> tuple:
     """Spells out ``...`` so that leaves, which have more dims, index the same batch dims."""
     if not isinstance(idx, tuple):
         idx = (idx,)
@@ -300,7 +304,7 @@ def expand_ellipsis(idx: Any, ndim: int) -> tuple:
     return idx[:pos] + (slice(None),) * (ndim - consumed) + idx[pos + 1 :]
 
 
-def indexed_shape(shape: torch.Size, idx: Any, owner: str) -> torch.Size:
+def indexed_shape(shape: torch.Size, idx: IndexLike, owner: str) -> torch.Size:
     """The shape that indexing a tensor of ``shape`` with ``idx`` gives, without real data."""
     try:
         return torch.zeros((), dtype=torch.bool).expand(shape)[idx].shape
@@ -785,7 +789,7 @@ class TensorSpec(ABC):
         shape = torch.Size((*self.shape[:d], 1, *self.shape[d:]))
         return self._copy_with(shape, lambda t: t.unsqueeze(d))
 
-    def __getitem__(self, idx: Any) -> TensorSpec:
+    def __getitem__(self, idx: IndexLike) -> TensorSpec:
         """Indexes the batch dims of the spec like a tensor of shape ``self.shape``."""
         batch = self.shape[: self._batch_ndim]
         new_batch = indexed_shape(batch, idx, self._name)

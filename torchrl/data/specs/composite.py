@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
-from typing import Any
+from collections.abc import (
+    ItemsView,
+    Iterator,
+    KeysView,
+    Mapping,
+    MutableMapping,
+    Sequence,
+    ValuesView,
+)
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
@@ -274,7 +282,19 @@ class Composite(TensorSpec):
             if include_nested and v._is_composite:
                 yield from v._walk(path, include_nested, leaves_only)  # type: ignore[attr-defined]
 
-    def keys(self, include_nested: bool = False, leaves_only: bool = False) -> Any:
+    @overload
+    def keys(
+        self, include_nested: Literal[False] = False, leaves_only: Literal[False] = False
+    ) -> KeysView[str]: ...
+
+    @overload
+    def keys(
+        self, include_nested: bool = False, leaves_only: bool = False
+    ) -> KeysView[str] | list[NestedKey]: ...
+
+    def keys(
+        self, include_nested: bool = False, leaves_only: bool = False
+    ) -> KeysView[str] | list[NestedKey]:
         """The keys: top-level names, or also nested ones as tuples.
 
         Args:
@@ -288,13 +308,17 @@ class Composite(TensorSpec):
             return self._specs.keys()
         return [p[0] if len(p) == 1 else p for p, _ in self._walk((), include_nested, leaves_only)]
 
-    def values(self, include_nested: bool = False, leaves_only: bool = False) -> Any:
+    def values(
+        self, include_nested: bool = False, leaves_only: bool = False
+    ) -> ValuesView[TensorSpec] | list[TensorSpec]:
         """The specs, in the order of ``keys`` with the same flags."""
         if not include_nested and not leaves_only:
             return self._specs.values()
         return [v for _, v in self._walk((), include_nested, leaves_only)]
 
-    def items(self, include_nested: bool = False, leaves_only: bool = False) -> Any:
+    def items(
+        self, include_nested: bool = False, leaves_only: bool = False
+    ) -> ItemsView[str, TensorSpec] | list[tuple[NestedKey, TensorSpec]]:
         """``(key, spec)`` pairs, in the order of ``keys`` with the same flags."""
         if not include_nested and not leaves_only:
             return self._specs.items()

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from tensordict import LazyStackedTensorDict, TensorDictBase
 
-from torchrl._types import ShapeLike
+from torchrl._types import DeviceLike, NestedKey, ShapeLike
 from torchrl.data.specs.base import (
     TensorSpec,
     as_raw_tensor,
@@ -19,6 +19,9 @@ from torchrl.data.specs.base import (
     describe_value,
     expand_ellipsis,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 def stack_specs(specs: Sequence[TensorSpec], dim: int = 0) -> TensorSpec:
@@ -203,7 +206,7 @@ class Stacked(TensorSpec):
         values = [getattr(s, method)(lead) for s in self._specs]
         return self._combine(values, self.dim + len(lead))
 
-    def rand(self, shape: ShapeLike | None = None) -> Any:
+    def rand(self, shape: ShapeLike | None = None) -> torch.Tensor | TensorDictBase:
         """Each spec's sample, stacked at ``dim`` (a nested tensor when their shapes differ).
 
         Args:
@@ -211,11 +214,11 @@ class Stacked(TensorSpec):
         """
         return self._sample("rand", shape)
 
-    def zero(self, shape: ShapeLike | None = None) -> Any:
+    def zero(self, shape: ShapeLike | None = None) -> torch.Tensor | TensorDictBase:
         """Each spec's ``zero``, stacked at ``dim``."""
         return self._sample("zero", shape)
 
-    def one(self, shape: ShapeLike | None = None) -> Any:
+    def one(self, shape: ShapeLike | None = None) -> torch.Tensor | TensorDictBase:
         """Each spec's ``one``, stacked at ``dim``."""
         return self._sample("one", shape)
 
@@ -253,7 +256,7 @@ class Stacked(TensorSpec):
                 raise type(err)(f"{self._name}: stack entry {i}: {err}") from err
         return out if isinstance(val, (list, tuple)) else self._combine(out, p)
 
-    def encode(self, val: Any, *, ignore_device: bool = False) -> Any:
+    def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor | TensorDictBase:
         """Encodes each slice (or each item of a list) with its spec and stacks the results."""
         if isinstance(val, np.ndarray):
             val = as_raw_tensor(val)
@@ -264,7 +267,7 @@ class Stacked(TensorSpec):
         out = [s.encode(e, ignore_device=ignore_device) for s, e in zip(self._specs, elements)]
         return self._combine(out, p)
 
-    def to_numpy(self, val: Any, safe: bool = False) -> Any:
+    def to_numpy(self, val: Any, safe: bool = False) -> np.ndarray | list[np.ndarray]:
         """A numpy array, or a list of arrays for a nested tensor."""
         if safe:
             self.assert_is_in(val)
@@ -276,15 +279,15 @@ class Stacked(TensorSpec):
     def _remake(self, specs: list[TensorSpec], dim: int | None = None) -> Any:
         return type(self)(*specs, dim=self.dim if dim is None else dim)
 
-    def to(self, dest: torch.dtype | Any) -> Any:
+    def to(self, dest: torch.dtype | DeviceLike) -> Self:
         """Every stacked spec moved or cast (see ``TensorSpec.to``)."""
         return self._remake([s.to(dest) for s in self._specs])
 
-    def clone(self) -> Any:
+    def clone(self) -> Self:
         """A deep copy."""
         return self._remake([s.clone() for s in self._specs])
 
-    def expand(self, *shape: int | Sequence[int]) -> Any:
+    def expand(self, *shape: int | Sequence[int]) -> Self:
         """Prepends batch dims (``-1`` keeps a size; sizes that differ must stay ``-1``)."""
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])  # type: ignore[arg-type]
@@ -300,14 +303,14 @@ class Stacked(TensorSpec):
         sub = new[:p] + new[p + 1 :]
         return self._remake([s.expand(*sub) for s in self._specs], p)
 
-    def unsqueeze(self, dim: int) -> Any:
+    def unsqueeze(self, dim: int) -> Self:
         """Inserts a batch dim of size 1 (the stacked specs get it too)."""
         d = self._batch_dim(dim, extra=1)
         if d <= self.dim:
             return self._remake([s.unsqueeze(d) for s in self._specs], self.dim + 1)
         return self._remake([s.unsqueeze(d - 1) for s in self._specs])
 
-    def squeeze(self, dim: int | None = None) -> Any:
+    def squeeze(self, dim: int | None = None) -> TensorSpec:
         """Removes singleton batch dims; squeezing a stack of one spec gives that spec."""
         if dim is None:
             dims = [i for i in range(self._batch_ndim) if self.shape[i] == 1]
@@ -423,7 +426,7 @@ class StackedComposite(Stacked):
     def _combine(self, values: list[Any], p: int | None) -> Any:
         return LazyStackedTensorDict.lazy_stack(values, self.dim if p is None else p)
 
-    def encode(self, val: Any, *, ignore_device: bool = False) -> Any:
+    def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor | TensorDictBase:
         """Encodes a list of dicts (one per stacked Composite) into a lazy stack."""
         return super().encode(val, ignore_device=ignore_device)
 
@@ -461,7 +464,7 @@ class StackedComposite(Stacked):
         specs: list[Any] = self._specs
         return all(key in s for s in specs)
 
-    def get(self, key: Any, default: Any = None) -> Any:
+    def get(self, key: NestedKey, default: Any = None) -> Any:
         """The stacked entry at ``key``, or ``default`` when a Composite lacks it."""
         return self[key] if key in self else default
 
