@@ -1,5 +1,7 @@
 """Environments: the ``EnvBase`` contract, utilities, wrappers and custom envs."""
 
+from __future__ import annotations
+
 from torchrl.envs.batched import BatchedEnvBase, EnvMetaData, ParallelEnv, SerialEnv
 from torchrl.envs.common import EnvBase
 from torchrl.envs.custom import PendulumEnv

@@ -53,7 +53,7 @@ def _leaf_specs(composite: Any, lead: tuple[int, ...] = ()) -> dict[NestedKey, A
 def check_entry(
     where: str,
     key: NestedKey,
-    spec: Any,
+    spec: TensorSpec,
     value: Any,
     batch_dims: int,
     extra_dims: Sequence[int] = (),

@@ -4,6 +4,8 @@
 one process each, exchanging data through shared memory.
 """
 
+from __future__ import annotations
+
 from torchrl.envs.batched._meta import EnvMetaData
 from torchrl.envs.batched.base import BatchedEnvBase
 from torchrl.envs.batched.parallel import ParallelEnv

@@ -24,6 +24,7 @@ import pickle
 import signal
 import struct
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -34,7 +35,7 @@ from torchrl._processes import exit_worker, parent_gone, watch_parent
 from torchrl._td_compat import entries
 from torchrl.envs.batched._inner import check_value, fast_step, inner_step, reset_finished
 from torchrl.envs.batched._layout import Layout, get_leaf
-from torchrl.envs.common import next_seed
+from torchrl.envs.common import EnvBase, next_seed
 
 STEP = b"s"
 STEP_RESET = b"x"
@@ -98,7 +99,7 @@ class _Worker:
     def __init__(
         self,
         index: int,
-        env: Any,
+        env: EnvBase,
         layouts: tuple[Layout, Layout, Layout],
         buffers: tuple[TensorDictBase, TensorDictBase, TensorDictBase],
         step_present: list[bool],
@@ -150,7 +151,8 @@ class _Worker:
         env = self.env
         if self.fused:
             # A batched env resets its finished sub-envs itself, worker by worker.
-            out, root = env._step_and_reset_outputs(td)
+            # fused: the env is a batched env (BatchedEnvBase), which has this method
+            out, root = env._step_and_reset_outputs(td)  # type: ignore[operator]
             self._write(out, self.step_layout, self.steps, "step")
         else:
             out = inner_step(env, td, self.fast)  # type: ignore[arg-type]
@@ -199,7 +201,7 @@ def _command_name(message: bytes) -> str:
 
 def worker_main(
     index: int,
-    create_env_fn: Any,
+    create_env_fn: Callable[..., EnvBase],
     create_env_kwargs: dict[str, Any],
     conn: Connection,
     inherited: list[Connection],

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import DONE, NEXT, TERMINATED, TRUNCATED
-from torchrl.data.specs import TensorSpec
+from torchrl.data.specs import Composite, TensorSpec
 from torchrl.envs._key_paths import key_tuple, path_to_key
 from torchrl.envs._mdp import apply_mdp_plan
 from torchrl.envs._writes import set_next
@@ -126,7 +126,7 @@ class BatchedEnvBase(EnvBase):
                     return spec[prefix].shape
             return self._batch_size
 
-        def leaves(spec: Any) -> list[tuple[Path, Any]]:
+        def leaves(spec: Composite) -> list[tuple[Path, Any]]:
             return [(key_tuple(k), spec[k]) for k in spec.keys(True, True)]
 
         obs = leaves(self.full_observation_spec)

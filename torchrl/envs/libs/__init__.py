@@ -1,5 +1,7 @@
 """Wrappers for external simulators; each imports its library lazily."""
 
+from __future__ import annotations
+
 from torchrl.envs.libs._marl import MarlGroupMapType, check_marl_grouping
 from torchrl.envs.libs.brax import BraxEnv, BraxWrapper
 from torchrl.envs.libs.dm_control import DMControlEnv, DMControlWrapper

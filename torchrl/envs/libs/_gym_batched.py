@@ -90,7 +90,7 @@ def _batched_checked_writer(
         dtype = np.dtype(space.dtype)
         if env._categorical:
 
-            def write_index(action: Any) -> list[Any] | object:
+            def write_index(action: object) -> list[Any] | object:
                 if type(action) is not torch.Tensor or spec.mask is not None:  # type: ignore[attr-defined]
                     return INVALID
                 index = action.tolist()
@@ -105,7 +105,7 @@ def _batched_checked_writer(
             return write_index
         eye = [[i == j for j in range(size)] for i in range(size)]
 
-        def write_one_hot(action: Any) -> list[Any] | object:
+        def write_one_hot(action: object) -> list[Any] | object:
             if type(action) is not torch.Tensor or spec.mask is not None:  # type: ignore[attr-defined]
                 return INVALID
             rows = action.tolist()
@@ -135,7 +135,7 @@ def _batched_checked_writer(
         highs: list[float] = spec.high.expand(spec.shape).reshape(-1).tolist()
         width = int(space.shape[0])
 
-        def write_box(action: Any) -> list[Any] | object:
+        def write_box(action: object) -> list[Any] | object:
             if type(action) is not torch.Tensor or action.shape != spec.shape:
                 return INVALID
             rows = action.tolist()

@@ -8,10 +8,12 @@ wrappers there (gym, envpool, pettingzoo, vmas) share.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from torchrl._keys import ACTION
@@ -50,12 +52,12 @@ ToTensor = Callable[[Any], Any]
 ToGym = Callable[[Any], Any]
 
 
-def import_gymnasium() -> Any:
+def import_gymnasium() -> ModuleType:
     """The ``gymnasium`` module; an ``ImportError`` naming the ``gym`` extra when it is missing."""
     return import_optional("gymnasium", extra="gym")
 
 
-def torch_dtype_of(np_dtype: Any) -> torch.dtype:
+def torch_dtype_of(np_dtype: npt.DTypeLike) -> torch.dtype:
     """The torch dtype of a numpy dtype (``np.float64`` -> ``torch.float64``).
 
     Examples:
@@ -193,14 +195,14 @@ def make_reader(space: Any, categorical: bool) -> ToTensor:
     if isinstance(space, spaces.Box):
         np_dtype = space.dtype
 
-        def read_box(value: Any) -> torch.Tensor:
+        def read_box(value: npt.ArrayLike) -> torch.Tensor:
             return tensor_from_array(np.asarray(value, dtype=np_dtype))
 
         return read_box
     if isinstance(space, spaces.MultiBinary):
         np_dtype = space.dtype
 
-        def read_binary(value: Any) -> torch.Tensor:
+        def read_binary(value: npt.ArrayLike) -> torch.Tensor:
             return torch.from_numpy(np.asarray(value, dtype=np_dtype))
 
         return read_binary
@@ -212,7 +214,7 @@ def make_reader(space: Any, categorical: bool) -> ToTensor:
         else:
             sizes = [int(v) for v in np.asarray(space.nvec).reshape(-1)]
 
-        def read_index(value: Any) -> torch.Tensor:
+        def read_index(value: npt.ArrayLike) -> torch.Tensor:
             index = np.asarray(value, dtype=np.int64)
             if has_start:
                 # 0-d arithmetic yields a numpy scalar, which from_numpy refuses
@@ -224,12 +226,12 @@ def make_reader(space: Any, categorical: bool) -> ToTensor:
         if isinstance(space, spaces.Discrete):
             n = sizes[0]
 
-            def read_one_hot(value: Any) -> torch.Tensor:
+            def read_one_hot(value: npt.ArrayLike) -> torch.Tensor:
                 return torch.nn.functional.one_hot(read_index(value), n).bool()
 
             return read_one_hot
 
-        def read_multi_one_hot(value: Any) -> torch.Tensor:
+        def read_multi_one_hot(value: npt.ArrayLike) -> torch.Tensor:
             index = read_index(value)
             return torch.cat(
                 [torch.nn.functional.one_hot(index[..., i], n) for i, n in enumerate(sizes)],
@@ -240,14 +242,14 @@ def make_reader(space: Any, categorical: bool) -> ToTensor:
     if isinstance(space, spaces.Dict):
         items = [(key, make_reader(sub, categorical)) for key, sub in space.spaces.items()]
 
-        def read_dict(value: Any) -> dict[str, Any]:
+        def read_dict(value: Mapping[str, Any]) -> dict[str, Any]:
             return {key: read(value[key]) for key, read in items}
 
         return read_dict
     if isinstance(space, spaces.Tuple):
         members = [(str(i), i, make_reader(sub, categorical)) for i, sub in enumerate(space.spaces)]
 
-        def read_tuple(value: Any) -> dict[str, Any]:
+        def read_tuple(value: Sequence[Any]) -> dict[str, Any]:
             return {key: read(value[i]) for key, i, read in members}
 
         return read_tuple
@@ -286,7 +288,7 @@ def make_writer(space: Any, categorical: bool, batched: bool) -> ToGym:
             if categorical:
                 return lambda action: scalar(int(action) + start)
 
-            def write_one_hot(action: torch.Tensor) -> Any:
+            def write_one_hot(action: torch.Tensor) -> np.generic:
                 # a list search beats any tensor op on 2-20 entries (and takes bool tensors)
                 values = action.tolist()
                 return scalar(values.index(max(values)) + start)
@@ -355,7 +357,7 @@ def make_checked_writer(space: Any, categorical: bool, spec: TensorSpec) -> ToGy
         scalar = np.dtype(space.dtype).type
         if categorical:
 
-            def write_index(action: Any) -> Any:
+            def write_index(action: object) -> object:
                 if not isinstance(action, torch.Tensor) or spec.mask is not None:  # type: ignore[attr-defined]
                     return INVALID
                 index = action.tolist()  # a Python int for a 0-d integer tensor
@@ -365,7 +367,7 @@ def make_checked_writer(space: Any, categorical: bool, spec: TensorSpec) -> ToGy
 
             return write_index
 
-        def write_one_hot(action: Any) -> Any:
+        def write_one_hot(action: object) -> object:
             if not isinstance(action, torch.Tensor) or spec.mask is not None:  # type: ignore[attr-defined]
                 return INVALID
             row = action.tolist()
@@ -390,7 +392,7 @@ def make_checked_writer(space: Any, categorical: bool, spec: TensorSpec) -> ToGy
         lows: list[float] = spec.low.reshape(-1).tolist()
         highs: list[float] = spec.high.reshape(-1).tolist()
 
-        def write_box(action: Any) -> Any:
+        def write_box(action: object) -> object:
             if not isinstance(action, torch.Tensor):
                 return INVALID
             values = action.tolist()

@@ -14,7 +14,7 @@ backward feeds the output cotangents to it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -84,7 +84,7 @@ class _BraxStep(torch.autograd.Function):
         return (*outs, *ints)
 
     @staticmethod
-    def backward(ctx: Any, *grads: Any) -> Any:
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         import jax.numpy as jnp
 
         n = len(ctx.out_specs)
@@ -213,15 +213,17 @@ class BraxWrapper(EnvBase):
                 leaves[i] = x
             return leaves
 
-        def fwd(floats: list[Any], ints: list[Any], action: Any) -> Any:
-            def f(fl: list[Any], a: Any) -> Any:
+        def fwd(
+            floats: list[Any], ints: list[Any], action: Any
+        ) -> tuple[list[Any], list[Any], Callable[..., Any]]:
+            def f(fl: list[Any], a: Any) -> tuple[list[Any], list[Any]]:
                 out = step(merge(fl, ints), a)
                 return [out[i] for i in float_idx], [out[i] for i in int_idx]
 
             new_floats, vjp_fn, new_ints = jax.vjp(f, floats, action, has_aux=True)
             return new_floats, new_ints, vjp_fn
 
-        def bwd(vjp_fn: Any, cotangents: list[Any]) -> Any:
+        def bwd(vjp_fn: Callable[[list[Any]], Any], cotangents: list[Any]) -> Any:
             return vjp_fn(cotangents)
 
         self._reset_fn = jax.jit(reset)

@@ -46,7 +46,7 @@ from torchrl._keys import (
     TRUNCATED,
 )
 from torchrl._td_compat import new_unchecked
-from torchrl._types import DeviceLike
+from torchrl._types import DeviceLike, NestedKey
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Composite, Unbounded
 from torchrl.envs.common import EnvBase
@@ -232,7 +232,7 @@ class MultiThreadedEnvWrapper(EnvBase):
         observation = gym_to_torchrl_spec_transform(obs_space, device, self._categorical, batch)
         read = make_reader(obs_space, self._categorical)
         if isinstance(observation, Composite) and isinstance(obs_space, gym.spaces.Dict):
-            entries = {key: observation[key] for key in observation.keys()}
+            entries: dict[NestedKey, Any] = {key: observation[key] for key in observation.keys()}
             clash = sorted(_RESERVED.intersection(entries))
             if clash:
                 raise ValueError(

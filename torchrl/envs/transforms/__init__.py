@@ -6,6 +6,8 @@ buffer. One file per family: ``base`` (``Transform``, ``Compose``), ``env`` (``T
 ``rb`` (replay-buffer-only transforms).
 """
 
+from __future__ import annotations
+
 from torchrl.envs.transforms.actions import ActionDiscretizer, ActionMask, ClipTransform
 from torchrl.envs.transforms.base import Compose, ObservationTransform, Transform
 from torchrl.envs.transforms.dtype import DoubleToFloat, DTypeCastTransform

@@ -9,7 +9,7 @@ are done in a couple of comparisons.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -25,12 +25,15 @@ from torchrl.data.specs import (
     Unbounded,
 )
 
+if TYPE_CHECKING:
+    from torchrl.envs.transforms.base import Transform
+
 #: The three sub-specs of an env's ``output_spec``, in the order transforms visit them.
 OUTPUT_SPECS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
 
 
 # ------------------------------------------------------------------------------------- keys
-def unravel_key(key: Any) -> NestedKey:
+def unravel_key(key: object) -> NestedKey:
     """A key as a string, or a flat tuple of strings (``("a", ("b", "c"))`` -> ``("a", "b", "c")``).
 
     Raises:
@@ -47,7 +50,7 @@ def unravel_key(key: Any) -> NestedKey:
     raise TypeError(f"a key is a string or a tuple of strings, got {key!r}")
 
 
-def key_list(keys: Any, what: str = "keys") -> list[NestedKey]:
+def key_list(keys: NestedKey | Sequence[NestedKey] | None, what: str = "keys") -> list[NestedKey]:
     """Normalizes ``None`` / one key / a sequence of keys to a list of unravelled keys.
 
     A tuple of strings is *one* nested key; pass several keys as a list.
@@ -115,7 +118,7 @@ def shallow_copy(td: TensorDictBase) -> TensorDictBase:
     return new_unchecked(items, batch_size=td.batch_size, device=td.device, nested=False)
 
 
-def missing_key_error(owner: Any, key: NestedKey, td: TensorDictBase | None) -> KeyError:
+def missing_key_error(owner: object, key: NestedKey, td: TensorDictBase | None) -> KeyError:
     """The error a transform raises when an input key is absent: it names both."""
     name = owner if isinstance(owner, str) else type(owner).__name__
     if td is not None:
@@ -227,7 +230,7 @@ def where_reset(
 
 
 def map_output_specs(
-    owner: Any,
+    owner: Transform,
     output_spec: Composite,
     fn: Callable[[TensorSpec, NestedKey], TensorSpec],
     pairs: Sequence[tuple[NestedKey, NestedKey]] | None = None,
@@ -249,7 +252,7 @@ def map_output_specs(
 
 
 def map_input_specs(
-    owner: Any,
+    owner: Transform,
     input_spec: Composite,
     fn: Callable[[TensorSpec, NestedKey], TensorSpec],
     strict: bool = True,
@@ -276,7 +279,7 @@ def map_input_specs(
 
 
 def missing_spec_error(
-    owner: Any, key: NestedKey, spec: Composite, names: Sequence[str]
+    owner: object, key: NestedKey, spec: Composite, names: Sequence[str]
 ) -> KeyError:
     found = {
         name: [str(k) for k in spec[name].keys(include_nested=True, leaves_only=True)]

@@ -318,7 +318,7 @@ class Transform(nn.Module):
         ref = self._container_ref
         return ref() if ref is not None else None
 
-    def set_container(self, container: Any) -> None:
+    def set_container(self, container: object) -> None:
         """Declares the ``Compose``, env or replay buffer that holds this transform.
 
         Raises:
@@ -621,7 +621,7 @@ class Compose(Transform):
         for t in self._ts:
             t._clear_parent_cache()
 
-    def set_container(self, container: Any) -> None:
+    def set_container(self, container: object) -> None:
         super().set_container(container)
         self._clear_parent_cache()
 

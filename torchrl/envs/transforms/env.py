@@ -16,7 +16,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import NEXT
-from torchrl.data.specs import Composite
+from torchrl.data.specs import Composite, TensorSpec
 from torchrl.envs.common import EnvBase
 from torchrl.envs.transforms._utils import shallow_copy
 from torchrl.envs.transforms.base import Compose, Transform
@@ -177,7 +177,7 @@ class TransformedEnv(EnvBase):
         return self.output_spec["full_observation_spec"]
 
     @full_observation_spec.setter
-    def full_observation_spec(self, value: Any) -> None:
+    def full_observation_spec(self, value: TensorSpec) -> None:
         self._read_only("observation_spec")
 
     @property
@@ -186,7 +186,7 @@ class TransformedEnv(EnvBase):
         return self.output_spec["full_reward_spec"]
 
     @full_reward_spec.setter
-    def full_reward_spec(self, value: Any) -> None:
+    def full_reward_spec(self, value: TensorSpec) -> None:
         self._read_only("reward_spec")
 
     @property
@@ -195,7 +195,7 @@ class TransformedEnv(EnvBase):
         return self.output_spec["full_done_spec"]
 
     @full_done_spec.setter
-    def full_done_spec(self, value: Any) -> None:
+    def full_done_spec(self, value: TensorSpec) -> None:
         self._read_only("done_spec")
 
     @property
@@ -204,7 +204,7 @@ class TransformedEnv(EnvBase):
         return self.input_spec["full_action_spec"]
 
     @full_action_spec.setter
-    def full_action_spec(self, value: Any) -> None:
+    def full_action_spec(self, value: TensorSpec) -> None:
         self._read_only("action_spec")
 
     @property
@@ -213,7 +213,7 @@ class TransformedEnv(EnvBase):
         return self.input_spec["full_state_spec"]
 
     @full_state_spec.setter
-    def full_state_spec(self, value: Any) -> None:
+    def full_state_spec(self, value: TensorSpec) -> None:
         self._read_only("state_spec")
 
     # ---------------------------------------------------------------------- transforms
