@@ -8,6 +8,8 @@ object (:class:`CollectorOptions`, :class:`MultiCollectorOptions`, :class:`Remot
 that its workers receive whole.
 """
 
+from __future__ import annotations
+
 from torchrl.collectors._base import DataCollectorBase
 from torchrl.collectors._options import (
     CollectorOptions,

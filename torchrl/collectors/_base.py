@@ -158,7 +158,7 @@ class DataCollectorBase:
         raise NotImplementedError
 
 
-def check_count(name: str, arg: str, value: Any, minimum: int = 0) -> int:
+def check_count(name: str, arg: str, value: object, minimum: int = 0) -> int:
     """Validates a count: any integer (``int``, ``numpy.int64``, ...) of at least ``minimum``.
 
     Args:
@@ -186,7 +186,7 @@ def check_count(name: str, arg: str, value: Any, minimum: int = 0) -> int:
     try:
         if isinstance(value, (bool, np.bool_)):
             raise TypeError
-        count = operator.index(value)
+        count = operator.index(value)  # type: ignore[arg-type]  # a TypeError here is the check
     except TypeError:
         raise ValueError(
             f"{name}: {arg} must be an integer >= {minimum}, got {value!r} ({type(value).__name__})"
@@ -197,7 +197,7 @@ def check_count(name: str, arg: str, value: Any, minimum: int = 0) -> int:
 
 
 def check_frames(
-    name: str, frames_per_batch: Any, total_frames: Any, unit: int
+    name: str, frames_per_batch: object, total_frames: object, unit: int
 ) -> tuple[int, float]:
     """Validates the frame counts; rounds them up to what a batch can hold.
 

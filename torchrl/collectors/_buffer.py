@@ -104,7 +104,7 @@ def allocate_batch(
     return batch, skipped
 
 
-def is_tensor_dict(value: Any) -> bool:
+def is_tensor_dict(value: object) -> bool:
     # NonTensorData / NonTensorStack are TensorDictBase subclasses holding Python objects.
     return not getattr(value, "_is_non_tensor", False)
 
@@ -128,7 +128,7 @@ class StepWriter:
         paths = [p for p, v in _leaves(batch) if isinstance(v, torch.Tensor) and p not in skip]
         precompute = len(paths) * steps <= _MAX_PRECOMPUTED_VIEWS
 
-        def slices(tensor: torch.Tensor) -> Any:
+        def slices(tensor: torch.Tensor) -> list[torch.Tensor] | torch.Tensor:
             # A list of views and a time-major view both answer ``[t]`` with slice t.
             if precompute:
                 return [tensor.select(batch_dims, t) for t in range(steps)]

@@ -89,7 +89,7 @@ def _exploration(value: Any, owner: str) -> ExplorationType | None:
     )
 
 
-def check_total_frames(owner: str, total_frames: Any) -> int | float:
+def check_total_frames(owner: str, total_frames: object) -> int | float:
     """Validates a ``total_frames``: a positive integer, or ``-1``/``None``/``inf`` for no end.
 
     Args:
@@ -472,13 +472,15 @@ class RemoteCollectorOptions:
         """The frames of one worker's batch (a share of a sync batch, or a whole batch)."""
         return self.frames_per_batch // self.num_workers if self.sync else self.frames_per_batch
 
-    def per_worker(self, arg: Any) -> list[Any]:
+    def per_worker(self, arg: object) -> list[Any]:
         """``arg`` for each worker: itself when it is a per-worker list, else repeated."""
         if isinstance(arg, Sequence) and not isinstance(arg, (str, dict)):
             return list(arg)
         return [arg] * self.num_workers
 
-    def worker_kwargs(self, collector_kwargs: Any) -> list[dict[str, Any]]:
+    def worker_kwargs(
+        self, collector_kwargs: dict[str, Any] | Sequence[dict[str, Any] | None] | None
+    ) -> list[dict[str, Any]]:
         """Each worker's collector keywords, with its ``frames_per_batch`` set here."""
         out = []
         for kwargs in self.per_worker(collector_kwargs):

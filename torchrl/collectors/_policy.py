@@ -17,8 +17,11 @@ from torchrl.envs.utils import RandomPolicy
 
 #: New policy weights: a module, a state dict, or a TensorDict of weights (keys joined by dots).
 WeightsLike = nn.Module | Mapping[str, torch.Tensor] | TensorDictBase
+#: A collector's policy: TensorDict in, TensorDict out (or written in place and ``None``).
+PolicyLike = Callable[[TensorDictBase], "TensorDictBase | None"]
 
 __all__ = [
+    "PolicyLike",
     "WeightsLike",
     "DevicePolicy",
     "DirectModuleCall",
@@ -41,7 +44,7 @@ def random_policy(env: EnvBase) -> RandomPolicy:
     return RandomPolicy(env.full_action_spec)
 
 
-def wrap_policy(policy: Any, env: EnvBase, trust_policy: bool) -> Any:
+def wrap_policy(policy: PolicyLike | None, env: EnvBase, trust_policy: bool) -> PolicyLike:
     """Makes ``policy`` a TensorDict-in, TensorDict-out callable.
 
     A ``TensorDictModuleBase`` is used as is. An ``nn.Module`` whose ``forward`` arguments are
@@ -76,7 +79,7 @@ def wrap_policy(policy: Any, env: EnvBase, trust_policy: bool) -> Any:
     return policy
 
 
-def device_of(policy: Any) -> torch.device | None:
+def device_of(policy: object) -> torch.device | None:
     """The device of the policy's first parameter or buffer (``None`` when it has none)."""
     if not isinstance(policy, nn.Module):
         return None
@@ -96,7 +99,9 @@ class DevicePolicy:
         env_device: where the env's data lives.
     """
 
-    def __init__(self, policy: Any, device: torch.device, env_device: torch.device | None) -> None:
+    def __init__(
+        self, policy: PolicyLike, device: torch.device, env_device: torch.device | None
+    ) -> None:
         self.policy = policy
         self.device = device
         self.env_device = env_device
@@ -289,7 +294,7 @@ _ACTIVATIONS: dict[type, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def _layer_call(layer: nn.Module) -> Callable[[Any], Any]:
+def _layer_call(layer: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     """What calling a plain layer computes, with the least Python in between.
 
     ``nn.Linear.forward`` reads its weight and bias through ``nn.Module.__getattr__`` at every
@@ -302,7 +307,7 @@ def _layer_call(layer: nn.Module) -> Callable[[Any], Any]:
         weight, bias = layer.weight, layer.bias
         linear = torch.nn.functional.linear
 
-        def call(x: Any) -> Any:
+        def call(x: torch.Tensor) -> torch.Tensor:
             return linear(x, weight, bias)
 
         return call
@@ -311,7 +316,7 @@ def _layer_call(layer: nn.Module) -> Callable[[Any], Any]:
     return _ACTIVATIONS.get(type(layer), layer.forward)
 
 
-def direct_call(policy: Any) -> Any:
+def direct_call(policy: PolicyLike) -> PolicyLike:
     """A :class:`DirectModuleCall` for a plain ``TensorDictModule``, else ``policy`` itself.
 
     Plain means: exactly ``TensorDictModule``, string keys, positional inputs, in-place

@@ -156,7 +156,7 @@ class WorkerPool:
         return len(self.procs)
 
     # -------------------------------------------------------------------------------- messaging
-    def send(self, i: int, cmd: str, arg: Any = None) -> None:
+    def send(self, i: int, cmd: str, arg: object = None) -> None:
         """Sends a command to worker ``i``; raises :class:`WorkerError` if it is gone."""
         try:
             self.conns[i].send((cmd, arg))
@@ -227,7 +227,7 @@ class WorkerPool:
             if got != "batch":
                 raise RuntimeError(f"{self.who(i)}: expected {kind!r}, got {got!r}")
 
-    def ask(self, i: int, cmd: str, arg: Any = None) -> Any:
+    def ask(self, i: int, cmd: str, arg: object = None) -> Any:
         """Sends a command to worker ``i`` and returns its reply."""
         self.send(i, cmd, arg)
         return self.expect(i, "reply")
@@ -236,7 +236,9 @@ class WorkerPool:
         """How messages name worker ``i``."""
         return f"collector worker {i} (pid {self.procs[i].pid})"
 
-    def batch_view(self, i: int, slot: int, steps: int, buffer: Any) -> TensorDictBase:
+    def batch_view(
+        self, i: int, slot: int, steps: int, buffer: TensorDictBase | None
+    ) -> TensorDictBase:
         """The ``steps`` first steps of worker ``i``'s batch in ``slot``.
 
         Args:

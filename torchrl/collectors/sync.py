@@ -25,6 +25,7 @@ from torchrl.collectors._options import CollectorOptions, Interruptor
 from torchrl.collectors._policy import (
     DevicePolicy,
     DirectModuleCall,
+    PolicyLike,
     WeightsLike,
     copy_weights,
     device_of,
@@ -42,8 +43,6 @@ __all__ = ["SyncDataCollector", "extend_replay_buffer", "make_env"]
 
 #: What a collector is given as its env: an env, a callable building one, or a one-element list.
 EnvSource = EnvBase | Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]]
-#: A collector's policy: TensorDict in, TensorDict out (or written in place and ``None``).
-PolicyLike = Callable[[TensorDictBase], "TensorDictBase | None"]
 
 
 def make_env(

@@ -5,6 +5,8 @@ line to scale out. ``ray`` and ``submitit`` are optional (extras ``torchrl[ray]`
 ``torchrl[submitit]``) and imported only when a collector is built.
 """
 
+from __future__ import annotations
+
 from torchrl.collectors.distributed.generic import DistributedDataCollector
 from torchrl.collectors.distributed.ray import DEFAULT_REMOTE_CLASS_CONFIG, RayCollector
 from torchrl.collectors.distributed.replay import RayReplayBuffer

@@ -9,11 +9,18 @@ samples from it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torchrl._types import ReplayBufferLike
+from torchrl._types import IndexLike, ReplayBufferLike
 from torchrl._utils import import_optional
 from torchrl.collectors.distributed.utils import start_local_ray
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import torch
+
+    from torchrl.data.replay_buffers.utils import Index
 
 __all__ = ["RayReplayBuffer"]
 
@@ -21,7 +28,9 @@ __all__ = ["RayReplayBuffer"]
 class _BufferHost:
     """The actor body: builds the buffer in the actor process and serves calls to it."""
 
-    def __init__(self, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, cls: Callable[..., ReplayBufferLike], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         import torch
 
         torch.set_num_threads(1)
@@ -109,11 +118,11 @@ class RayReplayBuffer:
         return state
 
     # ------------------------------------------------------------------------------ the API
-    def extend(self, data: Any) -> Any:
+    def extend(self, data: Any) -> Index:
         """Writes a batch of items; returns their indices."""
         return self._call("extend", data)
 
-    def add(self, data: Any) -> Any:
+    def add(self, data: Any) -> int | Index | None:
         """Writes one item; returns its index."""
         return self._call("add", data)
 
@@ -121,7 +130,7 @@ class RayReplayBuffer:
         """Samples a batch (see the hosted buffer's ``sample``)."""
         return self._call("sample", batch_size, return_info=return_info)
 
-    def update_priority(self, index: Any, priority: Any) -> None:
+    def update_priority(self, index: IndexLike, priority: float | torch.Tensor) -> None:
         """Updates the priorities of sampled items."""
         self._call("update_priority", index, priority)
 
@@ -137,11 +146,11 @@ class RayReplayBuffer:
         """Loads a state dict into the hosted buffer."""
         self._call("load_state_dict", state_dict)
 
-    def dumps(self, path: Any) -> None:
+    def dumps(self, path: str | Path) -> None:
         """Saves the buffer to ``path`` (on the actor's machine)."""
         self._call("dumps", path)
 
-    def loads(self, path: Any) -> None:
+    def loads(self, path: str | Path) -> None:
         """Loads the buffer from ``path`` (on the actor's machine)."""
         self._call("loads", path)
 

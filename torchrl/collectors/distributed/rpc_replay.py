@@ -35,10 +35,17 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlparse
 
-from torchrl._types import ReplayBufferLike
+from torchrl._types import IndexLike, ReplayBufferLike
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import torch
+
+    from torchrl.data.replay_buffers.utils import Index
 
 __all__ = ["RPCReplayBuffer"]
 
@@ -506,7 +513,7 @@ class RPCReplayBuffer:
         return state
 
     # ------------------------------------------------------------------------------ the API
-    def extend(self, data: Any) -> Any:
+    def extend(self, data: Any) -> Index:
         """Writes a batch of items in the hosted buffer.
 
         Args:
@@ -517,7 +524,7 @@ class RPCReplayBuffer:
         """
         return self._call("extend", data)
 
-    def add(self, data: Any) -> Any:
+    def add(self, data: Any) -> int | Index | None:
         """Writes one item.
 
         Args:
@@ -540,7 +547,7 @@ class RPCReplayBuffer:
         """
         return self._call("sample", batch_size, return_info=return_info)
 
-    def update_priority(self, index: Any, priority: Any) -> None:
+    def update_priority(self, index: IndexLike, priority: float | torch.Tensor) -> None:
         """Updates the priorities of sampled items.
 
         Args:
@@ -565,11 +572,11 @@ class RPCReplayBuffer:
         """
         self._call("load_state_dict", state_dict)
 
-    def dumps(self, path: Any) -> None:
+    def dumps(self, path: str | Path) -> None:
         """Saves the buffer to ``path`` (a path on the host's machine)."""
         self._call("dumps", path)
 
-    def loads(self, path: Any) -> None:
+    def loads(self, path: str | Path) -> None:
         """Loads the buffer from ``path`` (a path on the host's machine)."""
         self._call("loads", path)
 

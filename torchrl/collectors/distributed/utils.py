@@ -14,6 +14,7 @@ import socket
 import warnings
 from collections.abc import Callable, Mapping
 from datetime import timedelta
+from types import ModuleType
 from typing import Any, cast
 
 import torch
@@ -24,9 +25,9 @@ from torch import nn
 from torchrl.collectors._base import DataCollectorBase
 from torchrl.collectors._buffer import TRAJ_KEY
 from torchrl.collectors._options import CollectorOptions, MultiCollectorOptions, WorkerOptions
-from torchrl.collectors._policy import copy_weights, named_weights
+from torchrl.collectors._policy import PolicyLike, copy_weights, named_weights
 from torchrl.collectors.multi import MultiaSyncDataCollector, MultiSyncDataCollector
-from torchrl.collectors.sync import SyncDataCollector
+from torchrl.collectors.sync import EnvSource, SyncDataCollector
 
 __all__ = [
     "WorkerCore",
@@ -90,7 +91,7 @@ def verify_entry(key: bytes, name: str, message: bytes, who: str) -> bytes:
     return payload
 
 
-def start_local_ray(ray: Any, config: dict[str, Any], who: str) -> None:
+def start_local_ray(ray: ModuleType, config: dict[str, Any], who: str) -> None:
     """``ray.init(**config)`` without the dashboard, warning when it starts Ray unauthenticated.
 
     Ray's gRPC servers listen on every interface and Ray offers no setting to change it
@@ -113,7 +114,7 @@ def start_local_ray(ray: Any, config: dict[str, Any], who: str) -> None:
     ray.init(**config)
 
 
-def policy_weights(policy: Any) -> dict[str, torch.Tensor]:
+def policy_weights(policy: object) -> dict[str, torch.Tensor]:
     """Detached CPU copies of a policy's parameters and buffers, by name.
 
     Args:
@@ -212,8 +213,8 @@ class WorkerCore:
     def __init__(
         self,
         collector_class: Callable[..., DataCollectorBase],
-        create_env_fn: Any,
-        policy: Any,
+        create_env_fn: EnvSource,
+        policy: PolicyLike | None,
         options: WorkerOptions,
         index: int,
         num_workers: int,
