@@ -1,5 +1,7 @@
 """Modules: networks, distributions, actors, exploration, recurrent policies and planners."""
 
+from __future__ import annotations
+
 from torchrl.modules.actors import (
     Actor,
     ActorCriticOperator,

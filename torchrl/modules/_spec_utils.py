@@ -71,7 +71,7 @@ def exploring() -> bool:
     return current is None or current is InteractionType.RANDOM
 
 
-def spec_kind(spec: Any) -> str:
+def spec_kind(spec: object) -> str:
     """``"one_hot"``, ``"categorical"``, ``"mult_one_hot"``, ``"multi_categorical"`` or the class name."""
     from torchrl.data import Categorical, MultiCategorical, MultiOneHot, OneHot
 

@@ -55,7 +55,7 @@ class MPCPlannerBase(TensorDictModuleBase):
             )
         self.env = env
         self.action_key = action_key
-        self.in_keys = list(env.observation_spec.keys(True, True))
+        self.in_keys = module_keys(env.observation_spec.keys(True, True))
         self.out_keys = module_keys([action_key])
         action_spec = env.full_action_spec[action_key]
         self._action_spec = action_spec

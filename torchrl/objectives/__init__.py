@@ -5,6 +5,8 @@ backward pass) plus detached diagnostics. ``torchrl.objectives.value`` holds the
 advantage estimates, as functions on tensors and as modules.
 """
 
+from __future__ import annotations
+
 from torchrl.objectives.a2c import A2CLoss
 from torchrl.objectives.bc import BCLoss
 from torchrl.objectives.common import LossModule, ParamSet

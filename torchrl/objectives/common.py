@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -277,7 +277,7 @@ class LossModule(nn.Module):
         module_name: str,
         expand_dim: int | None = None,
         create_target_params: bool = False,
-        compare_against: Any = None,
+        compare_against: object = None,
     ) -> None:
         """Registers a network at ``module_name``, with target parameters or as an ensemble.
 
@@ -373,7 +373,9 @@ class LossModule(nn.Module):
         self._leaves_cache.clear()
         return super()._apply(fn, *args, **kwargs)
 
-    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> Any:
         """See :meth:`torch.nn.Module.load_state_dict` (``assign=True`` replaces tensors)."""
         self._leaves_cache.clear()
         return super().load_state_dict(state_dict, strict=strict, assign=assign)

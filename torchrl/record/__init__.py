@@ -1,5 +1,7 @@
 """Recording: the experiment loggers (:mod:`torchrl.record.loggers`) and ``VideoRecorder``."""
 
+from __future__ import annotations
+
 from torchrl.record.loggers import (
     CSVLogger,
     Logger,

@@ -1,5 +1,7 @@
 """Trainers: a training loop with hooks, checkpointing, and experiment loggers."""
 
+from __future__ import annotations
+
 from torchrl.record.loggers import (
     CSVLogger,
     Logger,

@@ -79,7 +79,10 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> Path:
 
 
 def load_checkpoint(
-    path: str | os.PathLike, map_location: Any = None, *, trusted: bool = False
+    path: str | os.PathLike,
+    map_location: torch.device | str | dict[str, str] | None = None,
+    *,
+    trusted: bool = False,
 ) -> Any:
     """Reads a file written by :func:`save_checkpoint`, without running code from it.
 

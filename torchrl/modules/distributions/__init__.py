@@ -5,6 +5,8 @@ policies import every distribution from one place; ``OneHotCategorical`` subclas
 with cheaper per-step sampling and scoring.
 """
 
+from __future__ import annotations
+
 from tensordict.nn import NormalParamExtractor
 from tensordict.nn.distributions import Delta
 

@@ -1,5 +1,7 @@
 """Networks: MLP, ConvNet, noisy layers, multi-agent networks, mixers, transformers."""
 
+from __future__ import annotations
+
 from torchrl.modules.models.batchrenorm import BatchRenorm1d
 from torchrl.modules.models.conv import ConvNet, DuelingCnnDQNet
 from torchrl.modules.models.mixers import Mixer, QMixer, VDNMixer

@@ -1,5 +1,7 @@
 """Multi-agent losses."""
 
+from __future__ import annotations
+
 from torchrl.objectives.multiagent.gae import MultiAgentGAE
 from torchrl.objectives.multiagent.qmixer import QMixerLoss
 

@@ -5,6 +5,8 @@ estimator modules (``GAE``, ``TD0Estimator``, ...) live in
 :mod:`torchrl.objectives.value.estimators`.
 """
 
+from __future__ import annotations
+
 from torchrl.objectives.value import functional
 from torchrl.objectives.value.estimators import (
     GAE,

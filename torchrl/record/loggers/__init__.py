@@ -5,6 +5,8 @@ imports its package only when a logger is built. :mod:`torchrl.trainers.loggers`
 them under their older path.
 """
 
+from __future__ import annotations
+
 from torchrl.record.loggers.common import Logger
 from torchrl.record.loggers.csv import CSVLogger
 from torchrl.record.loggers.mlflow import MLFlowLogger

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, SupportsFloat
 
 import torch
 
@@ -66,7 +66,7 @@ class Logger(ABC):
         """
 
     @abstractmethod
-    def log_hparams(self, cfg: Any) -> None:
+    def log_hparams(self, cfg: object) -> None:
         """Logs the hyper-parameters of the experiment.
 
         Args:
@@ -107,7 +107,7 @@ class Logger(ABC):
         return f"{type(self).__name__}(exp_name={self.exp_name!r}, log_dir={self.log_dir!r})"
 
 
-def flatten_config(cfg: Any, prefix: str = "") -> dict[str, Any]:
+def flatten_config(cfg: object, prefix: str = "") -> dict[str, Any]:
     """Turns a configuration object into a flat ``{"a.b": value}`` dict.
 
     Args:
@@ -154,7 +154,7 @@ def flatten_config(cfg: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def as_float(value: Any) -> float:
+def as_float(value: SupportsFloat) -> float:
     """Converts a number or a one-element tensor/array to a Python float."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
@@ -167,7 +167,7 @@ def as_float(value: Any) -> float:
     return float(value)
 
 
-def check_video(video: Any, who: str) -> torch.Tensor:
+def check_video(video: object, who: str) -> torch.Tensor:
     """Validates a video tensor (``[T, C, H, W]`` or ``[N, T, C, H, W]``) and returns it."""
     if not isinstance(video, torch.Tensor):
         video = torch.as_tensor(video)

@@ -86,7 +86,7 @@ class CSVLogger(Logger):
         handle.write(f"{step},{as_float(value)}\n")
         handle.flush()
 
-    def log_hparams(self, cfg: Any) -> None:
+    def log_hparams(self, cfg: object) -> None:
         """Writes the flattened configuration to ``hparams.json`` (values that JSON cannot hold
         are written as their ``repr``)."""
         flat = flatten_config(cfg)

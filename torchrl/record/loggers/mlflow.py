@@ -60,7 +60,7 @@ class MLFlowLogger(Logger):
         """Logs one metric value."""
         self.experiment.log_metric(name, as_float(value), step=step)
 
-    def log_hparams(self, cfg: Any) -> None:
+    def log_hparams(self, cfg: object) -> None:
         """Logs the flattened configuration as run parameters."""
         self.experiment.log_params(flatten_config(cfg))
 

@@ -47,7 +47,7 @@ class TensorboardLogger(Logger):
         """Writes one scalar (``add_scalar``)."""
         self.experiment.add_scalar(name, as_float(value), global_step=step)
 
-    def log_hparams(self, cfg: Any) -> None:
+    def log_hparams(self, cfg: object) -> None:
         """Writes the flattened configuration as TensorBoard hyper-parameters.
 
         Values that are not numbers, strings or bools are written as their ``str``.

@@ -79,7 +79,7 @@ class WandbLogger(Logger):
             payload["trainer/step"] = int(step)
         self.experiment.log(payload)
 
-    def log_hparams(self, cfg: Any) -> None:
+    def log_hparams(self, cfg: object) -> None:
         """Stores the flattened configuration in the run's config."""
         self.experiment.config.update(flatten_config(cfg), allow_val_change=True)
 

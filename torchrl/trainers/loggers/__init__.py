@@ -4,6 +4,8 @@ Each submodule here (``common``, ``csv``, ``mlflow``, ``tensorboard``, ``utils``
 re-exports the module of the same name there, so both import paths name the same objects.
 """
 
+from __future__ import annotations
+
 from torchrl.record.loggers import (
     CSVLogger,
     Logger,
