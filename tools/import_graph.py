@@ -181,6 +181,7 @@ def analyse() -> dict:
     return {
         "modules": len(modules),
         "edges": sum(len(v) for v in top_edges.values()),
+        "package_graph": package_graph(all_edges),
         "cycles": cycles,
         "cycles_with_late_imports": find_cycles(all_edges),
         "upward": sorted(set(upward)),
@@ -188,6 +189,25 @@ def analyse() -> dict:
         "private_import_list": sorted(private),
         "tensordict_private": td_private,
     }
+
+
+def package_of(module: str) -> str:
+    """The unit of the layer table a module belongs to (``torchrl.envs``, ``torchrl._utils``)."""
+    best = "torchrl"
+    for prefix in LAYERS:
+        if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best):
+            best = prefix
+    return best
+
+
+def package_graph(edges: dict[str, set[str]]) -> dict[str, list[str]]:
+    """``{unit: [units it imports]}``, every import counted (late ones too), by layer then name."""
+    out: dict[str, set[str]] = {}
+    for src, targets in edges.items():
+        a = package_of(src)
+        out.setdefault(a, set()).update(b for b in map(package_of, targets) if b != a)
+    order = sorted(out, key=lambda u: (-layer(u), u))
+    return {u: sorted(out[u], key=lambda v: (-layer(v), v)) for u in order}
 
 
 def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -234,10 +254,15 @@ def main() -> int:
         "--check", action="store_true", help="exit 1 on a cycle, upward import or shim leak"
     )
     parser.add_argument("--list", action="store_true", help="list every private import")
+    parser.add_argument(
+        "--packages", action="store_true", help="print the graph between layer units"
+    )
     args = parser.parse_args()
     report = analyse()
     if not args.list:
         report.pop("private_import_list")
+    if not args.packages:
+        report.pop("package_graph")
     print(json.dumps(report, indent=1))
     bad = report["cycles"] or report["upward"] or report["tensordict_private"]
     return 1 if args.check and bad else 0
