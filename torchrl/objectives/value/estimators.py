@@ -691,9 +691,6 @@ def standardize(x: Tensor, exclude_dims: tuple[int, ...] = ()) -> Tensor:
 
     Returns:
         The standardized tensor, shaped like ``x`` (unchanged when it has fewer than 2 elements).
-        **options: the options every estimator takes (``value_network``, ``shifted``,
-            ``differentiable``, ``skip_existing``, ``device``, ``time_dim``): see
-            :class:`ValueEstimatorBase`.
 
     Examples:
         >>> standardize(torch.tensor([1.0, 3.0]))
