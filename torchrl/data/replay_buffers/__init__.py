@@ -10,12 +10,10 @@ from torchrl.data.replay_buffers.replay_buffers import (
 )
 from torchrl.data.replay_buffers.samplers import (
     PrioritizedSampler,
+    PrioritizedSliceSampler,
     RandomSampler,
     Sampler,
     SamplerWithoutReplacement,
-)
-from torchrl.data.replay_buffers.slice_samplers import (
-    PrioritizedSliceSampler,
     SliceSampler,
     SliceSamplerWithoutReplacement,
 )

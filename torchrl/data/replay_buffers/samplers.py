@@ -8,13 +8,15 @@ and restores its state with ``state_dict`` / ``load_state_dict``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from tensordict import TensorDictBase
 
-from torchrl._keys import WEIGHT
+from torchrl._keys import DONE, MASK, NEXT, TRUNCATED, WEIGHT
 from torchrl._types import IndexLike, NestedKey
 from torchrl.data._segment_tree import MinSegmentTree, SumSegmentTree
 from torchrl.data.replay_buffers.storages import Index, LoadPlan, Storage
@@ -22,15 +24,19 @@ from torchrl.data.replay_buffers.utils import (
     as_long_tensor,
     atomic_torch_save,
     check_reduction,
+    nested_key_str,
     reduce_trailing,
     safe_torch_load,
 )
 
 __all__ = [
     "PrioritizedSampler",
+    "PrioritizedSliceSampler",
     "RandomSampler",
     "Sampler",
     "SamplerWithoutReplacement",
+    "SliceSampler",
+    "SliceSamplerWithoutReplacement",
 ]
 
 
@@ -565,3 +571,659 @@ class PrioritizedSampler(Sampler):
             f"{type(self).__name__}(max_capacity={self._max_capacity}, alpha={self.alpha}, "
             f"beta={self.beta}, eps={self.eps})"
         )
+
+
+@dataclass
+class _Trajectories:
+    """Trajectories of a storage, in numpy arrays of length K (one entry per trajectory).
+
+    ``start`` is the time of the first item and may be negative: the trajectory then begins
+    ``-start`` slots before the end of the ring and wraps. Time ``t`` of row ``r`` is the flat
+    item ``r * slots + t % t_len``.
+    """
+
+    row: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    end_key: np.ndarray  # row * t_len + time of the last item, sorted
+    first_of_row: np.ndarray  # per row, the position in the arrays of its first trajectory
+    t_len: int
+    slots: int
+    signature: tuple[int, ...]
+    _eligible: dict[tuple[int, bool], np.ndarray] = field(default_factory=dict)
+
+    def eligible(self, slice_len: int, strict: bool) -> np.ndarray:
+        key = (slice_len, strict)
+        cached = self._eligible.get(key)
+        if cached is None:
+            cached = (
+                np.flatnonzero(self.length >= slice_len) if strict else np.arange(self.length.size)
+            )
+            self._eligible[key] = cached
+        return cached
+
+    def locate(self, flat: np.ndarray) -> np.ndarray:
+        """The trajectory (position in the arrays) holding each flat item index."""
+        row, t = np.divmod(flat, self.slots)
+        key = row * self.t_len + t
+        j = np.searchsorted(self.end_key, key, side="left")
+        j_clipped = np.minimum(j, self.end_key.size - 1)
+        # Past the last end of its row, an item belongs to the row's wrapping first trajectory.
+        wrap = (j >= self.end_key.size) | (self.row[j_clipped] != row)
+        return np.where(wrap, self.first_of_row[row], j_clipped)
+
+
+def _end_flags(values: torch.Tensor, n_rows: int, ndim: int, t_len: int) -> np.ndarray:
+    # A column has the storage's full time length (tensor storages) or its filled one (lists).
+    flags = values.detach().reshape(n_rows, values.shape[ndim - 1], -1)[:, :t_len].cpu()
+    if flags.dtype != torch.bool:
+        flags = flags != 0
+    return flags.any(-1).numpy()
+
+
+def _traj_id_ends(ids: torch.Tensor, n_rows: int, ndim: int, t_len: int, wrap: bool) -> np.ndarray:
+    ids = ids.detach().reshape(n_rows, ids.shape[ndim - 1], -1)
+    ids_np = ids[:, :t_len, 0].cpu().numpy()
+    ends = np.empty((n_rows, t_len), dtype=bool)
+    np.not_equal(ids_np[:, :-1], ids_np[:, 1:], out=ends[:, :-1])
+    ends[:, -1] = (ids_np[:, -1] != ids_np[:, 0]) if wrap else True
+    return ends
+
+
+def _span_of(span: Any, slice_len: int) -> tuple[int, int]:
+    def one(v: object) -> int:
+        if v is True:
+            return slice_len - 1
+        if v is False or v is None:
+            return 0
+        if not isinstance(v, int) or v < 0:
+            raise ValueError(f"span entries must be bools or non-negative ints, got {v!r}")
+        return min(v, slice_len - 1)
+
+    if isinstance(span, (tuple, list)):
+        if len(span) != 2:
+            raise ValueError(f"span must be a bool, an int or a (left, right) pair, got {span!r}")
+        return one(span[0]), one(span[1])
+    return one(span), one(span)
+
+
+class SliceSampler(Sampler):
+    """Samples slices (contiguous sub-trajectories) of stored trajectories, with replacement.
+
+    A trajectory is drawn uniformly among those long enough, then a slice start uniformly within
+    it. The index comes slice after slice (``[num_slices * slice_len]``); ``info`` holds the
+    slice ends under ``truncated_key``, and sampled TensorDicts get them or-ed into their
+    truncated (and end) entries, so that ``split_trajectories`` can cut them again.
+
+    Args:
+        num_slices: slices per batch (``slice_len = batch_size // num_slices``). Exclusive with
+            ``slice_len``.
+        slice_len: items per slice (``num_slices = batch_size // slice_len``).
+        end_key: the per-item end flag; ``("next", "done")`` when neither key is given.
+        traj_key: a per-item trajectory id, instead of an end flag.
+        ends: a precomputed end-flag tensor of the storage's full shape (static storages).
+        trajectories: a precomputed trajectory-id tensor of the storage's full shape.
+        cache_values: keep the trajectories between samples. They are recomputed whenever the
+            storage changes (its write counter moves), so caching is safe through the buffer.
+        truncated_key: where slice ends are written in sampled TensorDicts.
+        strict_length: only sample trajectories at least ``slice_len`` long; otherwise shorter
+            trajectories give shorter slices and the batch may be smaller.
+        span: let slices start before / end after a trajectory, then clip them (more weight on
+            the edges, shorter slices): ``True`` (at least one item kept), an int ``i`` (at most
+            ``i`` items cut), or a ``(left, right)`` pair.
+        pad: when set, slices shorter than ``slice_len`` are padded at their end with this value
+            so that every batch has ``num_slices * slice_len`` items; ``"mask"`` marks real items.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data.replay_buffers.storages import LazyTensorStorage
+        >>> storage = LazyTensorStorage(20)
+        >>> done = torch.zeros(20, 1, dtype=torch.bool)
+        >>> done[[4, 9, 19]] = True
+        >>> storage.set(torch.arange(20), TensorDict({("next", "done"): done}, [20]))
+        >>> index, info = SliceSampler(slice_len=5).sample(storage, 10)
+        >>> slices = index.view(2, 5)  # each slice: 5 consecutive items of one trajectory
+        >>> bool((slices.diff(dim=1) == 1).all()), info[("next", "truncated")].view(2, 5)[:, -1]
+        (True, tensor([True, True]))
+    """
+
+    def __init__(
+        self,
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        end_key: NestedKey | None = None,
+        traj_key: NestedKey | None = None,
+        ends: torch.Tensor | None = None,
+        trajectories: torch.Tensor | None = None,
+        cache_values: bool = True,
+        truncated_key: NestedKey = (NEXT, TRUNCATED),
+        strict_length: bool = True,
+        span: bool | int | tuple[bool | int, bool | int] = False,
+        pad: float | None = None,
+    ) -> None:
+        if (num_slices is None) == (slice_len is None):
+            raise ValueError("give exactly one of num_slices and slice_len")
+        for name, value in (("num_slices", num_slices), ("slice_len", slice_len)):
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if end_key is not None and traj_key is not None:
+            raise ValueError("end_key and traj_key are exclusive")
+        if ends is not None and trajectories is not None:
+            raise ValueError("ends and trajectories are exclusive")
+        self.num_slices = num_slices
+        self.slice_len = slice_len
+        self.traj_key = traj_key
+        self.end_key = end_key if end_key is not None or traj_key is not None else (NEXT, DONE)
+        self._ends = ends
+        self._traj_ids = trajectories
+        self.cache_values = cache_values
+        self.truncated_key = truncated_key
+        self.strict_length = strict_length
+        self.span = span
+        _span_of(span, 2)  # validates the form early
+        self.pad = pad
+        self._cache: _Trajectories | None = None
+
+    # -- geometry -----------------------------------------------------------------------------------
+    def _shape(self, batch_size: int) -> tuple[int, int]:
+        if self.num_slices is not None:
+            if batch_size % self.num_slices:
+                raise ValueError(
+                    f"batch_size={batch_size} is not divisible by num_slices={self.num_slices}"
+                )
+            return self.num_slices, batch_size // self.num_slices
+        slice_len = self.slice_len
+        assert slice_len is not None  # one of the two is set (checked at construction)
+        if batch_size % slice_len:
+            raise ValueError(f"batch_size={batch_size} is not divisible by slice_len={slice_len}")
+        return batch_size // slice_len, slice_len
+
+    def _trajectories(self, storage: Storage) -> _Trajectories:
+        check_not_empty(storage)
+        signature = (id(storage), storage._version, len(storage), storage._cursor)
+        cache = self._cache
+        if cache is not None and cache.signature == signature:
+            return cache
+        traj = self._compute(storage, signature)
+        if self.cache_values:
+            self._cache = traj
+        return traj
+
+    def _compute(self, storage: Storage, signature: tuple[int, ...]) -> _Trajectories:
+        n_rows = storage._lead_numel()
+        slots = storage.slots
+        filled = storage._filled
+        wrap = filled >= slots
+        t_len = slots if wrap else filled
+        last = (storage._cursor - 1) % t_len if wrap else filled - 1
+        nd = storage.ndim
+        if self._ends is not None:
+            ends = _end_flags(self._ends, n_rows, nd, t_len)
+        elif self._traj_ids is not None:
+            ends = _traj_id_ends(self._traj_ids, n_rows, nd, t_len, wrap)
+        elif self.traj_key is not None:
+            ends = _traj_id_ends(storage._column(self.traj_key), n_rows, nd, t_len, wrap)
+        else:
+            ends = _end_flags(storage._column(self.end_key), n_rows, nd, t_len)
+        if not ends.flags.writeable:
+            ends = ends.copy()
+        # The newest item closes its trajectory: the next slot holds older data (or nothing).
+        ends[:, last] = True
+        end_key = np.flatnonzero(ends)
+        row, t_end = np.divmod(end_key, t_len)
+        k = end_key.size
+        first = np.ones(k, dtype=bool)
+        np.not_equal(row[1:], row[:-1], out=first[1:])
+        last_in_row = np.ones(k, dtype=bool)
+        np.not_equal(row[:-1], row[1:], out=last_in_row[:-1])
+        start = np.empty(k, dtype=np.int64)
+        start[1:] = t_end[:-1] + 1
+        # The first trajectory of a row starts after the row's last end, wrapping when full.
+        start[first] = (t_end[last_in_row] + 1 - t_len) if wrap else 0
+        first_of_row = np.flatnonzero(first)
+        return _Trajectories(
+            row=row,
+            start=start,
+            length=t_end - start + 1,
+            end_key=end_key,
+            first_of_row=first_of_row,
+            t_len=t_len,
+            slots=slots,
+            signature=signature,
+        )
+
+    def _no_trajectory_error(self, traj: _Trajectories, slice_len: int) -> ValueError:
+        return ValueError(
+            f"no stored trajectory has at least slice_len={slice_len} items (the longest has "
+            f"{int(traj.length.max())}); store longer trajectories, lower slice_len or pass "
+            f"strict_length=False"
+        )
+
+    def _positions(
+        self,
+        traj: _Trajectories,
+        pick: np.ndarray,
+        begin: np.ndarray,
+        seg: np.ndarray,
+        slice_len: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Flat indices of the slices ``[begin, begin + seg)`` of trajectories ``pick``.
+
+        Returns ``(flat, is_last, mask)``: ``mask`` is None unless slices were padded.
+        """
+        steps = np.arange(slice_len)
+        time = (traj.start[pick] + begin)[:, None] + steps
+        flat = traj.row[pick][:, None] * traj.slots + time % traj.t_len
+        is_last = steps == (seg - 1)[:, None]
+        if (seg == slice_len).all():
+            return flat.reshape(-1), is_last.reshape(-1), None
+        valid = steps < seg[:, None]
+        if self.pad is not None:
+            last_flat = np.take_along_axis(flat, (seg - 1)[:, None], 1)
+            flat = np.where(valid, flat, last_flat)
+            return flat.reshape(-1), is_last.reshape(-1), valid.reshape(-1)
+        return flat[valid], is_last[valid], None
+
+    def _info(self, is_last: np.ndarray, mask: np.ndarray | None) -> dict[NestedKey, Any]:
+        info: dict[NestedKey, Any] = {self.truncated_key: torch.from_numpy(is_last)}
+        if mask is not None:
+            info[MASK] = torch.from_numpy(mask)
+        return info
+
+    # -- sampling -----------------------------------------------------------------------------------
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[NestedKey, Any]]:
+        num_slices, slice_len = self._shape(batch_size)
+        traj = self._trajectories(storage)
+        eligible = traj.eligible(slice_len, self.strict_length)
+        if eligible.size == 0:
+            raise self._no_trajectory_error(traj, slice_len)
+        choice = torch.randint(eligible.size, (num_slices,), generator=self._generator).numpy()
+        pick = eligible[choice]
+        length = traj.length[pick]
+        left, right = _span_of(self.span, slice_len)
+        lo = np.full(num_slices, -left)
+        hi = np.minimum(np.maximum(length - slice_len, 0) + right, length - 1)
+        u = torch.rand(num_slices, dtype=torch.float64, generator=self._generator).numpy()
+        window = lo + np.floor(u * (hi - lo + 1)).astype(np.int64)
+        begin = np.maximum(window, 0)
+        seg = np.minimum(window + slice_len, length) - begin
+        flat, is_last, mask = self._positions(traj, pick, begin, seg, slice_len)
+        return storage._flat_to_index(torch.from_numpy(flat)), self._info(is_last, mask)
+
+    def postprocess(self, data: Any, info: dict[NestedKey, Any]) -> Any:
+        """Or-s slice ends into the truncated (and end) entries; fills padded items with ``pad``."""
+        if not isinstance(data, TensorDictBase):
+            return data
+        is_last = info.get(self.truncated_key)
+        if is_last is None:
+            return data
+        n = is_last.shape[0]
+        mask = info.get(MASK)
+        if mask is not None:
+            keep = mask
+            pad = self.pad
+
+            def fill(x: torch.Tensor) -> torch.Tensor:
+                m = keep.reshape(n, *([1] * (x.ndim - 1))).to(x.device)
+                return torch.where(m, x, torch.as_tensor(pad, dtype=x.dtype, device=x.device))
+
+            data = data.apply(fill)
+            data.set(MASK, mask)
+        keys = [self.truncated_key]
+        # Without a traj_key the end_key is always set (``("next", "done")`` by default).
+        if (
+            self.traj_key is None
+            and self.end_key is not None
+            and self.end_key != self.truncated_key
+        ):
+            keys.append(self.end_key)
+        for key in keys:
+            current = data.get(key, None)
+            if current is None:
+                data.set(key, is_last.reshape(n, 1).to(data.device or "cpu"))
+            else:
+                flag = is_last.reshape(n, *([1] * (current.ndim - 1))).to(current.device)
+                data.set(
+                    key,
+                    current | flag
+                    if current.dtype == torch.bool
+                    else (current.bool() | flag).to(current.dtype),
+                )
+        return data
+
+    def _empty(self) -> None:
+        self._cache = None
+
+    def __repr__(self) -> str:
+        what = (
+            f"end_key={nested_key_str(self.end_key)}"
+            if self.traj_key is None and self.end_key is not None
+            else f"traj_key={self.traj_key!r}"
+        )
+        size = f"num_slices={self.num_slices}" if self.num_slices else f"slice_len={self.slice_len}"
+        return f"{type(self).__name__}({size}, {what}, strict_length={self.strict_length})"
+
+
+class SliceSamplerWithoutReplacement(SliceSampler):
+    """Samples slices without replacement: no item is drawn twice within an epoch.
+
+    An epoch cuts every eligible trajectory into consecutive non-overlapping windows of
+    ``slice_len`` items (from a random offset when ``shuffle``), shuffles them, and serves
+    ``num_slices`` per batch. The epoch restarts when exhausted or when the storage changes.
+
+    Args:
+        num_slices: slices per batch. Exclusive with ``slice_len``.
+        slice_len: items per slice.
+        drop_last: drop the last, smaller batch of an epoch (then an epoch with fewer windows
+            than ``num_slices`` is an error).
+        end_key: see :class:`SliceSampler`.
+        traj_key: see :class:`SliceSampler`.
+        ends: see :class:`SliceSampler`.
+        trajectories: see :class:`SliceSampler`.
+        truncated_key: see :class:`SliceSampler`.
+        strict_length: trajectories shorter than ``slice_len`` give one short window when False.
+        shuffle: random window order and offsets; storage order otherwise.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data.replay_buffers.storages import LazyTensorStorage
+        >>> storage = LazyTensorStorage(8)
+        >>> storage.set(torch.arange(8), TensorDict({("next", "done"): torch.zeros(8, 1,
+        ...     dtype=torch.bool)}, [8]))
+        >>> sampler = SliceSamplerWithoutReplacement(slice_len=2, shuffle=False)
+        >>> [sampler.sample(storage, 4)[0].tolist() for _ in range(2)], sampler.ran_out
+        ([[0, 1, 2, 3], [4, 5, 6, 7]], True)
+    """
+
+    def __init__(
+        self,
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        drop_last: bool = False,
+        end_key: NestedKey | None = None,
+        traj_key: NestedKey | None = None,
+        ends: torch.Tensor | None = None,
+        trajectories: torch.Tensor | None = None,
+        truncated_key: NestedKey = (NEXT, TRUNCATED),
+        strict_length: bool = True,
+        shuffle: bool = True,
+    ) -> None:
+        super().__init__(
+            num_slices=num_slices,
+            slice_len=slice_len,
+            end_key=end_key,
+            traj_key=traj_key,
+            ends=ends,
+            trajectories=trajectories,
+            truncated_key=truncated_key,
+            strict_length=strict_length,
+        )
+        self.drop_last = drop_last
+        self.shuffle = shuffle
+        self._windows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._pos = 0
+        self._epoch_key: tuple[int, ...] | None = None
+        self._ran_out = False
+        self._stale = False
+
+    def extend(self, index: torch.Tensor) -> None:
+        self._stale = True
+
+    def _new_epoch(self, traj: _Trajectories, slice_len: int) -> None:
+        eligible = traj.eligible(slice_len, self.strict_length)
+        length = traj.length[eligible]
+        counts = np.maximum(length // slice_len, 1 if not self.strict_length else 0)
+        spare = length - counts * slice_len
+        if self.shuffle:
+            u = torch.rand(eligible.size, dtype=torch.float64, generator=self._generator).numpy()
+            offset0 = np.floor(u * (np.maximum(spare, 0) + 1)).astype(np.int64)
+        else:
+            offset0 = np.zeros(eligible.size, dtype=np.int64)
+        which = np.repeat(np.arange(eligible.size), counts)
+        first = np.repeat(np.cumsum(counts) - counts, counts)
+        k = np.arange(which.size) - first
+        begin = offset0[which] + k * slice_len
+        seg = np.minimum(slice_len, length[which] - begin)
+        if self.shuffle:
+            order = torch.randperm(which.size, generator=self._generator).numpy()
+        else:
+            order = np.arange(which.size)
+        self._windows = (eligible[which][order], begin[order], seg[order])
+        self._pos = 0
+        self._stale = False
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[NestedKey, Any]]:
+        num_slices, slice_len = self._shape(batch_size)
+        traj = self._trajectories(storage)
+        key = (len(storage), storage._cursor, slice_len)
+        if self._windows is None or self._stale or self._epoch_key != key:
+            self._new_epoch(traj, slice_len)
+            self._epoch_key = key
+        windows = self._windows
+        assert windows is not None
+        total = windows[0].size
+        if total == 0:
+            raise self._no_trajectory_error(traj, slice_len)
+        if self.drop_last and num_slices > total:
+            raise ValueError(
+                f"{num_slices} slices per batch but an epoch has only {total} windows of "
+                f"{slice_len} items: with drop_last=True no batch would be full"
+            )
+        remaining = total - self._pos
+        if remaining <= 0 or (self.drop_last and remaining < num_slices):
+            self._new_epoch(traj, slice_len)
+            windows = self._windows
+            assert windows is not None
+        pick, begin, seg = (a[self._pos : self._pos + num_slices] for a in windows)
+        self._pos += pick.size
+        remaining = total - self._pos
+        self._ran_out = remaining <= 0 or (self.drop_last and remaining < num_slices)
+        flat, is_last, mask = self._positions(traj, pick, begin, seg, slice_len)
+        return storage._flat_to_index(torch.from_numpy(flat)), self._info(is_last, mask)
+
+    @property
+    def ran_out(self) -> bool:
+        return self._ran_out
+
+    def _empty(self) -> None:
+        super()._empty()
+        self._windows = None
+        self._pos = 0
+        self._ran_out = False
+
+    def state_dict(self) -> dict[str, Any]:
+        windows = None if self._windows is None else [torch.from_numpy(a) for a in self._windows]
+        return {
+            "windows": windows,
+            "pos": self._pos,
+            "epoch_key": self._epoch_key,
+            "ran_out": self._ran_out,
+            "stale": self._stale,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._apply_state(self._check_state(state_dict))
+
+    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
+        super()._check_state(state_dict)
+        name = type(self).__name__
+        windows, pos, key = (
+            state_dict.get("windows"),
+            state_dict.get("pos"),
+            state_dict.get("epoch_key"),
+        )
+        arrays = None
+        total = 0
+        if windows is not None:
+            ok = isinstance(windows, (list, tuple)) and len(windows) == 3
+            ok = ok and all(
+                isinstance(w, torch.Tensor) and w.ndim == 1 and not w.is_floating_point()
+                for w in windows
+            )
+            ok = ok and len({w.shape[0] for w in windows}) == 1
+            if not ok:
+                raise ValueError(f"{name}: the saved windows must be three 1-D int tensors")
+            arrays = tuple(w.numpy().copy() for w in windows)
+            total = arrays[0].size
+        if not isinstance(pos, int) or not 0 <= pos <= total:
+            raise ValueError(f"{name}: the saved position {pos!r} is not in [0, {total}]")
+        if key is not None and (
+            not isinstance(key, (list, tuple)) or not all(isinstance(k, int) for k in key)
+        ):
+            raise ValueError(f"{name}: the saved epoch key {key!r} is not a tuple of ints")
+        return (
+            arrays,
+            pos,
+            None if key is None else tuple(key),
+            bool(state_dict.get("ran_out", False)),
+            bool(state_dict.get("stale", True)),
+        )
+
+    def _apply_state(self, checked: Any) -> None:
+        self._windows, self._pos, self._epoch_key, self._ran_out, self._stale = checked
+
+
+class PrioritizedSliceSampler(SliceSampler):
+    """Samples slices whose first item is drawn by priority (prioritized replay of sequences).
+
+    An item is drawn with probability ``p ** alpha / sum p ** alpha`` (as in
+    :class:`PrioritizedSampler`, which this class uses underneath), and its slice starts there,
+    moved back if needed to fit in its trajectory. Draws that land in a trajectory shorter than
+    ``slice_len`` (with ``strict_length``) are drawn again. Every item of a slice gets its own
+    importance weight in ``info["_weight"]``; priorities are updated per item.
+
+    Args:
+        max_capacity: the number of items the priority trees hold.
+        alpha: prioritization exponent.
+        beta: importance-sampling exponent.
+        eps: added to priorities.
+        dtype: the trees' float type.
+        reduction: how multi-element priorities are reduced.
+        num_slices: see :class:`SliceSampler`.
+        slice_len: see :class:`SliceSampler`.
+        end_key: see :class:`SliceSampler`.
+        traj_key: see :class:`SliceSampler`.
+        ends: see :class:`SliceSampler`.
+        trajectories: see :class:`SliceSampler`.
+        cache_values: see :class:`SliceSampler`.
+        truncated_key: see :class:`SliceSampler`.
+        strict_length: see :class:`SliceSampler`.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data.replay_buffers.storages import LazyTensorStorage
+        >>> storage = LazyTensorStorage(10)
+        >>> storage.set(torch.arange(10), TensorDict({("next", "done"): torch.zeros(10, 1,
+        ...     dtype=torch.bool)}, [10]))
+        >>> sampler = PrioritizedSliceSampler(10, alpha=1.0, beta=1.0, slice_len=3)
+        >>> sampler.extend(torch.arange(10))
+        >>> index, info = sampler.sample(storage, 6)
+        >>> index.shape, info["_weight"].shape
+        (torch.Size([6]), torch.Size([6]))
+    """
+
+    _MAX_REDRAWS = 64
+
+    def __init__(
+        self,
+        max_capacity: int,
+        alpha: float,
+        beta: float,
+        eps: float = 1e-8,
+        dtype: torch.dtype = torch.float,
+        reduction: str = "max",
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        end_key: NestedKey | None = None,
+        traj_key: NestedKey | None = None,
+        ends: torch.Tensor | None = None,
+        trajectories: torch.Tensor | None = None,
+        cache_values: bool = True,
+        truncated_key: NestedKey = (NEXT, TRUNCATED),
+        strict_length: bool = True,
+    ) -> None:
+        super().__init__(
+            num_slices=num_slices,
+            slice_len=slice_len,
+            end_key=end_key,
+            traj_key=traj_key,
+            ends=ends,
+            trajectories=trajectories,
+            cache_values=cache_values,
+            truncated_key=truncated_key,
+            strict_length=strict_length,
+        )
+        self._prio = PrioritizedSampler(max_capacity, alpha, beta, eps, dtype, reduction)
+
+    @property
+    def alpha(self) -> float:
+        """Prioritization exponent."""
+        return self._prio.alpha
+
+    @property
+    def beta(self) -> float:
+        """Importance-sampling exponent (settable)."""
+        return self._prio.beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self._prio.beta = float(value)
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[NestedKey, Any]]:
+        num_slices, slice_len = self._shape(batch_size)
+        traj = self._trajectories(storage)
+        self._prio._generator = self._generator
+        anchors = self._prio._sample_flat(storage, num_slices)
+        pick = traj.locate(anchors)
+        if self.strict_length:
+            for _ in range(self._MAX_REDRAWS):
+                short = traj.length[pick] < slice_len
+                if not short.any():
+                    break
+                redraw = self._prio._sample_flat(storage, int(short.sum()))
+                anchors[short] = redraw
+                pick[short] = traj.locate(redraw)
+            else:
+                if traj.eligible(slice_len, True).size == 0:
+                    raise self._no_trajectory_error(traj, slice_len)
+                raise RuntimeError(
+                    f"could not draw {num_slices} slices of {slice_len} items in "
+                    f"{self._MAX_REDRAWS} rounds: the priority mass sits on shorter trajectories"
+                )
+        length = traj.length[pick]
+        time = anchors % traj.slots
+        offset = (time - traj.start[pick]) % traj.t_len
+        begin = np.minimum(offset, np.maximum(length - slice_len, 0))
+        seg = np.minimum(slice_len, length - begin)
+        flat, is_last, mask = self._positions(traj, pick, begin, seg, slice_len)
+        info = self._info(is_last, mask)
+        info[WEIGHT] = self._prio._weights(flat)
+        return storage._flat_to_index(torch.from_numpy(flat)), info
+
+    def extend(self, index: torch.Tensor) -> None:
+        self._prio.extend(index)
+
+    def update_priority(
+        self, index: IndexLike, priority: float | torch.Tensor, *, storage: Storage | None = None
+    ) -> None:
+        """Sets per-item priorities; see :meth:`PrioritizedSampler.update_priority`."""
+        self._prio.update_priority(index, priority, storage=storage)
+
+    def _empty(self) -> None:
+        super()._empty()
+        self._prio._empty()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._prio.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._prio.load_state_dict(state_dict)
+
+    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
+        return self._prio._check_state(state_dict, plan)
+
+    def _apply_state(self, checked: Any) -> None:
+        self._prio._apply_state(checked)
