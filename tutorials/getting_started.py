@@ -78,7 +78,7 @@ actor = ProbabilisticActor(
 )
 with torch.no_grad():
     rollout = env.rollout(max_steps=20, policy=actor)
-print("the actor wrote:", [k for k in ("logits", "action", "sample_log_prob") if k in rollout])
+print("the actor wrote:", [k for k in ("logits", "action", "action_log_prob") if k in rollout])
 
 # The exploration type says how an action is chosen: RANDOM samples, DETERMINISTIC takes the
 # most likely action (what an evaluation wants).

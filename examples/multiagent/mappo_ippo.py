@@ -114,7 +114,7 @@ def make_agent(env: TransformedEnv, cfg: Config) -> tuple[ProbabilisticActor, Te
             "high": action_spec.space.high.reshape(-1, n_act)[0],
         },
         return_log_prob=True,
-        log_prob_key=(GROUP, "sample_log_prob"),
+        log_prob_key=(GROUP, "action_log_prob"),
     )
     critic_net = MultiAgentMLP(
         n_agent_inputs=n_obs,
@@ -152,7 +152,7 @@ def train(cfg: Config) -> dict:
     loss_fn.set_keys(
         reward=(GROUP, "reward"),
         action=(GROUP, "action"),
-        sample_log_prob=(GROUP, "sample_log_prob"),
+        sample_log_prob=(GROUP, "action_log_prob"),
         value=(GROUP, "state_value"),
         advantage=(GROUP, "advantage"),
         value_target=(GROUP, "value_target"),

@@ -74,10 +74,10 @@ class TestProbabilisticActor:
         )
         with set_interaction_type(InteractionType.RANDOM):
             td = actor(_obs(100))
-        assert spec.is_in(td["action"]) and td["sample_log_prob"].shape == (100,)
+        assert spec.is_in(td["action"]) and td["action_log_prob"].shape == (100,)
         dist = actor.get_dist(td)
         torch.testing.assert_close(
-            dist.log_prob(td["action"]), td["sample_log_prob"], rtol=1e-3, atol=1e-3
+            dist.log_prob(td["action"]), td["action_log_prob"], rtol=1e-3, atol=1e-3
         )
         with set_interaction_type(InteractionType.DETERMINISTIC):
             td_det = actor(td.clone())

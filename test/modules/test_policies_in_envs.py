@@ -53,7 +53,7 @@ def test_probabilistic_actor_and_value_operator_drive_pendulum(pendulum):
     assert rollout.batch_size == (25,)
     assert spec.is_in(rollout["action"])
     assert rollout["action"].std() > 0  # sampled, not a constant action
-    assert torch.isfinite(rollout["sample_log_prob"]).all()
+    assert torch.isfinite(rollout["action_log_prob"]).all()
     obs_spec = env.observation_spec["observation"]
     assert obs_spec.is_in(rollout["observation"]) and obs_spec.is_in(rollout["next", "observation"])
     values = value(rollout)["state_value"]
@@ -61,7 +61,7 @@ def test_probabilistic_actor_and_value_operator_drive_pendulum(pendulum):
     # Deterministic evaluation: the squashed mean, the same action for the same observation.
     with set_exploration_type(ExplorationType.DETERMINISTIC), torch.no_grad():
         evaluation = env.rollout(5, actor)
-        again = actor(evaluation.exclude("action", "loc", "scale", "sample_log_prob"))
+        again = actor(evaluation.exclude("action", "loc", "scale", "action_log_prob"))
     torch.testing.assert_close(again["action"], evaluation["action"])
     check_env_specs(env)
 

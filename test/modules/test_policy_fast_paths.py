@@ -133,4 +133,4 @@ class TestProbabilisticActorFastPath:
         assert actor.__dict__["_fast"] is not None
         assert len(actor.__dict__["_fast"][0]) == 2
         td = actor(TensorDict(observation=torch.randn(2, 3), batch_size=[2]))
-        assert td["sample_log_prob"].shape == (2,)
+        assert td["action_log_prob"].shape == (2,)

@@ -261,7 +261,7 @@ def test_tensordict_free_call():
     kwargs = {
         "observation": td["observation"],
         "action": td["action"],
-        "sample_log_prob": td["sample_log_prob"],
+        "action_log_prob": td["sample_log_prob"],
         "next_observation": td["next", "observation"],
         "next_reward": td["next", "reward"],
         "next_done": td["next", "done"],

@@ -25,7 +25,6 @@ from torch import nn
 from torchrl._keys import (
     ACTION,
     OBSERVATION,
-    SAMPLE_LOG_PROB,
     STATE_ACTION_VALUE,
     STATE_VALUE,
 )
@@ -99,7 +98,9 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
     ``module`` writes the distribution parameters (e.g. ``"loc"``, ``"scale"``); ``in_keys``
     names them for ``distribution_class``; the value drawn (per the exploration type) is written
     at ``out_keys``. With ``return_log_prob=True`` its log-probability is written at
-    ``log_prob_key`` (default ``"sample_log_prob"``). With ``safe=True`` the sample is projected
+    ``log_prob_key`` (default: the sample key with ``_log_prob`` appended, ``"action_log_prob"``
+    for ``"action"``, as in current TorchRL; pass ``"sample_log_prob"`` for the paper-era name,
+    which the losses also read). With ``safe=True`` the sample is projected
     into ``spec`` after sampling (the log-probability is that of the unprojected sample).
 
     Args:
@@ -112,7 +113,7 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         distribution_class: the distribution (default ``Delta``).
         distribution_kwargs: extra constructor kwargs (e.g. ``{"low": -2, "high": 2}``).
         return_log_prob: also write the log-probability.
-        log_prob_key: where to write it.
+        log_prob_key: where to write it (``None``: ``<sample key>_log_prob``).
         cache_dist: cache the last distribution (see tensordict).
         n_empirical_estimate: samples averaged for ``MEAN`` when there is no closed form.
 
@@ -126,7 +127,7 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         ...                            distribution_class=TanhNormal, return_log_prob=True)
         >>> with set_interaction_type("random"):
         ...     td = actor(TensorDict(observation=torch.randn(5, 3), batch_size=[5]))
-        >>> td["action"].shape, td["sample_log_prob"].shape
+        >>> td["action"].shape, td["action_log_prob"].shape
         (torch.Size([5, 2]), torch.Size([5]))
     """
 
@@ -142,7 +143,7 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         distribution_class: type = Delta,
         distribution_kwargs: dict | None = None,
         return_log_prob: bool = False,
-        log_prob_key: NestedKey | None = SAMPLE_LOG_PROB,
+        log_prob_key: NestedKey | None = None,
         cache_dist: bool = False,
         n_empirical_estimate: int = 1000,
     ) -> None:

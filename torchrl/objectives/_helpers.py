@@ -12,6 +12,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import Tensor, nn
 
+from torchrl._keys import paper_era_log_prob_key
 from torchrl._types import NestedKey
 from torchrl.objectives.utils import LossFunction, Reduction, distance_loss
 
@@ -35,6 +36,7 @@ __all__ = [
     "either_alias",
     "find_mask_key",
     "gather_action_values",
+    "get_log_prob",
     "masked_argmax",
     "reduce_loss",
     "register_log_alpha",
@@ -121,6 +123,20 @@ def rsample_and_log_prob(dist: torch.distributions.Distribution) -> tuple[Tensor
         return fn()
     sample = dist.rsample()
     return sample, dist.log_prob(sample)
+
+
+def get_log_prob(tensordict: TensorDictBase, key: NestedKey) -> Tensor | None:
+    """The stored log-probability at ``key``; ``None`` when absent.
+
+    A key whose last part is the default ``"action_log_prob"`` also finds the paper-era
+    ``"sample_log_prob"`` beside it, so data collected with that name still trains.
+    """
+    value = tensordict.get(key, None)
+    if value is None:
+        legacy = paper_era_log_prob_key(key)
+        if legacy is not None:
+            value = tensordict.get(legacy, None)
+    return value
 
 
 def as_batch(value: Tensor, like: Tensor, what: str, loss: str) -> Tensor:

@@ -12,13 +12,14 @@ from torch import Tensor, nn
 
 from torchrl._keys import (
     ACTION,
+    ACTION_LOG_PROB,
     ADVANTAGE,
     DONE,
     REWARD,
-    SAMPLE_LOG_PROB,
     STATE_VALUE,
     TERMINATED,
     VALUE_TARGET,
+    paper_era_log_prob_key,
 )
 from torchrl._types import DeviceLike, NestedKey
 from torchrl.objectives._helpers import (
@@ -30,6 +31,7 @@ from torchrl.objectives._helpers import (
     critic_value_loss,
     dist_entropy,
     either_alias,
+    get_log_prob,
     reduce_loss,
 )
 from torchrl.objectives.common import LossModule, next_key
@@ -50,7 +52,9 @@ class PPOLoss(LossModule):
     Also a critic loss ``critic_coef * d(V(s), value_target)`` and an entropy bonus
     ``-entropy_coef * H(pi)``. The advantage is read at ``"advantage"`` or, when absent,
     computed by the value estimator (GAE by default) and written into the input.
-    ``"sample_log_prob"`` must hold the log-probabilities of the data-collecting policy.
+    ``"action_log_prob"`` (what a ``ProbabilisticActor`` with ``return_log_prob=True`` writes;
+    the paper-era ``"sample_log_prob"`` is read when the data has only that) must hold the
+    log-probabilities of the data-collecting policy.
 
     Args:
         actor_network: a probabilistic actor (``get_dist``), e.g.
@@ -84,7 +88,7 @@ class PPOLoss(LossModule):
         >>> critic = ValueOperator(nn.Linear(3, 1))
         >>> loss = PPOLoss(actor, critic)
         >>> td = TensorDict({"observation": torch.randn(4, 5, 3), "action": torch.rand(4, 5, 2),
-        ...     "sample_log_prob": torch.zeros(4, 5), "next": {"observation": torch.randn(4, 5, 3),
+        ...     "action_log_prob": torch.zeros(4, 5), "next": {"observation": torch.randn(4, 5, 3),
         ...     "reward": torch.randn(4, 5, 1), "done": torch.zeros(4, 5, 1, dtype=torch.bool),
         ...     "terminated": torch.zeros(4, 5, 1, dtype=torch.bool)}}, batch_size=[4, 5])
         >>> out = loss(td)
@@ -99,7 +103,7 @@ class PPOLoss(LossModule):
         advantage: NestedKey = ADVANTAGE
         value_target: NestedKey = VALUE_TARGET
         value: NestedKey = STATE_VALUE
-        sample_log_prob: NestedKey = SAMPLE_LOG_PROB
+        sample_log_prob: NestedKey = ACTION_LOG_PROB
         action: NestedKey = ACTION
         reward: NestedKey = REWARD
         done: NestedKey = DONE
@@ -191,7 +195,7 @@ class PPOLoss(LossModule):
         ]
 
     def _compute_required_keys(self) -> list[NestedKey]:
-        # "sample_log_prob" is looked up where it is read: a composite actor's
+        # the log-probability is looked up where it is read: a composite actor's
         # log-probabilities may come per action instead (its log_prob_keys)
         keys = self.tensor_keys
         actions = self._action_keys if len(self._action_keys) > 1 else [keys.action]
@@ -230,7 +234,7 @@ class PPOLoss(LossModule):
     ) -> tuple[torch.distributions.Distribution, Tensor, Tensor]:
         """``(current distribution, log_prob, log(pi / pi_old))``, shapes ``[*B]``."""
         keys = self.tensor_keys
-        prev = tensordict.get(keys.sample_log_prob, None)
+        prev = get_log_prob(tensordict, keys.sample_log_prob)
         if prev is None:
             prev = self._composite_prev_log_prob(tensordict)
         if prev.requires_grad:
@@ -250,8 +254,11 @@ class PPOLoss(LossModule):
         values = [tensordict.get(k, None) for k in lp_keys]
         if not lp_keys or any(v is None for v in values):
             present = sorted(map(str, tensordict.keys(True, True)))
+            key = self.tensor_keys.sample_log_prob
+            legacy = paper_era_log_prob_key(key)
+            also = f" nor {legacy!r}" if legacy is not None else ""
             raise KeyError(
-                f"{type(self).__name__}: the input has no {self.tensor_keys.sample_log_prob!r} "
+                f"{type(self).__name__}: the input has no {key!r}{also} "
                 "entry (log-probabilities of the data-collecting policy; set "
                 f"return_log_prob=True on the actor); entries present: {present}"
             )
@@ -304,7 +311,7 @@ class PPOLoss(LossModule):
 
         Args:
             tensordict: data ``[*B]`` (usually ``[*B, T]`` when the advantage is computed
-                here) with the actor inputs, the actions, ``"sample_log_prob"`` and, for the
+                here) with the actor inputs, the actions, ``"action_log_prob"`` and, for the
                 critic, the value-estimator inputs or ``"advantage"``/``"value_target"``.
 
         Returns:

@@ -10,10 +10,10 @@ from torch import Tensor, nn
 
 from torchrl._keys import (
     ACTION,
+    ACTION_LOG_PROB,
     ADVANTAGE,
     DONE,
     REWARD,
-    SAMPLE_LOG_PROB,
     STATE_VALUE,
     TERMINATED,
     VALUE_TARGET,
@@ -71,7 +71,7 @@ class ReinforceLoss(LossModule):
         advantage: NestedKey = ADVANTAGE
         value_target: NestedKey = VALUE_TARGET
         value: NestedKey = STATE_VALUE
-        sample_log_prob: NestedKey = SAMPLE_LOG_PROB
+        sample_log_prob: NestedKey = ACTION_LOG_PROB
         action: NestedKey = ACTION
         reward: NestedKey = REWARD
         done: NestedKey = DONE

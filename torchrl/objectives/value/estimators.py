@@ -22,14 +22,15 @@ from torch import Tensor, nn
 
 import torchrl.objectives.value.functional as vf
 from torchrl._keys import (
+    ACTION_LOG_PROB,
     ADVANTAGE,
     DONE,
     NEXT,
     REWARD,
-    SAMPLE_LOG_PROB,
     STATE_VALUE,
     TERMINATED,
     VALUE_TARGET,
+    paper_era_log_prob_key,
 )
 from torchrl._types import DeviceLike, NestedKey
 
@@ -110,7 +111,7 @@ class ValueEstimatorBase(nn.Module):
         done: NestedKey = DONE
         terminated: NestedKey = TERMINATED
         steps_to_next_obs: NestedKey = STEPS_TO_NEXT_OBS
-        sample_log_prob: NestedKey = SAMPLE_LOG_PROB
+        sample_log_prob: NestedKey = ACTION_LOG_PROB
 
     default_keys = _AcceptedKeys
     value_network: TensorDictModuleBase | None
@@ -592,7 +593,8 @@ class GAE(ValueEstimatorBase):
 class VTrace(ValueEstimatorBase):
     """V-trace off-policy targets and advantages (Espeholt et al., 2018).
 
-    The behaviour policy's log-probabilities are read at ``"sample_log_prob"``; the learned
+    The behaviour policy's log-probabilities are read at ``"action_log_prob"`` (or the paper-era
+    ``"sample_log_prob"`` when the data has only that); the learned
     policy's are computed with ``actor_network`` on the stored actions.
 
     Args:
@@ -613,7 +615,7 @@ class VTrace(ValueEstimatorBase):
         ...     ["logits"]), in_keys=["logits"], distribution_class=OneHotCategorical)
         >>> td = TensorDict({"observation": torch.randn(1, 5, 3),
         ...     "action": torch.nn.functional.one_hot(torch.randint(2, (1, 5)), 2),
-        ...     "sample_log_prob": torch.full((1, 5), -0.7), "state_value": torch.zeros(1, 5, 1),
+        ...     "action_log_prob": torch.full((1, 5), -0.7), "state_value": torch.zeros(1, 5, 1),
         ...     "next": {"state_value": torch.zeros(1, 5, 1), "reward": torch.ones(1, 5, 1),
         ...     "done": torch.zeros(1, 5, 1, dtype=torch.bool),
         ...     "terminated": torch.zeros(1, 5, 1, dtype=torch.bool)}}, batch_size=[1, 5])
@@ -649,7 +651,11 @@ class VTrace(ValueEstimatorBase):
         self, td: TensorDictBase, value: Tensor, next_value: Tensor
     ) -> tuple[Tensor, Tensor]:
         reward, done, terminated = self._reward_done(td)
-        log_mu = self._get(td, self.tensor_keys.sample_log_prob, "behaviour log-probability")
+        key = self.tensor_keys.sample_log_prob
+        legacy = paper_era_log_prob_key(key)
+        if td.get(key, None) is None and legacy is not None and td.get(legacy, None) is not None:
+            key = legacy  # data collected with the paper-era name
+        log_mu = self._get(td, key, "behaviour log-probability")
         with torch.no_grad():
             dist = self.actor_network.get_dist(td.copy())
             log_pi = dist.log_prob(td.get(self._action_keys[0]))
