@@ -1,0 +1,57 @@
+"""TorchRL's ``torchrl.modules.tensordict_module`` path; the modules live in :mod:`torchrl.modules`."""
+
+from __future__ import annotations
+
+from torchrl.modules.tensordict_module.actors import (
+    Actor,
+    ActorCriticOperator,
+    ActorCriticWrapper,
+    ActorValueOperator,
+    DistributionalQValueActor,
+    DistributionalQValueModule,
+    ProbabilisticActor,
+    QValueActor,
+    QValueModule,
+    TanhModule,
+    ValueOperator,
+)
+from torchrl.modules.tensordict_module.exploration import (
+    AdditiveGaussianModule,
+    AdditiveGaussianWrapper,
+    EGreedyModule,
+    EGreedyWrapper,
+    OrnsteinUhlenbeckProcessModule,
+    OrnsteinUhlenbeckProcessWrapper,
+)
+from torchrl.modules.tensordict_module.rnn import (
+    GRUModule,
+    LSTMModule,
+    recurrent_mode,
+    set_recurrent_mode,
+)
+from torchrl.modules.tensordict_module.world_models import WorldModelWrapper
+
+__all__ = [
+    "Actor",
+    "ActorCriticOperator",
+    "ActorCriticWrapper",
+    "ActorValueOperator",
+    "AdditiveGaussianModule",
+    "AdditiveGaussianWrapper",
+    "DistributionalQValueActor",
+    "DistributionalQValueModule",
+    "EGreedyModule",
+    "EGreedyWrapper",
+    "GRUModule",
+    "LSTMModule",
+    "OrnsteinUhlenbeckProcessModule",
+    "OrnsteinUhlenbeckProcessWrapper",
+    "ProbabilisticActor",
+    "QValueActor",
+    "QValueModule",
+    "TanhModule",
+    "ValueOperator",
+    "WorldModelWrapper",
+    "recurrent_mode",
+    "set_recurrent_mode",
+]
