@@ -16,6 +16,7 @@ from torchrl.envs.libs.vmas import VmasEnv, VmasWrapper
 from torchrl.envs.transforms import (
     ActionDiscretizer,
     ActionMask,
+    BinarizeReward,
     BurnInTransform,
     CatFrames,
     CatTensors,
@@ -40,6 +41,7 @@ from torchrl.envs.transforms import (
     RewardScaling,
     RewardSum,
     SelectTransform,
+    SignTransform,
     SqueezeTransform,
     StepCounter,
     TargetReturn,
@@ -95,6 +97,7 @@ __all__ = [
 __all__ += [
     "ActionDiscretizer",
     "ActionMask",
+    "BinarizeReward",
     "BurnInTransform",
     "CatFrames",
     "CatTensors",
@@ -119,6 +122,7 @@ __all__ += [
     "RewardScaling",
     "RewardSum",
     "SelectTransform",
+    "SignTransform",
     "SqueezeTransform",
     "StepCounter",
     "TargetReturn",

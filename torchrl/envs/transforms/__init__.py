@@ -26,12 +26,19 @@ from torchrl.envs.transforms.keys import (
 )
 from torchrl.envs.transforms.norm import ObservationNorm, VecNorm
 from torchrl.envs.transforms.rb import BurnInTransform, Reward2GoTransform
-from torchrl.envs.transforms.reward import RewardClipping, RewardScaling, TargetReturn
+from torchrl.envs.transforms.reward import (
+    BinarizeReward,
+    RewardClipping,
+    RewardScaling,
+    SignTransform,
+    TargetReturn,
+)
 from torchrl.envs.transforms.tracking import InitTracker, RewardSum, StepCounter, TensorDictPrimer
 
 __all__ = [
     "ActionDiscretizer",
     "ActionMask",
+    "BinarizeReward",
     "BurnInTransform",
     "CatFrames",
     "CatTensors",
@@ -56,6 +63,7 @@ __all__ = [
     "RewardScaling",
     "RewardSum",
     "SelectTransform",
+    "SignTransform",
     "SqueezeTransform",
     "StepCounter",
     "TargetReturn",

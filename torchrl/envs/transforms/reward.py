@@ -1,4 +1,5 @@
-"""Reward transforms: ``RewardScaling``, ``RewardClipping``, ``TargetReturn``."""
+"""Reward transforms: ``RewardScaling``, ``RewardClipping``, ``TargetReturn``, ``SignTransform``,
+``BinarizeReward``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from tensordict import TensorDictBase
 
 from torchrl._keys import RESET, REWARD
 from torchrl._types import NestedKey
-from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
+from torchrl.data.specs import Binary, Bounded, Composite, TensorSpec, Unbounded
 from torchrl.envs.transforms._utils import (
     get,
     key_list,
@@ -24,7 +25,7 @@ from torchrl.envs.transforms._utils import (
 )
 from torchrl.envs.transforms.base import Transform
 
-__all__ = ["RewardClipping", "RewardScaling", "TargetReturn"]
+__all__ = ["BinarizeReward", "RewardClipping", "RewardScaling", "SignTransform", "TargetReturn"]
 
 
 def _reward_keys(transform: Transform, reward_spec: Composite, explicit: bool) -> None:
@@ -281,3 +282,99 @@ class TargetReturn(Transform):
 
     def extra_repr(self) -> str:
         return f"target_return={self.target_return}, mode={self.mode!r}"
+
+
+class SignTransform(Transform):
+    """Replaces entries by their sign (-1, 0 or 1), as Atari agents do with rewards.
+
+    The entries may be rewards or observations; their specs become ``Bounded`` in ``[-1, 1]``
+    with the same shape and dtype.
+
+    Args:
+        in_keys: the entries to read (default ``["reward"]``).
+        out_keys: where to write their signs (default: in place).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.envs import PendulumEnv, check_env_specs
+        >>> from torchrl.envs.transforms import SignTransform, TransformedEnv
+        >>> SignTransform()(TensorDict(reward=torch.tensor([-3.0, 0.0, 2.5])))["reward"]
+        tensor([-1.,  0.,  1.])
+        >>> env = TransformedEnv(PendulumEnv(seed=0), SignTransform(["reward", "observation"]))
+        >>> bool(env.rollout(5)["next", "reward"].abs().le(1).all())
+        True
+        >>> check_env_specs(env)
+    """
+
+    def __init__(
+        self,
+        in_keys: NestedKey | Sequence[NestedKey] | None = None,
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+    ) -> None:
+        super().__init__(in_keys=in_keys if in_keys is not None else [REWARD], out_keys=out_keys)
+
+    def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
+        return torch.sign(value)
+
+    def _sign_specs(self, spec: Composite) -> Composite:
+        for in_key, out_key in self._pairs:
+            if in_key not in spec:
+                continue
+            leaf = spec[in_key]
+            spec[out_key] = Bounded(-1, 1, leaf.shape, leaf.device, leaf.dtype)
+        return spec
+
+    def transform_observation_spec(self, observation_spec: Composite) -> Composite:
+        return self._sign_specs(observation_spec)
+
+    def transform_reward_spec(self, reward_spec: Composite) -> Composite:
+        return self._sign_specs(reward_spec)
+
+
+class BinarizeReward(Transform):
+    """Maps each reward to 1 where it is positive and 0 elsewhere; the spec becomes ``Binary``.
+
+    Args:
+        in_keys: the rewards (default ``["reward"]``).
+        out_keys: where to write the binary rewards (default: in place).
+        dtype: the dtype of the binary reward (default ``torch.int8``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.envs import PendulumEnv, check_env_specs
+        >>> from torchrl.envs.transforms import BinarizeReward, TransformedEnv
+        >>> BinarizeReward()(TensorDict(reward=torch.tensor([-1.0, 0.0, 0.3])))["reward"]
+        tensor([0, 0, 1], dtype=torch.int8)
+        >>> env = TransformedEnv(PendulumEnv(seed=0), BinarizeReward())
+        >>> env.rollout(3)["next", "reward"].dtype
+        torch.int8
+        >>> check_env_specs(env)
+    """
+
+    def __init__(
+        self,
+        in_keys: NestedKey | Sequence[NestedKey] | None = None,
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+        dtype: torch.dtype = torch.int8,
+    ) -> None:
+        if dtype.is_floating_point or dtype.is_complex:
+            raise ValueError(f"BinarizeReward: dtype must be an integer or bool dtype, got {dtype}")
+        super().__init__(in_keys=in_keys if in_keys is not None else [REWARD], out_keys=out_keys)
+        self.dtype = dtype
+
+    def _apply_transform(self, reward: torch.Tensor) -> torch.Tensor:
+        return (reward > 0).to(self.dtype)
+
+    def transform_reward_spec(self, reward_spec: Composite) -> Composite:
+        for in_key, out_key in self._pairs:
+            if in_key not in reward_spec:
+                raise KeyError(f"BinarizeReward: {in_key!r} is not in the env's reward spec")
+            leaf = reward_spec[in_key]
+            shape = leaf.shape if len(leaf.shape) else torch.Size([1])
+            reward_spec[out_key] = Binary(shape=shape, device=leaf.device, dtype=self.dtype)
+        return reward_spec
+
+    def extra_repr(self) -> str:
+        return f"dtype={self.dtype}, in_keys={self.in_keys}"
