@@ -5,6 +5,7 @@ from __future__ import annotations
 from torchrl.envs.transforms import (
     ActionDiscretizer,
     ActionMask,
+    BinarizeReward,
     BurnInTransform,
     CatFrames,
     CatTensors,
@@ -29,6 +30,7 @@ from torchrl.envs.transforms import (
     RewardScaling,
     RewardSum,
     SelectTransform,
+    SignTransform,
     SqueezeTransform,
     StepCounter,
     TargetReturn,
@@ -44,6 +46,7 @@ from torchrl.envs.transforms import (
 __all__ = [
     "ActionDiscretizer",
     "ActionMask",
+    "BinarizeReward",
     "BurnInTransform",
     "CatFrames",
     "CatTensors",
@@ -68,6 +71,7 @@ __all__ = [
     "RewardScaling",
     "RewardSum",
     "SelectTransform",
+    "SignTransform",
     "SqueezeTransform",
     "StepCounter",
     "TargetReturn",
