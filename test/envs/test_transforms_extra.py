@@ -1,20 +1,67 @@
-"""Transforms added for issue 17: SignTransform, BinarizeReward, ..."""
+"""Transforms added for issue 17 (SignTransform, BinarizeReward, LineariseRewards, ...)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 import torch
 from envs.transforms.transform_envs import CountEnv
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
-from torchrl.data import Binary, Bounded, LazyTensorStorage, ReplayBuffer
-from torchrl.envs import PendulumEnv, check_env_specs
+from torchrl.data import (
+    Binary,
+    Bounded,
+    Categorical,
+    Composite,
+    LazyTensorStorage,
+    ReplayBuffer,
+    Unbounded,
+)
+from torchrl.envs import EnvBase, PendulumEnv, check_env_specs
 from torchrl.envs.transforms import (
     BinarizeReward,
+    FiniteTensorDictCheck,
+    LineariseRewards,
     RewardSum,
     SignTransform,
     TransformedEnv,
 )
+
+
+class TwoObjectiveEnv(EnvBase):
+    """Rewards ``[action, 1 - action]`` (bounded in ``[0, 1]``); poisons the obs when asked."""
+
+    def __init__(self, batch_size: Any = (), nan_at: int | None = None) -> None:
+        super().__init__(batch_size=batch_size)
+        batch = self.batch_size
+        self.observation_spec = Composite(observation=Unbounded(shape=(*batch, 1)), shape=batch)
+        self.action_spec = Categorical(2, shape=(*batch, 1))
+        self.reward_spec = Bounded(0.0, 1.0, shape=(*batch, 2))
+        self.nan_at = nan_at
+        self.t = 0
+
+    def _set_seed(self, seed: int | None) -> None:
+        pass
+
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
+        self.t = 0
+        return TensorDict(observation=torch.zeros(*self.batch_size, 1), batch_size=self.batch_size)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        self.t += 1
+        action = tensordict["action"].float()
+        obs = torch.full((*self.batch_size, 1), float(self.t))
+        if self.nan_at is not None and self.t >= self.nan_at:
+            obs = obs * float("nan")
+        done = torch.zeros(*self.batch_size, 1, dtype=torch.bool)
+        return TensorDict(
+            observation=obs,
+            reward=torch.cat([action, 1 - action], -1),
+            done=done,
+            terminated=done.clone(),
+            batch_size=self.batch_size,
+        )
 
 
 class TestSignTransform:
@@ -85,3 +132,72 @@ class TestBinarizeReward:
         rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=BinarizeReward())
         rb.extend(TensorDict(reward=torch.tensor([[-2.0], [3.0]]), batch_size=[2]))
         assert set(rb.sample(4)["reward"].flatten().tolist()) <= {0, 1}
+
+
+class TestLineariseRewards:
+    def test_values(self):
+        td = TensorDict(reward=torch.tensor([[1.0, 2.0], [3.0, -1.0]]), batch_size=[2])
+        out = LineariseRewards(["reward"])(td)
+        assert out["reward"].tolist() == [[3.0], [2.0]]
+        td = TensorDict(reward=torch.tensor([[1.0, 2.0]]), batch_size=[1])
+        out = LineariseRewards(["reward"], ["scalar"], weights=[2.0, 0.5])(td)
+        assert out["scalar"].tolist() == [[3.0]]
+        assert out["reward"].shape == (1, 2)
+
+    def test_bad_weights(self):
+        with pytest.raises(ValueError, match="one-dimensional"):
+            LineariseRewards(["reward"], weights=[[1.0]])
+        with pytest.raises(ValueError, match="objectives"):
+            LineariseRewards(["reward"], weights=[1.0, 1.0, 1.0])(TensorDict(reward=torch.ones(2)))
+
+    @pytest.mark.parametrize("batch_size", [(), (3,)])
+    def test_env(self, batch_size):
+        t = LineariseRewards(["reward"], weights=[1.0, -2.0])
+        env = TransformedEnv(TwoObjectiveEnv(batch_size=batch_size), t)
+        check_env_specs(env)
+        spec = env.reward_spec
+        assert isinstance(spec, Bounded)
+        assert spec.shape == (*batch_size, 1)
+        assert (spec.low == -2.0).all() and (spec.high == 1.0).all()
+        r = env.rollout(4)
+        a = r["action"].float()
+        torch.testing.assert_close(r["next", "reward"], a - 2 * (1 - a))
+
+    def test_unbounded_env(self):
+        t = LineariseRewards(["reward", "reward"], ["r1", "r2"])
+        env = TransformedEnv(PendulumEnv(seed=0), t)
+        check_env_specs(env)
+        assert isinstance(env.output_spec["full_reward_spec", "r1"], Unbounded)
+
+    def test_replay_buffer(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=LineariseRewards(["reward"]))
+        rb.extend(TensorDict(reward=torch.ones(4, 3), batch_size=[4]))
+        assert (rb.sample(2)["reward"] == 3).all()
+
+
+class TestFiniteTensorDictCheck:
+    def test_module(self):
+        t = FiniteTensorDictCheck()
+        td = TensorDict(a=torch.ones(2), b=TensorDict(c=torch.arange(3)), batch_size=[])
+        assert t(td) is td
+        td["b", "d"] = torch.tensor([float("inf")])
+        with pytest.raises(ValueError, match="'d'"):
+            t(td)
+
+    def test_env(self):
+        env = TransformedEnv(PendulumEnv(seed=0), FiniteTensorDictCheck())
+        check_env_specs(env)
+        assert env.rollout(5).shape == (5,)
+
+    def test_env_raises(self):
+        env = TransformedEnv(TwoObjectiveEnv(nan_at=3), FiniteTensorDictCheck())
+        env.rollout(2)
+        with pytest.raises(ValueError, match="non-finite"):
+            env.rollout(5)
+
+    def test_replay_buffer(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=FiniteTensorDictCheck())
+        rb.extend(TensorDict(obs=torch.tensor([[1.0], [float("nan")]]), batch_size=[2]))
+        with pytest.raises(ValueError, match="non-finite"):
+            for _ in range(20):
+                rb.sample(2)

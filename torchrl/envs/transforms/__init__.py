@@ -3,13 +3,14 @@
 A transform works in a :class:`TransformedEnv`, as a module on a TensorDict, and in a replay
 buffer. One file per family: ``base`` (``Transform``, ``Compose``), ``env`` (``TransformedEnv``),
 ``tracking``, ``reward``, ``dtype``, ``norm``, ``image``, ``keys``, ``frames``, ``actions``,
-``rb`` (replay-buffer-only transforms).
+``checks`` (sanity checks), ``rb`` (replay-buffer-only transforms).
 """
 
 from __future__ import annotations
 
 from torchrl.envs.transforms.actions import ActionDiscretizer, ActionMask, ClipTransform
 from torchrl.envs.transforms.base import Compose, ObservationTransform, Transform
+from torchrl.envs.transforms.checks import FiniteTensorDictCheck
 from torchrl.envs.transforms.dtype import DoubleToFloat, DTypeCastTransform
 from torchrl.envs.transforms.env import TransformedEnv
 from torchrl.envs.transforms.frames import CatFrames, FrameSkipTransform, NoopResetEnv, TimeMaxPool
@@ -28,6 +29,7 @@ from torchrl.envs.transforms.norm import ObservationNorm, VecNorm
 from torchrl.envs.transforms.rb import BurnInTransform, Reward2GoTransform
 from torchrl.envs.transforms.reward import (
     BinarizeReward,
+    LineariseRewards,
     RewardClipping,
     RewardScaling,
     SignTransform,
@@ -48,10 +50,12 @@ __all__ = [
     "DTypeCastTransform",
     "DoubleToFloat",
     "ExcludeTransform",
+    "FiniteTensorDictCheck",
     "FlattenObservation",
     "FrameSkipTransform",
     "GrayScale",
     "InitTracker",
+    "LineariseRewards",
     "NoopResetEnv",
     "ObservationNorm",
     "ObservationTransform",

@@ -1,5 +1,5 @@
 """Reward transforms: ``RewardScaling``, ``RewardClipping``, ``TargetReturn``, ``SignTransform``,
-``BinarizeReward``."""
+``BinarizeReward``, ``LineariseRewards``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,14 @@ from torchrl.envs.transforms._utils import (
 )
 from torchrl.envs.transforms.base import Transform
 
-__all__ = ["BinarizeReward", "RewardClipping", "RewardScaling", "SignTransform", "TargetReturn"]
+__all__ = [
+    "BinarizeReward",
+    "LineariseRewards",
+    "RewardClipping",
+    "RewardScaling",
+    "SignTransform",
+    "TargetReturn",
+]
 
 
 def _reward_keys(transform: Transform, reward_spec: Composite, explicit: bool) -> None:
@@ -378,3 +385,85 @@ class BinarizeReward(Transform):
 
     def extra_repr(self) -> str:
         return f"dtype={self.dtype}, in_keys={self.in_keys}"
+
+
+class LineariseRewards(Transform):
+    """Turns a multi-objective reward ``[..., k]`` into one reward ``[..., 1]`` by a weighted sum.
+
+    With several ``in_keys`` (one reward group per agent, say) the same weights apply to each;
+    chain several ``LineariseRewards`` to weight groups differently. A ``Bounded`` reward spec
+    stays ``Bounded`` (with the bounds of the weighted sum); any other becomes ``Unbounded``.
+
+    Args:
+        in_keys: the multi-objective rewards, each with the objectives on the last dim.
+        out_keys: where to write the summed rewards (default: in place).
+        weights: one weight per objective, shape ``[k]`` (default: all ones).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.envs.transforms import LineariseRewards
+        >>> t = LineariseRewards(in_keys=["reward"], weights=[1.0, -2.0])
+        >>> t(TensorDict(reward=torch.tensor([[3.0, 1.0], [0.0, 0.5]]), batch_size=[2]))["reward"]
+        tensor([[ 1.],
+                [-1.]])
+    """
+
+    weights: torch.Tensor | None
+
+    def __init__(
+        self,
+        in_keys: NestedKey | Sequence[NestedKey],
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+        *,
+        weights: Sequence[float] | torch.Tensor | None = None,
+    ) -> None:
+        super().__init__(in_keys=in_keys, out_keys=out_keys)
+        if not self.in_keys:
+            raise ValueError("LineariseRewards: give at least one reward key in in_keys")
+        w = None if weights is None else torch.as_tensor(weights, dtype=torch.float32)
+        if w is not None and w.ndim != 1:
+            raise ValueError(
+                f"LineariseRewards: weights must be one-dimensional, got shape {tuple(w.shape)}"
+            )
+        self.register_buffer("weights", w)
+
+    def _weights_for(self, k: int, like: torch.Tensor) -> torch.Tensor:
+        if self.weights is None:
+            return torch.ones(k, dtype=like.dtype, device=like.device)
+        if self.weights.numel() != k:
+            raise ValueError(
+                f"LineariseRewards: {self.weights.numel()} weights for a reward with {k} objectives"
+            )
+        return self.weights.to(dtype=like.dtype, device=like.device)
+
+    def _apply_transform(self, reward: torch.Tensor) -> torch.Tensor:
+        if not reward.dtype.is_floating_point:
+            reward = reward.float()
+        w = self._weights_for(reward.shape[-1], reward)
+        return (reward * w).sum(-1, keepdim=True)
+
+    def transform_reward_spec(self, reward_spec: Composite) -> Composite:
+        for in_key, out_key in self._pairs:
+            if in_key not in reward_spec:
+                raise KeyError(f"LineariseRewards: {in_key!r} is not in the env's reward spec")
+            leaf = reward_spec[in_key]
+            if len(leaf.shape) == 0:
+                raise ValueError(f"LineariseRewards: the reward {in_key!r} has no objective dim")
+            shape = torch.Size((*leaf.shape[:-1], 1))
+            dtype = leaf.dtype if leaf.dtype.is_floating_point else torch.float32
+            new: TensorSpec
+            if isinstance(leaf, Bounded):
+                w = self._weights_for(leaf.shape[-1], leaf.low.to(dtype)).cpu()
+                a, b = leaf.low.to(dtype).cpu() * w, leaf.high.to(dtype).cpu() * w
+                low = torch.minimum(a, b).sum(-1, keepdim=True)
+                high = torch.maximum(a, b).sum(-1, keepdim=True)
+                new = Bounded(low, high, shape, leaf.device, dtype)
+            else:
+                new = Unbounded(shape=shape, device=leaf.device, dtype=dtype)
+            reward_spec[out_key] = new
+        return reward_spec
+
+    def extra_repr(self) -> str:
+        weights = None if self.weights is None else self.weights.tolist()
+        return f"weights={weights}, in_keys={self.in_keys}"
