@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "torchrl.modules": 3,
     "torchrl.collectors": 3,
     "torchrl.trainers": 3,
+    "torchrl.checkpoint": 3,
     "torchrl.objectives": 4,
     "torchrl": 5,
 }

@@ -1,0 +1,273 @@
+"""Tests of torchrl.checkpoint: round trips, rotation, strictness, corrupted files, pickles."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+
+import numpy as np
+import pytest
+import torch
+from _trainer_helpers import FakeCollector
+from tensordict import TensorDict
+from torch import nn
+
+from torchrl.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointOptions,
+    CheckpointRotation,
+    DumpLoadCheckpointAdapter,
+    GlobalRNGState,
+    JSONCheckpointAdapter,
+    StateDictCheckpointAdapter,
+    read_manifest,
+)
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+
+def _run_parts(seed: int = 0):
+    torch.manual_seed(seed)
+    module = nn.Linear(3, 1)
+    optim = torch.optim.Adam(module.parameters(), lr=1e-2)
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(64), batch_size=8)
+    buffer.extend(TensorDict(x=torch.randn(32, 3), y=torch.randn(32, 1), batch_size=[32]))
+    return module, optim, buffer
+
+
+def _train_step(module, optim, buffer) -> torch.Tensor:
+    batch = buffer.sample()
+    loss = ((module(batch["x"]) - batch["y"]) ** 2).mean()
+    optim.zero_grad()
+    loss.backward()
+    optim.step()
+    return module.weight.detach().clone()
+
+
+def _draws():
+    return (random.random(), float(np.random.rand()), torch.rand(3))
+
+
+class TestRoundTrip:
+    def test_same_next_step_and_random_numbers(self, tmp_path):
+        module, optim, buffer = _run_parts()
+        collector = FakeCollector()
+        collector.frames = 40
+        progress = {"frames": 40}
+        for _ in range(3):
+            _train_step(module, optim, buffer)
+        ckpt = Checkpoint(
+            policy=module,
+            optimizer=optim,
+            replay_buffer=buffer,
+            collector=collector,
+            rng=GlobalRNGState(),
+            progress=progress,
+        )
+        path = ckpt.save(tmp_path / "ckpt")
+        expected_step = _train_step(module, optim, buffer)
+        expected_draws = _draws()
+
+        module2, optim2, buffer2 = _run_parts(seed=1)
+        collector2 = FakeCollector()
+        progress2: dict = {}
+        result = Checkpoint(
+            policy=module2,
+            optimizer=optim2,
+            replay_buffer=buffer2,
+            collector=collector2,
+            rng=GlobalRNGState(),
+            progress=progress2,
+        ).load(path)
+        assert result.loaded == {
+            "policy",
+            "optimizer",
+            "replay_buffer",
+            "collector",
+            "rng",
+            "progress",
+        }
+        assert not result.missing and not result.incompatible and not result.unrequested
+        assert progress2 == {"frames": 40} and result.values["progress"] == {"frames": 40}
+        assert collector2.frames == 40
+        assert len(buffer2) == 32
+        assert torch.equal(_train_step(module2, optim2, buffer2), expected_step)
+        draws = _draws()
+        assert draws[:2] == expected_draws[:2]
+        assert torch.equal(draws[2], expected_draws[2])
+
+    def test_adapters_chosen(self, tmp_path):
+        module, optim, buffer = _run_parts()
+        path = Checkpoint(a=module, b=buffer, c=[1, 2], d=GlobalRNGState()).save(tmp_path / "c")
+        adapters = {k: v["adapter"] for k, v in read_manifest(path)["components"].items()}
+        assert adapters == {
+            "a": StateDictCheckpointAdapter.adapter_id,
+            "b": DumpLoadCheckpointAdapter.adapter_id,
+            "c": JSONCheckpointAdapter.adapter_id,
+            "d": StateDictCheckpointAdapter.adapter_id,
+        }
+
+    def test_unknown_object_is_refused_by_name(self):
+        with pytest.raises(CheckpointError, match="'thing'"):
+            Checkpoint(thing=object())
+
+    def test_partial_selection_and_overwrite(self, tmp_path):
+        src = nn.Linear(2, 2)
+        ckpt = Checkpoint(policy=src, config={"lr": 1.0}, save_components={"policy"})
+        path = ckpt.save(tmp_path / "c")
+        assert set(read_manifest(path)["components"]) == {"policy"}
+        # Overwriting an existing checkpoint replaces it whole.
+        ckpt.save(path, components={"config"})
+        assert set(read_manifest(path)["components"]) == {"config"}
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+        dst = nn.Linear(2, 2)
+        with pytest.raises(CheckpointError, match="missing"):
+            Checkpoint(policy=dst).load(path)
+        result = Checkpoint(policy=dst, config={}).load(path, components={"config"})
+        assert result.loaded == {"config"}
+
+    def test_options_forwarded(self, tmp_path):
+        src = nn.Linear(2, 2)
+        path = Checkpoint(policy=src).save(tmp_path / "c")
+        dst = nn.Sequential(nn.Linear(2, 2))  # other key names
+        ckpt = Checkpoint()
+        ckpt.register("policy", dst[0], options=CheckpointOptions(load_kwargs={"strict": True}))
+        assert ckpt.load(path).loaded == {"policy"}
+        assert torch.equal(dst[0].weight, src.weight)
+
+
+class TestStrictness:
+    def _saved(self, tmp_path):
+        return Checkpoint(policy=nn.Linear(2, 2)).save(tmp_path / "c")
+
+    def test_missing(self, tmp_path):
+        path = self._saved(tmp_path)
+        ckpt = Checkpoint(policy=nn.Linear(2, 2), optimizer={"lr": 1})
+        with pytest.raises(CheckpointError, match="optimizer"):
+            ckpt.load(path)
+        with pytest.warns(UserWarning, match="optimizer"):
+            result = ckpt.load(path, strict="warn")
+        assert result.loaded == {"policy"} and result.missing == {"optimizer"}
+        result = Checkpoint(policy=nn.Linear(2, 2), extra=[], strict="ignore").load(path)
+        assert result.missing == {"extra"}
+
+    def test_incompatible_shape(self, tmp_path):
+        path = self._saved(tmp_path)
+        with pytest.raises(CheckpointError, match="'policy'"):
+            Checkpoint(policy=nn.Linear(3, 2)).load(path)
+        result = Checkpoint(policy=nn.Linear(3, 2)).load(path, strict="ignore")
+        assert "policy" in result.incompatible and not result.loaded
+
+    def test_adapter_mismatch(self, tmp_path):
+        path = Checkpoint(policy={"a": 1}).save(tmp_path / "c")
+        result = Checkpoint(policy=nn.Linear(2, 2)).load(path, strict="ignore")
+        assert "adapter" in result.incompatible["policy"]
+
+    def test_unregistered_request(self, tmp_path):
+        path = self._saved(tmp_path)
+        with pytest.raises(CheckpointError, match="unknown"):
+            Checkpoint(policy=nn.Linear(2, 2)).load(path, components={"nope"})
+
+
+class TestCorrupted:
+    def test_not_a_checkpoint(self, tmp_path):
+        with pytest.raises(CheckpointError, match="no checkpoint"):
+            Checkpoint().load(tmp_path / "absent")
+        (tmp_path / "empty").mkdir()
+        with pytest.raises(CheckpointError, match="partial"):
+            Checkpoint().load(tmp_path / "empty")
+
+    def test_corrupted_manifest(self, tmp_path):
+        path = Checkpoint(policy=nn.Linear(2, 2)).save(tmp_path / "c")
+        (path / "manifest.json").write_text("{not json")
+        with pytest.raises(CheckpointError, match="corrupted"):
+            Checkpoint(policy=nn.Linear(2, 2)).load(path)
+        (path / "manifest.json").write_text(json.dumps({"format_version": 99, "components": {}}))
+        with pytest.raises(CheckpointError, match="format version"):
+            Checkpoint().load(path)
+
+    def test_truncated_and_missing_payload(self, tmp_path):
+        path = Checkpoint(policy=nn.Linear(2, 2), rb=_run_parts()[2]).save(tmp_path / "c")
+        data = (path / "policy" / "state.pt").read_bytes()
+        (path / "policy" / "state.pt").write_bytes(data[: len(data) // 2])
+        with pytest.raises(CheckpointError, match="'policy'"):
+            Checkpoint(policy=nn.Linear(2, 2)).load(path)
+        (path / "policy" / "state.pt").unlink()
+        with pytest.raises(CheckpointError, match="partial"):
+            Checkpoint(policy=nn.Linear(2, 2)).load(path)
+        import shutil
+
+        shutil.rmtree(path / "rb" / "data")
+        with pytest.raises(CheckpointError, match="'rb'"):
+            Checkpoint(rb=_run_parts()[2]).load(path)
+
+    def test_failed_save_leaves_old_checkpoint(self, tmp_path):
+        path = Checkpoint(config={"a": 1}).save(tmp_path / "c")
+        with pytest.raises(CheckpointError, match="'config'"):
+            Checkpoint(config={"a": object()}).save(path)
+        assert read_manifest(path)["components"] == {
+            "config": {"adapter": "torchrl.json", "type": "dict"}
+        }
+        assert [p.name for p in tmp_path.iterdir()] == ["c"]
+
+
+class _Holder:
+    """State that is an arbitrary Python object: needs a real pickle."""
+
+    def __init__(self):
+        self.payload = None
+
+    def state_dict(self):
+        return {"obj": _Holder}
+
+    def load_state_dict(self, state):
+        self.payload = state["obj"]
+
+
+class TestTrust:
+    def test_untrusted_pickle_refused_whatever_strict(self, tmp_path):
+        path = Checkpoint(holder=_Holder()).save(tmp_path / "c")
+        for strict in ("error", "ignore"):
+            holder = _Holder()
+            with pytest.raises(pickle.UnpicklingError):
+                Checkpoint(holder=holder, strict=strict).load(path)
+            assert holder.payload is None
+        holder = _Holder()
+        with pytest.warns(UserWarning, match="trusted=True"):
+            Checkpoint(holder=holder).load(path, trusted=True)
+        assert holder.payload is _Holder
+
+
+class TestRotation:
+    def test_keep_last(self, tmp_path):
+        rotation = CheckpointRotation(tmp_path, keep_last=2)
+        ckpt = Checkpoint(value={"x": 0})
+        paths = [rotation.save(ckpt, step=s) for s in (1, 5, 10)]
+        assert rotation.checkpoints() == tuple(paths[1:])
+        assert rotation.latest() == paths[-1]
+        assert rotation.best() is None
+        target: dict = {}
+        result = rotation.load_latest(Checkpoint(value=target))
+        assert result.manifest["metadata"]["step"] == 10
+
+    def test_keep_best(self, tmp_path):
+        rotation = CheckpointRotation(tmp_path, keep_last=1, keep_best=("reward", "max"))
+        ckpt = Checkpoint(value={"x": 0})
+        rewards = {1: 0.5, 2: 3.0, 3: 1.0, 4: 2.0}
+        paths = {s: rotation.save(ckpt, step=s, metadata={"reward": r}) for s, r in rewards.items()}
+        assert rotation.best() == paths[2]
+        assert rotation.checkpoints() == (paths[2], paths[4])
+        low = CheckpointRotation(tmp_path / "low", keep_last=1, keep_best=("loss", "min"))
+        for s, r in rewards.items():
+            low.save(ckpt, step=s, metadata={"loss": r})
+        assert low.best().name.endswith("1") and len(low.checkpoints()) == 2
+
+    def test_incomplete_entries_ignored(self, tmp_path):
+        rotation = CheckpointRotation(tmp_path, keep_last=3)
+        (tmp_path / "checkpoint-000000000099").mkdir()  # no manifest: a crashed save
+        assert rotation.latest() is None
+        with pytest.raises(CheckpointError, match="no checkpoint"):
+            rotation.load_latest(Checkpoint())
+        with pytest.raises(ValueError):
+            CheckpointRotation(tmp_path, keep_last=0)

@@ -1,0 +1,703 @@
+"""One checkpoint for a whole run: modules, optimizers, replay buffers, collectors and RNG states.
+
+A checkpoint is a directory: one sub-folder per registered component (written by that
+component's adapter) and ``manifest.json``, which names the components and their adapters. The
+whole directory is first written next to its target under a temporary name and then renamed into
+place, so an interrupted save never leaves a half-written checkpoint at ``path``. Nothing is
+unpickled on load unless the caller passes ``trusted=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import uuid
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from torchrl.data.replay_buffers.utils import atomic_write_json, safe_torch_load
+from torchrl.trainers.checkpoint import get_rng_states, save_checkpoint, set_rng_states
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointAdapter",
+    "CheckpointError",
+    "CheckpointFormat",
+    "CheckpointLoadResult",
+    "CheckpointOptions",
+    "CheckpointRotation",
+    "CheckpointStrictness",
+    "DumpLoadCheckpointAdapter",
+    "GlobalRNGState",
+    "JSONCheckpointAdapter",
+    "StateDictCheckpointAdapter",
+    "read_manifest",
+]
+
+#: Container layouts. Only ``"directory"`` is written for now.
+CheckpointFormat = Literal["directory"]
+#: What :meth:`Checkpoint.load` does with missing or unloadable requested components.
+CheckpointStrictness = Literal["error", "warn", "ignore"]
+
+MANIFEST = "manifest.json"
+#: Bumped when the layout of a checkpoint directory changes.
+MANIFEST_VERSION = 1
+_STRICTNESS = ("error", "warn", "ignore")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be written or restored (missing, corrupted, or incompatible entry)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointOptions:
+    """Arguments forwarded to one component's save and load methods.
+
+    Args:
+        save_args: positional arguments for ``state_dict`` (state-dict adapters) or after the
+            path (dump adapters).
+        save_kwargs: keyword arguments used while saving.
+        load_args: positional arguments after the state (``load_state_dict``) or the path.
+        load_kwargs: keyword arguments used while restoring.
+
+    Examples:
+        >>> options = CheckpointOptions(load_kwargs={"strict": False})
+        >>> options.merged(CheckpointOptions(load_kwargs={"assign": True})).load_kwargs
+        {'strict': False, 'assign': True}
+    """
+
+    save_args: tuple[Any, ...] | None = None
+    save_kwargs: Mapping[str, Any] | None = None
+    load_args: tuple[Any, ...] | None = None
+    load_kwargs: Mapping[str, Any] | None = None
+
+    def merged(self, override: CheckpointOptions | None) -> CheckpointOptions:
+        """These options with ``override`` applied: keywords merged, given positionals replace.
+
+        Args:
+            override: the operation-level options, or ``None``.
+
+        Returns:
+            The combined options.
+        """
+        if override is None:
+            return self
+        return CheckpointOptions(
+            save_args=override.save_args if override.save_args is not None else self.save_args,
+            save_kwargs={**(self.save_kwargs or {}), **(override.save_kwargs or {})},
+            load_args=override.load_args if override.load_args is not None else self.load_args,
+            load_kwargs={**(self.load_kwargs or {}), **(override.load_kwargs or {})},
+        )
+
+
+@dataclasses.dataclass
+class CheckpointLoadResult:
+    """What :meth:`Checkpoint.load` restored.
+
+    Args:
+        loaded: components restored.
+        missing: requested components the checkpoint does not hold.
+        incompatible: components that could not be restored, mapped to the reason.
+        unrequested: components in the checkpoint that were not requested or not registered.
+        values: what adapters returned (the saved value of JSON components).
+        manifest: the parsed ``manifest.json``.
+
+    Examples:
+        >>> CheckpointLoadResult().loaded
+        set()
+    """
+
+    loaded: set[str] = dataclasses.field(default_factory=set)
+    missing: set[str] = dataclasses.field(default_factory=set)
+    incompatible: dict[str, str] = dataclasses.field(default_factory=dict)
+    unrequested: set[str] = dataclasses.field(default_factory=set)
+    values: dict[str, Any] = dataclasses.field(default_factory=dict)
+    manifest: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class CheckpointAdapter(ABC):
+    """Saves one component into a folder of its own and restores it from there."""
+
+    #: Stored in the manifest; loading checks it matches the registered adapter.
+    adapter_id: str = ""
+
+    @abstractmethod
+    def save(
+        self, component: Any, path: Path, *, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """Writes ``component`` below the (existing, empty) folder ``path``."""
+
+    @abstractmethod
+    def load(
+        self,
+        component: Any,
+        path: Path,
+        *,
+        map_location: Any,
+        tensor_load_kwargs: Mapping[str, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> Any:
+        """Restores ``component`` from ``path``; may return a value (kept in ``result.values``).
+
+        ``tensor_load_kwargs`` holds ``trusted`` (allow arbitrary pickles) among others.
+        """
+
+
+def _safe_load(path: Path, map_location: Any, tensor_load_kwargs: Mapping[str, Any]) -> Any:
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: the checkpoint is partial")
+    return safe_torch_load(
+        path,
+        trusted=bool(tensor_load_kwargs.get("trusted", False)),
+        map_location=map_location,
+        hint="Checkpoint.load(path, trusted=True)",
+    )
+
+
+class StateDictCheckpointAdapter(CheckpointAdapter):
+    """For objects with ``state_dict()`` / ``load_state_dict(state)`` (modules, optimizers,
+    collectors, :class:`GlobalRNGState`).
+
+    Examples:
+        >>> StateDictCheckpointAdapter().adapter_id
+        'torchrl.state_dict'
+    """
+
+    adapter_id = "torchrl.state_dict"
+
+    def save(
+        self, component: Any, path: Path, *, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> None:
+        save_checkpoint(component.state_dict(*args, **kwargs), path / "state.pt")
+
+    def load(
+        self,
+        component: Any,
+        path: Path,
+        *,
+        map_location: Any,
+        tensor_load_kwargs: Mapping[str, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        state = _safe_load(path / "state.pt", map_location, tensor_load_kwargs)
+        component.load_state_dict(state, *args, **kwargs)
+
+
+class DumpLoadCheckpointAdapter(CheckpointAdapter):
+    """For objects that save themselves into a folder: ``dumps(path)`` / ``loads(path)``
+    (replay buffers) or ``dump(path)`` / ``load(path)``.
+
+    Examples:
+        >>> DumpLoadCheckpointAdapter().adapter_id
+        'torchrl.dump_load'
+    """
+
+    adapter_id = "torchrl.dump_load"
+
+    def save(
+        self, component: Any, path: Path, *, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> None:
+        dump = component.dumps if hasattr(component, "dumps") else component.dump
+        dump(path / "data", *args, **kwargs)
+
+    def load(
+        self,
+        component: Any,
+        path: Path,
+        *,
+        map_location: Any,
+        tensor_load_kwargs: Mapping[str, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        if not (path / "data").exists():
+            raise CheckpointError(f"{path / 'data'} is missing: the checkpoint is partial")
+        if hasattr(component, "loads"):
+            # torchrl's replay buffers read safely unless told the dump is trusted.
+            trusted = bool(tensor_load_kwargs.get("trusted", False))
+            component.loads(path / "data", *args, trusted=trusted, **kwargs)
+        else:
+            component.load(path / "data", *args, **kwargs)
+
+
+class JSONCheckpointAdapter(CheckpointAdapter):
+    """For JSON values (config, counters, metrics): stored as ``value.json``, never pickled.
+
+    A registered ``dict`` or ``list`` is updated in place on load; the saved value is also
+    returned (``result.values[name]``).
+
+    Examples:
+        >>> JSONCheckpointAdapter().adapter_id
+        'torchrl.json'
+    """
+
+    adapter_id = "torchrl.json"
+
+    def save(
+        self, component: Any, path: Path, *, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> None:
+        try:
+            json.dumps(component)
+        except (TypeError, ValueError) as err:
+            raise CheckpointError(f"value is not JSON-serializable ({err})") from err
+        atomic_write_json(path / "value.json", component)
+
+    def load(
+        self,
+        component: Any,
+        path: Path,
+        *,
+        map_location: Any,
+        tensor_load_kwargs: Mapping[str, Any],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> Any:
+        value = _read_json(path / "value.json")
+        if isinstance(component, dict) and isinstance(value, dict):
+            component.clear()
+            component.update(value)
+        elif isinstance(component, list) and isinstance(value, list):
+            component[:] = value
+        return value
+
+
+class GlobalRNGState:
+    """The process-wide generators (Python ``random``, numpy, torch CPU and CUDA) as a component.
+
+    Examples:
+        >>> rng = GlobalRNGState()
+        >>> state = rng.state_dict()
+        >>> a = torch.rand(2)
+        >>> rng.load_state_dict(state)
+        >>> torch.equal(a, torch.rand(2))
+        True
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        """The current generator states (tensors and plain values: loads without pickle)."""
+        return get_rng_states()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restores the states returned by :meth:`state_dict`."""
+        set_rng_states(dict(state_dict))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing: the checkpoint is partial") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path} is corrupted (not valid JSON: {err})") from err
+
+
+def _default_adapter(name: str, obj: Any) -> CheckpointAdapter:
+    if hasattr(obj, "dumps") and hasattr(obj, "loads"):
+        return DumpLoadCheckpointAdapter()
+    if hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict"):
+        return StateDictCheckpointAdapter()
+    if hasattr(obj, "dump") and hasattr(obj, "load"):
+        return DumpLoadCheckpointAdapter()
+    if obj is None or isinstance(obj, (dict, list, str, int, float, bool)):
+        return JSONCheckpointAdapter()
+    raise CheckpointError(
+        f"component {name!r}: no adapter for {type(obj).__name__} (it has no dumps/loads, "
+        f"state_dict/load_state_dict, dump/load, and is not a JSON value); pass adapter="
+    )
+
+
+@dataclasses.dataclass
+class _Entry:
+    obj: Any
+    adapter: CheckpointAdapter
+    options: CheckpointOptions
+
+
+class Checkpoint:
+    """Saves and restores the named components of a run, together or a few at a time.
+
+    Args:
+        format: the container; ``"directory"`` (the only one for now).
+        strict: what :meth:`load` does when a requested component is missing or cannot be
+            restored: raise :class:`CheckpointError`, warn, or ignore (see the result).
+        save_components: the names :meth:`save` writes by default (default: all).
+        **components: named objects; the adapter is chosen from what the object offers:
+            ``dumps``/``loads`` (replay buffers), ``state_dict``/``load_state_dict`` (modules,
+            optimizers, collectors, :class:`GlobalRNGState`), or a JSON value.
+
+    Examples:
+        >>> import tempfile
+        >>> source, target = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+        >>> path = Checkpoint(policy=source, step={"n": 3}).save(tempfile.mkdtemp() + "/ckpt")
+        >>> result = Checkpoint(policy=target).load(path)
+        >>> sorted(result.loaded), sorted(result.unrequested)
+        (['policy'], ['step'])
+        >>> torch.equal(source.weight, target.weight)
+        True
+    """
+
+    def __init__(
+        self,
+        *,
+        format: CheckpointFormat = "directory",
+        strict: CheckpointStrictness = "error",
+        save_components: Collection[str] | None = None,
+        **components: Any,
+    ) -> None:
+        if format != "directory":
+            raise ValueError(f"format must be 'directory' (got {format!r})")
+        if strict not in _STRICTNESS:
+            raise ValueError(f"strict must be one of {_STRICTNESS} (got {strict!r})")
+        self.format = format
+        self.strict = strict
+        self._entries: dict[str, _Entry] = {}
+        for name, obj in components.items():
+            self.register(name, obj)
+        self.save_components = None if save_components is None else set(save_components)
+        if self.save_components is not None:
+            self._check_names(self.save_components)
+
+    @property
+    def components(self) -> dict[str, Any]:
+        """The registered objects by name."""
+        return {name: entry.obj for name, entry in self._entries.items()}
+
+    def register(
+        self,
+        name: str,
+        obj: Any,
+        *,
+        adapter: CheckpointAdapter | None = None,
+        options: CheckpointOptions | None = None,
+    ) -> None:
+        """Adds (or replaces) the component ``name``.
+
+        Args:
+            name: a folder-safe name (letters, digits, ``_``, ``-``, ``.``).
+            obj: the object to save and restore.
+            adapter: how to save it; chosen from the object when ``None``.
+            options: arguments forwarded to its save and load methods.
+        """
+        if not name or name.startswith(".") or not all(c.isalnum() or c in "_-." for c in name):
+            raise ValueError(f"component name {name!r} must be letters, digits, '_', '-', '.'")
+        if adapter is None:
+            adapter = _default_adapter(name, obj)
+        self._entries[name] = _Entry(obj, adapter, options or CheckpointOptions())
+
+    def _check_names(self, names: Collection[str]) -> None:
+        unknown = sorted(set(names) - set(self._entries))
+        if unknown:
+            raise CheckpointError(
+                f"unknown component(s) {unknown}; registered: {sorted(self._entries)}"
+            )
+
+    def save(
+        self,
+        path: str | os.PathLike,
+        *,
+        components: Collection[str] | None = None,
+        component_options: Mapping[str, CheckpointOptions] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Writes the selected components to the directory ``path``, replacing what was there.
+
+        Args:
+            path: the checkpoint directory.
+            components: names to save (default: ``save_components``, else all).
+            component_options: per-name options merged over the registered ones.
+            metadata: JSON values kept in the manifest (step, metrics for rotation).
+
+        Returns:
+            The path written.
+        """
+        path = Path(path)
+        names = set(self._entries) if components is None else set(components)
+        if components is None and self.save_components is not None:
+            names = set(self.save_components)
+        self._check_names(names)
+        self._check_names(component_options or {})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+        tmp.mkdir()
+        try:
+            manifest: dict[str, Any] = {
+                "format_version": MANIFEST_VERSION,
+                "torch_version": torch.__version__,
+                "metadata": dict(metadata or {}),
+                "components": {},
+            }
+            for name in sorted(names):
+                entry = self._entries[name]
+                opts = entry.options.merged((component_options or {}).get(name))
+                (tmp / name).mkdir()
+                try:
+                    entry.adapter.save(
+                        entry.obj,
+                        tmp / name,
+                        args=tuple(opts.save_args or ()),
+                        kwargs=dict(opts.save_kwargs or {}),
+                    )
+                except Exception as err:
+                    raise CheckpointError(f"saving component {name!r} failed: {err}") from err
+                manifest["components"][name] = {
+                    "adapter": entry.adapter.adapter_id,
+                    "type": type(entry.obj).__qualname__,
+                }
+            try:
+                # Written last: a directory without a manifest is never taken for a checkpoint.
+                atomic_write_json(tmp / MANIFEST, manifest)
+            except TypeError as err:
+                raise CheckpointError(f"metadata is not JSON-serializable ({err})") from err
+            _replace_dir(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return path
+
+    def load(
+        self,
+        path: str | os.PathLike,
+        *,
+        components: Collection[str] | None = None,
+        component_options: Mapping[str, CheckpointOptions] | None = None,
+        map_location: Any = None,
+        tensor_load_kwargs: Mapping[str, Any] | None = None,
+        strict: CheckpointStrictness | None = None,
+        trusted: bool = False,
+    ) -> CheckpointLoadResult:
+        """Restores the requested components from a checkpoint written by :meth:`save`.
+
+        Args:
+            path: the checkpoint directory.
+            components: names to restore (default: all registered).
+            component_options: per-name options merged over the registered ones.
+            map_location: passed to ``torch.load``.
+            tensor_load_kwargs: extra keywords for the adapters' tensor loading.
+            strict: overrides the checkpoint's ``strict`` for this call.
+            trusted: allow arbitrary pickled objects (they can run any code while loading).
+
+        Returns:
+            A :class:`CheckpointLoadResult`.
+
+        Raises:
+            CheckpointError: no manifest or a corrupted one; with ``strict="error"``, a
+                requested component missing or failing to load (named in the message).
+            pickle.UnpicklingError: a file holds objects that need ``trusted=True`` (raised
+                whatever ``strict`` says).
+        """
+        import pickle
+
+        path = Path(path)
+        strict = self.strict if strict is None else strict
+        if strict not in _STRICTNESS:
+            raise ValueError(f"strict must be one of {_STRICTNESS} (got {strict!r})")
+        manifest = read_manifest(path)
+        saved = manifest["components"]
+        requested = set(self._entries) if components is None else set(components)
+        self._check_names(requested)
+        result = CheckpointLoadResult(manifest=manifest)
+        result.unrequested = set(saved) - requested
+        result.missing = requested - set(saved)
+        load_kwargs = {**(tensor_load_kwargs or {}), "trusted": trusted}
+        for name in sorted(requested & set(saved)):
+            entry = self._entries[name]
+            adapter_id = saved[name].get("adapter") if isinstance(saved[name], dict) else None
+            if adapter_id != entry.adapter.adapter_id:
+                result.incompatible[name] = (
+                    f"saved with adapter {adapter_id!r}, registered with "
+                    f"{entry.adapter.adapter_id!r}"
+                )
+                continue
+            opts = entry.options.merged((component_options or {}).get(name))
+            try:
+                value = entry.adapter.load(
+                    entry.obj,
+                    path / name,
+                    map_location=map_location,
+                    tensor_load_kwargs=load_kwargs,
+                    args=tuple(opts.load_args or ()),
+                    kwargs=dict(opts.load_kwargs or {}),
+                )
+            except pickle.UnpicklingError:
+                raise
+            except Exception as err:
+                result.incompatible[name] = f"{type(err).__name__}: {err}"
+                if strict == "error":
+                    raise CheckpointError(
+                        f"component {name!r} could not be restored from {path}: {err}"
+                    ) from err
+                continue
+            result.loaded.add(name)
+            if value is not None:
+                result.values[name] = value
+        problems = [f"missing: {sorted(result.missing)}"] if result.missing else []
+        problems += [f"{k!r}: {v}" for k, v in sorted(result.incompatible.items())]
+        if problems and strict == "error":
+            raise CheckpointError(f"checkpoint {path}: " + "; ".join(problems))
+        if problems and strict == "warn":
+            warnings.warn(f"checkpoint {path}: " + "; ".join(problems), stacklevel=2)
+        return result
+
+
+def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    """The parsed ``manifest.json`` of the checkpoint directory ``path``.
+
+    Args:
+        path: a checkpoint directory.
+
+    Returns:
+        The manifest (``format_version``, ``metadata``, ``components``).
+
+    Raises:
+        CheckpointError: ``path`` is not a checkpoint, or its manifest is corrupted.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"no checkpoint directory at {path}")
+    manifest = _read_json(path / MANIFEST)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("components"), dict):
+        raise CheckpointError(f"{path / MANIFEST} is corrupted (no 'components' table)")
+    if manifest.get("format_version") != MANIFEST_VERSION:
+        raise CheckpointError(
+            f"{path / MANIFEST} has format version {manifest.get('format_version')!r}; "
+            f"this torchrl reads version {MANIFEST_VERSION}"
+        )
+    return manifest
+
+
+def _replace_dir(new: Path, path: Path) -> None:
+    """Moves the finished directory ``new`` to ``path``, replacing an older checkpoint.
+
+    A directory cannot be renamed over a non-empty one, so the old one is first moved aside;
+    a crash between the two renames leaves it under its ``.old`` name, never half-written data.
+    """
+    old = None
+    if path.exists():
+        old = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.old")
+        os.replace(path, old)
+    os.replace(new, path)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class CheckpointRotation:
+    """A directory of checkpoints named by step, keeping the newest and optionally the best.
+
+    Args:
+        directory: where the checkpoints live.
+        keep_last: how many of the newest checkpoints to keep (>= 1).
+        keep_best: ``(metadata_key, "min" | "max")``: also keep the checkpoint with the best
+            value of that metadata entry.
+        prefix: the checkpoints are ``<prefix>-<step>`` folders.
+
+    Examples:
+        >>> import tempfile
+        >>> rotation = CheckpointRotation(tempfile.mkdtemp(), keep_last=1)
+        >>> ckpt = Checkpoint(value={"step": 1})
+        >>> first = rotation.save(ckpt, step=1)
+        >>> second = rotation.save(ckpt, step=2)
+        >>> rotation.checkpoints() == (second,)
+        True
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        keep_last: int,
+        keep_best: tuple[str, Literal["min", "max"]] | None = None,
+        prefix: str = "checkpoint",
+    ) -> None:
+        if keep_last < 1:
+            raise ValueError(f"keep_last must be >= 1 (got {keep_last})")
+        if keep_best is not None and keep_best[1] not in ("min", "max"):
+            raise ValueError(f"keep_best mode must be 'min' or 'max' (got {keep_best[1]!r})")
+        self.directory = Path(directory)
+        self.keep_last = keep_last
+        self.keep_best = keep_best
+        self.prefix = prefix
+
+    def _step(self, path: Path) -> int | None:
+        head, sep, tail = path.name.rpartition("-")
+        if head != self.prefix or not sep or not tail.isdigit():
+            return None
+        return int(tail) if (path / MANIFEST).is_file() else None
+
+    def checkpoints(self) -> tuple[Path, ...]:
+        """The complete checkpoints in the directory, oldest step first."""
+        if not self.directory.is_dir():
+            return ()
+        found = [(s, p) for p in self.directory.iterdir() if (s := self._step(p)) is not None]
+        return tuple(p for _, p in sorted(found))
+
+    def latest(self) -> Path | None:
+        """The checkpoint with the highest step, if any."""
+        found = self.checkpoints()
+        return found[-1] if found else None
+
+    def best(self) -> Path | None:
+        """The checkpoint with the best ``keep_best`` metric, if configured and any has it."""
+        if self.keep_best is None:
+            return None
+        key, mode = self.keep_best
+        scored = []
+        for p in self.checkpoints():
+            value = read_manifest(p)["metadata"].get(key)
+            if isinstance(value, (int, float)):
+                scored.append((value if mode == "min" else -value, p))
+        return min(scored, key=lambda item: item[0])[1] if scored else None
+
+    def save(
+        self,
+        checkpoint: Checkpoint,
+        *,
+        step: int,
+        metadata: Mapping[str, Any] | None = None,
+        components: Collection[str] | None = None,
+    ) -> Path:
+        """Saves ``checkpoint`` as ``<prefix>-<step>`` and deletes those no longer kept.
+
+        Args:
+            checkpoint: what to save.
+            step: the training step (orders the checkpoints).
+            metadata: JSON values for the manifest; ``keep_best`` reads its metric here.
+            components: names to save (default: the checkpoint's default).
+
+        Returns:
+            The new checkpoint's path.
+        """
+        if step < 0:
+            raise ValueError(f"step must be >= 0 (got {step})")
+        path = checkpoint.save(
+            self.directory / f"{self.prefix}-{step:012d}",
+            components=components,
+            metadata={"step": step, **(metadata or {})},
+        )
+        keep = set(self.checkpoints()[-self.keep_last :])
+        best = self.best()
+        if best is not None:
+            keep.add(best)
+        for old in self.checkpoints():
+            if old not in keep:
+                shutil.rmtree(old)
+        return path
+
+    def load_latest(self, checkpoint: Checkpoint, **kwargs: Any) -> CheckpointLoadResult:
+        """Restores the newest checkpoint into ``checkpoint`` (keywords as :meth:`Checkpoint.load`).
+
+        Raises:
+            CheckpointError: the directory holds no checkpoint.
+        """
+        latest = self.latest()
+        if latest is None:
+            raise CheckpointError(f"no checkpoint in {self.directory}")
+        return checkpoint.load(latest, **kwargs)
