@@ -26,6 +26,7 @@ from torchrl.envs.transforms import (
     RewardSum,
     SignTransform,
     TransformedEnv,
+    UnaryTransform,
 )
 
 
@@ -85,6 +86,7 @@ class TestSignTransform:
         r = env.rollout(5)
         assert set(r["next", "reward"].unique().tolist()) <= {-1.0, 0.0, 1.0}
         assert r["observation"].abs().le(1).all()
+        assert set(env.reset()["observation"].abs().unique().tolist()) <= {0.0, 1.0}
 
     def test_batched_env_and_sum(self):
         env = TransformedEnv(CountEnv(batch_size=[2]), SignTransform())
@@ -201,3 +203,50 @@ class TestFiniteTensorDictCheck:
         with pytest.raises(ValueError, match="non-finite"):
             for _ in range(20):
                 rb.sample(2)
+
+
+class TestUnaryTransform:
+    def test_module(self):
+        t = UnaryTransform(["x"], ["y"], fn=lambda v: v.sum(-1))
+        out = t(TensorDict(x=torch.ones(2, 3), batch_size=[2]))
+        assert out["y"].tolist() == [3.0, 3.0]
+        with pytest.raises(TypeError, match="callable"):
+            UnaryTransform(["x"], fn=3)  # type: ignore[arg-type]
+
+    def test_env_out(self):
+        t = UnaryTransform(["observation"], ["obs_int"], fn=lambda v: (v > 0).long())
+        env = TransformedEnv(PendulumEnv(seed=0), t)
+        check_env_specs(env)
+        spec = env.observation_spec["obs_int"]
+        assert spec.dtype == torch.int64 and spec.shape == (3,)
+        r = env.rollout(3)
+        assert (r["next", "obs_int"] == (r["next", "observation"] > 0).long()).all()
+
+    def test_env_batched_reward(self):
+        t = UnaryTransform(["reward"], fn=lambda r: r * 10)
+        env = TransformedEnv(CountEnv(batch_size=[2]), t)
+        check_env_specs(env)
+        r = env.rollout(3)
+        torch.testing.assert_close(r["next", "reward"], (r["action"].float() + 1) * 10)
+
+    def test_env_inverse(self):
+        t = UnaryTransform(
+            in_keys_inv=["action"],
+            out_keys_inv=["half_action"],
+            fn=lambda v: v,
+            inv_fn=lambda a: a / 2,
+        )
+        env = TransformedEnv(PendulumEnv(seed=0), t)
+        assert "half_action" in env.full_action_spec.keys()
+        assert "action" not in env.full_action_spec.keys()
+        check_env_specs(env)
+        td = env.reset()
+        td["half_action"] = torch.tensor([1.0])
+        out = env.step(td)
+        assert "half_action" in out.keys()
+
+    def test_replay_buffer(self):
+        t = UnaryTransform(["obs"], fn=lambda v: v.abs())
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=t)
+        rb.extend(TensorDict(obs=-torch.ones(3, 2), batch_size=[3]))
+        assert (rb.sample(2)["obs"] == 1).all()

@@ -52,6 +52,7 @@ from torchrl.envs.transforms import (
     ToTensorImage,
     Transform,
     TransformedEnv,
+    UnaryTransform,
     UnsqueezeTransform,
     VecNorm,
 )
@@ -135,6 +136,7 @@ __all__ += [
     "ToTensorImage",
     "Transform",
     "TransformedEnv",
+    "UnaryTransform",
     "UnsqueezeTransform",
     "VecNorm",
 ]

@@ -3,7 +3,7 @@
 A transform works in a :class:`TransformedEnv`, as a module on a TensorDict, and in a replay
 buffer. One file per family: ``base`` (``Transform``, ``Compose``), ``env`` (``TransformedEnv``),
 ``tracking``, ``reward``, ``dtype``, ``norm``, ``image``, ``keys``, ``frames``, ``actions``,
-``checks`` (sanity checks), ``rb`` (replay-buffer-only transforms).
+``checks`` (sanity checks), ``unary`` (user functions), ``rb`` (replay-buffer-only transforms).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from torchrl.envs.transforms.reward import (
     TargetReturn,
 )
 from torchrl.envs.transforms.tracking import InitTracker, RewardSum, StepCounter, TensorDictPrimer
+from torchrl.envs.transforms.unary import UnaryTransform
 
 __all__ = [
     "ActionDiscretizer",
@@ -76,6 +77,7 @@ __all__ = [
     "ToTensorImage",
     "Transform",
     "TransformedEnv",
+    "UnaryTransform",
     "UnsqueezeTransform",
     "VecNorm",
 ]

@@ -23,7 +23,7 @@ from torchrl.envs.transforms._utils import (
     where_reset,
     with_prefix,
 )
-from torchrl.envs.transforms.base import Transform
+from torchrl.envs.transforms.base import ObservationTransform, Transform
 
 __all__ = [
     "BinarizeReward",
@@ -291,7 +291,7 @@ class TargetReturn(Transform):
         return f"target_return={self.target_return}, mode={self.mode!r}"
 
 
-class SignTransform(Transform):
+class SignTransform(ObservationTransform):
     """Replaces entries by their sign (-1, 0 or 1), as Atari agents do with rewards.
 
     The entries may be rewards or observations; their specs become ``Bounded`` in ``[-1, 1]``
