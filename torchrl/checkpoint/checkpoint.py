@@ -23,7 +23,12 @@ from typing import Any, Literal
 import torch
 
 from torchrl.data.replay_buffers.utils import atomic_write_json, safe_torch_load
-from torchrl.trainers.checkpoint import get_rng_states, save_checkpoint, set_rng_states
+from torchrl.trainers.checkpoint import (
+    fsync_dir,
+    get_rng_states,
+    save_checkpoint,
+    set_rng_states,
+)
 
 __all__ = [
     "Checkpoint",
@@ -452,11 +457,15 @@ class Checkpoint:
                     "adapter": entry.adapter.adapter_id,
                     "type": type(entry.obj).__qualname__,
                 }
+            # Adapters may write without fsync (replay-buffer dumps): the payload must be on
+            # disk before the manifest that vouches for it.
+            _fsync_tree(tmp)
             try:
                 # Written last: a directory without a manifest is never taken for a checkpoint.
                 atomic_write_json(tmp / MANIFEST, manifest)
             except TypeError as err:
                 raise CheckpointError(f"metadata is not JSON-serializable ({err})") from err
+            fsync_dir(tmp)
             _replace_dir(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -585,8 +594,18 @@ def _replace_dir(new: Path, path: Path) -> None:
         old = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.old")
         os.replace(path, old)
     os.replace(new, path)
+    fsync_dir(path.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flushes every file and folder below ``root`` to disk."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as handle:
+                os.fsync(handle.fileno())
+        fsync_dir(folder)
 
 
 class CheckpointRotation:

@@ -13,7 +13,13 @@ import torch
 
 from torchrl.data.replay_buffers.utils import safe_torch_load
 
-__all__ = ["get_rng_states", "load_checkpoint", "save_checkpoint", "set_rng_states"]
+__all__ = [
+    "fsync_dir",
+    "get_rng_states",
+    "load_checkpoint",
+    "save_checkpoint",
+    "set_rng_states",
+]
 
 #: Bumped when the layout of a trainer checkpoint changes.
 CHECKPOINT_VERSION = 1
@@ -64,18 +70,29 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> Path:
             stale.unlink()
         except FileNotFoundError:
             pass
-    # Make the rename itself durable (POSIX: fsync the folder).
+    # Make the rename itself durable.
+    fsync_dir(path.parent)
+    return path
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Flushes a folder's entries (new names, renames) to disk: POSIX needs this, after
+    ``os.replace``, for the rename itself to survive a power loss. A no-op where folders cannot
+    be opened (Windows).
+
+    Args:
+        path: the folder.
+    """
     try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
+        dir_fd = os.open(path, os.O_RDONLY)
     except OSError:
-        return path
+        return
     try:
         os.fsync(dir_fd)
     except OSError:
         pass
     finally:
         os.close(dir_fd)
-    return path
 
 
 def load_checkpoint(
