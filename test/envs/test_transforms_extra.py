@@ -25,6 +25,8 @@ from torchrl.envs.transforms import (
     LineariseRewards,
     RewardSum,
     SignTransform,
+    StepCounter,
+    TrajCounter,
     TransformedEnv,
     UnaryTransform,
 )
@@ -250,3 +252,32 @@ class TestUnaryTransform:
         rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=t)
         rb.extend(TensorDict(obs=-torch.ones(3, 2), batch_size=[3]))
         assert (rb.sample(2)["obs"] == 1).all()
+
+
+class TestTrajCounter:
+    def test_env(self):
+        env = TransformedEnv(PendulumEnv(seed=0), StepCounter(max_steps=3))
+        counter = TrajCounter()
+        env.append_transform(counter)
+        check_env_specs(env)
+        counter.count = 0  # check_env_specs made trajectories too
+        r = env.rollout(9, break_when_any_done=False)
+        assert r["next", "traj_count"].squeeze(-1).tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+        assert r["traj_count"].squeeze(-1).tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+        # The rollout's last reset (after step 9) started trajectory 3; a new reset goes on.
+        assert env.reset()["traj_count"].item() == 4
+
+    def test_batched_partial_resets(self):
+        env = TransformedEnv(CountEnv(batch_size=[2], max_steps=[2, 3]), TrajCounter("traj"))
+        check_env_specs(env)
+        env.transform.count = 0  # check_env_specs made trajectories too
+        r = env.rollout(6, break_when_any_done=False)
+        assert r["next", "traj"].squeeze(-1).tolist() == [[0, 0, 2, 2, 4, 4], [1, 1, 1, 3, 3, 3]]
+
+    def test_forward_raises(self):
+        with pytest.raises(RuntimeError, match="env"):
+            TrajCounter()(TensorDict())
+
+    def test_missing_group(self):
+        with pytest.raises(KeyError, match="done"):
+            TransformedEnv(PendulumEnv(seed=0), TrajCounter(("agents", "traj_count"))).reset()

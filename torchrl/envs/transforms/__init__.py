@@ -35,7 +35,13 @@ from torchrl.envs.transforms.reward import (
     SignTransform,
     TargetReturn,
 )
-from torchrl.envs.transforms.tracking import InitTracker, RewardSum, StepCounter, TensorDictPrimer
+from torchrl.envs.transforms.tracking import (
+    InitTracker,
+    RewardSum,
+    StepCounter,
+    TensorDictPrimer,
+    TrajCounter,
+)
 from torchrl.envs.transforms.unary import UnaryTransform
 
 __all__ = [
@@ -75,6 +81,7 @@ __all__ = [
     "TensorDictPrimer",
     "TimeMaxPool",
     "ToTensorImage",
+    "TrajCounter",
     "Transform",
     "TransformedEnv",
     "UnaryTransform",

@@ -1,4 +1,5 @@
-"""Transforms that track episodes: ``StepCounter``, ``RewardSum``, ``InitTracker``, ``TensorDictPrimer``.
+"""Transforms that track episodes: ``StepCounter``, ``RewardSum``, ``InitTracker``, ``TensorDictPrimer``,
+``TrajCounter``.
 
 Each writes an entry at reset (for the sub-envs being reset; the others keep theirs) and carries
 it across steps, reading the previous value from the step's input.
@@ -17,6 +18,7 @@ from torchrl.data.specs import Bounded, Categorical, Composite, TensorSpec, Unbo
 from torchrl.data.specs.continuous import UnboundedDiscrete
 from torchrl.envs.transforms._utils import (
     done_groups,
+    expand_right,
     feature_spec,
     get,
     key_list,
@@ -32,7 +34,7 @@ from torchrl.envs.transforms._utils import (
 )
 from torchrl.envs.transforms.base import Transform
 
-__all__ = ["InitTracker", "RewardSum", "StepCounter", "TensorDictPrimer"]
+__all__ = ["InitTracker", "RewardSum", "StepCounter", "TensorDictPrimer", "TrajCounter"]
 
 
 def _missing_state(owner: Transform, key: NestedKey, td: TensorDictBase) -> KeyError:
@@ -586,3 +588,94 @@ class TensorDictPrimer(Transform):
 
     def extra_repr(self) -> str:
         return f"primers={[str(k) for k in self._primer_keys]}, random={self.random}"
+
+
+class TrajCounter(Transform):
+    """Gives each trajectory a number: 0 for the first reset, then 1, 2, ... for each new one.
+
+    The number is written at reset (one per sub-env being reset, in order) and carried across
+    steps. It follows the done group of ``out_key``'s prefix (``("agents", "traj_count")``
+    follows ``("agents", "done")``) and has the shape of its done flag. The count lives in the
+    transform: copies of it (one per worker process) count separately.
+
+    Args:
+        out_key: where to write the trajectory number (default ``"traj_count"``).
+
+    Examples:
+        >>> from torchrl.envs import PendulumEnv, check_env_specs
+        >>> from torchrl.envs.transforms import StepCounter, TrajCounter, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(seed=0), StepCounter(max_steps=2))
+        >>> env = env.append_transform(TrajCounter())
+        >>> env.rollout(6, break_when_any_done=False)["next", "traj_count"].squeeze(-1)
+        tensor([0, 0, 1, 1, 2, 2])
+        >>> check_env_specs(env)
+    """
+
+    def __init__(self, out_key: NestedKey = "traj_count") -> None:
+        super().__init__()
+        self.out_key = unravel_key(out_key)
+        self._prefix = key_prefix(self.out_key)
+        self._done_key = with_prefix(self._prefix, DONE)
+        self._reset_key = with_prefix(self._prefix, RESET)
+        self._shape = torch.Size([1])
+        self.count = 0
+
+    def _reset(
+        self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
+    ) -> TensorDictBase:
+        done = get(tensordict_reset, self._done_key)
+        shape = done.shape if done is not None else self._shape
+        device = tensordict_reset.device
+        group_ndim = node_ndim(tensordict_reset, self._prefix)
+        mask = get(tensordict, self._reset_key)
+        previous = get(tensordict, self.out_key)
+        batch_shape = shape[:group_ndim]
+        if mask is None or previous is None or previous.shape != shape:
+            chosen = torch.ones(batch_shape, dtype=torch.bool, device=device)
+        else:
+            if mask.ndim > group_ndim:
+                mask = mask.reshape(*mask.shape[:group_ndim], -1).any(-1)
+            chosen = mask.expand(batch_shape)
+        n = int(chosen.sum())
+        ids = torch.zeros(batch_shape, dtype=torch.int64, device=device)
+        ids[chosen] = torch.arange(self.count, self.count + n, dtype=torch.int64, device=device)
+        self.count += n
+        fill = expand_right(ids, len(shape)).expand(shape)
+        if previous is not None and previous.shape == shape:
+            fill = torch.where(expand_right(chosen, len(shape)), fill, previous)
+        set_(tensordict_reset, self.out_key, fill.clone())
+        return tensordict_reset
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        value = get(tensordict, self.out_key)
+        if value is None:
+            raise _missing_state(self, self.out_key, tensordict)
+        set_(next_tensordict, self.out_key, value)
+        return next_tensordict
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        raise RuntimeError("TrajCounter counts env resets; use it in an env")
+
+    def _spec(self, device: DeviceLike) -> TensorSpec:
+        return UnboundedDiscrete(shape=self._shape, dtype=torch.int64, device=device)
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        done_spec = output_spec["full_done_spec"]
+        shapes = dict(done_groups(done_spec))
+        if self._prefix not in shapes:
+            raise KeyError(
+                f"TrajCounter: no done flag under {self._prefix!r} to follow (done groups: "
+                f"{list(shapes)})"
+            )
+        self._shape = shapes[self._prefix]
+        obs_spec = output_spec["full_observation_spec"]
+        obs_spec[self.out_key] = self._spec(done_spec.device)
+        return output_spec
+
+    def transform_input_spec(self, input_spec: Composite) -> Composite:
+        state_spec = input_spec["full_state_spec"]
+        state_spec[self.out_key] = self._spec(state_spec.device)
+        return input_spec
+
+    def extra_repr(self) -> str:
+        return f"out_key={self.out_key!r}, count={self.count}"
