@@ -211,6 +211,13 @@ class TestCorrupted:
         }
         assert [p.name for p in tmp_path.iterdir()] == ["c"]
 
+    def test_leftovers_of_killed_saves_removed(self, tmp_path):
+        (tmp_path / ".c.0123456789ab.tmp").mkdir()
+        (tmp_path / ".c.0123456789ab.old").mkdir()
+        (tmp_path / ".c.d.0123456789ab.tmp").mkdir()  # another checkpoint's ("c.d")
+        Checkpoint(config={"a": 1}).save(tmp_path / "c")
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".c.d.0123456789ab.tmp", "c"]
+
 
 class _Holder:
     """State that is an arbitrary Python object: needs a real pickle."""

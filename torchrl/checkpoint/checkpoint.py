@@ -470,6 +470,11 @@ class Checkpoint:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        # Leftovers of saves to this path that were killed mid-way (one writer per path).
+        for stale in path.parent.glob(f".{path.name}.*"):
+            tag = stale.name[len(path.name) + 2 :]
+            if len(tag) == 16 and tag[12:] in (".tmp", ".old"):
+                shutil.rmtree(stale, ignore_errors=True)
         return path
 
     def load(
@@ -499,7 +504,8 @@ class Checkpoint:
 
         Raises:
             CheckpointError: no manifest or a corrupted one; with ``strict="error"``, a
-                requested component missing or failing to load (named in the message).
+                requested component missing or failing to load (named in the message;
+                components restored before the failing one stay restored).
             pickle.UnpicklingError: a file holds objects that need ``trusted=True`` (raised
                 whatever ``strict`` says).
         """
