@@ -115,7 +115,7 @@ class SyncDataCollector(DataCollectorBase):
             ``None``: no limit).
         init_random_frames: collect this many first frames with random actions (>= 0).
         reset_at_each_iter: reset the env at the start of every batch.
-        postproc: applied to every batch (e.g. :class:`~torchrl.data.postprocs.MultiStep`).
+        postproc: applied to every batch (e.g. :class:`~torchrl.data.MultiStep`).
         split_trajs: return batches split into zero-padded trajectories (see
             :func:`~torchrl.collectors.utils.split_trajectories`).
         exploration_type: the exploration type of the policy calls (default ``RANDOM``).
