@@ -23,6 +23,7 @@ from torchrl.envs.transforms import (
     BinarizeReward,
     FiniteTensorDictCheck,
     LineariseRewards,
+    RemoveEmptySpecs,
     RewardSum,
     SignTransform,
     StepCounter,
@@ -281,3 +282,35 @@ class TestTrajCounter:
     def test_missing_group(self):
         with pytest.raises(KeyError, match="done"):
             TransformedEnv(PendulumEnv(seed=0), TrajCounter(("agents", "traj_count"))).reset()
+
+
+class TestRemoveEmptySpecs:
+    def test_env(self):
+        base = PendulumEnv(seed=0)
+        base.observation_spec["info"] = Composite(shape=base.batch_size)
+        base.observation_spec["nested"] = Composite(
+            inner=Composite(shape=base.batch_size), shape=base.batch_size
+        )
+        env = TransformedEnv(base, RemoveEmptySpecs())
+        keys = set(env.observation_spec.keys())
+        assert "info" not in keys and "nested" not in keys
+        assert "observation" in keys
+        check_env_specs(env)
+
+    def test_module(self):
+        td = TensorDict(
+            a=torch.ones(2), b=TensorDict(c=TensorDict()), d=TensorDict(e=torch.ones(1))
+        )
+        out = RemoveEmptySpecs()(td)
+        assert set(out.keys(include_nested=True)) == {"a", "d", ("d", "e")}
+
+    def test_inverse_puts_back_empty_inputs(self):
+        base = PendulumEnv(seed=0)
+        base.full_state_spec["memo"] = Composite(shape=base.batch_size)
+        t = RemoveEmptySpecs()
+        env = TransformedEnv(base, t)
+        assert "memo" not in env.full_state_spec.keys()
+        check_env_specs(env)
+        td = env.reset()
+        td["action"] = env.action_spec.rand()
+        assert "memo" in t.inv(td).keys()

@@ -1,7 +1,8 @@
 """Transforms that move, select or reshape entries.
 
 ``CatTensors``, ``ExcludeTransform``, ``SelectTransform``, ``RenameTransform``,
-``FlattenObservation``, ``UnsqueezeTransform``, ``SqueezeTransform``, ``PermuteTransform``.
+``FlattenObservation``, ``UnsqueezeTransform``, ``SqueezeTransform``, ``PermuteTransform``,
+``RemoveEmptySpecs``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "ExcludeTransform",
     "FlattenObservation",
     "PermuteTransform",
+    "RemoveEmptySpecs",
     "RenameTransform",
     "SelectTransform",
     "SqueezeTransform",
@@ -633,3 +635,85 @@ class PermuteTransform(_ShapeTransform):
 
     def extra_repr(self) -> str:
         return f"dims={self.dims}, {super().extra_repr()}"
+
+
+def _empty_composite_keys(spec: Composite) -> list[tuple[str, ...]]:
+    """The keys of the sub-Composites holding no leaf at any depth (outermost ones only)."""
+    found: list[tuple[str, ...]] = []
+    for key in list(spec.keys()):
+        sub = spec[key]
+        if isinstance(sub, Composite):
+            if sub.is_empty(recurse=True):
+                found.append((key,))
+            else:
+                found.extend((key, *inner) for inner in _empty_composite_keys(sub))
+    return found
+
+
+def _drop_empty(td: TensorDictBase) -> TensorDictBase:
+    """Deletes, in place, the sub-TensorDicts of ``td`` holding no tensor at any depth."""
+    for key in list(td.keys()):
+        value = td.get(key)
+        if isinstance(value, TensorDictBase):
+            _drop_empty(value)
+            if value.is_empty():
+                del td[key]
+    return td
+
+
+class RemoveEmptySpecs(Transform):
+    """Removes the empty ``Composite`` specs of an env, and the empty entries from its outputs.
+
+    Some envs declare a sub-Composite with no leaf (an empty ``"info"``, say); code that walks
+    leaves then meets an entry with nothing in it. This transform drops such specs (nested ones
+    included) and deletes the matching empty sub-TensorDicts after each reset and step. Empty
+    input specs are dropped too; the inverse pass puts empty entries back for the base env.
+
+    Examples:
+        >>> from torchrl.data import Composite
+        >>> from torchrl.envs import PendulumEnv, check_env_specs
+        >>> from torchrl.envs.transforms import RemoveEmptySpecs, TransformedEnv
+        >>> base = PendulumEnv(seed=0)
+        >>> base.observation_spec["info"] = Composite(shape=base.batch_size)
+        >>> env = TransformedEnv(base, RemoveEmptySpecs())
+        >>> "info" in env.observation_spec.keys()
+        False
+        >>> check_env_specs(env)
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._removed_inputs: list[tuple[tuple[str, ...], Composite]] = []
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        return _drop_empty(next_tensordict)
+
+    def _reset(
+        self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase
+    ) -> TensorDictBase:
+        return _drop_empty(tensordict_reset)
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        for key, spec in self._removed_inputs:
+            if key not in tensordict.keys(include_nested=True):
+                tensordict.set(key, spec.zero())
+        return tensordict
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        for name in OUTPUT_SPECS:
+            sub = output_spec.get(name, None)
+            if sub is not None:
+                for key in _empty_composite_keys(sub):
+                    del sub[key]
+        return output_spec
+
+    def transform_input_spec(self, input_spec: Composite) -> Composite:
+        removed = []
+        for name in ("full_state_spec", "full_action_spec"):
+            sub = input_spec.get(name, None)
+            if sub is not None:
+                for key in _empty_composite_keys(sub):
+                    removed.append((key, sub[key].clone()))
+                    del sub[key]
+        self._removed_inputs = removed
+        return input_spec
