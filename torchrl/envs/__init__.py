@@ -6,6 +6,7 @@ from torchrl.envs.batched import BatchedEnvBase, EnvMetaData, ParallelEnv, Seria
 from torchrl.envs.common import EnvBase
 from torchrl.envs.custom import PendulumEnv
 from torchrl.envs.env_creator import EnvCreator
+from torchrl.envs.libs import get_available_libraries
 from torchrl.envs.libs._marl import MarlGroupMapType, check_marl_grouping
 from torchrl.envs.libs.brax import BraxEnv, BraxWrapper
 from torchrl.envs.libs.dm_control import DMControlEnv, DMControlWrapper
@@ -63,8 +64,10 @@ from torchrl.envs.utils import (
     RandomPolicy,
     check_env_specs,
     exploration_type,
+    make_composite_from_td,
     set_exploration_type,
     step_mdp,
+    terminated_or_truncated,
 )
 
 __all__ = [
@@ -94,8 +97,11 @@ __all__ = [
     "check_marl_grouping",
     "default_info_dict_reader",
     "exploration_type",
+    "get_available_libraries",
+    "make_composite_from_td",
     "set_exploration_type",
     "step_mdp",
+    "terminated_or_truncated",
 ]
 
 # Env transforms (torchrl.envs.transforms).

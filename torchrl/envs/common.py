@@ -24,7 +24,7 @@ step. The pieces they use live in modules of their own, none of which imports th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -369,6 +369,76 @@ class EnvBase(nn.Module):
     @state_spec.setter
     def state_spec(self, value: TensorSpec) -> None:
         self.full_state_spec = value
+
+    # ---------------------------------------------------------------------- unbatched specs
+    def _unbatched(self, spec: TensorSpec) -> TensorSpec:
+        return spec[(0,) * len(self._batch_size)] if self._batch_size else spec
+
+    @property
+    def full_action_spec_unbatched(self) -> Composite:
+        """``full_action_spec`` without the env's batch dims (read-only).
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv
+            >>> PendulumEnv(batch_size=[4]).action_spec_unbatched.shape
+            torch.Size([1])
+        """
+        return cast(Composite, self._unbatched(self.full_action_spec))
+
+    @property
+    def action_spec_unbatched(self) -> TensorSpec:
+        """``action_spec`` without the env's batch dims (read-only)."""
+        return self._unbatched(self.action_spec)
+
+    @property
+    def full_observation_spec_unbatched(self) -> Composite:
+        """``full_observation_spec`` without the env's batch dims (read-only)."""
+        return cast(Composite, self._unbatched(self.full_observation_spec))
+
+    @property
+    def observation_spec_unbatched(self) -> Composite:
+        """``observation_spec`` without the env's batch dims (read-only)."""
+        return cast(Composite, self._unbatched(self.observation_spec))
+
+    @property
+    def full_reward_spec_unbatched(self) -> Composite:
+        """``full_reward_spec`` without the env's batch dims (read-only)."""
+        return cast(Composite, self._unbatched(self.full_reward_spec))
+
+    @property
+    def reward_spec_unbatched(self) -> TensorSpec:
+        """``reward_spec`` without the env's batch dims (read-only)."""
+        return self._unbatched(self.reward_spec)
+
+    @property
+    def full_done_spec_unbatched(self) -> Composite:
+        """``full_done_spec`` without the env's batch dims (read-only)."""
+        return cast(Composite, self._unbatched(self.full_done_spec))
+
+    @property
+    def done_spec_unbatched(self) -> TensorSpec:
+        """``done_spec`` without the env's batch dims (read-only)."""
+        return self._unbatched(self.done_spec)
+
+    @property
+    def full_state_spec_unbatched(self) -> Composite:
+        """``full_state_spec`` without the env's batch dims (read-only)."""
+        return cast(Composite, self._unbatched(self.full_state_spec))
+
+    @property
+    def state_spec_unbatched(self) -> Composite:
+        """``state_spec`` without the env's batch dims (read-only)."""
+        return cast(Composite, self._unbatched(self.state_spec))
+
+    @property
+    def input_spec_unbatched(self) -> Composite:
+        """``input_spec`` without the env's batch dims (read-only)."""
+        return cast(Composite, self._unbatched(self.input_spec))
+
+    @property
+    def output_spec_unbatched(self) -> Composite:
+        """``output_spec`` without the env's batch dims (read-only)."""
+        return cast(Composite, self._unbatched(self.output_spec))
 
     @property
     def action_keys(self) -> list[NestedKey]:

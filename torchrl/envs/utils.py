@@ -6,13 +6,15 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, interaction_type, set_interaction_type
 
-from torchrl._keys import ACTION, ACTION_MASK
+from torchrl._keys import ACTION, ACTION_MASK, DONE_KEYS, RESET
 from torchrl._types import NestedKey
-from torchrl.data.specs import TensorSpec
+from torchrl.data.specs import Composite, TensorSpec, Unbounded
 from torchrl.envs._mdp import step_mdp
 from torchrl.envs._spec_checks import check_entry, check_env_specs
 
@@ -22,9 +24,11 @@ __all__ = [
     "check_env_specs",
     "check_entry",
     "exploration_type",
+    "make_composite_from_td",
     "masked_choice",
     "set_exploration_type",
     "step_mdp",
+    "terminated_or_truncated",
 ]
 
 #: The exploration modes (``RANDOM``, ``MODE``, ``MEAN``, ``MEDIAN``, ``DETERMINISTIC``). It *is*
@@ -150,3 +154,111 @@ def masked_choice(spec: TensorSpec, mask: torch.Tensor) -> torch.Tensor:
     if type(spec).__name__ == "OneHot":
         return torch.nn.functional.one_hot(index, mask.shape[-1]).to(spec.dtype)
     return index.to(spec.dtype).reshape((*mask.shape[:-1], *spec.shape[mask.ndim - 1 :]))
+
+
+# ----------------------------------------------------------------------------- done and specs
+def _as_tuple(key: NestedKey) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+def terminated_or_truncated(
+    data: TensorDictBase,
+    full_done_spec: TensorSpec | None = None,
+    key: NestedKey | None = RESET,
+    write_full_false: bool = False,
+) -> bool:
+    """ORs the done flags of each group of ``done``/``terminated``/``truncated`` entries, in place.
+
+    A group is the set of done leaves under one prefix (the root, or e.g. ``"agents"``); its
+    aggregate is written next to them under ``key`` (``"_reset"`` by default, so that the
+    result can drive a partial reset). An entry already present under ``key`` is kept.
+
+    Args:
+        data: the data to read (and write), e.g. the ``"next"`` part of a step.
+        full_done_spec: the env's ``full_done_spec``, naming the done leaves; ``None`` looks for
+            leaves named ``"done"``, ``"terminated"`` or ``"truncated"`` in ``data``.
+        key: where each aggregate goes, shape of the done leaves; ``None`` writes nothing.
+        write_full_false: also write aggregates that are all ``False``.
+
+    Returns:
+        ``True`` when any done flag read is ``True``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.envs.utils import terminated_or_truncated
+        >>> data = TensorDict(
+        ...     done=torch.tensor([[False], [False]]),
+        ...     agents=TensorDict(truncated=torch.tensor([[True], [False]]), batch_size=[2]),
+        ...     batch_size=[2],
+        ... )
+        >>> terminated_or_truncated(data)
+        True
+        >>> data["agents", "_reset"].squeeze(-1).tolist(), "_reset" in data.keys()
+        ([True, False], False)
+    """
+    if full_done_spec is not None:
+        leaves = [_as_tuple(k) for k in full_done_spec.keys(True, True)]
+    else:
+        leaves = [
+            k
+            for k in (_as_tuple(k) for k in data.keys(True, True))
+            if k[-1] in DONE_KEYS and (key is None or k[-1] != _as_tuple(key)[-1])
+        ]
+    groups: dict[tuple[str, ...], list[torch.Tensor]] = {}
+    for leaf in leaves:
+        value = data.get(leaf, None)
+        if value is not None:
+            groups.setdefault(leaf[:-1], []).append(value)
+    any_done = False
+    for prefix, values in groups.items():
+        done = functools.reduce(torch.logical_or, values)
+        group_done = bool(done.any())
+        any_done = any_done or group_done
+        if key is None or not (group_done or write_full_false):
+            continue
+        out = prefix + _as_tuple(key)
+        if data.get(out, None) is None:
+            data.set(out, done.clone() if len(values) == 1 else done)
+    return any_done
+
+
+def make_composite_from_td(
+    data: TensorDictBase, *, unsqueeze_null_shapes: bool = True, dynamic_shape: bool = False
+) -> Composite:
+    """Builds a ``Composite`` of ``Unbounded`` specs that matches a TensorDict's entries.
+
+    Args:
+        data: the TensorDict; its batch size becomes the Composite's shape, each leaf's shape,
+            dtype and device its spec's.
+        unsqueeze_null_shapes: give 0-dim leaves the shape ``(1,)``.
+        dynamic_shape: not supported here (``True`` raises ``NotImplementedError``): specs
+            have static shapes.
+
+    Returns:
+        The ``Composite``, nested like ``data``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.envs.utils import make_composite_from_td
+        >>> data = TensorDict(obs=torch.zeros(4, 3), next=TensorDict(r=torch.zeros(4, 1)))
+        >>> data.batch_size = [4]
+        >>> spec = make_composite_from_td(data)
+        >>> spec["obs"].shape, spec["next", "r"].shape, spec.shape
+        (torch.Size([4, 3]), torch.Size([4, 1]), torch.Size([4]))
+    """
+    if dynamic_shape:
+        raise NotImplementedError(
+            "make_composite_from_td(dynamic_shape=True): specs here have static shapes"
+        )
+    entries: dict[str, TensorSpec] = {}
+    for name, value in data.items():
+        if isinstance(value, TensorDictBase):
+            entries[name] = make_composite_from_td(
+                value, unsqueeze_null_shapes=unsqueeze_null_shapes
+            )
+        else:
+            shape = value.shape if value.ndim or not unsqueeze_null_shapes else torch.Size([1])
+            entries[name] = Unbounded(shape=shape, dtype=value.dtype, device=value.device)
+    return Composite(entries, shape=data.batch_size, device=data.device)

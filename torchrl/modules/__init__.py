@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from torchrl.envs.utils import RandomPolicy
 from torchrl.modules.actors import (
     Actor,
     ActorCriticOperator,
@@ -56,6 +57,7 @@ __all__ = [
     "ProbabilisticActor",
     "QValueActor",
     "QValueModule",
+    "RandomPolicy",
     "TanhModule",
     "ValueOperator",
     "WorldModelWrapper",

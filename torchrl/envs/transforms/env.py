@@ -232,6 +232,29 @@ class TransformedEnv(EnvBase):
         """The env the transforms wrap."""
         return cast(EnvBase, self._modules["base_env"])
 
+    def __getattr__(self, name: str) -> Any:
+        """Looks an unknown public attribute up on the base env (a custom method or field).
+
+        Only called when the normal lookup fails, so it costs nothing on the step path. Private
+        and dunder names are not forwarded: a missing one is a bug here, not a base-env field.
+        """
+        try:
+            return super().__getattr__(name)
+        except AttributeError as err:
+            # ``__dict__`` directly: during unpickling or before ``__init__`` sets the base env,
+            # going through ``self._modules`` would recurse into this method.
+            modules = self.__dict__.get("_modules")
+            base = modules.get("base_env") if modules is not None else None
+            if base is None or name.startswith("_"):
+                raise
+            try:
+                return getattr(base, name)
+            except AttributeError:
+                raise AttributeError(
+                    f"{type(self).__name__} and its base env {type(base).__name__} have no "
+                    f"attribute {name!r}"
+                ) from err
+
     def append_transform(self, transform: Transform) -> TransformedEnv:
         """Adds a transform after the existing ones and recomputes the specs.
 
