@@ -48,8 +48,7 @@ PATHS = [
             "TensorDictReplayBuffer",
         ],
     ),
-    ("torchrl.envs.transforms", "torchrl.envs", TRANSFORMS),
-    ("torchrl.envs.transforms.transforms", "torchrl.envs", TRANSFORMS),
+    ("torchrl.envs.transforms.transforms", "torchrl.envs.transforms", TRANSFORMS),
     (
         "torchrl.envs.utils",
         "torchrl.envs",
