@@ -20,6 +20,7 @@ from torchrl.data import (
 )
 from torchrl.envs import EnvBase, PendulumEnv, check_env_specs
 from torchrl.envs.transforms import (
+    ActionScaling,
     BinarizeReward,
     FiniteTensorDictCheck,
     LineariseRewards,
@@ -314,3 +315,38 @@ class TestRemoveEmptySpecs:
         td = env.reset()
         td["action"] = env.action_spec.rand()
         assert "memo" in t.inv(td).keys()
+
+
+class TestActionScaling:
+    @pytest.mark.parametrize("standard_normal", [True, False])
+    def test_env(self, standard_normal):
+        t = ActionScaling(standard_normal=standard_normal)
+        env = TransformedEnv(PendulumEnv(seed=0), t)
+        check_env_specs(env)
+        low = -1.0 if standard_normal else 0.0
+        assert env.action_spec.low.item() == low and env.action_spec.high.item() == 1.0
+        td = env.reset()
+        td["action"] = torch.tensor([1.0])
+        assert t.inv(td)["action"].item() == 2.0
+        td["action"] = torch.tensor([low])
+        assert t.inv(td)["action"].item() == -2.0
+        env.rollout(3)
+
+    def test_policy_key(self):
+        env = TransformedEnv(PendulumEnv(seed=0), ActionScaling(out_keys_inv=["norm_action"]))
+        assert "norm_action" in env.full_action_spec.keys()
+        check_env_specs(env)
+
+    def test_explicit_and_replay_buffer(self):
+        t = ActionScaling(in_keys=["action"], loc=1.0, scale=2.0)
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=t)
+        assert (t(TensorDict(action=torch.full((1,), 5.0)))["action"] == 2.0).all()
+        # Written through the inverse (to env units), read back through the forward pass.
+        rb.extend(TensorDict(action=torch.full((3, 1), 2.0), batch_size=[3]))
+        assert (rb.sample(2)["action"] == 2.0).all()
+        with pytest.raises(ValueError, match="both"):
+            ActionScaling(loc=1.0)
+
+    def test_unbounded_needs_loc(self):
+        with pytest.raises(TypeError, match="bounds"):
+            TransformedEnv(CountEnv(), ActionScaling()).reset()

@@ -17,6 +17,7 @@ from torchrl.envs.libs.vmas import VmasEnv, VmasWrapper
 from torchrl.envs.transforms import (
     ActionDiscretizer,
     ActionMask,
+    ActionScaling,
     BinarizeReward,
     BurnInTransform,
     CatFrames,
@@ -108,6 +109,7 @@ __all__ = [
 __all__ += [
     "ActionDiscretizer",
     "ActionMask",
+    "ActionScaling",
     "BinarizeReward",
     "BurnInTransform",
     "CatFrames",

@@ -8,7 +8,12 @@ buffer. One file per family: ``base`` (``Transform``, ``Compose``), ``env`` (``T
 
 from __future__ import annotations
 
-from torchrl.envs.transforms.actions import ActionDiscretizer, ActionMask, ClipTransform
+from torchrl.envs.transforms.actions import (
+    ActionDiscretizer,
+    ActionMask,
+    ActionScaling,
+    ClipTransform,
+)
 from torchrl.envs.transforms.base import Compose, ObservationTransform, Transform
 from torchrl.envs.transforms.checks import FiniteTensorDictCheck
 from torchrl.envs.transforms.dtype import DoubleToFloat, DTypeCastTransform
@@ -48,6 +53,7 @@ from torchrl.envs.transforms.unary import UnaryTransform
 __all__ = [
     "ActionDiscretizer",
     "ActionMask",
+    "ActionScaling",
     "BinarizeReward",
     "BurnInTransform",
     "CatFrames",

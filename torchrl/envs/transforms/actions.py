@@ -1,4 +1,4 @@
-"""Action transforms: ``ActionMask``, ``ClipTransform``, ``ActionDiscretizer``."""
+"""Action transforms: ``ActionMask``, ``ClipTransform``, ``ActionDiscretizer``, ``ActionScaling``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from torchrl.data.specs import (
     MultiOneHot,
     OneHot,
     TensorSpec,
+    Unbounded,
 )
 from torchrl.envs.transforms._utils import (
     float_dtype,
@@ -32,7 +33,7 @@ from torchrl.envs.transforms._utils import (
 from torchrl.envs.transforms.base import Transform
 from torchrl.envs.transforms.env import TransformedEnv
 
-__all__ = ["ActionDiscretizer", "ActionMask", "ClipTransform"]
+__all__ = ["ActionDiscretizer", "ActionMask", "ActionScaling", "ClipTransform"]
 
 _MASKABLE = (Categorical, OneHot, MultiCategorical, MultiOneHot)
 
@@ -398,3 +399,108 @@ class ActionDiscretizer(Transform):
             f"out_action_key={self.out_action_key!r}, sampling={self.sampling.name}, "
             f"categorical={self.categorical}"
         )
+
+
+class ActionScaling(Transform):
+    """Lets the policy act in ``[-1, 1]`` (or ``[0, 1]``) and rescales to the env's action bounds.
+
+    With a ``Bounded`` action spec ``[low, high]``, ``loc = (high + low) / 2`` and
+    ``scale = (high - low) / 2`` (``standard_normal=True``), or ``loc = low`` and
+    ``scale = high - low`` (``standard_normal=False``, a ``[0, 1]`` policy space). The inverse
+    pass sends ``a * scale + loc`` to the env; the forward pass (``in_keys``, e.g. in a replay
+    buffer) computes ``(a - loc) / scale``. Explicit ``loc`` and ``scale`` replace the spec's.
+
+    Args:
+        in_keys_inv: the env action to write (default ``["action"]``; one key).
+        out_keys_inv: the policy's action (default: ``in_keys_inv``).
+        in_keys: entries to normalise on the way out (default: none).
+        out_keys: where to write them (default: ``in_keys``).
+        loc: the shift (default: from the action spec's bounds).
+        scale: the factor (default: from the action spec's bounds).
+        standard_normal: a ``[-1, 1]`` policy space (``False``: ``[0, 1]``).
+
+    Examples:
+        >>> import torch
+        >>> from torchrl.envs import PendulumEnv, check_env_specs
+        >>> from torchrl.envs.transforms import ActionScaling, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(seed=0), ActionScaling())
+        >>> env.action_spec.low, env.action_spec.high
+        (tensor([-1.]), tensor([1.]))
+        >>> env.transform.inv(env.reset().set("action", torch.tensor([0.5])))["action"]
+        tensor([1.])
+        >>> check_env_specs(env)
+    """
+
+    loc: torch.Tensor | None
+    scale: torch.Tensor | None
+
+    def __init__(
+        self,
+        in_keys_inv: NestedKey | Sequence[NestedKey] | None = None,
+        out_keys_inv: NestedKey | Sequence[NestedKey] | None = None,
+        in_keys: NestedKey | Sequence[NestedKey] | None = None,
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+        *,
+        loc: torch.Tensor | float | None = None,
+        scale: torch.Tensor | float | None = None,
+        standard_normal: bool = True,
+    ) -> None:
+        if in_keys_inv is None:
+            in_keys_inv = [ACTION]
+        super().__init__(in_keys, out_keys, in_keys_inv, out_keys_inv)
+        if len(self.in_keys_inv) > 1:
+            raise ValueError("ActionScaling: one action key per transform; compose several")
+        if (loc is None) != (scale is None):
+            raise ValueError("ActionScaling: give both loc and scale, or neither")
+        self._explicit = loc is not None
+        self.standard_normal = standard_normal
+        self.register_buffer("loc", None if loc is None else torch.as_tensor(loc).float())
+        self.register_buffer("scale", None if scale is None else torch.as_tensor(scale).float())
+        if self.scale is not None and bool((self.scale == 0).any()):
+            raise ValueError("ActionScaling: scale must not be 0")
+
+    def _affine(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.loc is None or self.scale is None:
+            raise RuntimeError(
+                "ActionScaling: loc and scale come from the env's action spec; use the "
+                "transform in an env first, or pass loc and scale"
+            )
+        dtype = like.dtype if like.dtype.is_floating_point else torch.float32
+        return self.loc.to(like.device, dtype), self.scale.to(like.device, dtype)
+
+    def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
+        loc, scale = self._affine(value)
+        return (value - loc) / scale
+
+    def _inv_apply_transform(self, value: torch.Tensor) -> torch.Tensor:
+        loc, scale = self._affine(value)
+        return value * scale + loc
+
+    def _policy_spec(self, leaf: TensorSpec, key: NestedKey) -> TensorSpec:
+        if not self._explicit:
+            if not isinstance(leaf, Bounded):
+                raise TypeError(
+                    f"ActionScaling: the action {key!r} has no bounds ({type(leaf).__name__}); "
+                    "pass loc and scale"
+                )
+            low, high = leaf.low.float(), leaf.high.float()
+            if self.standard_normal:
+                loc, scale = (high + low) / 2, (high - low) / 2
+            else:
+                loc, scale = low, high - low
+            self.loc, self.scale = loc, scale
+        dtype = float_dtype(leaf)
+        if isinstance(leaf, Bounded):
+            a, b = (
+                self._apply_transform(leaf.low.to(dtype)),
+                self._apply_transform(leaf.high.to(dtype)),
+            )
+            return Bounded(torch.minimum(a, b), torch.maximum(a, b), leaf.shape, leaf.device, dtype)
+        return Unbounded(shape=leaf.shape, device=leaf.device, dtype=dtype)
+
+    def transform_input_spec(self, input_spec: Composite) -> Composite:
+        map_input_specs(self, input_spec, self._policy_spec)
+        return input_spec
+
+    def extra_repr(self) -> str:
+        return f"standard_normal={self.standard_normal}, in_keys_inv={self.in_keys_inv}"
