@@ -28,6 +28,7 @@ from torchrl.envs.transforms import (
     RewardSum,
     SignTransform,
     StepCounter,
+    SuccessReward,
     TrajCounter,
     TransformedEnv,
     UnaryTransform,
@@ -350,3 +351,31 @@ class TestActionScaling:
     def test_unbounded_needs_loc(self):
         with pytest.raises(TypeError, match="bounds"):
             TransformedEnv(CountEnv(), ActionScaling()).reset()
+
+
+class TestSuccessReward:
+    def test_module(self):
+        td = TensorDict(success=torch.tensor([[1], [0]]), batch_size=[2])
+        assert SuccessReward(scale=3.0)(td)["reward"].tolist() == [[3.0], [0.0]]
+
+    def test_env(self):
+        env = TransformedEnv(
+            PendulumEnv(seed=0),
+            UnaryTransform(["observation"], ["success"], fn=lambda o: o[..., :1] > 0),
+        )
+        env.append_transform(SuccessReward(scale=-2.0))
+        check_env_specs(env)
+        spec = env.reward_spec
+        assert isinstance(spec, Bounded) and spec.low.item() == -2.0 and spec.high.item() == 0.0
+        r = env.rollout(5)
+        torch.testing.assert_close(r["next", "reward"], r["next", "success"].float() * -2.0)
+        assert "reward" not in env.reset().keys()
+
+    def test_missing_success(self):
+        with pytest.raises(KeyError, match="success"):
+            TransformedEnv(PendulumEnv(seed=0), SuccessReward()).reset()
+
+    def test_replay_buffer(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=SuccessReward("ok", "r"))
+        rb.extend(TensorDict(ok=torch.ones(3, 1, dtype=torch.bool), batch_size=[3]))
+        assert (rb.sample(2)["r"] == 1.0).all()

@@ -39,6 +39,7 @@ from torchrl.envs.transforms.reward import (
     RewardClipping,
     RewardScaling,
     SignTransform,
+    SuccessReward,
     TargetReturn,
 )
 from torchrl.envs.transforms.tracking import (
@@ -85,6 +86,7 @@ __all__ = [
     "SignTransform",
     "SqueezeTransform",
     "StepCounter",
+    "SuccessReward",
     "TargetReturn",
     "TensorDictPrimer",
     "TimeMaxPool",

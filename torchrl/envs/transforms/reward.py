@@ -1,5 +1,5 @@
 """Reward transforms: ``RewardScaling``, ``RewardClipping``, ``TargetReturn``, ``SignTransform``,
-``BinarizeReward``, ``LineariseRewards``."""
+``BinarizeReward``, ``LineariseRewards``, ``SuccessReward``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ __all__ = [
     "RewardClipping",
     "RewardScaling",
     "SignTransform",
+    "SuccessReward",
     "TargetReturn",
 ]
 
@@ -467,3 +468,61 @@ class LineariseRewards(Transform):
     def extra_repr(self) -> str:
         weights = None if self.weights is None else self.weights.tolist()
         return f"weights={weights}, in_keys={self.in_keys}"
+
+
+class SuccessReward(Transform):
+    """Writes a sparse reward from a success flag: ``scale`` where it is set, 0 elsewhere.
+
+    For tasks that report completion apart from the reward (goal-conditioned or sparse
+    robotics tasks). In an env the step reward is overwritten and the reward spec becomes
+    ``Bounded`` over ``[min(0, scale), max(0, scale)]``, shaped like the success entry; nothing
+    is written at reset. In a replay buffer it rewrites the reward of sampled data.
+
+    Args:
+        success_key: the success flag to read (bool or 0/1; default ``"success"``).
+        reward_key: the reward to write (default ``"reward"``).
+        scale: the reward on success (default 1.0).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.envs.transforms import SuccessReward
+        >>> td = TensorDict(success=torch.tensor([[True], [False]]), batch_size=[2])
+        >>> SuccessReward(scale=2.0)(td)["reward"]
+        tensor([[2.],
+                [0.]])
+    """
+
+    def __init__(
+        self,
+        success_key: NestedKey = "success",
+        reward_key: NestedKey = REWARD,
+        *,
+        scale: float = 1.0,
+    ) -> None:
+        super().__init__(in_keys=[success_key], out_keys=[reward_key])
+        self.success_key = self.in_keys[0]
+        self.reward_key = self.out_keys[0]
+        self.scale = float(scale)
+
+    def _apply_transform(self, success: torch.Tensor) -> torch.Tensor:
+        return success.to(torch.float32) * self.scale
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        found = None
+        for name in ("full_observation_spec", "full_done_spec", "full_reward_spec"):
+            sub = output_spec.get(name, None)
+            if sub is not None and self.success_key in sub:
+                found = sub[self.success_key]
+                break
+        if found is None:
+            raise KeyError(f"SuccessReward: {self.success_key!r} is in none of the env's specs")
+        reward_spec = output_spec["full_reward_spec"]
+        low, high = min(0.0, self.scale), max(0.0, self.scale)
+        reward_spec[self.reward_key] = Bounded(low, high, found.shape, found.device, torch.float32)
+        return output_spec
+
+    def extra_repr(self) -> str:
+        return (
+            f"success_key={self.success_key!r}, reward_key={self.reward_key!r}, scale={self.scale}"
+        )
