@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import torch
-from envs.transforms.transform_envs import CountEnv
+from envs.transforms.transform_envs import CountEnv, has_gym
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl.data import (
@@ -22,6 +22,7 @@ from torchrl.envs import EnvBase, PendulumEnv, check_env_specs
 from torchrl.envs.transforms import (
     ActionScaling,
     BinarizeReward,
+    DiscreteActionProjection,
     FiniteTensorDictCheck,
     LineariseRewards,
     RemoveEmptySpecs,
@@ -379,3 +380,34 @@ class TestSuccessReward:
         rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=SuccessReward("ok", "r"))
         rb.extend(TensorDict(ok=torch.ones(3, 1, dtype=torch.bool), batch_size=[3]))
         assert (rb.sample(2)["r"] == 1.0).all()
+
+
+class TestDiscreteActionProjection:
+    def test_module(self):
+        t = DiscreteActionProjection(3, 5)
+        out = t.inv(TensorDict(action=torch.tensor([[0, 0, 1, 0, 0], [0, 0, 0, 0, 1]])))
+        assert out["action"].shape == (2, 3)
+        assert out["action"][0].tolist() == [0, 0, 1]
+        assert out["action"].sum(-1).tolist() == [1, 1]
+        assert t(TensorDict(action=torch.tensor([0, 1, 0])))["action"].tolist() == [0, 1, 0, 0, 0]
+        with pytest.raises(ValueError, match="num_actions_effective"):
+            DiscreteActionProjection(4, 3)
+
+    @pytest.mark.skipif(not has_gym(), reason="gymnasium is not installed")
+    def test_env(self):
+        from torchrl.envs import GymEnv
+
+        env = TransformedEnv(GymEnv("CartPole-v1"), DiscreteActionProjection(2, 6))
+        assert env.action_spec.shape == (6,)
+        check_env_specs(env)
+        r = env.rollout(5)
+        assert r["action"].shape[-1] == 6
+
+    def test_replay_buffer(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=DiscreteActionProjection(2, 4))
+        rb.extend(TensorDict(action=torch.tensor([[0, 1, 0, 0]] * 3), batch_size=[3]))
+        assert rb.sample(2)["action"].tolist() == [[0, 1, 0, 0]] * 2
+
+    def test_bad_spec(self):
+        with pytest.raises(TypeError, match="OneHot"):
+            TransformedEnv(CountEnv(), DiscreteActionProjection(2, 4)).reset()

@@ -13,6 +13,7 @@ from torchrl.envs.transforms.actions import (
     ActionMask,
     ActionScaling,
     ClipTransform,
+    DiscreteActionProjection,
 )
 from torchrl.envs.transforms.base import Compose, ObservationTransform, Transform
 from torchrl.envs.transforms.checks import FiniteTensorDictCheck
@@ -63,6 +64,7 @@ __all__ = [
     "ClipTransform",
     "Compose",
     "DTypeCastTransform",
+    "DiscreteActionProjection",
     "DoubleToFloat",
     "ExcludeTransform",
     "FiniteTensorDictCheck",

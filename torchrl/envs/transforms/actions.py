@@ -1,4 +1,5 @@
-"""Action transforms: ``ActionMask``, ``ClipTransform``, ``ActionDiscretizer``, ``ActionScaling``."""
+"""Action transforms: ``ActionMask``, ``ClipTransform``, ``ActionDiscretizer``, ``ActionScaling``,
+``DiscreteActionProjection``."""
 
 from __future__ import annotations
 
@@ -33,7 +34,13 @@ from torchrl.envs.transforms._utils import (
 from torchrl.envs.transforms.base import Transform
 from torchrl.envs.transforms.env import TransformedEnv
 
-__all__ = ["ActionDiscretizer", "ActionMask", "ActionScaling", "ClipTransform"]
+__all__ = [
+    "ActionDiscretizer",
+    "ActionMask",
+    "ActionScaling",
+    "ClipTransform",
+    "DiscreteActionProjection",
+]
 
 _MASKABLE = (Categorical, OneHot, MultiCategorical, MultiOneHot)
 
@@ -504,3 +511,95 @@ class ActionScaling(Transform):
 
     def extra_repr(self) -> str:
         return f"standard_normal={self.standard_normal}, in_keys_inv={self.in_keys_inv}"
+
+
+class DiscreteActionProjection(Transform):
+    """Lets a policy with ``max_actions`` one-hot actions drive an env with fewer of them.
+
+    The policy writes a one-hot action over ``max_actions`` choices; the inverse pass sends the
+    env a one-hot over its ``num_actions_effective`` choices: the same index when it is below
+    ``num_actions_effective``, else a uniformly random valid one. With ``include_forward`` the
+    forward pass (replay buffers) pads stored env actions with zeros up to ``max_actions``. One
+    policy can so serve several discrete envs with different action counts.
+
+    Args:
+        num_actions_effective: the env's number of actions.
+        max_actions: the policy's number of actions (``>= num_actions_effective``).
+        action_key: the action entry (default ``"action"``).
+        include_forward: also pad actions on the way out (replay buffers).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.envs.transforms import DiscreteActionProjection
+        >>> t = DiscreteActionProjection(num_actions_effective=2, max_actions=4)
+        >>> t.inv(TensorDict(action=torch.tensor([0, 1, 0, 0])))["action"]
+        tensor([0, 1])
+        >>> t(TensorDict(action=torch.tensor([1, 0])))["action"]
+        tensor([1, 0, 0, 0])
+    """
+
+    def __init__(
+        self,
+        num_actions_effective: int,
+        max_actions: int,
+        action_key: NestedKey = ACTION,
+        include_forward: bool = True,
+    ) -> None:
+        if num_actions_effective < 1 or max_actions < num_actions_effective:
+            raise ValueError(
+                "DiscreteActionProjection: need 1 <= num_actions_effective <= max_actions, got "
+                f"{num_actions_effective} and {max_actions}"
+            )
+        in_keys = [action_key] if include_forward else []
+        super().__init__(in_keys=in_keys, in_keys_inv=[action_key])
+        self.num_actions_effective = int(num_actions_effective)
+        self.max_actions = int(max_actions)
+        self.action_key = unravel_key(action_key)
+        self.include_forward = include_forward
+
+    def _apply_transform(self, action: torch.Tensor) -> torch.Tensor:
+        if action.shape[-1] != self.num_actions_effective:
+            raise ValueError(
+                f"DiscreteActionProjection: expected {self.num_actions_effective} one-hot "
+                f"entries, got {action.shape[-1]}"
+            )
+        pad = action.new_zeros((*action.shape[:-1], self.max_actions - action.shape[-1]))
+        return torch.cat([action, pad], -1)
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        # Step outputs hold no action: the forward pass is for stored data only.
+        return next_tensordict
+
+    def _inv_apply_transform(self, action: torch.Tensor) -> torch.Tensor:
+        if action.shape[-1] != self.max_actions:
+            raise ValueError(
+                f"DiscreteActionProjection: expected {self.max_actions} one-hot entries, got "
+                f"{action.shape[-1]}"
+            )
+        # argmax has no bool kernel; one-hot actions may be bool.
+        index = action.to(torch.uint8).argmax(-1)
+        too_big = index >= self.num_actions_effective
+        if bool(too_big.any()):
+            random = torch.randint_like(index, self.num_actions_effective)
+            index = torch.where(too_big, random, index)
+        return torch.nn.functional.one_hot(index, self.num_actions_effective).to(action.dtype)
+
+    def _policy_spec(self, leaf: TensorSpec, key: NestedKey) -> TensorSpec:
+        if not isinstance(leaf, OneHot) or leaf.shape[-1] != self.num_actions_effective:
+            raise TypeError(
+                f"DiscreteActionProjection: the action {key!r} must be a OneHot spec over "
+                f"{self.num_actions_effective} actions, got {leaf!r}"
+            )
+        shape = (*leaf.shape[:-1], self.max_actions)
+        return OneHot(self.max_actions, shape=shape, device=leaf.device, dtype=leaf.dtype)
+
+    def transform_input_spec(self, input_spec: Composite) -> Composite:
+        map_input_specs(self, input_spec, self._policy_spec)
+        return input_spec
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_actions_effective={self.num_actions_effective}, "
+            f"max_actions={self.max_actions}, action_key={self.action_key!r}"
+        )
