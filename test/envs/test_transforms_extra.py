@@ -28,6 +28,7 @@ from torchrl.envs.transforms import (
     RemoveEmptySpecs,
     RewardSum,
     SignTransform,
+    Stack,
     StepCounter,
     SuccessReward,
     TrajCounter,
@@ -411,3 +412,43 @@ class TestDiscreteActionProjection:
     def test_bad_spec(self):
         with pytest.raises(TypeError, match="OneHot"):
             TransformedEnv(CountEnv(), DiscreteActionProjection(2, 4)).reset()
+
+
+class TestStack:
+    def test_module(self):
+        td = TensorDict(a=torch.zeros(2, 3), b=torch.ones(2, 3), batch_size=[2])
+        out = Stack(["a", "b"], "ab", dim=-2)(td.clone())
+        assert out["ab"].shape == (2, 2, 3) and "a" not in out.keys()
+        assert (out["ab"][:, 1] == 1).all()
+        out = Stack(["a", "b"], "ab", del_keys=False)(td.clone())
+        assert out["ab"].shape == (2, 3, 2) and "a" in out.keys()
+        with pytest.raises(ValueError, match="negative"):
+            Stack(["a"], "x", dim=0)
+
+    @pytest.mark.parametrize("batch_size", [(), (2,)])
+    def test_env(self, batch_size):
+        env = TransformedEnv(
+            PendulumEnv(batch_size=batch_size, seed=0),
+            UnaryTransform(["observation"], ["neg"], fn=lambda x: -x),
+        )
+        env.append_transform(Stack(["observation", "neg"], "both", dim=-2))
+        check_env_specs(env)
+        assert env.observation_spec["both"].shape == (*batch_size, 2, 3)
+        assert "observation" not in env.observation_spec.keys()
+        r = env.rollout(3)
+        torch.testing.assert_close(r["next", "both"][..., 0, :], -r["next", "both"][..., 1, :])
+
+    def test_bounded_spec(self):
+        base = PendulumEnv(seed=0)
+        base.observation_spec["lo"] = Bounded(-1.0, 1.0, shape=(2,))
+        base.observation_spec["hi"] = Bounded(0.0, 5.0, shape=(2,))
+        env = TransformedEnv(base, Stack(["lo", "hi"], "st"))
+        spec = env.observation_spec["st"]
+        assert isinstance(spec, Bounded) and spec.shape == (2, 2)
+        assert spec.high[0].tolist() == [1.0, 5.0]
+
+    def test_mismatch(self):
+        base = PendulumEnv(seed=0)
+        base.observation_spec["other"] = Unbounded(shape=(2,))
+        with pytest.raises(ValueError, match="shape"):
+            TransformedEnv(base, Stack(["observation", "other"], "st")).reset()

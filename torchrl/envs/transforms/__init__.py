@@ -30,6 +30,7 @@ from torchrl.envs.transforms.keys import (
     RenameTransform,
     SelectTransform,
     SqueezeTransform,
+    Stack,
     UnsqueezeTransform,
 )
 from torchrl.envs.transforms.norm import ObservationNorm, VecNorm
@@ -87,6 +88,7 @@ __all__ = [
     "SelectTransform",
     "SignTransform",
     "SqueezeTransform",
+    "Stack",
     "StepCounter",
     "SuccessReward",
     "TargetReturn",

@@ -2,7 +2,7 @@
 
 ``CatTensors``, ``ExcludeTransform``, ``SelectTransform``, ``RenameTransform``,
 ``FlattenObservation``, ``UnsqueezeTransform``, ``SqueezeTransform``, ``PermuteTransform``,
-``RemoveEmptySpecs``.
+``RemoveEmptySpecs``, ``Stack``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ __all__ = [
     "RenameTransform",
     "SelectTransform",
     "SqueezeTransform",
+    "Stack",
     "UnsqueezeTransform",
 ]
 
@@ -717,3 +718,114 @@ class RemoveEmptySpecs(Transform):
                     del sub[key]
         self._removed_inputs = removed
         return input_spec
+
+
+class Stack(ObservationTransform):
+    """Stacks entries of one shape and dtype into a new entry along a new dim.
+
+    Args:
+        in_keys: the observations to stack (at least one; same shape and dtype).
+        out_key: the key of the stacked entry.
+        dim: where the new dim goes, counted from the end of each entry (negative).
+        del_keys: delete the inputs once stacked.
+
+    Examples:
+        >>> from torchrl.envs import PendulumEnv, check_env_specs
+        >>> from torchrl.envs.transforms import Stack, TransformedEnv, UnaryTransform
+        >>> env = TransformedEnv(
+        ...     PendulumEnv(seed=0),
+        ...     UnaryTransform(["observation"], ["negated"], fn=lambda x: -x),
+        ... )
+        >>> env = env.append_transform(Stack(["observation", "negated"], "both"))
+        >>> env.observation_spec["both"].shape
+        torch.Size([3, 2])
+        >>> check_env_specs(env)
+    """
+
+    def __init__(
+        self,
+        in_keys: NestedKey | Sequence[NestedKey],
+        out_key: NestedKey,
+        dim: int = -1,
+        *,
+        del_keys: bool = True,
+    ) -> None:
+        keys = key_list(in_keys, "in_keys")
+        if not keys:
+            raise ValueError("Stack: give at least one key in in_keys")
+        if dim >= 0:
+            raise ValueError(f"Stack: dim must be negative (counted from the end), got {dim}")
+        super().__init__(in_keys=keys, out_keys=[])
+        self.out_key = unravel_key(out_key)
+        self.dim = dim
+        self.del_keys = del_keys
+
+    def _update_pairs(self) -> None:
+        # One output for all inputs: no per-key pairs.
+        self._pairs = []
+        self._inv_pairs = list(zip(self._in_keys_inv, self.out_keys_inv))
+
+    @property
+    def out_keys(self) -> list[NestedKey]:  # type: ignore[override]
+        """``[out_key]``."""
+        return [self.out_key] if hasattr(self, "out_key") else []
+
+    @out_keys.setter
+    def out_keys(self, value: NestedKey | Sequence[NestedKey] | None) -> None:
+        keys = key_list(value, "out_keys")
+        if len(keys) != 1:
+            raise ValueError(f"Stack has one out_key, got {keys}")
+        self.out_key = keys[0]
+
+    def _uses_step(self) -> bool:
+        return True
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        values = []
+        for key in self._in_keys:
+            value = get(next_tensordict, key)
+            if value is None:
+                if self.missing_tolerance:
+                    return next_tensordict
+                raise missing_key_error(self, key, next_tensordict)
+            values.append(value)
+        # dim counts from the end of each entry; torch.stack wants it from the end of the result.
+        set_(next_tensordict, self.out_key, torch.stack(values, self.dim))
+        if self.del_keys:
+            for key in self._in_keys:
+                if key != self.out_key:
+                    _delete(next_tensordict, key)
+        return next_tensordict
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        obs_spec = output_spec["full_observation_spec"]
+        leaves = []
+        for key in self._in_keys:
+            if key not in obs_spec:
+                raise missing_spec_error(self, key, output_spec, ("full_observation_spec",))
+            leaves.append(obs_spec[key])
+        first = leaves[0]
+        for key, leaf in zip(self._in_keys, leaves):
+            if leaf.shape != first.shape or leaf.dtype != first.dtype:
+                raise ValueError(
+                    f"Stack: {key!r} has shape {tuple(leaf.shape)} and dtype {leaf.dtype}, "
+                    f"{self._in_keys[0]!r} has {tuple(first.shape)} and {first.dtype}"
+                )
+        new: TensorSpec
+        bounded = [leaf for leaf in leaves if isinstance(leaf, Bounded)]
+        if len(bounded) == len(leaves):
+            low = torch.stack([leaf.low for leaf in bounded], self.dim)
+            high = torch.stack([leaf.high for leaf in bounded], self.dim)
+            new = Bounded(low, high, low.shape, first.device, first.dtype)
+        else:
+            shape = torch.stack([torch.empty(first.shape, device="meta")] * len(leaves), self.dim)
+            new = Unbounded(shape=shape.shape, device=first.device, dtype=first.dtype)
+        if self.del_keys:
+            for key in self._in_keys:
+                if key != self.out_key:
+                    del obs_spec[key]
+        obs_spec[self.out_key] = new
+        return output_spec
+
+    def extra_repr(self) -> str:
+        return f"in_keys={self.in_keys}, out_key={self.out_key!r}, dim={self.dim}"
