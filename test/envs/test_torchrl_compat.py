@@ -131,3 +131,36 @@ def test_get_available_libraries():
     available = get_available_libraries()
     assert isinstance(available, set)
     assert available <= {"brax", "dm_control", "envpool", "gym", "pettingzoo", "vmas"}
+
+
+def test_batched_env_keywords():
+    from torchrl.envs import ParallelEnv, SerialEnv
+
+    env = SerialEnv(
+        2,
+        PendulumEnv,
+        shared_memory=False,
+        mp_start_method="spawn",
+        num_sub_threads=2,
+        serial_for_single=True,
+        non_blocking=True,
+        share_individual_td=False,
+        allow_step_when_done=False,
+        device="cpu",
+        pin_memory=not torch.cuda.is_available(),
+    )
+    assert env.rollout(2).batch_size == torch.Size([2, 2])
+    env.close()
+    single = ParallelEnv(1, PendulumEnv, serial_for_single=True, num_sub_threads=1)
+    assert isinstance(single, SerialEnv)
+    assert single.batch_size == torch.Size([1])
+    # Values this library cannot honour are refused, never ignored.
+    with pytest.raises(NotImplementedError, match="share_individual_td"):
+        SerialEnv(2, PendulumEnv, share_individual_td=True)
+    with pytest.raises(NotImplementedError, match="allow_step_when_done"):
+        ParallelEnv(2, PendulumEnv, allow_step_when_done=True)
+    with pytest.raises(NotImplementedError, match="device"):
+        SerialEnv(2, PendulumEnv, device="meta")
+    parallel = ParallelEnv(2, PendulumEnv, non_blocking=True, num_threads=torch.get_num_threads())
+    assert not isinstance(parallel, SerialEnv) and parallel.non_blocking
+    parallel.close()

@@ -163,7 +163,7 @@ def _as_tuple(key: NestedKey) -> tuple[str, ...]:
 
 def terminated_or_truncated(
     data: TensorDictBase,
-    full_done_spec: TensorSpec | None = None,
+    full_done_spec: Composite | None = None,
     key: NestedKey | None = RESET,
     write_full_false: bool = False,
 ) -> bool:
@@ -252,7 +252,7 @@ def make_composite_from_td(
         raise NotImplementedError(
             "make_composite_from_td(dynamic_shape=True): specs here have static shapes"
         )
-    entries: dict[str, TensorSpec] = {}
+    entries: dict[NestedKey, TensorSpec] = {}
     for name, value in data.items():
         if isinstance(value, TensorDictBase):
             entries[name] = make_composite_from_td(

@@ -21,6 +21,25 @@ from torchrl.envs.env_creator import EnvCreator
 
 __all__ = ["BatchedEnvBase", "Merge"]
 
+
+def _check_unsupported(
+    name: str, pin_memory: bool, share_individual_td: bool | None, allow_step_when_done: bool
+) -> None:
+    """Raises for TorchRL keyword values whose behaviour batched envs here do not have."""
+    if pin_memory and torch.cuda.is_available():
+        raise NotImplementedError(
+            f"{name}: pin_memory=True is not supported when CUDA is available (the buffers are "
+            f"not pinned); pass pin_memory=False"
+        )
+    if share_individual_td:
+        raise NotImplementedError(
+            f"{name}: share_individual_td=True (a lazy stack of per-worker TensorDicts) is not "
+            f"supported; outputs are one stacked TensorDict"
+        )
+    if allow_step_when_done:
+        raise NotImplementedError(f"{name}: allow_step_when_done=True is not supported")
+
+
 #: Writes the entries of the sub-envs a step-and-reset reset into the next step's input.
 Merge = Callable[[TensorDictBase], None]
 
@@ -50,6 +69,16 @@ class BatchedEnvBase(EnvBase):
             list of ``n`` dicts.
         validate_actions: check the stacked actions of every step against the stacked action
             spec, once for all workers (see :class:`~torchrl.envs.EnvBase`).
+        device: the batched env's device; ``None`` or the sub-envs' device (another one raises
+            ``NotImplementedError``: wrap the env in a device-casting transform instead).
+        num_threads: if given, ``torch.set_num_threads(num_threads)`` in this process.
+        pin_memory: pin the data buffers for faster copies to CUDA. Without CUDA it has no effect;
+            with CUDA ``True`` raises ``NotImplementedError`` (buffers are not pinned here).
+        non_blocking: accepted for TorchRL compatibility; without effect, as every buffer and
+            output lives on the sub-envs' device (no device copy to overlap).
+        share_individual_td: only ``None``/``False`` (one stacked TensorDict per step); ``True``
+            (a lazy stack of per-worker TensorDicts) raises ``NotImplementedError``.
+        allow_step_when_done: only ``False``; ``True`` raises ``NotImplementedError``.
 
     Examples:
         >>> from torchrl.envs import BatchedEnvBase, PendulumEnv, SerialEnv
@@ -72,12 +101,34 @@ class BatchedEnvBase(EnvBase):
         create_env_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
         *,
         validate_actions: bool = True,
+        device: torch.device | str | int | None = None,
+        num_threads: int | None = None,
+        pin_memory: bool = False,
+        non_blocking: bool = False,
+        share_individual_td: bool | None = None,
+        allow_step_when_done: bool = False,
     ) -> None:
         name = type(self).__name__
+        _check_unsupported(name, pin_memory, share_individual_td, allow_step_when_done)
+        if num_threads is not None:
+            if not isinstance(num_threads, numbers.Integral) or num_threads < 1:
+                raise ValueError(f"{name}: num_threads must be a positive int, got {num_threads!r}")
+            torch.set_num_threads(int(num_threads))
         fns, kwargs = _normalize_args(num_workers, create_env_fn, create_env_kwargs, name)
         num_workers = len(fns)  # a plain int, whatever integer type came
         metas, built = _read_metas(fns, kwargs, keep=self._keeps_built_envs())
         first = metas[0]
+        # Sub-envs without a device hold their data on the CPU.
+        have = first.device if first.device is not None else torch.device("cpu")
+        if device is not None and torch.device(device) != have:
+            for env in built.values():
+                env.close()
+            raise NotImplementedError(
+                f"{name}: device={device!r} differs from the sub-envs' device {first.device}; "
+                f"build the sub-envs on that device or wrap the env in a DeviceCastTransform"
+            )
+        self.pin_memory = bool(pin_memory)
+        self.non_blocking = bool(non_blocking)
         super().__init__(
             device=first.device,
             batch_size=(num_workers, *first.batch_size),

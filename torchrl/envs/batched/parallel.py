@@ -355,6 +355,11 @@ class ParallelEnv(BatchedEnvBase):
             per step: the parent blocks in ``poll`` with this deadline.
         validate_actions: check the stacked actions of every step against the stacked action
             spec in this process, before they reach the workers.
+        serial_for_single: with ``num_workers == 1``, build a :class:`SerialEnv` instead (the
+            constructor returns it; the process-only keywords are dropped).
+        device, num_threads, pin_memory, non_blocking, share_individual_td,
+            allow_step_when_done: as for :class:`BatchedEnvBase` (TorchRL's keywords; values
+            with no meaning here raise ``NotImplementedError``).
 
     Examples:
         >>> from torchrl.envs import GymEnv, ParallelEnv
@@ -367,6 +372,19 @@ class ParallelEnv(BatchedEnvBase):
         >>> env.close()
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # TorchRL's ``serial_for_single``: one worker runs in this process. A plain ``__new__``
+        # (no metaclass); pickling calls it without arguments and gets a ParallelEnv.
+        num_workers = args[0] if args else kwargs.get("num_workers")
+        if kwargs.get("serial_for_single") and num_workers == 1:
+            from torchrl.envs.batched.serial import SerialEnv
+
+            serial_kwargs = {
+                k: v for k, v in kwargs.items() if k not in ("num_sub_threads", "timeout")
+            }
+            return SerialEnv(*args, **serial_kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         num_workers: int,
@@ -378,6 +396,13 @@ class ParallelEnv(BatchedEnvBase):
         shared_memory: bool = True,
         timeout: float | None = DEFAULT_TIMEOUT_S,
         validate_actions: bool = True,
+        serial_for_single: bool = False,
+        device: torch.device | str | int | None = None,
+        num_threads: int | None = None,
+        pin_memory: bool = False,
+        non_blocking: bool = False,
+        share_individual_td: bool | None = None,
+        allow_step_when_done: bool = False,
     ) -> None:
         if (
             not isinstance(num_sub_threads, numbers.Integral)
@@ -404,7 +429,16 @@ class ParallelEnv(BatchedEnvBase):
         self._pool: _WorkerPool | None = None
         self._finalizer: weakref.finalize | None = None
         super().__init__(
-            num_workers, create_env_fn, create_env_kwargs, validate_actions=validate_actions
+            num_workers,
+            create_env_fn,
+            create_env_kwargs,
+            validate_actions=validate_actions,
+            device=device,
+            num_threads=num_threads,
+            pin_memory=pin_memory,
+            non_blocking=non_blocking,
+            share_individual_td=share_individual_td,
+            allow_step_when_done=allow_step_when_done,
         )
         if self.device is not None and self.device.type != "cpu":
             raise NotImplementedError(

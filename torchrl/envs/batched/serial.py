@@ -40,6 +40,12 @@ class SerialEnv(BatchedEnvBase):
             of ``n`` dicts.
         validate_actions: check the stacked actions of every step against the stacked action
             spec, once for all envs (the envs themselves are stepped without a second check).
+        shared_memory, mp_start_method, num_sub_threads, serial_for_single: TorchRL's keywords
+            of batched envs, accepted and without effect here: this env has no buffers, no
+            processes and is always serial.
+        device, num_threads, pin_memory, non_blocking, share_individual_td,
+            allow_step_when_done: as for :class:`BatchedEnvBase` (TorchRL's keywords; values
+            with no meaning here raise ``NotImplementedError``).
 
     Examples:
         >>> from torchrl.envs import GymEnv, SerialEnv
@@ -59,13 +65,35 @@ class SerialEnv(BatchedEnvBase):
         create_env_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
         *,
         validate_actions: bool = True,
+        shared_memory: bool = True,
+        mp_start_method: str | None = None,
+        num_sub_threads: int = 1,
+        serial_for_single: bool = False,
+        device: torch.device | str | int | None = None,
+        num_threads: int | None = None,
+        pin_memory: bool = False,
+        non_blocking: bool = False,
+        share_individual_td: bool | None = None,
+        allow_step_when_done: bool = False,
     ) -> None:
         self._envs: list[EnvBase] = []
         self._stepper: Any = None
         self._stepper_checks = False
         super().__init__(
-            num_workers, create_env_fn, create_env_kwargs, validate_actions=validate_actions
+            num_workers,
+            create_env_fn,
+            create_env_kwargs,
+            validate_actions=validate_actions,
+            device=device,
+            num_threads=num_threads,
+            pin_memory=pin_memory,
+            non_blocking=non_blocking,
+            share_individual_td=share_individual_td,
+            allow_step_when_done=allow_step_when_done,
         )
+        self.shared_memory = bool(shared_memory)
+        self.mp_start_method = mp_start_method
+        self.num_sub_threads = int(num_sub_threads)
 
     def _keeps_built_envs(self) -> bool:
         # The envs built to read the specs become workers: no env is built twice.
