@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import torch
-from envs.transforms.transform_envs import CountEnv, has_gym
+from envs.transforms.transform_envs import CountEnv, ImageEnv, has_gym
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl.data import (
@@ -22,6 +22,7 @@ from torchrl.envs import EnvBase, PendulumEnv, check_env_specs
 from torchrl.envs.transforms import (
     ActionScaling,
     BinarizeReward,
+    Crop,
     DiscreteActionProjection,
     FiniteTensorDictCheck,
     LineariseRewards,
@@ -31,6 +32,7 @@ from torchrl.envs.transforms import (
     Stack,
     StepCounter,
     SuccessReward,
+    ToTensorImage,
     TrajCounter,
     TransformedEnv,
     UnaryTransform,
@@ -452,3 +454,26 @@ class TestStack:
         base.observation_spec["other"] = Unbounded(shape=(2,))
         with pytest.raises(ValueError, match="shape"):
             TransformedEnv(base, Stack(["observation", "other"], "st")).reset()
+
+
+class TestCrop:
+    def test_module(self):
+        img = torch.arange(30.0).reshape(1, 5, 6)
+        out = Crop(2, 3, top=3, left=3)(TensorDict(pixels=img))["pixels"]
+        assert out.tolist() == [[[21.0, 22.0, 23.0], [27.0, 28.0, 29.0]]]
+        with pytest.raises(ValueError, match="past"):
+            Crop(4, top=3)(TensorDict(pixels=img))
+
+    @pytest.mark.parametrize("batch_size", [(), (2,)])
+    def test_env(self, batch_size):
+        env = TransformedEnv(ImageEnv(batch_size=batch_size), ToTensorImage())
+        env.append_transform(Crop(4, 5, top=2, left=1))
+        check_env_specs(env)
+        assert env.observation_spec["pixels"].shape == (*batch_size, 3, 4, 5)
+        base = TransformedEnv(ImageEnv(batch_size=batch_size), ToTensorImage())
+        torch.testing.assert_close(env.reset()["pixels"], base.reset()["pixels"][..., 2:6, 1:6])
+
+    def test_replay_buffer(self):
+        rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=Crop(2, in_keys=["img"]))
+        rb.extend(TensorDict(img=torch.ones(3, 1, 4, 4), batch_size=[3]))
+        assert rb.sample(2)["img"].shape == (2, 1, 2, 2)

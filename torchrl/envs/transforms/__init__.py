@@ -20,7 +20,7 @@ from torchrl.envs.transforms.checks import FiniteTensorDictCheck
 from torchrl.envs.transforms.dtype import DoubleToFloat, DTypeCastTransform
 from torchrl.envs.transforms.env import TransformedEnv
 from torchrl.envs.transforms.frames import CatFrames, FrameSkipTransform, NoopResetEnv, TimeMaxPool
-from torchrl.envs.transforms.image import CenterCrop, GrayScale, Resize, ToTensorImage
+from torchrl.envs.transforms.image import CenterCrop, Crop, GrayScale, Resize, ToTensorImage
 from torchrl.envs.transforms.keys import (
     CatTensors,
     ExcludeTransform,
@@ -64,6 +64,7 @@ __all__ = [
     "CenterCrop",
     "ClipTransform",
     "Compose",
+    "Crop",
     "DTypeCastTransform",
     "DiscreteActionProjection",
     "DoubleToFloat",

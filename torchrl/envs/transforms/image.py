@@ -1,4 +1,4 @@
-"""Image transforms: ``ToTensorImage``, ``Resize``, ``GrayScale``, ``CenterCrop``.
+"""Image transforms: ``ToTensorImage``, ``Resize``, ``GrayScale``, ``CenterCrop``, ``Crop``.
 
 Images are ``[..., C, H, W]`` after ``ToTensorImage`` (which reads ``[..., H, W, C]``); any
 leading dims (env batch, time) are kept. Resizing uses ``torch.nn.functional.interpolate``.
@@ -17,7 +17,7 @@ from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
 from torchrl.envs.transforms._utils import float_dtype, map_output_specs, spec_apply
 from torchrl.envs.transforms.base import ObservationTransform
 
-__all__ = ["CenterCrop", "GrayScale", "Resize", "ToTensorImage"]
+__all__ = ["CenterCrop", "Crop", "GrayScale", "Resize", "ToTensorImage"]
 
 _INTERPOLATIONS = ("nearest", "nearest-exact", "bilinear", "bicubic", "area")
 
@@ -283,3 +283,66 @@ class CenterCrop(ObservationTransform):
 
     def extra_repr(self) -> str:
         return f"w={self.w}, h={self.h}, {super().extra_repr()}"
+
+
+class Crop(ObservationTransform):
+    """Crops ``[..., C, H, W]`` images to ``[..., C, w, h]`` from a given corner.
+
+    As with :class:`CenterCrop`, ``w`` is the size of dim ``-2`` and ``h`` of dim ``-1``; the
+    crop starts at row ``top`` and column ``left``.
+
+    Args:
+        w: the output size of dim ``-2``.
+        h: the output size of dim ``-1`` (default ``w``).
+        top: the first row kept (dim ``-2``).
+        left: the first column kept (dim ``-1``).
+        in_keys: the images (default ``["pixels"]``).
+        out_keys: where to write them (default: in place).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.envs.transforms import Crop
+        >>> img = torch.arange(25.0).reshape(1, 5, 5)
+        >>> Crop(2, 3, top=1, left=2)(TensorDict(pixels=img))["pixels"][0]
+        tensor([[ 7.,  8.,  9.],
+                [12., 13., 14.]])
+    """
+
+    def __init__(
+        self,
+        w: int,
+        h: int | None = None,
+        top: int = 0,
+        left: int = 0,
+        in_keys: NestedKey | Sequence[NestedKey] | None = None,
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+    ) -> None:
+        super().__init__(_pixel_keys(in_keys), out_keys)
+        self.w = int(w)
+        self.h = int(w if h is None else h)
+        self.top = int(top)
+        self.left = int(left)
+        if self.w < 1 or self.h < 1:
+            raise ValueError(f"Crop: sizes must be positive, got w={w}, h={h}")
+        if self.top < 0 or self.left < 0:
+            raise ValueError(f"Crop: top and left must be >= 0, got top={top}, left={left}")
+
+    def _apply_transform(self, image: torch.Tensor) -> torch.Tensor:
+        size_a, size_b = image.shape[-2], image.shape[-1]
+        if self.top + self.w > size_a or self.left + self.h > size_b:
+            raise ValueError(
+                f"Crop({self.w}, {self.h}, top={self.top}, left={self.left}) goes past the "
+                f"image's last dims ({size_a}, {size_b})"
+            )
+        return image[..., self.top : self.top + self.w, self.left : self.left + self.h]
+
+    def _spec(self, leaf: TensorSpec, key: NestedKey) -> TensorSpec:
+        return spec_apply(leaf, self._apply_transform, "Crop")
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        map_output_specs(self, output_spec, self._spec)
+        return output_spec
+
+    def extra_repr(self) -> str:
+        return f"w={self.w}, h={self.h}, top={self.top}, left={self.left}, {super().extra_repr()}"
