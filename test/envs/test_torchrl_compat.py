@@ -164,3 +164,23 @@ def test_batched_env_keywords():
     parallel = ParallelEnv(2, PendulumEnv, non_blocking=True, num_threads=torch.get_num_threads())
     assert not isinstance(parallel, SerialEnv) and parallel.non_blocking
     parallel.close()
+
+
+def test_tensor_storage_takes_python_numbers():
+    from torchrl.data import LazyMemmapStorage, LazyTensorStorage, ListStorage, ReplayBuffer
+
+    rb = ReplayBuffer(storage=LazyTensorStorage(20), batch_size=4)
+    assert rb.extend(range(10)).tolist() == list(range(10))
+    rb.add(3)
+    assert rb[:].tolist() == [*range(10), 3]
+    assert rb.sample().dtype == torch.int64
+    floats = ReplayBuffer(storage=LazyMemmapStorage(5))
+    floats.extend([0.5, 1.5])
+    assert floats[:].tolist() == [0.5, 1.5]
+    storage = LazyTensorStorage(5)
+    storage.set(slice(0, 3), range(3))
+    assert storage[:3].tolist() == [0, 1, 2]
+    # A ListStorage keeps the Python objects.
+    objects = ReplayBuffer(storage=ListStorage(5))
+    objects.extend([1, 2])
+    assert objects[0] == 1 and not isinstance(objects[0], torch.Tensor)

@@ -17,7 +17,13 @@ from tensordict import TensorDictBase
 from torchrl._keys import INDEX, MASK, PRIORITY, WEIGHT
 from torchrl._types import IndexLike, NestedKey
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
-from torchrl.data.replay_buffers.storages import Index, ListStorage, Storage
+from torchrl.data.replay_buffers.storages import (
+    Index,
+    ListStorage,
+    Storage,
+    TensorStorage,
+    numbers_as_tensor,
+)
 from torchrl.data.replay_buffers.utils import (
     FORMAT_VERSION,
     atomic_torch_save,
@@ -260,6 +266,8 @@ class ReplayBuffer:
 
     def _prepare_write(self, data: Any) -> tuple[Any, Any]:
         """Transforms data to be written and extracts priorities (validated) before any write."""
+        if isinstance(self._storage, TensorStorage):
+            data = numbers_as_tensor(data)
         if len(self._transforms) and self._transforms.acts_on_write:
             data = self._transforms.inv(data)
         return data, None

@@ -58,7 +58,41 @@ __all__ = [
     "ListStorage",
     "Storage",
     "TensorStorage",
+    "numbers_as_tensor",
 ]
+
+
+def numbers_as_tensor(data: Any) -> Any:
+    """Turns a ``range``, a list/tuple of Python numbers or a number into a tensor, else no-op.
+
+    Tensor storages hold tensors, so ``rb.extend(range(10))`` stores ``torch.arange(10)``, as
+    in TorchRL.
+
+    Args:
+        data: the data to write.
+
+    Returns:
+        A tensor (1-dim, or 0-dim for a number; ``int64`` for ints, the default float dtype
+        for floats, ``bool`` for bools), or ``data`` itself.
+
+    Examples:
+        >>> from torchrl.data.replay_buffers.storages import numbers_as_tensor
+        >>> numbers_as_tensor(range(3)), numbers_as_tensor([0.5, 1])
+        (tensor([0, 1, 2]), tensor([0.5000, 1.0000]))
+    """
+    if isinstance(data, (TensorDictBase, torch.Tensor)):
+        return data
+    if isinstance(data, range):
+        return torch.arange(data.start, data.stop, data.step)
+    if isinstance(data, (bool, int, float)):  # one item, for ``add``
+        return torch.as_tensor(data)
+    if (
+        isinstance(data, (list, tuple))
+        and data
+        and all(isinstance(x, (bool, int, float)) for x in data)
+    ):
+        return torch.as_tensor(data)
+    return data
 
 
 @dataclass
@@ -737,6 +771,7 @@ class TensorStorage(Storage):
 
     # -- read / write -----------------------------------------------------------------------------
     def set(self, index: int | slice | torch.Tensor, data: TensorDictBase | torch.Tensor) -> None:
+        data = numbers_as_tensor(data)
         nb = self.ndim
         if self._storage is None:
             # One item (int index) lacks the write dim that the allocation reads.
