@@ -26,6 +26,7 @@ from torchrl.envs.transforms import (
     DiscreteActionProjection,
     FiniteTensorDictCheck,
     LineariseRewards,
+    RandomCropTensorDict,
     RemoveEmptySpecs,
     RewardSum,
     SignTransform,
@@ -477,3 +478,40 @@ class TestCrop:
         rb = ReplayBuffer(storage=LazyTensorStorage(10), transform=Crop(2, in_keys=["img"]))
         rb.extend(TensorDict(img=torch.ones(3, 1, 4, 4), batch_size=[3]))
         assert rb.sample(2)["img"].shape == (2, 1, 2, 2)
+
+
+class TestRandomCropTensorDict:
+    def _trajs(self):
+        obs = torch.arange(10.0).expand(4, 10) + 100 * torch.arange(4.0).unsqueeze(-1)
+        return TensorDict(obs=obs, batch_size=[4, 10])
+
+    def test_module(self):
+        torch.manual_seed(0)
+        out = RandomCropTensorDict(3)(self._trajs())
+        assert out.shape == (4, 3)
+        assert (out["obs"].diff(dim=-1) == 1).all()
+        # Each row keeps its own trajectory.
+        assert ((out["obs"][:, 0] // 100) == torch.arange(4.0)).all()
+
+    def test_sample_dim(self):
+        td = self._trajs().transpose(0, 1).contiguous()
+        out = RandomCropTensorDict(5, sample_dim=0)(td)
+        assert out.shape == (5, 4)
+        assert (out["obs"].diff(dim=0) == 1).all()
+
+    def test_mask(self):
+        td = self._trajs()
+        mask = torch.zeros(4, 10, dtype=torch.bool)
+        mask[:, :4] = True
+        td["mask"] = mask
+        for _ in range(10):
+            out = RandomCropTensorDict(3, mask_key="mask")(td)
+            assert out["mask"].all()
+
+    def test_too_short(self):
+        with pytest.raises(ValueError, match="shorter"):
+            RandomCropTensorDict(11)(self._trajs())
+
+    def test_not_in_env(self):
+        with pytest.raises(Exception, match="RandomCropTensorDict"):
+            TransformedEnv(PendulumEnv(seed=0), RandomCropTensorDict(2)).reset()

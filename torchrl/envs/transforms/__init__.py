@@ -34,7 +34,7 @@ from torchrl.envs.transforms.keys import (
     UnsqueezeTransform,
 )
 from torchrl.envs.transforms.norm import ObservationNorm, VecNorm
-from torchrl.envs.transforms.rb import BurnInTransform, Reward2GoTransform
+from torchrl.envs.transforms.rb import BurnInTransform, RandomCropTensorDict, Reward2GoTransform
 from torchrl.envs.transforms.reward import (
     BinarizeReward,
     LineariseRewards,
@@ -79,6 +79,7 @@ __all__ = [
     "ObservationNorm",
     "ObservationTransform",
     "PermuteTransform",
+    "RandomCropTensorDict",
     "RemoveEmptySpecs",
     "RenameTransform",
     "Resize",

@@ -1,6 +1,7 @@
-"""Replay-buffer transforms: ``Reward2GoTransform`` (on writes) and ``BurnInTransform`` (on samples).
+"""Replay-buffer transforms: ``Reward2GoTransform`` (on writes), ``BurnInTransform`` and
+``RandomCropTensorDict`` (on samples).
 
-Neither belongs in an env: adding them to a ``TransformedEnv`` raises.
+None belongs in an env: adding them to a ``TransformedEnv`` raises.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torchrl.envs.transforms._utils import (
 )
 from torchrl.envs.transforms.base import Transform
 
-__all__ = ["BurnInTransform", "Reward2GoTransform"]
+__all__ = ["BurnInTransform", "RandomCropTensorDict", "Reward2GoTransform"]
 
 
 def _not_in_env(owner: Transform) -> RuntimeError:
@@ -227,3 +228,81 @@ class BurnInTransform(Transform):
 
     def extra_repr(self) -> str:
         return f"burn_in={self.burn_in}, out_keys={self.burn_in_keys}"
+
+
+class RandomCropTensorDict(Transform):
+    """Cuts a random window of ``sub_seq_len`` steps out of each sampled trajectory.
+
+    Sampled data of batch shape ``[..., T, ...]`` becomes ``[..., sub_seq_len, ...]`` along
+    ``sample_dim``; each trajectory gets its own random start. With ``mask_key``, a bool entry
+    of the batch shape marking the valid steps (left-aligned), windows start within the valid
+    part (from 0 when it is shorter than ``sub_seq_len``).
+
+    Args:
+        sub_seq_len: the length of the windows.
+        sample_dim: the time dim, among the batch dims (default: the last one).
+        mask_key: the entry marking valid steps (default: every step is valid).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.envs.transforms import RandomCropTensorDict
+        >>> td = TensorDict(obs=torch.arange(10.0).expand(3, 10), batch_size=[3, 10])
+        >>> out = RandomCropTensorDict(4)(td)
+        >>> out.shape
+        torch.Size([3, 4])
+        >>> bool((out["obs"].diff(dim=-1) == 1).all())
+        True
+    """
+
+    def __init__(
+        self, sub_seq_len: int, sample_dim: int = -1, mask_key: NestedKey | None = None
+    ) -> None:
+        if sub_seq_len < 1:
+            raise ValueError(f"RandomCropTensorDict: sub_seq_len must be >= 1, got {sub_seq_len}")
+        super().__init__()
+        self.sub_seq_len = int(sub_seq_len)
+        self.sample_dim = int(sample_dim)
+        self.mask_key = mask_key
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        ndim = tensordict.batch_dims
+        if not -ndim <= self.sample_dim < ndim:
+            raise ValueError(
+                f"RandomCropTensorDict: sample_dim {self.sample_dim} is not a batch dim of a "
+                f"TensorDict with batch size {tuple(tensordict.batch_size)}"
+            )
+        dim = self.sample_dim % ndim
+        td = tensordict if dim == ndim - 1 else tensordict.transpose(dim, ndim - 1)
+        *lead, steps = td.batch_size
+        length = self.sub_seq_len
+        if steps < length:
+            raise ValueError(
+                f"RandomCropTensorDict: trajectories of {steps} steps are shorter than "
+                f"sub_seq_len={length}"
+            )
+        if self.mask_key is not None:
+            mask = td.get(self.mask_key)
+            valid = mask.reshape(*lead, steps).sum(-1)
+            highest = (valid - length).clamp(min=0)
+        else:
+            highest = torch.full(lead, steps - length, dtype=torch.int64)
+        highest = highest.to("cpu", torch.int64)
+        start = (torch.rand(highest.shape) * (highest + 1).to(torch.float32)).floor().long()
+        start = torch.minimum(start, highest)
+        index = start.unsqueeze(-1) + torch.arange(length)
+        flat = td.reshape(-1, steps)
+        rows = torch.arange(flat.shape[0]).unsqueeze(-1)
+        out = flat[rows, index.reshape(-1, length)].reshape(*lead, length)
+        if dim != ndim - 1:
+            out = out.transpose(dim, ndim - 1).contiguous()
+        return out
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        raise _not_in_env(self)
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        raise _not_in_env(self)
+
+    def extra_repr(self) -> str:
+        return f"sub_seq_len={self.sub_seq_len}, sample_dim={self.sample_dim}"
