@@ -357,9 +357,9 @@ class ParallelEnv(BatchedEnvBase):
             spec in this process, before they reach the workers.
         serial_for_single: with ``num_workers == 1``, build a :class:`SerialEnv` instead (the
             constructor returns it; the process-only keywords are dropped).
-        device, num_threads, pin_memory, non_blocking, share_individual_td,
-            allow_step_when_done: as for :class:`BatchedEnvBase` (TorchRL's keywords; values
-            with no meaning here raise ``NotImplementedError``).
+        device, num_threads, pin_memory, non_blocking: as for :class:`BatchedEnvBase`.
+        share_individual_td, allow_step_when_done: as for :class:`BatchedEnvBase` (TorchRL's
+            keywords; values with no meaning here raise ``NotImplementedError``).
 
     Examples:
         >>> from torchrl.envs import GymEnv, ParallelEnv

@@ -43,9 +43,9 @@ class SerialEnv(BatchedEnvBase):
         shared_memory, mp_start_method, num_sub_threads, serial_for_single: TorchRL's keywords
             of batched envs, accepted and without effect here: this env has no buffers, no
             processes and is always serial.
-        device, num_threads, pin_memory, non_blocking, share_individual_td,
-            allow_step_when_done: as for :class:`BatchedEnvBase` (TorchRL's keywords; values
-            with no meaning here raise ``NotImplementedError``).
+        device, num_threads, pin_memory, non_blocking: as for :class:`BatchedEnvBase`.
+        share_individual_td, allow_step_when_done: as for :class:`BatchedEnvBase` (TorchRL's
+            keywords; values with no meaning here raise ``NotImplementedError``).
 
     Examples:
         >>> from torchrl.envs import GymEnv, SerialEnv
