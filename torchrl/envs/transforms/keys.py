@@ -56,7 +56,33 @@ def _delete(td: TensorDictBase, key: NestedKey) -> None:
 
 
 # ------------------------------------------------------------------------------ CatTensors
-class CatTensors(ObservationTransform):
+class _ManyToOne(ObservationTransform):
+    """Writes one entry (``out_key``) from all of its ``in_keys`` (CatTensors, Stack)."""
+
+    out_key: NestedKey
+
+    def _update_pairs(self) -> None:
+        # One output for all inputs: no per-key pairs.
+        self._pairs = []
+        self._inv_pairs = list(zip(self._in_keys_inv, self.out_keys_inv))
+
+    @property
+    def out_keys(self) -> list[NestedKey]:  # type: ignore[override]
+        """``[out_key]``."""
+        return [self.out_key] if hasattr(self, "out_key") else []
+
+    @out_keys.setter
+    def out_keys(self, value: NestedKey | Sequence[NestedKey] | None) -> None:
+        keys = key_list(value, "out_keys")
+        if len(keys) != 1:
+            raise ValueError(f"{type(self).__name__} has one out_key, got {keys}")
+        self.out_key = keys[0]
+
+    def _uses_step(self) -> bool:
+        return True
+
+
+class CatTensors(_ManyToOne):
     """Concatenates entries along a dim into one entry (e.g. a flat observation vector).
 
     Args:
@@ -102,26 +128,6 @@ class CatTensors(ObservationTransform):
         self.sort = sort
         self._infer = in_keys is None
         self._keep: set[NestedKey] = set()
-
-    def _update_pairs(self) -> None:
-        # One output for all inputs: no per-key pairs.
-        self._pairs = []
-        self._inv_pairs = list(zip(self._in_keys_inv, self.out_keys_inv))
-
-    @property
-    def out_keys(self) -> list[NestedKey]:  # type: ignore[override]
-        """``[out_key]``."""
-        return [self.out_key] if hasattr(self, "out_key") else []
-
-    @out_keys.setter
-    def out_keys(self, value: NestedKey | Sequence[NestedKey] | None) -> None:
-        keys = key_list(value, "out_keys")
-        if len(keys) != 1:
-            raise ValueError(f"CatTensors has one out_key, got {keys}")
-        self.out_key = keys[0]
-
-    def _uses_step(self) -> bool:
-        return True
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         values = []
@@ -720,7 +726,7 @@ class RemoveEmptySpecs(Transform):
         return input_spec
 
 
-class Stack(ObservationTransform):
+class Stack(_ManyToOne):
     """Stacks entries of one shape and dtype into a new entry along a new dim.
 
     Args:
@@ -759,26 +765,6 @@ class Stack(ObservationTransform):
         self.out_key = unravel_key(out_key)
         self.dim = dim
         self.del_keys = del_keys
-
-    def _update_pairs(self) -> None:
-        # One output for all inputs: no per-key pairs.
-        self._pairs = []
-        self._inv_pairs = list(zip(self._in_keys_inv, self.out_keys_inv))
-
-    @property
-    def out_keys(self) -> list[NestedKey]:  # type: ignore[override]
-        """``[out_key]``."""
-        return [self.out_key] if hasattr(self, "out_key") else []
-
-    @out_keys.setter
-    def out_keys(self, value: NestedKey | Sequence[NestedKey] | None) -> None:
-        keys = key_list(value, "out_keys")
-        if len(keys) != 1:
-            raise ValueError(f"Stack has one out_key, got {keys}")
-        self.out_key = keys[0]
-
-    def _uses_step(self) -> bool:
-        return True
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         values = []
