@@ -28,13 +28,22 @@ from torchrl.envs.transforms.base import Transform
 __all__ = ["BurnInTransform", "RandomCropTensorDict", "Reward2GoTransform"]
 
 
-def _not_in_env(owner: Transform) -> RuntimeError:
-    return RuntimeError(
-        f"{type(owner).__name__} transforms replay-buffer data; it cannot be used in an env"
-    )
+class _BufferOnly(Transform):
+    """A transform of replay-buffer data: appending it to an env raises a clear error."""
+
+    def _not_in_env(self) -> RuntimeError:
+        return RuntimeError(
+            f"{type(self).__name__} transforms replay-buffer data; it cannot be used in an env"
+        )
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        raise self._not_in_env()
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        raise self._not_in_env()
 
 
-class Reward2GoTransform(Transform):
+class Reward2GoTransform(_BufferOnly):
     """Writes the discounted reward-to-go of each step when data enters a replay buffer.
 
     Applied by ``inv`` (a replay buffer calls it on ``extend``): along the data's last batch
@@ -101,17 +110,11 @@ class Reward2GoTransform(Transform):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         return tensordict
 
-    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
-        raise _not_in_env(self)
-
-    def transform_output_spec(self, output_spec: Composite) -> Composite:
-        raise _not_in_env(self)
-
     def extra_repr(self) -> str:
         return f"gamma={self.gamma.item()}, done_key={self.done_key!r}, {super().extra_repr()}"
 
 
-class BurnInTransform(Transform):
+class BurnInTransform(_BufferOnly):
     """Runs recurrent modules over the first ``burn_in`` steps of sampled sequences.
 
     On a sample of batch ``[*B, T]`` (time last), the modules run (without gradients) on steps
@@ -220,17 +223,11 @@ class BurnInTransform(Transform):
             out.set(key, current)
         return out
 
-    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
-        raise _not_in_env(self)
-
-    def transform_output_spec(self, output_spec: Composite) -> Composite:
-        raise _not_in_env(self)
-
     def extra_repr(self) -> str:
         return f"burn_in={self.burn_in}, out_keys={self.burn_in_keys}"
 
 
-class RandomCropTensorDict(Transform):
+class RandomCropTensorDict(_BufferOnly):
     """Cuts a random window of ``sub_seq_len`` steps out of each sampled trajectory.
 
     Sampled data of batch shape ``[..., T, ...]`` becomes ``[..., sub_seq_len, ...]`` along
@@ -297,12 +294,6 @@ class RandomCropTensorDict(Transform):
         if dim != ndim - 1:
             out = out.transpose(dim, ndim - 1).contiguous()
         return out
-
-    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
-        raise _not_in_env(self)
-
-    def transform_output_spec(self, output_spec: Composite) -> Composite:
-        raise _not_in_env(self)
 
     def extra_repr(self) -> str:
         return f"sub_seq_len={self.sub_seq_len}, sample_dim={self.sample_dim}"
