@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import DONE, NEXT, TERMINATED, TRUNCATED
+from torchrl._types import DeviceLike
 from torchrl.data.specs import Composite, TensorSpec
 from torchrl.envs._key_paths import key_tuple, path_to_key
 from torchrl.envs._mdp import apply_mdp_plan
@@ -101,7 +102,7 @@ class BatchedEnvBase(EnvBase):
         create_env_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
         *,
         validate_actions: bool = True,
-        device: torch.device | str | int | None = None,
+        device: DeviceLike = None,
         num_threads: int | None = None,
         pin_memory: bool = False,
         non_blocking: bool = False,

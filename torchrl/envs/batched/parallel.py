@@ -36,6 +36,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._processes import default_start_method, describe_exit, stop_processes
+from torchrl._types import DeviceLike
 from torchrl.envs._key_paths import path_to_key
 from torchrl.envs._writes import set_leaf
 from torchrl.envs.batched._layout import Layout, get_leaf
@@ -397,7 +398,7 @@ class ParallelEnv(BatchedEnvBase):
         timeout: float | None = DEFAULT_TIMEOUT_S,
         validate_actions: bool = True,
         serial_for_single: bool = False,
-        device: torch.device | str | int | None = None,
+        device: DeviceLike = None,
         num_threads: int | None = None,
         pin_memory: bool = False,
         non_blocking: bool = False,

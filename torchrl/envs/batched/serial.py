@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._td_compat import entries, new_unchecked
-from torchrl._types import NestedKey
+from torchrl._types import DeviceLike, NestedKey
 from torchrl.envs._key_paths import path_to_key
 from torchrl.envs._writes import set_leaf
 from torchrl.envs.batched._inner import check_value, complete_output, reset_finished, step_fn
@@ -69,7 +69,7 @@ class SerialEnv(BatchedEnvBase):
         mp_start_method: str | None = None,
         num_sub_threads: int = 1,
         serial_for_single: bool = False,
-        device: torch.device | str | int | None = None,
+        device: DeviceLike = None,
         num_threads: int | None = None,
         pin_memory: bool = False,
         non_blocking: bool = False,
