@@ -18,7 +18,13 @@ from torchrl.collectors._options import (
 )
 from torchrl.collectors._pool import WorkerError
 from torchrl.collectors._worker import RemoteTraceback
-from torchrl.collectors.multi import MultiaSyncDataCollector, MultiSyncDataCollector
+from torchrl.collectors.evaluator import Evaluator
+from torchrl.collectors.multi import (
+    MultiaSyncDataCollector,
+    MultiCollector,
+    MultiSyncDataCollector,
+    aSyncDataCollector,
+)
 from torchrl.collectors.sync import SyncDataCollector
 from torchrl.collectors.utils import split_trajectories
 from torchrl.envs.utils import RandomPolicy
@@ -27,12 +33,17 @@ from torchrl.envs.utils import RandomPolicy
 Collector = SyncDataCollector
 MultiSyncCollector = MultiSyncDataCollector
 MultiAsyncCollector = MultiaSyncDataCollector
+#: TorchRL's current name of the collectors' base class.
+BaseCollector = DataCollectorBase
 
 __all__ = [
+    "BaseCollector",
     "Collector",
     "CollectorOptions",
     "DataCollectorBase",
+    "Evaluator",
     "MultiAsyncCollector",
+    "MultiCollector",
     "MultiCollectorOptions",
     "MultiSyncCollector",
     "MultiSyncDataCollector",
@@ -42,5 +53,6 @@ __all__ = [
     "RemoteTraceback",
     "SyncDataCollector",
     "WorkerError",
+    "aSyncDataCollector",
     "split_trajectories",
 ]

@@ -33,19 +33,64 @@ from torchrl.collectors.utils import split_trajectories
 from torchrl.envs.common import EnvBase
 from torchrl.envs.utils import ExplorationType
 
-__all__ = ["MultiSyncDataCollector", "MultiaSyncDataCollector", "WorkerError"]
+__all__ = [
+    "MultiCollector",
+    "MultiSyncDataCollector",
+    "MultiaSyncDataCollector",
+    "WorkerError",
+    "aSyncDataCollector",
+]
 
 
-class _MultiDataCollector(DataCollectorBase):
-    """Shared machinery of the multi-process collectors (see the two public classes)."""
+class MultiCollector(DataCollectorBase):
+    """One collector per worker process: TorchRL's unified multi-process collector.
+
+    ``MultiCollector(..., sync=True)`` builds a :class:`MultiSyncDataCollector` (every batch
+    gathers a share from every worker) and ``sync=False`` a :class:`MultiaSyncDataCollector`
+    (each worker's batch is returned when ready); the object is an instance of that class,
+    and of this one. Both subclasses also accept ``sync``, which must then match them.
+
+    Args:
+        create_env_fn: one env constructor per worker (or one, with ``num_workers``).
+        policy: the policy (``None``: random actions).
+        sync: gather every worker's share per batch (``True``, the default) or deliver
+            batches as workers finish them (``False``).
+        **kwargs: the keywords of :class:`MultiSyncDataCollector` (``frames_per_batch``,
+            ``total_frames``, ``num_workers``, ...).
+
+    Examples:
+        >>> from torchrl.collectors import MultiCollector, MultiaSyncDataCollector
+        >>> from torchrl.envs import PendulumEnv
+        >>> collector = MultiCollector(
+        ...     [PendulumEnv, PendulumEnv], frames_per_batch=10, total_frames=20, sync=False
+        ... )
+        >>> isinstance(collector, MultiaSyncDataCollector)
+        True
+        >>> sum(batch.numel() for batch in collector)
+        20
+        >>> collector.shutdown()
+    """
 
     _sync: bool = True
+
+    def __new__(cls, *args: Any, sync: bool | None = None, **kwargs: Any) -> MultiCollector:
+        # A plain dispatch on ``sync`` (no metaclass): ``MultiCollector(...)`` returns one of
+        # the two concrete classes, whose ``__init__`` then runs with the same arguments.
+        target: type[MultiCollector] = cls
+        if cls is MultiCollector:
+            if sync is None:
+                sync = True
+            if not isinstance(sync, bool):
+                raise TypeError(f"MultiCollector: sync must be a bool, got {sync!r}")
+            target = MultiSyncDataCollector if sync else MultiaSyncDataCollector
+        return super().__new__(target)
 
     def __init__(
         self,
         create_env_fn: Sequence[Callable[..., EnvBase]] | Callable[..., EnvBase],
         policy: PolicyLike | None = None,
         *,
+        sync: bool | None = None,
         num_workers: int | None = None,
         frames_per_batch: int,
         total_frames: int | None = -1,
@@ -73,6 +118,11 @@ class _MultiDataCollector(DataCollectorBase):
         mp_start_method: str | None = None,
         timeout: float | None = 600.0,
     ) -> None:
+        if sync is not None and sync != self._sync:
+            raise ValueError(
+                f"{type(self).__name__} collects with sync={self._sync}, got sync={sync!r} "
+                "(use MultiCollector(..., sync=...) to choose)"
+            )
         options = MultiCollectorOptions.from_kwargs(
             type(self).__name__,
             sync=self._sync,
@@ -111,7 +161,7 @@ class _MultiDataCollector(DataCollectorBase):
         policy: PolicyLike | None,
         options: MultiCollectorOptions,
         create_env_kwargs: Sequence[dict[str, Any]] | dict[str, Any] | None = None,
-    ) -> _MultiDataCollector:
+    ) -> MultiCollector:
         """Builds a collector from validated options (what Ray and distributed workers do).
 
         Args:
@@ -123,9 +173,11 @@ class _MultiDataCollector(DataCollectorBase):
         Returns:
             The collector.
         """
+        if cls is MultiCollector:
+            cls = MultiSyncDataCollector if options.sync else MultiaSyncDataCollector
         if options.sync != cls._sync:
             raise ValueError(f"{cls.__name__}.from_options: options built for sync={options.sync}")
-        collector = cls.__new__(cls)
+        collector = object.__new__(cls)
         collector._setup(create_env_fn, policy, options, create_env_kwargs)
         return collector
 
@@ -349,7 +401,7 @@ def _env_constructors(
     return fns, kwargs
 
 
-class MultiSyncDataCollector(_MultiDataCollector):
+class MultiSyncDataCollector(MultiCollector):
     """Runs one collector per worker process and returns their batches together.
 
     Each batch asks every worker for ``frames_per_batch / num_workers`` frames; the parts are
@@ -451,7 +503,7 @@ class MultiSyncDataCollector(_MultiDataCollector):
             yield out
 
 
-class MultiaSyncDataCollector(_MultiDataCollector):
+class MultiaSyncDataCollector(MultiCollector):
     """Runs one collector per worker process and returns each worker's batch when it is ready.
 
     Every batch holds one worker's ``frames_per_batch`` frames (batch ``[*env.batch_size, T]``).
@@ -496,3 +548,53 @@ class MultiaSyncDataCollector(_MultiDataCollector):
             if self.update_at_each_batch:
                 self.update_policy_weights_()
             yield self._deliver(batch) if batch is not None else None
+
+
+class aSyncDataCollector(MultiaSyncDataCollector):
+    """Runs one collector in a worker process, which keeps collecting while batches are used.
+
+    A :class:`MultiaSyncDataCollector` with a single worker: the worker fills one
+    shared-memory buffer while the caller reads the other, so a batch may come from weights
+    one update old. Failures and shutdown behave as for :class:`MultiSyncDataCollector`.
+
+    Args:
+        create_env_fn: the env constructor (or an env, with the ``fork`` start method).
+        policy: the policy (``None``: random actions).
+        create_env_kwargs: keyword arguments of ``create_env_fn``.
+        **kwargs: the other keywords of :class:`MultiaSyncDataCollector`
+            (``frames_per_batch``, ``total_frames``, ...), except ``num_workers``.
+
+    Examples:
+        >>> from torchrl.collectors import aSyncDataCollector
+        >>> from torchrl.envs import PendulumEnv
+        >>> collector = aSyncDataCollector(PendulumEnv, frames_per_batch=10, total_frames=20)
+        >>> [batch.numel() for batch in collector]
+        [10, 10]
+        >>> collector.shutdown()
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Callable[..., EnvBase],
+        policy: PolicyLike | None = None,
+        *,
+        create_env_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs.get("num_workers", 1) != 1:
+            raise ValueError(
+                f"aSyncDataCollector runs exactly one worker, got num_workers="
+                f"{kwargs['num_workers']!r} (use MultiaSyncDataCollector for more)"
+            )
+        if isinstance(create_env_fn, Sequence):
+            raise TypeError(
+                "aSyncDataCollector takes one env constructor, got a sequence "
+                "(use MultiaSyncDataCollector for several workers)"
+            )
+        kwargs.pop("num_workers", None)
+        super().__init__(
+            [create_env_fn],
+            policy,
+            create_env_kwargs=[create_env_kwargs or {}],
+            **kwargs,
+        )

@@ -11,6 +11,7 @@ from torch import nn
 
 from torchrl._keys import DONE, NEXT, REWARD
 from torchrl._types import NestedKey, TensorDictModuleLike
+from torchrl.collectors.evaluator import dump_videos, episode_returns
 from torchrl.record.loggers.common import as_float
 from torchrl.trainers.hooks import flat_key_name
 
@@ -20,43 +21,6 @@ if TYPE_CHECKING:
     from torchrl.trainers.trainer import Trainer
 
 __all__ = ["EarlyStopping", "LogValidationReward", "Recorder", "episode_returns"]
-
-
-def episode_returns(reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
-    """Returns of the episodes that end inside a rollout (all of it when none ends).
-
-    Args:
-        reward: ``[*B, T, 1]`` (or ``[*B, T]``) rewards.
-        done: done flags of the same shape.
-
-    Returns:
-        A 1-D tensor with one return per finished episode (or per sub-env when none finished).
-
-    Examples:
-        >>> r = torch.ones(1, 5, 1)
-        >>> d = torch.tensor([[0, 1, 0, 0, 1]]).bool().unsqueeze(-1)
-        >>> episode_returns(r, d)
-        tensor([2., 3.])
-    """
-    if reward.shape != done.shape:
-        raise ValueError(
-            f"episode_returns: reward {tuple(reward.shape)} and done {tuple(done.shape)} differ"
-        )
-    if reward.shape[-1] == 1 and reward.ndim >= 2:
-        reward, done = reward.squeeze(-1), done.squeeze(-1)
-    rows_r = reward.reshape(-1, reward.shape[-1]).float()
-    rows_d = done.reshape(-1, done.shape[-1]).bool()
-    if not rows_d.any():
-        return rows_r.sum(-1)
-    # Episode ids per row: steps after a done belong to the next episode.
-    n, t = rows_r.shape
-    episode = torch.cumsum(rows_d.long(), -1) - rows_d.long()
-    ids = episode + torch.arange(n, device=episode.device).unsqueeze(-1) * (t + 1)
-    sums = torch.zeros(n * (t + 1), device=rows_r.device).index_add_(
-        0, ids.reshape(-1), rows_r.reshape(-1)
-    )
-    finished = ids[rows_d]
-    return sums[finished]
 
 
 class Recorder:
@@ -151,7 +115,7 @@ class Recorder:
         finally:
             if training is not None:
                 training.train()
-        _dump_videos(self.environment)
+        dump_videos(self.environment)
         out: dict[str, Any] = {}
         for key in self.log_keys:
             name = self.out_keys.get(key) or flat_key_name(key)
@@ -177,17 +141,6 @@ class Recorder:
         """Registers at ``"post_steps_log"`` and in the checkpoint."""
         trainer.register_op("post_steps_log", self)
         trainer.register_module(name, self)
-
-
-def _dump_videos(env: Any) -> None:
-    """Writes the videos of the env's ``VideoRecorder`` transforms (one per evaluation)."""
-    transform = getattr(env, "transform", None)
-    if not isinstance(transform, nn.Module):
-        return
-    for module in transform.modules():
-        dump = getattr(module, "dump", None)
-        if callable(dump) and hasattr(module, "logger"):
-            dump()
 
 
 #: TorchRL's current name of :class:`Recorder`.
