@@ -27,7 +27,13 @@ from torchrl.envs.common import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.record.loggers.common import Logger, as_float
 
-__all__ = ["Evaluator", "dump_videos", "episode_returns", "first_episodes"]
+__all__ = [
+    "Evaluator",
+    "dump_videos",
+    "episode_returns",
+    "first_episodes",
+    "rollout_entry",
+]
 
 #: Steps of one evaluation rollout when ``max_steps`` is not given (an episode that has not
 #: ended by then is counted as it stands).
@@ -210,6 +216,7 @@ class Evaluator:
             raise TypeError(f"Evaluator: env must be an EnvBase or build one, got {type(built)}")
         self.env = built
         self._source = policy
+        self.policy: Callable[[TensorDictBase], Any] | None
         if policy_factory is not None:
             self.policy = policy_factory()
         elif isinstance(policy, nn.Module):
@@ -394,7 +401,8 @@ class Evaluator:
                     )
                     rollouts.append(rollout)
                     r, n, _ = first_episodes(
-                        _get(rollout, self.reward_key), _get(rollout, self.done_key)
+                        rollout_entry(rollout, self.reward_key, "Evaluator"),
+                        rollout_entry(rollout, self.done_key, "Evaluator"),
                     )
                     returns.append(r)
                     lengths.append(n)
@@ -460,12 +468,22 @@ class Evaluator:
         )
 
 
-def _get(td: TensorDictBase, key: NestedKey | Sequence[str]) -> torch.Tensor:
+def rollout_entry(td: TensorDictBase, key: NestedKey | Sequence[str], who: str) -> torch.Tensor:
+    """The entry ``key`` of a rollout, or a ``KeyError`` naming it and the keys there are.
+
+    Args:
+        td: the rollout.
+        key: the entry (a list is read as a nested key).
+        who: the caller, for the message.
+
+    Returns:
+        The tensor.
+    """
     key = tuple(key) if isinstance(key, list) else key
-    try:
-        return cast(torch.Tensor, td.get(cast(NestedKey, key)))
-    except KeyError:
+    value = td.get(cast(NestedKey, key), None)
+    if value is None:
         raise KeyError(
-            f"Evaluator: the rollouts have no entry {key!r} (keys: "
+            f"{who}: the rollouts have no entry {key!r} (keys: "
             f"{sorted(map(str, td.keys(True, True)))}); set reward_keys/done_keys"
-        ) from None
+        )
+    return cast(torch.Tensor, value)

@@ -7,16 +7,26 @@ line to scale out. ``ray`` and ``submitit`` are optional (extras ``torchrl[ray]`
 
 from __future__ import annotations
 
-from torchrl.collectors.distributed.generic import DistributedDataCollector
+from torchrl.collectors.distributed.generic import (
+    DistributedCollector,
+    DistributedDataCollector,
+    DistributedSyncCollector,
+    DistributedSyncDataCollector,
+)
 from torchrl.collectors.distributed.ray import DEFAULT_REMOTE_CLASS_CONFIG, RayCollector
+from torchrl.collectors.distributed.ray_eval_worker import RayEvalWorker
 from torchrl.collectors.distributed.replay import RayReplayBuffer
 from torchrl.collectors.distributed.rpc_replay import RPCReplayBuffer
 from torchrl.collectors.distributed.utils import WorkerCore, policy_weights
 
 __all__ = [
     "DEFAULT_REMOTE_CLASS_CONFIG",
+    "DistributedCollector",
     "DistributedDataCollector",
+    "DistributedSyncCollector",
+    "DistributedSyncDataCollector",
     "RayCollector",
+    "RayEvalWorker",
     "RPCReplayBuffer",
     "RayReplayBuffer",
     "WorkerCore",

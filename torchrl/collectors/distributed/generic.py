@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
@@ -56,8 +56,14 @@ from torchrl.collectors.distributed.utils import (
     worker_options,
 )
 from torchrl.collectors.sync import PolicyLike, SyncDataCollector, extend_replay_buffer
+from torchrl.collectors.utils import split_trajectories
 
-__all__ = ["DistributedDataCollector"]
+__all__ = [
+    "DistributedCollector",
+    "DistributedDataCollector",
+    "DistributedSyncCollector",
+    "DistributedSyncDataCollector",
+]
 
 _COLLECT, _WEIGHTS, _STOP = 1, 2, 3
 _OK, _FAILED = 0, 1
@@ -771,3 +777,169 @@ def _allocate(layout: dict[str, Any]) -> TensorDictBase:
     for key, shape, dtype in layout["leaves"]:
         out.set(key, torch.empty(shape, dtype=dtype))
     return out
+
+
+#: Keywords of the local collectors that :class:`DistributedCollector` also takes directly
+#: (passed on to every worker's collector when given), with their "not given" values.
+_COLLECTOR_KEYWORDS: dict[str, Any] = {
+    "device": None,
+    "storing_device": None,
+    "env_device": None,
+    "policy_device": None,
+    "max_frames_per_traj": -1,
+    "init_random_frames": -1,
+    "reset_at_each_iter": False,
+    "exploration_type": None,
+}
+
+
+class DistributedCollector(DistributedDataCollector):
+    """TorchRL's current name and signature of :class:`DistributedDataCollector`.
+
+    The local collectors' keywords may be given directly (``device``, ``storing_device``,
+    ``env_device``, ``policy_device``, ``max_frames_per_traj``, ``init_random_frames``,
+    ``reset_at_each_iter``, ``exploration_type``): they are merged into every worker's
+    ``collector_kwargs``. ``split_trajs`` and ``postproc`` run here, on the batches the
+    workers deliver (whose layout is fixed). Workers are local ``spawn`` processes by default
+    (``launcher="mp"``); ``launcher="submitit"`` submits them as jobs. Everything listens on
+    ``host`` (loopback by default); a worker that dies or fails raises
+    :class:`~torchrl.collectors.WorkerError` naming it, and local workers end with this
+    process.
+
+    Args:
+        create_env_fn: an env constructor (picklable), or one per worker.
+        policy: the policy (each worker gets a copy), or ``None`` for random actions.
+        frames_per_batch: frames in each delivered batch.
+        total_frames: frames in all (``-1``: no end).
+        postproc: applied to every delivered batch (after ``split_trajs``).
+        split_trajs: split delivered batches into padded trajectories.
+        collector_class: the local collector of each worker.
+        collector_kwargs: its other keywords, or one dict per worker.
+        sync: gather one batch from every worker per iteration (``True``) or yield batches as
+            they come (``False``).
+        launcher: ``"mp"`` (local processes, the default) or ``"submitit"``.
+        **kwargs: the local collectors' keywords listed above, and the other keywords of
+            :class:`DistributedDataCollector` (``num_workers``, ``slurm_kwargs``,
+            ``tcp_port``, ``backend``, ``host``, ``timeout``, ...).
+
+    Examples:
+        >>> from torchrl.collectors.distributed import DistributedCollector
+        >>> from torchrl.envs import PendulumEnv
+        >>> collector = DistributedCollector(
+        ...     PendulumEnv, None, frames_per_batch=20, total_frames=40, num_workers=2, sync=True
+        ... )  # doctest: +SKIP
+        >>> [batch.numel() for batch in collector]  # doctest: +SKIP
+        [20, 20]
+        >>> collector.shutdown()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
+        policy: PolicyLike | None = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int | None = -1,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        split_trajs: bool = False,
+        collector_class: Callable[..., DataCollectorBase] = SyncDataCollector,
+        collector_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+        num_workers_per_collector: int = 1,
+        sync: bool = False,
+        launcher: str = "mp",
+        **kwargs: Any,
+    ) -> None:
+        given = {
+            k: kwargs.pop(k)
+            for k in list(kwargs)
+            if k in _COLLECTOR_KEYWORDS and kwargs[k] != _COLLECTOR_KEYWORDS[k]
+        }
+        for k in _COLLECTOR_KEYWORDS:
+            kwargs.pop(k, None)
+        if given:
+            collector_kwargs = _merge_kwargs(type(self).__name__, collector_kwargs, given)
+        if postproc is not None and not callable(postproc):
+            raise TypeError(f"{type(self).__name__}: postproc must be callable, got {postproc!r}")
+        self.postproc = postproc
+        self.split_trajs = bool(split_trajs)
+        super().__init__(
+            create_env_fn,
+            policy,
+            collector_class,
+            collector_kwargs,
+            num_workers_per_collector,
+            sync,
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            launcher=launcher,
+            **kwargs,
+        )
+
+    def _deliver(self, batch: TensorDictBase) -> TensorDictBase | None:
+        if self.split_trajs:
+            batch = split_trajectories(batch)
+        if self.postproc is not None:
+            batch = self.postproc(batch)
+        return super()._deliver(batch)
+
+
+class DistributedSyncCollector(DistributedCollector):
+    """A :class:`DistributedCollector` that gathers a share of every batch from every worker.
+
+    Every iteration asks each worker for ``frames_per_batch / num_workers`` frames and
+    concatenates them; workers are idle while the batch is used, so a batch always comes
+    from the latest weights sent by :meth:`update_policy_weights_`.
+
+    Args:
+        create_env_fn: an env constructor (picklable), or one per worker.
+        policy: the policy (each worker gets a copy), or ``None`` for random actions.
+        **kwargs: the keywords of :class:`DistributedCollector` but ``sync``.
+
+    Examples:
+        >>> from torchrl.collectors.distributed import DistributedSyncCollector
+        >>> from torchrl.envs import PendulumEnv
+        >>> collector = DistributedSyncCollector(
+        ...     PendulumEnv, None, frames_per_batch=20, total_frames=40, num_workers=2
+        ... )  # doctest: +SKIP
+        >>> [batch.numel() for batch in collector]  # doctest: +SKIP
+        [20, 20]
+        >>> collector.shutdown()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Callable[..., Any] | Sequence[Callable[..., Any]],
+        policy: PolicyLike | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if kwargs.pop("sync", True) is not True:
+            raise ValueError(
+                "DistributedSyncCollector always collects with sync=True "
+                "(use DistributedCollector(..., sync=False))"
+            )
+        super().__init__(create_env_fn, policy, sync=True, **kwargs)
+
+
+def _merge_kwargs(
+    name: str,
+    collector_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None,
+    given: dict[str, Any],
+) -> dict[str, Any] | list[dict[str, Any]]:
+    """``given`` added to the collector keywords (each worker's), refusing a double entry."""
+    many = isinstance(collector_kwargs, Sequence) and not isinstance(collector_kwargs, Mapping)
+    dicts: list[Mapping[str, Any] | None] = (
+        list(cast(Sequence[dict[str, Any]], collector_kwargs))
+        if many
+        else [cast("dict[str, Any] | None", collector_kwargs)]
+    )
+    merged = []
+    for kw in dicts:
+        both = sorted(set(kw or {}) & set(given))
+        if both:
+            raise ValueError(f"{name}: {both} given both directly and in collector_kwargs")
+        merged.append({**(kw or {}), **given})
+    return merged if many else merged[0]
+
+
+#: The paper-era name of :class:`DistributedSyncCollector` (equal, no warning).
+DistributedSyncDataCollector = DistributedSyncCollector
