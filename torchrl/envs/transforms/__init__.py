@@ -3,7 +3,10 @@
 A transform works in a :class:`TransformedEnv`, as a module on a TensorDict, and in a replay
 buffer. One file per family: ``base`` (``Transform``, ``Compose``), ``env`` (``TransformedEnv``),
 ``tracking``, ``reward``, ``dtype``, ``norm``, ``image``, ``keys``, ``frames``, ``actions``,
-``checks`` (sanity checks), ``unary`` (user functions), ``rb`` (replay-buffer-only transforms).
+``checks`` (sanity checks), ``unary`` (user functions), ``rb`` (replay-buffer-only transforms),
+``lifecycle`` (timing, auto-reset, termination, lives, random truncation, batch size), ``device``
+(device casts, pinned memory), ``shapes`` (``ExpandAs``, ``FlattenAction``), ``hashing``
+(``Hash``), ``delta`` (``NextObservationDelta``).
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from torchrl.envs.transforms.actions import (
 )
 from torchrl.envs.transforms.base import Compose, ObservationTransform, Transform
 from torchrl.envs.transforms.checks import FiniteTensorDictCheck
+from torchrl.envs.transforms.delta import NextObservationDelta
+from torchrl.envs.transforms.device import DeviceCastTransform, PinMemoryTransform
 from torchrl.envs.transforms.dtype import DoubleToFloat, DTypeCastTransform
 from torchrl.envs.transforms.env import TransformedEnv
 from torchrl.envs.transforms.frames import CatFrames, FrameSkipTransform, NoopResetEnv, TimeMaxPool
+from torchrl.envs.transforms.hashing import Hash
 from torchrl.envs.transforms.image import CenterCrop, Crop, GrayScale, Resize, ToTensorImage
 from torchrl.envs.transforms.keys import (
     CatTensors,
@@ -33,6 +39,15 @@ from torchrl.envs.transforms.keys import (
     Stack,
     UnsqueezeTransform,
 )
+from torchrl.envs.transforms.lifecycle import (
+    AutoResetEnv,
+    AutoResetTransform,
+    BatchSizeTransform,
+    EndOfLifeTransform,
+    RandomTruncationTransform,
+    TerminateTransform,
+    Timer,
+)
 from torchrl.envs.transforms.norm import ObservationNorm, VecNorm
 from torchrl.envs.transforms.rb import BurnInTransform, RandomCropTensorDict, Reward2GoTransform
 from torchrl.envs.transforms.reward import (
@@ -44,6 +59,7 @@ from torchrl.envs.transforms.reward import (
     SuccessReward,
     TargetReturn,
 )
+from torchrl.envs.transforms.shapes import ExpandAs, FlattenAction
 from torchrl.envs.transforms.tracking import (
     InitTracker,
     RewardSum,
@@ -54,6 +70,19 @@ from torchrl.envs.transforms.tracking import (
 from torchrl.envs.transforms.unary import UnaryTransform
 
 __all__ = [
+    "AutoResetEnv",
+    "AutoResetTransform",
+    "BatchSizeTransform",
+    "DeviceCastTransform",
+    "EndOfLifeTransform",
+    "ExpandAs",
+    "FlattenAction",
+    "Hash",
+    "NextObservationDelta",
+    "PinMemoryTransform",
+    "RandomTruncationTransform",
+    "TerminateTransform",
+    "Timer",
     "ActionDiscretizer",
     "ActionMask",
     "ActionScaling",

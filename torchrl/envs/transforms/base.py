@@ -209,6 +209,13 @@ class Transform(nn.Module):
         """Rewrites a reset's outputs; ``tensordict`` holds the ``"_reset"`` masks, if any."""
         return tensordict_reset
 
+    def _reset_env_preprocess(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Sees (and may rewrite) a reset's input before the base env resets.
+
+        Called only for transforms that override it, so it costs nothing to the others.
+        """
+        return tensordict
+
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Rewrites the inputs of a step in place (``out_keys_inv`` -> ``in_keys_inv``)."""
         for in_key, out_key in self._inv_pairs:
@@ -240,6 +247,9 @@ class Transform(nn.Module):
 
     def _uses_reset(self) -> bool:
         return type(self)._reset is not Transform._reset
+
+    def _uses_pre_reset(self) -> bool:
+        return type(self)._reset_env_preprocess is not Transform._reset_env_preprocess
 
     def _uses_step(self) -> bool:
         cls = type(self)
@@ -292,6 +302,14 @@ class Transform(nn.Module):
                 if new is not sub:
                     input_spec[name] = new
         return input_spec
+
+    def transform_env_device(self, device: torch.device | None) -> torch.device | None:
+        """The device of the env seen through this transform (default: unchanged)."""
+        return device
+
+    def transform_env_batch_size(self, batch_size: torch.Size) -> torch.Size:
+        """The batch size of the env seen through this transform (default: unchanged)."""
+        return batch_size
 
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
         """Rewrites the full observation spec (a Composite; may be edited in place)."""
@@ -490,6 +508,7 @@ class Compose(Transform):
                 t._prepare()
         self._step_list = [t for t in self._ts if t._uses_step()]
         self._reset_list = [t for t in self._ts if t._uses_reset()]
+        self._pre_reset_list = [t for t in self._ts if t._uses_pre_reset()]
         self._inv_list = [t for t in reversed(self._ts) if t._uses_inv()]
 
     def _uses_inv(self) -> bool:
@@ -497,6 +516,9 @@ class Compose(Transform):
 
     def _uses_reset(self) -> bool:
         return bool(self._reset_list)
+
+    def _uses_pre_reset(self) -> bool:
+        return bool(self._pre_reset_list)
 
     def _uses_step(self) -> bool:
         return bool(self._step_list)
@@ -524,6 +546,11 @@ class Compose(Transform):
             tensordict_reset = t._reset(tensordict, tensordict_reset)
         return tensordict_reset
 
+    def _reset_env_preprocess(self, tensordict: TensorDictBase) -> TensorDictBase:
+        for t in self._pre_reset_list:
+            tensordict = t._reset_env_preprocess(tensordict)
+        return tensordict
+
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         for t in self._inv_list:
             tensordict = t._inv_call(tensordict)
@@ -544,6 +571,16 @@ class Compose(Transform):
         for t in self._ts:
             input_spec = t.transform_input_spec(input_spec)
         return input_spec
+
+    def transform_env_device(self, device: torch.device | None) -> torch.device | None:
+        for t in self._ts:
+            device = t.transform_env_device(device)
+        return device
+
+    def transform_env_batch_size(self, batch_size: torch.Size) -> torch.Size:
+        for t in self._ts:
+            batch_size = t.transform_env_batch_size(batch_size)
+        return batch_size
 
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
         for t in self._ts:

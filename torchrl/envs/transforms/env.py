@@ -123,6 +123,9 @@ class TransformedEnv(EnvBase):
                 raise TypeError(f"the transforms turned {name} into a {type(spec).__name__}")
         self._output_spec = output_spec
         self._input_spec = input_spec
+        # Most transforms keep the base env's batch size and device (a couple of hook calls).
+        self._batch_size = torch.Size(compose.transform_env_batch_size(base.batch_size))
+        self._device = compose.transform_env_device(base.device)
         compose._prepare()
         compose._clear_parent_cache()
         self._active = (compose,)
@@ -322,6 +325,13 @@ class TransformedEnv(EnvBase):
         # A copy: the base env may write into its input, and the reset output must be a new
         # TensorDict so that EnvBase.reset keeps the entries of sub-envs that were not reset.
         td_in = shallow_copy(tensordict) if tensordict is not None else None
+        if compose._pre_reset_list:
+            # Only an input that was given is passed on (a base env may treat None specially).
+            pre = compose._reset_env_preprocess(
+                td_in if td_in is not None else TensorDict(batch_size=self.batch_size)
+            )
+            if td_in is not None:
+                td_in = pre
         if self._base_plain_reset:
             out = base._reset(td_in, **kwargs)
             if not isinstance(out, TensorDictBase):
