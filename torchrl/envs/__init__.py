@@ -15,18 +15,29 @@ from torchrl.envs.custom import (
     Walker2dEnv,
 )
 from torchrl.envs.env_creator import EnvCreator
+from torchrl.envs.gym_like import GymLikeEnv
 from torchrl.envs.libs import get_available_libraries
 from torchrl.envs.libs._marl import MarlGroupMapType, check_marl_grouping
 from torchrl.envs.libs.brax import BraxEnv, BraxWrapper
 from torchrl.envs.libs.dm_control import DMControlEnv, DMControlWrapper
 from torchrl.envs.libs.envpool import MultiThreadedEnv, MultiThreadedEnvWrapper
-from torchrl.envs.libs.gym import GymEnv, GymWrapper, default_info_dict_reader
+from torchrl.envs.libs.gym import (
+    GymEnv,
+    GymWrapper,
+    default_info_dict_reader,
+    gym_backend,
+    register_gym_spec_conversion,
+    set_gym_backend,
+)
 from torchrl.envs.libs.pettingzoo import PettingZooEnv, PettingZooWrapper
 from torchrl.envs.libs.vmas import VmasEnv, VmasWrapper
 from torchrl.envs.transforms import (
     ActionDiscretizer,
     ActionMask,
     ActionScaling,
+    AutoResetEnv,
+    AutoResetTransform,
+    BatchSizeTransform,
     BinarizeReward,
     BurnInTransform,
     CatFrames,
@@ -35,21 +46,29 @@ from torchrl.envs.transforms import (
     ClipTransform,
     Compose,
     Crop,
+    DeviceCastTransform,
     DiscreteActionProjection,
     DoubleToFloat,
     DTypeCastTransform,
+    EndOfLifeTransform,
     ExcludeTransform,
+    ExpandAs,
     FiniteTensorDictCheck,
+    FlattenAction,
     FlattenObservation,
     FrameSkipTransform,
     GrayScale,
+    Hash,
     InitTracker,
     LineariseRewards,
+    NextObservationDelta,
     NoopResetEnv,
     ObservationNorm,
     ObservationTransform,
     PermuteTransform,
+    PinMemoryTransform,
     RandomCropTensorDict,
+    RandomTruncationTransform,
     RemoveEmptySpecs,
     RenameTransform,
     Resize,
@@ -65,7 +84,9 @@ from torchrl.envs.transforms import (
     SuccessReward,
     TargetReturn,
     TensorDictPrimer,
+    TerminateTransform,
     TimeMaxPool,
+    Timer,
     ToTensorImage,
     TrajCounter,
     Transform,
@@ -96,6 +117,7 @@ __all__ = [
     "EnvMetaData",
     "ExplorationType",
     "GymEnv",
+    "GymLikeEnv",
     "GymWrapper",
     "MarlGroupMapType",
     "MultiThreadedEnv",
@@ -113,14 +135,30 @@ __all__ = [
     "default_info_dict_reader",
     "exploration_type",
     "get_available_libraries",
+    "gym_backend",
     "make_composite_from_td",
+    "register_gym_spec_conversion",
     "set_exploration_type",
+    "set_gym_backend",
     "step_mdp",
     "terminated_or_truncated",
 ]
 
 # Env transforms (torchrl.envs.transforms).
 __all__ += [
+    "AutoResetEnv",
+    "AutoResetTransform",
+    "BatchSizeTransform",
+    "DeviceCastTransform",
+    "EndOfLifeTransform",
+    "ExpandAs",
+    "FlattenAction",
+    "Hash",
+    "NextObservationDelta",
+    "PinMemoryTransform",
+    "RandomTruncationTransform",
+    "TerminateTransform",
+    "Timer",
     "ActionDiscretizer",
     "ActionMask",
     "ActionScaling",
