@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 import random
+import zipfile
 
 import numpy as np
 import pytest
@@ -278,3 +279,167 @@ class TestRotation:
             rotation.load_latest(Checkpoint())
         with pytest.raises(ValueError):
             CheckpointRotation(tmp_path, keep_last=0)
+
+
+class TestArchive:
+    def test_round_trip_and_auto_detection(self, tmp_path):
+        module, optim, buffer = _run_parts()
+        for _ in range(2):
+            _train_step(module, optim, buffer)
+        ckpt = Checkpoint(
+            format="archive",
+            policy=module,
+            optimizer=optim,
+            replay_buffer=buffer,
+            rng=GlobalRNGState(),
+            step={"n": 2},
+        )
+        path = ckpt.save(tmp_path / "run.ckpt")
+        assert path.is_file() and zipfile.is_zipfile(path)
+        names = zipfile.ZipFile(path).namelist()
+        assert names[0] == "manifest.json" and "policy/state.pt" in names
+        assert read_manifest(path)["components"]["replay_buffer"]["adapter"] == (
+            DumpLoadCheckpointAdapter.adapter_id
+        )
+        expected = _train_step(module, optim, buffer)
+        module2, optim2, buffer2 = _run_parts(seed=3)
+        step: dict = {}
+        # Loading reads the container it finds, whatever the loader's own default format.
+        result = Checkpoint(
+            policy=module2, optimizer=optim2, replay_buffer=buffer2, rng=GlobalRNGState(), step=step
+        ).load(path)
+        assert result.loaded == {"policy", "optimizer", "replay_buffer", "rng", "step"}
+        assert step == {"n": 2} and len(buffer2) == 32
+        assert torch.equal(_train_step(module2, optim2, buffer2), expected)
+        assert not list(tmp_path.glob(".*"))  # no staging left next to the archive
+
+    def test_same_weights_as_directory(self, tmp_path):
+        src = nn.Linear(3, 2)
+        for fmt, compression in (
+            ("archive", "stored"),
+            ("archive", "deflate"),
+            ("directory", "stored"),
+        ):
+            path = Checkpoint(policy=src, format=fmt, archive_compression=compression).save(
+                tmp_path / f"{fmt}-{compression}"
+            )
+            dst = nn.Linear(3, 2)
+            Checkpoint(policy=dst).load(path)
+            assert torch.equal(dst.weight, src.weight) and torch.equal(dst.bias, src.bias)
+        info = zipfile.ZipFile(tmp_path / "archive-deflate").getinfo("policy/state.pt")
+        assert info.compress_type == zipfile.ZIP_DEFLATED
+
+    def test_partial_load_extracts_only_requested(self, tmp_path, monkeypatch):
+        path = Checkpoint(format="archive", policy=nn.Linear(2, 2), rb=_run_parts()[2]).save(
+            tmp_path / "c.zip"
+        )
+        extracted = []
+        original = zipfile.ZipFile.extract
+
+        def spy(self, member, *args, **kwargs):
+            extracted.append(member.filename if hasattr(member, "filename") else member)
+            return original(self, member, *args, **kwargs)
+
+        monkeypatch.setattr(zipfile.ZipFile, "extract", spy)
+        result = Checkpoint(policy=nn.Linear(2, 2)).load(path)
+        assert result.loaded == {"policy"} and result.unrequested == {"rb"}
+        assert extracted and all(name.startswith("policy/") for name in extracted)
+
+    def test_untrusted_pickle_refused(self, tmp_path):
+        path = Checkpoint(format="archive", holder=_Holder()).save(tmp_path / "c.zip")
+        holder = _Holder()
+        with pytest.raises(pickle.UnpicklingError):
+            Checkpoint(holder=holder, strict="ignore").load(path)
+        assert holder.payload is None
+        with pytest.warns(UserWarning, match="trusted=True"):
+            Checkpoint(holder=holder).load(path, trusted=True)
+        assert holder.payload is _Holder
+
+    def test_overwrite_switches_container_atomically(self, tmp_path):
+        target = tmp_path / "c"
+        Checkpoint(config={"a": 1}).save(target)
+        assert target.is_dir()
+        Checkpoint(config={"a": 2}, format="archive").save(target)
+        assert target.is_file()
+        Checkpoint(config={"a": 3}).save(target)
+        assert target.is_dir()
+        value: dict = {}
+        Checkpoint(config=value).load(target)
+        assert value == {"a": 3}
+        assert [p.name for p in tmp_path.iterdir()] == ["c"]
+
+    def test_failed_save_keeps_old_archive(self, tmp_path):
+        path = Checkpoint(config={"a": 1}, format="archive").save(tmp_path / "c.zip")
+        with pytest.raises(CheckpointError, match="'config'"):
+            Checkpoint(config={"a": object()}, format="archive").save(path)
+        assert read_manifest(path)["components"]["config"]["adapter"] == "torchrl.json"
+        assert [p.name for p in tmp_path.iterdir()] == ["c.zip"]
+
+    def test_corrupted_archives(self, tmp_path):
+        path = Checkpoint(policy=nn.Linear(2, 2), format="archive").save(tmp_path / "c.zip")
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 3])
+        with pytest.raises(CheckpointError, match="corrupted"):
+            Checkpoint(policy=nn.Linear(2, 2)).load(path)
+        (tmp_path / "junk.zip").write_bytes(b"not a zip")
+        with pytest.raises(CheckpointError, match="corrupted"):
+            read_manifest(tmp_path / "junk.zip")
+        with zipfile.ZipFile(tmp_path / "nomanifest.zip", "w") as archive:
+            archive.writestr("policy/state.pt", b"")
+        with pytest.raises(CheckpointError, match="partial"):
+            read_manifest(tmp_path / "nomanifest.zip")
+
+    def test_member_escaping_the_checkpoint_refused(self, tmp_path):
+        path = tmp_path / "evil.zip"
+        manifest = {
+            "format_version": 1,
+            "metadata": {},
+            "components": {"policy": {"adapter": "torchrl.state_dict", "type": "Linear"}},
+        }
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("manifest.json", json.dumps(manifest))
+            archive.writestr("policy/../../escaped.txt", b"x")
+        with pytest.raises(CheckpointError, match="outside"):
+            Checkpoint(policy=nn.Linear(2, 2)).load(path)
+        assert not (tmp_path.parent / "escaped.txt").exists()
+
+    def test_bad_arguments(self, tmp_path):
+        with pytest.raises(ValueError, match="format"):
+            Checkpoint(format="tar")
+        with pytest.raises(ValueError, match="archive_compression"):
+            Checkpoint(archive_compression="lzma")
+        with pytest.raises(ValueError, match="format"):
+            Checkpoint(a=1).save(tmp_path / "x", format="zip")
+
+
+class TestArchiveRotation:
+    def test_keep_last_archives(self, tmp_path):
+        rotation = CheckpointRotation(tmp_path, keep_last=2)
+        ckpt = Checkpoint(value={"x": 0}, format="archive")
+        paths = [rotation.save(ckpt, step=s) for s in (1, 5, 10)]
+        assert all(p.name.endswith(".zip") for p in paths) and not paths[0].exists()
+        assert all(p.is_file() for p in paths[1:])
+        assert rotation.checkpoints() == tuple(paths[1:])
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths[1:])
+        result = rotation.load_latest(Checkpoint(value={}))
+        assert result.manifest["metadata"]["step"] == 10
+
+    def test_mixed_formats_and_best(self, tmp_path):
+        rotation = CheckpointRotation(tmp_path, keep_last=1, keep_best=("reward", "max"))
+        ckpt = Checkpoint(value={"x": 0})
+        first = rotation.save(ckpt, step=1, metadata={"reward": 9.0}, format="archive")
+        second = rotation.save(ckpt, step=2, metadata={"reward": 1.0})
+        third = rotation.save(ckpt, step=3, metadata={"reward": 2.0}, format="archive")
+        assert first.is_file() and third.is_file() and not second.exists()
+        assert rotation.best() == first
+        assert rotation.checkpoints() == (first, third)
+        # A new save at an existing step replaces the other container's checkpoint.
+        again = rotation.save(ckpt, step=3, metadata={"reward": 2.0}, format="directory")
+        assert again.is_dir() and not third.exists()
+        assert rotation.checkpoints() == (first, again)
+
+    def test_incomplete_archive_ignored(self, tmp_path):
+        rotation = CheckpointRotation(tmp_path, keep_last=3)
+        (tmp_path / ".checkpoint-000000000004.zip.0123456789ab.tmp").write_bytes(b"partial")
+        (tmp_path / "checkpoint-000000000007.zip").mkdir()  # not an archive file
+        assert rotation.latest() is None

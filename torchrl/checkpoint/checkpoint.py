@@ -2,8 +2,9 @@
 
 A checkpoint is a directory: one sub-folder per registered component (written by that
 component's adapter) and ``manifest.json``, which names the components and their adapters. The
-whole directory is first written next to its target under a temporary name and then renamed into
-place, so an interrupted save never leaves a half-written checkpoint at ``path``. Nothing is
+``"archive"`` format stores the same tree in one ZIP file. Either is first written next to its
+target under a temporary name and then renamed into place, so an interrupted save never leaves a
+half-written checkpoint at ``path``; loading recognises the container by itself. Nothing is
 unpickled on load unless the caller passes ``trusted=True``.
 """
 
@@ -13,8 +14,10 @@ import dataclasses
 import json
 import os
 import shutil
+import tempfile
 import uuid
 import warnings
+import zipfile
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -46,15 +49,21 @@ __all__ = [
     "read_manifest",
 ]
 
-#: Container layouts. Only ``"directory"`` is written for now.
-CheckpointFormat = Literal["directory"]
+#: Container layouts: a folder tree, or the same tree in one ZIP file.
+CheckpointFormat = Literal["directory", "archive"]
+#: How archive members are stored: as they are, or deflate-compressed.
+ArchiveCompression = Literal["stored", "deflate"]
 #: What :meth:`Checkpoint.load` does with missing or unloadable requested components.
 CheckpointStrictness = Literal["error", "warn", "ignore"]
 
 MANIFEST = "manifest.json"
 #: Bumped when the layout of a checkpoint directory changes.
 MANIFEST_VERSION = 1
+#: The name suffix of the archives that :class:`CheckpointRotation` writes.
+ARCHIVE_SUFFIX = ".zip"
 _STRICTNESS = ("error", "warn", "ignore")
+_FORMATS = ("directory", "archive")
+_COMPRESSION = {"stored": zipfile.ZIP_STORED, "deflate": zipfile.ZIP_DEFLATED}
 
 
 class CheckpointError(RuntimeError):
@@ -331,9 +340,13 @@ class Checkpoint:
     """Saves and restores the named components of a run, together or a few at a time.
 
     Args:
-        format: the container; ``"directory"`` (the only one for now).
+        format: the container :meth:`save` writes by default: ``"directory"`` (a folder per
+            component, best for large replay buffers) or ``"archive"`` (the same tree in one
+            ZIP file). :meth:`load` reads either, whatever this says.
         strict: what :meth:`load` does when a requested component is missing or cannot be
             restored: raise :class:`CheckpointError`, warn, or ignore (see the result).
+        archive_compression: how archive members are stored: ``"stored"`` (as they are: tensor
+            payloads rarely shrink) or ``"deflate"`` (ZIP compression).
         save_components: the names :meth:`save` writes by default (default: all).
         **components: named objects; the adapter is chosen from what the object offers:
             ``dumps``/``loads`` (replay buffers), ``state_dict``/``load_state_dict`` (modules,
@@ -355,15 +368,21 @@ class Checkpoint:
         *,
         format: CheckpointFormat = "directory",
         strict: CheckpointStrictness = "error",
+        archive_compression: ArchiveCompression = "stored",
         save_components: Collection[str] | None = None,
         **components: Any,
     ) -> None:
-        if format != "directory":
-            raise ValueError(f"format must be 'directory' (got {format!r})")
+        _check_format(format)
         if strict not in _STRICTNESS:
             raise ValueError(f"strict must be one of {_STRICTNESS} (got {strict!r})")
-        self.format = format
+        if archive_compression not in _COMPRESSION:
+            raise ValueError(
+                f"archive_compression must be one of {tuple(_COMPRESSION)} "
+                f"(got {archive_compression!r})"
+            )
+        self.format: CheckpointFormat = format
         self.strict = strict
+        self.archive_compression = archive_compression
         self._entries: dict[str, _Entry] = {}
         for name, obj in components.items():
             self.register(name, obj)
@@ -412,19 +431,24 @@ class Checkpoint:
         components: Collection[str] | None = None,
         component_options: Mapping[str, CheckpointOptions] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        format: CheckpointFormat | None = None,
     ) -> Path:
-        """Writes the selected components to the directory ``path``, replacing what was there.
+        """Writes the selected components to ``path``, replacing what was there.
 
         Args:
-            path: the checkpoint directory.
+            path: the checkpoint directory, or the archive file (the name is kept as given:
+                no suffix is added).
             components: names to save (default: ``save_components``, else all).
             component_options: per-name options merged over the registered ones.
             metadata: JSON values kept in the manifest (step, metrics for rotation).
+            format: overrides the checkpoint's ``format`` for this save.
 
         Returns:
             The path written.
         """
         path = Path(path)
+        format = self.format if format is None else format
+        _check_format(format)
         names = set(self._entries) if components is None else set(components)
         if components is None and self.save_components is not None:
             names = set(self.save_components)
@@ -466,7 +490,11 @@ class Checkpoint:
             except TypeError as err:
                 raise CheckpointError(f"metadata is not JSON-serializable ({err})") from err
             fsync_dir(tmp)
-            _replace_dir(tmp, path)
+            if format == "archive":
+                _write_archive(tmp, path, _COMPRESSION[self.archive_compression])
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                _replace_path(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -474,7 +502,7 @@ class Checkpoint:
         for stale in path.parent.glob(f".{path.name}.*"):
             tag = stale.name[len(path.name) + 2 :]
             if len(tag) == 16 and tag[12:] in (".tmp", ".old"):
-                shutil.rmtree(stale, ignore_errors=True)
+                _remove(stale)
         return path
 
     def load(
@@ -491,7 +519,7 @@ class Checkpoint:
         """Restores the requested components from a checkpoint written by :meth:`save`.
 
         Args:
-            path: the checkpoint directory.
+            path: the checkpoint directory or archive (recognised by itself).
             components: names to restore (default: all registered).
             component_options: per-name options merged over the registered ones.
             map_location: passed to ``torch.load``.
@@ -509,16 +537,56 @@ class Checkpoint:
             pickle.UnpicklingError: a file holds objects that need ``trusted=True`` (raised
                 whatever ``strict`` says).
         """
-        import pickle
-
         path = Path(path)
         strict = self.strict if strict is None else strict
         if strict not in _STRICTNESS:
             raise ValueError(f"strict must be one of {_STRICTNESS} (got {strict!r})")
         manifest = read_manifest(path)
-        saved = manifest["components"]
         requested = set(self._entries) if components is None else set(components)
         self._check_names(requested)
+        if path.is_dir():
+            return self._load_tree(
+                path,
+                path,
+                manifest,
+                requested,
+                component_options,
+                map_location,
+                tensor_load_kwargs,
+                strict,
+                trusted,
+            )
+        # An archive: only the requested components' members are extracted, into a private
+        # temporary folder that the adapters read like a checkpoint directory.
+        with tempfile.TemporaryDirectory(prefix="torchrl-ckpt-") as scratch:
+            _extract_components(path, Path(scratch), requested & set(manifest["components"]))
+            return self._load_tree(
+                path,
+                Path(scratch),
+                manifest,
+                requested,
+                component_options,
+                map_location,
+                tensor_load_kwargs,
+                strict,
+                trusted,
+            )
+
+    def _load_tree(
+        self,
+        path: Path,
+        root: Path,
+        manifest: dict[str, Any],
+        requested: set[str],
+        component_options: Mapping[str, CheckpointOptions] | None,
+        map_location: Any,
+        tensor_load_kwargs: Mapping[str, Any] | None,
+        strict: CheckpointStrictness,
+        trusted: bool,
+    ) -> CheckpointLoadResult:
+        import pickle
+
+        saved = manifest["components"]
         result = CheckpointLoadResult(manifest=manifest)
         result.unrequested = set(saved) - requested
         result.missing = requested - set(saved)
@@ -536,7 +604,7 @@ class Checkpoint:
             try:
                 value = entry.adapter.load(
                     entry.obj,
-                    path / name,
+                    root / name,
                     map_location=map_location,
                     tensor_load_kwargs=load_kwargs,
                     args=tuple(opts.load_args or ()),
@@ -559,15 +627,15 @@ class Checkpoint:
         if problems and strict == "error":
             raise CheckpointError(f"checkpoint {path}: " + "; ".join(problems))
         if problems and strict == "warn":
-            warnings.warn(f"checkpoint {path}: " + "; ".join(problems), stacklevel=2)
+            warnings.warn(f"checkpoint {path}: " + "; ".join(problems), stacklevel=3)
         return result
 
 
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
-    """The parsed ``manifest.json`` of the checkpoint directory ``path``.
+    """The parsed ``manifest.json`` of the checkpoint directory or archive ``path``.
 
     Args:
-        path: a checkpoint directory.
+        path: a checkpoint directory or archive file.
 
     Returns:
         The manifest (``format_version``, ``metadata``, ``components``).
@@ -576,9 +644,12 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
         CheckpointError: ``path`` is not a checkpoint, or its manifest is corrupted.
     """
     path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"no checkpoint directory at {path}")
-    manifest = _read_json(path / MANIFEST)
+    if path.is_dir():
+        manifest = _read_json(path / MANIFEST)
+    elif path.is_file():
+        manifest = _read_archive_manifest(path)
+    else:
+        raise CheckpointError(f"no checkpoint directory or archive at {path}")
     if not isinstance(manifest, dict) or not isinstance(manifest.get("components"), dict):
         raise CheckpointError(f"{path / MANIFEST} is corrupted (no 'components' table)")
     if manifest.get("format_version") != MANIFEST_VERSION:
@@ -589,20 +660,92 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     return manifest
 
 
-def _replace_dir(new: Path, path: Path) -> None:
-    """Moves the finished directory ``new`` to ``path``, replacing an older checkpoint.
+def _check_format(format: str) -> None:
+    if format not in _FORMATS:
+        raise ValueError(f"format must be one of {_FORMATS} (got {format!r})")
 
-    A directory cannot be renamed over a non-empty one, so the old one is first moved aside;
-    a crash between the two renames leaves it under its ``.old`` name, never half-written data.
+
+def _read_archive_manifest(path: Path) -> Any:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            raw = archive.read(MANIFEST)
+    except KeyError:
+        raise CheckpointError(f"{path / MANIFEST} is missing: the checkpoint is partial") from None
+    except (zipfile.BadZipFile, OSError) as err:
+        raise CheckpointError(f"{path} is corrupted (not a readable ZIP archive: {err})") from err
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path / MANIFEST} is corrupted (not valid JSON: {err})") from err
+
+
+def _write_archive(tree: Path, path: Path, compression: int) -> None:
+    """Packs the finished checkpoint folder ``tree`` into the ZIP file ``path``, atomically."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            with zipfile.ZipFile(handle, "w", compression=compression) as archive:
+                # The manifest first: readers find it without scanning the payloads.
+                archive.write(tree / MANIFEST, MANIFEST)
+                for folder, dirs, files in os.walk(tree):
+                    dirs.sort()
+                    rel = Path(folder).relative_to(tree)
+                    for name in sorted(files):
+                        member = (rel / name).as_posix()
+                        if member != MANIFEST:
+                            archive.write(Path(folder) / name, member)
+            handle.flush()
+            os.fsync(handle.fileno())
+        _replace_path(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _extract_components(path: Path, root: Path, names: Collection[str]) -> None:
+    """Extracts the members of the components ``names`` from the archive ``path`` below ``root``.
+
+    Member names are checked before anything is written: an absolute name or one climbing out
+    with ``..`` marks a forged archive.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                parts = info.filename.split("/")
+                if info.filename.startswith("/") or ".." in parts or "\\" in info.filename:
+                    raise CheckpointError(
+                        f"{path} holds the member {info.filename!r}, which points outside "
+                        f"the checkpoint: refusing to read it"
+                    )
+                if parts[0] in names and not info.is_dir():
+                    archive.extract(info, root)
+    except (zipfile.BadZipFile, OSError) as err:
+        raise CheckpointError(f"{path} is corrupted (not a readable ZIP archive: {err})") from err
+
+
+def _remove(path: Path) -> None:
+    """Deletes a file or a folder tree, if there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _replace_path(new: Path, path: Path) -> None:
+    """Moves the finished checkpoint ``new`` (a folder or a file) to ``path``, replacing an older one.
+
+    A directory cannot be renamed over a non-empty one (nor a file over a folder), so an old
+    checkpoint is first moved aside; a crash between the two renames leaves it under its
+    ``.old`` name, never half-written data.
     """
     old = None
-    if path.exists():
+    if path.exists() and (path.is_dir() or new.is_dir()):
         old = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.old")
         os.replace(path, old)
     os.replace(new, path)
     fsync_dir(path.parent)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
 
 
 def _fsync_tree(root: Path) -> None:
@@ -616,6 +759,8 @@ def _fsync_tree(root: Path) -> None:
 
 class CheckpointRotation:
     """A directory of checkpoints named by step, keeping the newest and optionally the best.
+
+    Directories (``<prefix>-<step>``) and archives (``<prefix>-<step>.zip``) rotate alike.
 
     Args:
         directory: where the checkpoints live.
@@ -652,10 +797,17 @@ class CheckpointRotation:
         self.prefix = prefix
 
     def _step(self, path: Path) -> int | None:
-        head, sep, tail = path.name.rpartition("-")
+        name = path.name
+        is_archive = name.endswith(ARCHIVE_SUFFIX)
+        if is_archive:
+            name = name[: -len(ARCHIVE_SUFFIX)]
+        head, sep, tail = name.rpartition("-")
         if head != self.prefix or not sep or not tail.isdigit():
             return None
-        return int(tail) if (path / MANIFEST).is_file() else None
+        # An archive appears under its name only once complete (renamed into place); a
+        # folder is complete once its manifest is there.
+        complete = path.is_file() if is_archive else (path / MANIFEST).is_file()
+        return int(tail) if complete else None
 
     def checkpoints(self) -> tuple[Path, ...]:
         """The complete checkpoints in the directory, oldest step first."""
@@ -676,7 +828,10 @@ class CheckpointRotation:
         key, mode = self.keep_best
         scored = []
         for p in self.checkpoints():
-            value = read_manifest(p)["metadata"].get(key)
+            try:
+                value = read_manifest(p)["metadata"].get(key)
+            except CheckpointError:
+                continue  # a corrupted entry is never the best one
             if isinstance(value, (int, float)):
                 scored.append((value if mode == "min" else -value, p))
         return min(scored, key=lambda item: item[0])[1] if scored else None
@@ -688,6 +843,7 @@ class CheckpointRotation:
         step: int,
         metadata: Mapping[str, Any] | None = None,
         components: Collection[str] | None = None,
+        format: CheckpointFormat | None = None,
     ) -> Path:
         """Saves ``checkpoint`` as ``<prefix>-<step>`` and deletes those no longer kept.
 
@@ -696,24 +852,34 @@ class CheckpointRotation:
             step: the training step (orders the checkpoints).
             metadata: JSON values for the manifest; ``keep_best`` reads its metric here.
             components: names to save (default: the checkpoint's default).
+            format: the container (default: the checkpoint's ``format``); archives are named
+                ``<prefix>-<step>.zip``. Both kinds in one directory rotate together.
 
         Returns:
             The new checkpoint's path.
         """
         if step < 0:
             raise ValueError(f"step must be >= 0 (got {step})")
+        format = checkpoint.format if format is None else format
+        _check_format(format)
+        stem = self.directory / f"{self.prefix}-{step:012d}"
+        path = stem.with_name(stem.name + ARCHIVE_SUFFIX) if format == "archive" else stem
         path = checkpoint.save(
-            self.directory / f"{self.prefix}-{step:012d}",
+            path,
             components=components,
             metadata={"step": step, **(metadata or {})},
+            format=format,
         )
+        # One checkpoint per step: a save of the other container at this step is replaced.
+        other = stem if format == "archive" else stem.with_name(stem.name + ARCHIVE_SUFFIX)
+        _remove(other)
         keep = set(self.checkpoints()[-self.keep_last :])
         best = self.best()
         if best is not None:
             keep.add(best)
         for old in self.checkpoints():
             if old not in keep:
-                shutil.rmtree(old)
+                _remove(old)
         return path
 
     def load_latest(self, checkpoint: Checkpoint, **kwargs: Any) -> CheckpointLoadResult:
