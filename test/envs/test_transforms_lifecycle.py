@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 from _envs import CountingEnv
-from tensordict import TensorDict, TensorDictBase
+from tensordict import NonTensorStack, TensorDict, TensorDictBase
 
 from torchrl.data import Bounded, Composite, LazyTensorStorage, TensorDictReplayBuffer, Unbounded
 from torchrl.envs import EnvBase, PendulumEnv, check_env_specs
@@ -110,6 +110,7 @@ class SelfResettingEnv(CountingEnv):
 class TestAutoReset:
     def test_caches_and_fills(self):
         base = SelfResettingEnv(batch_size=[2], max_steps=torch.tensor([2, 3]))
+        check_env_specs(AutoResetEnv(SelfResettingEnv(batch_size=[2], max_steps=2)))
         env = AutoResetEnv(base)
         assert isinstance(env.transform, AutoResetTransform)
         r = env.rollout(6, break_when_any_done=False)
@@ -400,8 +401,11 @@ class TestHash:
         td.set_non_tensor("s", "ab")
         out = t(td)
         assert out["h"].shape == (2, 4) and torch.equal(out["h"][0], out["h"][1])
-        back = t.inv(TensorDict(h=out["h"][:1], batch_size=[1]))
-        assert back["s"] == ["ab"] or back.get("s").tolist() == ["ab"]
+        assert t.inv(TensorDict(h=out["h"], batch_size=[2])).get("s").tolist() == ["ab", "ab"]
+        assert t.inv(TensorDict(h=out["h"][0]))["s"] == "ab"
+        mixed = TensorDict(s=NonTensorStack("ab", "cd"), batch_size=[2])
+        hashed = t(mixed)["h"]
+        assert not torch.equal(hashed[0], hashed[1]) and torch.equal(hashed[0], out["h"][0])
         with pytest.raises(KeyError, match="not in the repertoire"):
             t.inv(TensorDict(h=torch.zeros(1, 4, dtype=torch.int64), batch_size=[1]))
         with pytest.raises(ValueError, match="in_keys and out_keys"):
