@@ -77,25 +77,19 @@ def parse_reference(path: Path = REFERENCE) -> list[Entry]:
             continue
         parts = line.split()
         if len(parts) != 2:
-            raise ValueError(
-                f"{path}:{lineno}: expected 'module.path Name', got {raw!r}"
-            )
+            raise ValueError(f"{path}:{lineno}: expected 'module.path Name', got {raw!r}")
         module, name = parts
         if not _MODULE_RE.fullmatch(module):
-            raise ValueError(
-                f"{path}:{lineno}: module {module!r} is not a dotted torchrl path"
-            )
+            raise ValueError(f"{path}:{lineno}: module {module!r} is not a dotted torchrl path")
         if not _NAME_RE.fullmatch(name):
             raise ValueError(f"{path}:{lineno}: name {name!r} is not an identifier")
         if page is None:
             raise ValueError(
-                f"{path}:{lineno}: {module} {name} comes before any "
-                f"'{PAGE_PREFIX} <name>' line"
+                f"{path}:{lineno}: {module} {name} comes before any '{PAGE_PREFIX} <name>' line"
             )
         if (module, name) in seen:
             raise ValueError(
-                f"{path}:{lineno}: '{module} {name}' already listed on line "
-                f"{seen[module, name]}"
+                f"{path}:{lineno}: '{module} {name}' already listed on line {seen[module, name]}"
             )
         seen[module, name] = lineno
         entries.append(Entry(page, module, name))
@@ -193,13 +187,11 @@ def format_missing(report: dict[str, Any], pages: list[str] | None = None) -> st
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--reference", type=Path, default=REFERENCE, help="the reference file"
+    parser = argparse.ArgumentParser(
+        description="Count the TorchRL API reference names that resolve here."
     )
-    parser.add_argument(
-        "--missing", action="store_true", help="print the missing names per page"
-    )
+    parser.add_argument("--reference", type=Path, default=REFERENCE, help="the reference file")
+    parser.add_argument("--missing", action="store_true", help="print the missing names per page")
     parser.add_argument(
         "--page", action="append", help="with --missing: only this page (repeatable)"
     )
