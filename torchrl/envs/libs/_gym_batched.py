@@ -23,7 +23,11 @@ from torchrl._keys import DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from torchrl._td_compat import new_unchecked
 from torchrl.data.specs import Bounded, Composite, TensorSpec
 from torchrl.envs._action_checks import make_action_check
-from torchrl.envs.libs._gym_spaces import INVALID, import_gymnasium, raise_if_bad_action
+from torchrl.envs.libs._gym_spaces import (
+    INVALID,
+    raise_if_bad_action,
+    spaces_of,
+)
 
 if TYPE_CHECKING:
     from torchrl.envs.libs.gym import GymWrapper
@@ -33,8 +37,8 @@ __all__ = ["GymBatchStepper"]
 
 def _batched_writer(env: GymWrapper) -> Callable[[torch.Tensor], list[Any]]:
     """Turns actions of batch ``[n]`` into ``n`` gymnasium actions, equal to the env's own."""
-    spaces = import_gymnasium().spaces
     space = env.env.action_space
+    spaces = spaces_of(space)
     if type(space) is spaces.Discrete:
         start = int(space.start)
         dtype = np.dtype(space.dtype)
@@ -83,8 +87,8 @@ def _batched_checked_writer(
     runs the generic check, which raises the detailed error or vouches for the action.
     ``None`` for spaces without such a writer.
     """
-    spaces = import_gymnasium().spaces
     space = env.env.action_space
+    spaces = spaces_of(space)
     if type(space) is spaces.Discrete:
         size, start = int(space.n), int(space.start)
         dtype = np.dtype(space.dtype)
@@ -156,8 +160,8 @@ def _batched_checked_writer(
 
 def _batched_reader(env: GymWrapper) -> Callable[[Sequence[Any]], dict[str, torch.Tensor]]:
     """Turns ``n`` gymnasium observations into the stacked observation entries."""
-    spaces = import_gymnasium().spaces
     space = env.env.observation_space
+    spaces = spaces_of(space)
     if type(space) is spaces.Box and list(env.observation_keys) == [OBSERVATION]:
         np_dtype = space.dtype
 

@@ -8,9 +8,11 @@ wrappers there (gym, envpool, pettingzoo, vmas) share.
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Callable, Mapping, Sequence
-from types import ModuleType
-from typing import Any
+from types import ModuleType, TracebackType
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -36,12 +38,18 @@ __all__ = [
     "INVALID",
     "ToGym",
     "ToTensor",
+    "backend_of",
+    "gym_backend",
     "gym_to_torchrl_spec_transform",
+    "has_spec_conversion",
     "import_gymnasium",
     "make_checked_writer",
     "make_reader",
     "make_writer",
     "raise_if_bad_action",
+    "register_gym_spec_conversion",
+    "set_gym_backend",
+    "spaces_of",
     "tensor_from_array",
     "torch_dtype_of",
 ]
@@ -57,6 +65,234 @@ def import_gymnasium() -> ModuleType:
     return import_optional("gymnasium", extra="gym")
 
 
+# ---------------------------------------------------------------------------- the gym backend
+
+#: The package names a backend may have: gymnasium, or the legacy gym (0.26 API).
+_BACKEND_NAMES = ("gymnasium", "gym")
+# The stack of backends chosen with set_gym_backend (the last one is current); a backend is
+# stored as a module, a name or a callable, resolved when gym_backend() is called.
+_backend_stack: list[ModuleType | str | Callable[[], ModuleType]] = []
+
+
+def _resolve_backend(backend: ModuleType | str | Callable[[], ModuleType]) -> ModuleType:
+    if isinstance(backend, ModuleType):
+        module = backend
+    elif isinstance(backend, str):
+        if backend not in _BACKEND_NAMES:
+            raise ValueError(
+                f"set_gym_backend: unknown backend {backend!r}; expected one of {_BACKEND_NAMES} "
+                "(or the module itself, or a callable returning it)"
+            )
+        module = import_optional(backend, extra="gym")
+    elif callable(backend):
+        module = backend()
+        if not isinstance(module, ModuleType):
+            raise TypeError(
+                f"set_gym_backend: the callable {backend!r} returned {type(module).__name__}, "
+                "expected the gymnasium or gym module"
+            )
+    else:
+        raise TypeError(
+            f"set_gym_backend: expected a module, a name or a callable returning a module, got "
+            f"{type(backend).__name__}: {backend!r}"
+        )
+    if module.__name__ not in _BACKEND_NAMES:
+        raise ValueError(
+            f"set_gym_backend: {module.__name__!r} is not a gym backend; expected one of "
+            f"{_BACKEND_NAMES}"
+        )
+    return module
+
+
+def gym_backend(submodule: str | None = None) -> ModuleType:
+    """The gym backend in use (``gymnasium`` unless :class:`set_gym_backend` chose another).
+
+    Args:
+        submodule: a submodule of the backend to return instead, e.g. ``"spaces"`` or
+            ``"wrappers"``.
+
+    Returns:
+        The backend module (or its submodule).
+
+    Examples:
+        >>> from torchrl.envs.libs.gym import gym_backend, set_gym_backend
+        >>> gym_backend().__name__
+        'gymnasium'
+        >>> with set_gym_backend("gym"):
+        ...     gym_backend("spaces").__name__
+        'gym.spaces'
+    """
+    module = _resolve_backend(_backend_stack[-1]) if _backend_stack else import_gymnasium()
+    if submodule is None:
+        return module
+    return importlib.import_module(f"{module.__name__}.{submodule}")
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class set_gym_backend:  # noqa: N801 (TorchRL's public name)
+    """Chooses the gym backend (``gymnasium`` or the legacy ``gym``) within a block or a function.
+
+    Used as a context manager or as a decorator; the backend is read by :func:`gym_backend`,
+    which :class:`~torchrl.envs.GymEnv` calls to build its env (``make``) and to list the
+    registered ids. Wrapped envs need no backend: :class:`~torchrl.envs.GymWrapper` reads the
+    package of the env it is given. Nested uses stack; leaving a block restores the backend
+    that was current before it.
+
+    Args:
+        backend: ``"gymnasium"``, ``"gym"``, the module itself, or a callable returning it (a
+            name or a callable imports the package only when the backend is used).
+
+    Examples:
+        >>> import gymnasium
+        >>> from torchrl.envs.libs.gym import gym_backend, set_gym_backend
+        >>> with set_gym_backend("gym"):
+        ...     gym_backend().__version__ >= "0.26"
+        True
+        >>> @set_gym_backend(gymnasium)
+        ... def backend_name():
+        ...     return gym_backend().__name__
+        >>> backend_name()
+        'gymnasium'
+    """
+
+    def __init__(self, backend: ModuleType | str | Callable[[], ModuleType]) -> None:
+        # names and callables are resolved (imported) when used; check what can be checked now
+        if isinstance(backend, ModuleType) or (
+            isinstance(backend, str) and backend not in _BACKEND_NAMES
+        ):
+            _resolve_backend(backend)  # raises the error naming the accepted backends
+        elif not isinstance(backend, str) and not callable(backend):
+            _resolve_backend(backend)  # raises a TypeError
+        self.backend = backend
+
+    def __enter__(self) -> set_gym_backend:
+        _backend_stack.append(self.backend)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        _backend_stack.pop()
+
+    def __call__(self, func: _F) -> _F:
+        @functools.wraps(func)
+        def with_backend(*args: Any, **kwargs: Any) -> Any:
+            with set_gym_backend(self.backend):
+                return func(*args, **kwargs)
+
+        return with_backend  # type: ignore[return-value]
+
+
+def backend_of(obj: Any) -> ModuleType:
+    """The gym package (``gymnasium`` or ``gym``) that defines the class of ``obj``.
+
+    An env or space built by the legacy ``gym`` reports ``gym``; one whose classes come from
+    neither package (a hand-written env) reports the current :func:`gym_backend`.
+    """
+    for cls in type(obj).__mro__:
+        root = cls.__module__.split(".")[0]
+        if root in _BACKEND_NAMES:
+            return importlib.import_module(root)
+    return gym_backend()
+
+
+def spaces_of(space: Any) -> ModuleType:
+    """The ``spaces`` module of the package that defines ``space`` (gymnasium's or gym's)."""
+    return importlib.import_module(f"{backend_of(space).__name__}.spaces")
+
+
+# ------------------------------------------------------------------ user-registered conversions
+
+#: Conversions registered with register_gym_spec_conversion: space type (or the dotted name of
+#: a class of the backend's ``spaces`` module) -> function returning the spec.
+_SPEC_CONVERSIONS: dict[type | str, Callable[..., TensorSpec]] = {}
+
+
+def register_gym_spec_conversion(spec_type: type | str) -> Callable[[_F], _F]:
+    """Registers a function that converts a (custom) gym space type to a torchrl spec.
+
+    The decorated function is called as ``fn(space, dtype=None, device=..., categorical_action_
+    encoding=..., remap_state_to_observation=False, batch_size=...)`` for every space that is an
+    instance of ``spec_type`` (before the built-in conversions, so a subclass of ``Box`` may be
+    given its own), wherever a space is converted, nested ``Dict``/``Tuple`` members included.
+    It must return a spec whose shape starts with ``batch_size``; unused keywords can be
+    gathered in ``**kwargs``. Values of such a space are read with ``numpy.asarray`` and cast to
+    the spec's dtype; actions are passed to the env as numpy arrays.
+
+    Args:
+        spec_type: the space class, or its name in the backend's ``spaces`` module (e.g.
+            ``"Text"``, or a dotted path below it), looked up in gymnasium and gym.
+
+    Returns:
+        A decorator that registers the function and returns it unchanged.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> import torch
+        >>> from torchrl.data import Bounded
+        >>> from torchrl.envs.libs.gym import (
+        ...     gym_to_torchrl_spec_transform,
+        ...     register_gym_spec_conversion,
+        ... )
+        >>> class Angle(gym.spaces.Box):
+        ...     def __init__(self):
+        ...         super().__init__(-3.15, 3.15, shape=(1,))
+        >>> @register_gym_spec_conversion(Angle)
+        ... def angle_to_spec(space, device=None, batch_size=(), **kwargs):
+        ...     return Bounded(-torch.pi, torch.pi, shape=(*batch_size, 1), device=device)
+        >>> gym_to_torchrl_spec_transform(Angle()).high
+        tensor([3.1416])
+    """
+    if not isinstance(spec_type, (type, str)):
+        raise TypeError(
+            "register_gym_spec_conversion: spec_type must be a space class or its name in the "
+            f"backend's spaces module, got {type(spec_type).__name__}: {spec_type!r}"
+        )
+
+    def register(fn: _F) -> _F:
+        if not callable(fn):
+            raise TypeError(f"register_gym_spec_conversion: {fn!r} is not callable")
+        _SPEC_CONVERSIONS[spec_type] = fn
+        return fn
+
+    return register
+
+
+def has_spec_conversion(space: Any) -> bool:
+    """Whether a conversion registered with :func:`register_gym_spec_conversion` handles ``space``.
+
+    The fast paths that assume a built-in space (checked writers, batched steppers) stand
+    aside for such spaces.
+    """
+    return _registered_conversion(space) is not None
+
+
+def _named_space_type(name: str, spaces: ModuleType) -> type | None:
+    target: Any = spaces
+    for part in name.removeprefix("spaces.").split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            return None
+    return target if isinstance(target, type) else None
+
+
+def _registered_conversion(space: Any) -> Callable[..., TensorSpec] | None:
+    """The registered conversion for ``space``; the last registered match wins."""
+    if not _SPEC_CONVERSIONS:
+        return None
+    spaces = spaces_of(space)
+    for spec_type, fn in reversed(list(_SPEC_CONVERSIONS.items())):
+        cls = _named_space_type(spec_type, spaces) if isinstance(spec_type, str) else spec_type
+        if cls is not None and isinstance(space, cls):
+            return fn
+    return None
+
+
 def torch_dtype_of(np_dtype: npt.DTypeLike) -> torch.dtype:
     """The torch dtype of a numpy dtype (``np.float64`` -> ``torch.float64``).
 
@@ -67,6 +303,10 @@ def torch_dtype_of(np_dtype: npt.DTypeLike) -> torch.dtype:
         torch.uint8
     """
     return torch.from_numpy(np.zeros((), dtype=np_dtype)).dtype
+
+
+def _numpy_dtype(dtype: torch.dtype | None) -> np.dtype:
+    return torch.empty((), dtype=dtype or torch.float32).numpy().dtype
 
 
 def tensor_from_array(value: np.ndarray) -> torch.Tensor:
@@ -115,8 +355,29 @@ def gym_to_torchrl_spec_transform(
         >>> gym_to_torchrl_spec_transform(box).dtype
         torch.float32
     """
-    spaces = import_gymnasium().spaces
     batch = tuple(batch_size)
+    registered = _registered_conversion(space)
+    if registered is not None:
+        spec = registered(
+            space,
+            dtype=None,
+            device=device,
+            categorical_action_encoding=categorical_action_encoding,
+            remap_state_to_observation=False,
+            batch_size=torch.Size(batch),
+        )
+        if not isinstance(spec, TensorSpec):
+            raise TypeError(
+                f"the conversion registered for {type(space).__name__} returned "
+                f"{type(spec).__name__}, expected a torchrl TensorSpec"
+            )
+        if tuple(spec.shape[: len(batch)]) != batch:
+            raise ValueError(
+                f"the conversion registered for {type(space).__name__} returned a spec of shape "
+                f"{tuple(spec.shape)}, which does not start with batch_size={list(batch)}"
+            )
+        return spec
+    spaces = spaces_of(space)
     if isinstance(space, spaces.Box):
         dtype = torch_dtype_of(space.dtype)
         shape = (*batch, *space.shape)
@@ -174,7 +435,8 @@ def gym_to_torchrl_spec_transform(
         )
     raise NotImplementedError(
         f"gymnasium space {space!r} ({type(space).__name__}) has no torchrl spec: supported are "
-        "Box, Discrete, MultiDiscrete, MultiBinary, Dict and Tuple"
+        "Box, Discrete, MultiDiscrete, MultiBinary, Dict and Tuple; register a conversion for "
+        "other space types with register_gym_spec_conversion(space_type)"
     )
 
 
@@ -191,7 +453,14 @@ def make_reader(space: Any, categorical: bool) -> ToTensor:
     Returns:
         The reader: a value of the space in, a tensor (a dict for ``Dict``/``Tuple``) out.
     """
-    spaces = import_gymnasium().spaces
+    if _registered_conversion(space) is not None:
+        np_dtype = _numpy_dtype(gym_to_torchrl_spec_transform(space, "cpu", categorical).dtype)
+
+        def read_registered(value: Any) -> torch.Tensor:
+            return tensor_from_array(np.asarray(value, dtype=np_dtype))
+
+        return read_registered
+    spaces = spaces_of(space)
     if isinstance(space, spaces.Box):
         np_dtype = space.dtype
 
@@ -207,7 +476,8 @@ def make_reader(space: Any, categorical: bool) -> ToTensor:
 
         return read_binary
     if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
-        start = np.asarray(space.start, dtype=np.int64)
+        # the legacy gym's MultiDiscrete has no start (always 0)
+        start = np.asarray(getattr(space, "start", 0), dtype=np.int64)
         has_start = bool(np.any(start != 0))
         if isinstance(space, spaces.Discrete):
             sizes = [int(space.n)]
@@ -270,7 +540,9 @@ def make_writer(space: Any, categorical: bool, batched: bool) -> ToGym:
     Returns:
         The writer, which does no check: see :func:`make_checked_writer`.
     """
-    spaces = import_gymnasium().spaces
+    if _registered_conversion(space) is not None:
+        return lambda action: action.detach().cpu().numpy()
+    spaces = spaces_of(space)
     if isinstance(space, (spaces.Box, spaces.MultiBinary)):
         np_dtype = space.dtype
 
@@ -303,7 +575,7 @@ def make_writer(space: Any, categorical: bool, batched: bool) -> ToGym:
             return lambda action: action.detach().cpu().numpy().argmax(-1) + start
         return lambda action: action.detach().cpu().numpy().argmax(-1)
     if isinstance(space, spaces.MultiDiscrete):
-        starts = np.asarray(space.start, dtype=np.int64)
+        starts = np.asarray(getattr(space, "start", 0), dtype=np.int64)
         np_dtype = space.dtype
         splits = np.cumsum([int(v) for v in np.asarray(space.nvec).reshape(-1)])[:-1]
         if categorical:
@@ -349,7 +621,9 @@ def make_checked_writer(space: Any, categorical: bool, spec: TensorSpec) -> ToGy
     Returns:
         The writer, or ``None`` for other spaces (they get the generic check).
     """
-    spaces = import_gymnasium().spaces
+    if has_spec_conversion(space):
+        return None
+    spaces = spaces_of(space)
     if type(space) is spaces.Discrete:
         n, start = int(space.n), int(space.start)
         zeros = n - 1

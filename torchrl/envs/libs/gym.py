@@ -50,18 +50,23 @@ from torchrl._utils import has_module
 from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
 from torchrl.envs._action_checks import make_action_check
 from torchrl.envs.common import EnvBase
+from torchrl.envs.gym_like import BaseInfoDictReader, default_info_dict_reader
 from torchrl.envs.libs._gym_batched import GymBatchStepper
 from torchrl.envs.libs._gym_spaces import (
     INVALID,
     ToTensor,
+    backend_of,
+    gym_backend,
     gym_to_torchrl_spec_transform,
-    import_gymnasium,
+    has_spec_conversion,
     make_checked_writer,
     make_reader,
     make_writer,
     raise_if_bad_action,
+    register_gym_spec_conversion,
+    set_gym_backend,
+    spaces_of,
     tensor_from_array,
-    torch_dtype_of,
 )
 
 __all__ = [
@@ -69,182 +74,15 @@ __all__ = [
     "GymEnv",
     "GymWrapper",
     "default_info_dict_reader",
+    "gym_backend",
+    "gym_to_torchrl_spec_transform",
+    "register_gym_spec_conversion",
+    "set_gym_backend",
 ]
 
 _has_gym = has_module("gymnasium")
 
 _RESERVED_KEYS = frozenset({ACTION, REWARD, DONE, TERMINATED, TRUNCATED, RESET, NEXT})
-
-# -------------------------------------------------------------------------------- info readers
-
-
-def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
-    return torch.empty((), dtype=dtype).numpy().dtype
-
-
-class BaseInfoDictReader:
-    """Interface of the objects that copy entries of gymnasium's ``info`` dict into a TensorDict.
-
-    A reader is called after every reset and step as ``reader(info, tensordict)`` and returns the
-    TensorDict with its entries written; :attr:`info_spec` describes those entries, with the env's
-    batch dimensions first. Subclasses implement both.
-
-    Examples:
-        >>> from torchrl.envs.libs.gym import BaseInfoDictReader, default_info_dict_reader
-        >>> isinstance(default_info_dict_reader(["x"]), BaseInfoDictReader)
-        True
-    """
-
-    def __call__(self, info_dict: dict[str, Any], tensordict: TensorDictBase) -> TensorDictBase:
-        raise NotImplementedError
-
-    @property
-    def info_spec(self) -> Composite:
-        raise NotImplementedError
-
-    def _bind(
-        self,
-        sample_infos: Callable[[], list[dict[str, Any]]],
-        batch_size: torch.Size,
-        device: DeviceLike,
-    ) -> None:
-        """Called once by the env: completes the spec, calling ``sample_infos()`` if needed.
-
-        ``sample_infos`` resets and steps the gymnasium env once and returns the two infos.
-        """
-
-
-class default_info_dict_reader(BaseInfoDictReader):  # noqa: N801 (TorchRL's public name)
-    """Reads numeric entries of gymnasium's ``info`` dict into the env's output.
-
-    Declare the reader on an env with :meth:`GymWrapper.set_info_dict_reader`; its entries then
-    appear in every reset and step output and in the env's ``observation_spec``. An entry missing
-    from an ``info`` dict (typically at reset) is written as zeros.
-
-    Args:
-        keys: the ``info`` keys to read; ``None`` reads every numeric key the env reports at its
-            first reset and step (private keys, starting with ``"_"``, excluded when
-            ``ignore_private``).
-        spec: the specs of the entries: a list matched to ``keys``, a dict or a
-            :class:`~torchrl.data.Composite`. A spec's shape may or may not include the env's batch
-            dimensions. Missing specs are inferred as :class:`~torchrl.data.Unbounded` from the
-            values the env reports (their numpy dtype is kept).
-        ignore_private: skip keys starting with ``"_"`` when ``keys`` is ``None`` (gymnasium's
-            vector envs report a ``"_key"`` mask beside each ``"key"``).
-
-    Examples:
-        >>> from torchrl.envs.libs.gym import GymEnv, default_info_dict_reader
-        >>> from torchrl.data import Unbounded
-        >>> env = GymEnv("CartPole-v1")
-        >>> env = env.set_info_dict_reader(default_info_dict_reader(["x"], spec=[Unbounded(())]))
-        >>> "x" in env.observation_spec.keys()
-        True
-    """
-
-    def __init__(
-        self,
-        keys: Sequence[str] | None = None,
-        spec: Sequence[TensorSpec] | dict[str, TensorSpec] | Composite | None = None,
-        ignore_private: bool = True,
-    ) -> None:
-        if isinstance(keys, str):
-            keys = [keys]
-        self.keys = list(keys) if keys is not None else None
-        self.ignore_private = ignore_private
-        self._given: dict[str, TensorSpec] = {}
-        if spec is not None:
-            if isinstance(spec, (Composite, dict)):
-                self._given = {key: spec[key] for key in spec.keys()}
-                if self.keys is None:
-                    self.keys = list(self._given)
-            else:
-                if self.keys is None or len(self.keys) != len(spec):
-                    raise ValueError(
-                        f"default_info_dict_reader: a list of specs must match the keys one to "
-                        f"one, got keys={self.keys} and {len(spec)} specs"
-                    )
-                self._given = dict(zip(self.keys, spec))
-        self._spec: Composite | None = None
-        self._plan: list[tuple[str, np.dtype, torch.Size, torch.Tensor]] = []
-
-    @property
-    def info_spec(self) -> Composite:
-        """The specs of the entries this reader writes (batch dimensions included)."""
-        if self._spec is None:
-            raise RuntimeError(
-                "default_info_dict_reader: the spec is known once the reader is declared on an "
-                "env with env.set_info_dict_reader(reader)"
-            )
-        return self._spec
-
-    def _bind(
-        self,
-        sample_infos: Callable[[], list[dict[str, Any]]],
-        batch_size: torch.Size,
-        device: DeviceLike,
-    ) -> None:
-        batch = tuple(batch_size)
-        keys = self.keys
-        complete = keys is not None and all(key in self._given for key in keys)
-        # the env is only touched when some spec has to be inferred from real values
-        samples = [] if complete else sample_infos()
-        if keys is None:
-            keys = []
-            for info in samples:
-                for key, value in info.items():
-                    if key in keys or (self.ignore_private and key.startswith("_")):
-                        continue
-                    try:
-                        numeric = np.asarray(value).dtype.kind in "biuf"
-                    except ValueError:  # ragged sequences
-                        numeric = False
-                    if numeric:
-                        keys.append(key)
-        specs: dict[Any, TensorSpec] = {}
-        for key in keys:
-            if key in _RESERVED_KEYS:
-                raise ValueError(f"info key {key!r} clashes with a reserved key of the env output")
-            spec = self._given.get(key)
-            if spec is None:
-                value = next((info[key] for info in samples if key in info), None)
-                if value is None:
-                    raise ValueError(
-                        f"info key {key!r} is reported neither at reset nor at the first step "
-                        f"(keys seen: {sorted({k for info in samples for k in info})}); pass "
-                        "its spec to default_info_dict_reader(keys, spec=...)"
-                    )
-                array = np.asarray(value)
-                if array.dtype.kind not in "biuf":
-                    raise TypeError(
-                        f"info key {key!r} holds {type(value).__name__} values of numpy dtype "
-                        f"{array.dtype}; only numeric entries can be read into tensors"
-                    )
-                shape = array.shape if array.shape[: len(batch)] == batch else batch + array.shape
-                spec = Unbounded(shape=shape, device=device, dtype=torch_dtype_of(array.dtype))
-            elif tuple(spec.shape[: len(batch)]) != batch:
-                spec = spec.expand(*batch, *spec.shape)
-            specs[key] = spec.to(device) if device is not None else spec
-        self.keys = keys
-        self._spec = Composite(specs, shape=batch, device=device)
-        self._plan = [
-            (key, _numpy_dtype(spec.dtype or torch.float32), spec.shape, spec.zero().cpu())
-            for key, spec in specs.items()
-        ]
-
-    def __call__(self, info_dict: dict[str, Any], tensordict: TensorDictBase) -> TensorDictBase:
-        """Writes the declared entries of ``info_dict`` into ``tensordict`` and returns it."""
-        device = tensordict.device
-        for key, np_dtype, shape, zero in self._plan:
-            value = info_dict.get(key)
-            if value is None:
-                tensor = zero.clone()
-            else:
-                tensor = torch.from_numpy(np.asarray(value, dtype=np_dtype)).reshape(shape)
-            if device is not None and device.type != "cpu":
-                tensor = tensor.to(device)
-            tensordict.set(key, tensor)
-        return tensordict
-
 
 # ------------------------------------------------------------------------------------ the envs
 
@@ -306,8 +144,17 @@ class GymWrapper(EnvBase):
         allow_done_after_reset: bool = False,
         validate_actions: bool = True,
     ) -> None:
-        gym = import_gymnasium()
+        # the package that built the env (gymnasium, or the legacy gym 0.26 with the same
+        # five-value step API), whatever the current gym_backend()
+        gym = backend_of(env)
         if isinstance(env, gym.vector.VectorEnv):
+            if gym.__name__ != "gymnasium":
+                raise NotImplementedError(
+                    f"GymWrapper: vector envs of the legacy {gym.__name__} "
+                    f"{getattr(gym, '__version__', '')} autoreset sub-envs in a way torchrl "
+                    "cannot disable; wrap its envs one by one (SerialEnv/ParallelEnv) or use "
+                    "gymnasium's vector envs"
+                )
             mode = env.metadata.get("autoreset_mode")
             if mode != gym.vector.AutoresetMode.DISABLED:
                 raise ValueError(
@@ -329,7 +176,8 @@ class GymWrapper(EnvBase):
             vector = False
         else:
             raise TypeError(
-                f"GymWrapper needs a gymnasium.Env or gymnasium.vector.VectorEnv, got "
+                f"GymWrapper needs a gymnasium.Env or gymnasium.vector.VectorEnv (or a gym "
+                f"0.26 Env), got "
                 f"{type(env).__name__}: {env!r}"
             )
         if batch_size is not None and torch.Size(batch_size) != env_batch:
@@ -380,14 +228,14 @@ class GymWrapper(EnvBase):
         return self._frame_skip
 
     def _make_specs(self, observation_space: Any, action_space: Any) -> None:
-        gym = import_gymnasium()
+        spaces = spaces_of(observation_space)
         device, batch = self.device, self.batch_size
         observation = gym_to_torchrl_spec_transform(
             observation_space, device, self._categorical, batch
         )
         if self._pixels_only:
             entries: dict[Any, TensorSpec] = {}
-        elif isinstance(observation, Composite) and isinstance(observation_space, gym.spaces.Dict):
+        elif isinstance(observation, Composite) and isinstance(observation_space, spaces.Dict):
             entries = {key: observation[key] for key in observation.keys()}
             reserved = _RESERVED_KEYS | {PIXELS} if self._from_pixels else _RESERVED_KEYS
             clash = sorted(reserved.intersection(entries))
@@ -424,7 +272,7 @@ class GymWrapper(EnvBase):
         categorical = self._categorical
         if self._pixels_only:
             self._read_obs: ToTensor = lambda obs: {}
-        elif isinstance(observation_space, gym.spaces.Dict):
+        elif isinstance(observation_space, spaces_of(observation_space).Dict):
             self._read_obs = make_reader(observation_space, categorical)
         else:
             read = make_reader(observation_space, categorical)
@@ -436,6 +284,19 @@ class GymWrapper(EnvBase):
             self._read_obs = lambda obs: read_view(copy.deepcopy(obs))
         self._write_action = make_writer(action_space, categorical, self._vector)
         self._flag_shape = (*self.batch_size, 1)
+
+    def render(self, *args: Any, **kwargs: Any) -> Any:
+        """Calls the wrapped env's ``render`` and returns what it returns (e.g. an RGB frame).
+
+        Args:
+            *args: passed to ``render``.
+            **kwargs: passed to ``render``.
+
+        Returns:
+            What the gymnasium env's ``render`` returns (``None`` before the first reset for
+            many envs; a list of frames, one per sub-env, for some vector envs).
+        """
+        return self._env.render(*args, **kwargs)
 
     def _render(self) -> torch.Tensor:
         frame = self._env.render()
@@ -471,7 +332,7 @@ class GymWrapper(EnvBase):
         """
         if info_dict_reader is None:
             info_dict_reader = default_info_dict_reader(ignore_private=ignore_private)
-        info_dict_reader._bind(self._sample_infos, self.batch_size, self.device)
+        info_dict_reader.bind(self._sample_infos, self.batch_size, self.device)
         spec = info_dict_reader.info_spec
         observation = self.full_observation_spec.clone()
         for key in spec.keys(include_nested=True, leaves_only=True):
@@ -656,6 +517,8 @@ class GymWrapper(EnvBase):
                 or env.frame_skip != first.frame_skip
                 or type(env.env.action_space) is not type(first.env.action_space)
                 or type(env.env.observation_space) is not type(first.env.observation_space)
+                or has_spec_conversion(env.env.action_space)
+                or has_spec_conversion(env.env.observation_space)
             ):
                 return None
         if any(type(key) is not str for key in first.observation_keys):
@@ -695,8 +558,8 @@ class ClassProperty:
 
 
 def _available_envs(cls: type) -> list[str]:
-    """The ids registered with gymnasium (``gymnasium.registry``), sorted."""
-    return sorted(import_gymnasium().registry.keys())
+    """The ids registered with the current :func:`gym_backend` (its ``envs.registry``), sorted."""
+    return sorted(gym_backend("envs").registry.keys())
 
 
 class GymEnv(GymWrapper):
@@ -751,9 +614,19 @@ class GymEnv(GymWrapper):
         validate_actions: bool = True,
         **kwargs: Any,
     ) -> None:
-        gym = import_gymnasium()
+        gym = gym_backend()
         if from_pixels:
             kwargs.setdefault("render_mode", "rgb_array")
+        if gym.__name__ != "gymnasium":
+            if num_envs:
+                raise NotImplementedError(
+                    f"GymEnv: num_envs={num_envs} needs gymnasium's vector envs (the backend is "
+                    f"{gym.__name__} {getattr(gym, '__version__', '')}); use "
+                    "set_gym_backend('gymnasium'), or SerialEnv/ParallelEnv of single envs"
+                )
+            # gym 0.26's passive env checker uses np.bool8, which numpy 2 removed: it fails on
+            # the first step of every env, so it is off unless the caller asks for it
+            kwargs.setdefault("disable_env_checker", True)
         if num_envs:
             if vectorization_mode not in ("sync", "async"):
                 raise ValueError(
