@@ -227,8 +227,27 @@ def test_chess_seeding_and_unsupported_options():
     assert torch.equal(a["action"], b["action"])
     with pytest.raises(NotImplementedError, match="pixels"):
         ChessEnv(pixels=True)
-    with pytest.raises(NotImplementedError, match="include_hash"):
+    with pytest.raises(ValueError, match="include_hash=True"):
         ChessEnv(include_hash=True)
+
+
+@needs_chess
+def test_chess_hashes_identify_positions():
+    env = ChessEnv(include_fen=True, include_san=True, include_hash=True, seed=0)
+    td = env.reset()
+    start_hash = td["fen_hash"]
+    assert env.observation_spec["fen_hash"].is_in(start_hash)
+    assert start_hash.shape == torch.Size([4]) and start_hash.dtype == torch.int64
+    # Knights out and back: the same position (up to the move counters) ...
+    for uci in ["g1f3", "g8f6", "f3g1", "f6g8"]:
+        td = _move(env, td, uci)["next"]
+    assert td["fen"].split(" ")[:4] == env.reset()["fen"].split(" ")[:4]
+    # ... and the same hash for the same string, a different one otherwise.
+    assert torch.equal(env.reset()["fen_hash"], start_hash)
+    assert not torch.equal(td["fen_hash"], start_hash)  # the move counters differ
+    # Batched envs move tensors only: the strings must stay out, the hashes may not.
+    with pytest.raises(NotImplementedError, match="non-tensor"):
+        SerialEnv(2, lambda: ChessEnv(include_hash=True, include_san=True, seed=0))
 
 
 @needs_chess

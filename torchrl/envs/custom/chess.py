@@ -18,6 +18,7 @@ from torchrl._keys import ACTION, ACTION_MASK, DONE, REWARD, TERMINATED, TRUNCAT
 from torchrl._types import DeviceLike, NestedKey
 from torchrl.data.specs import Bounded, Categorical, Composite, NonTensor, Unbounded
 from torchrl.envs.common import EnvBase
+from torchrl.envs.transforms.hashing import Hash
 
 if TYPE_CHECKING:
     import chess
@@ -34,6 +35,7 @@ _LEGAL_MOVES = "legal_moves"
 # No position has more legal moves than this (the known maximum is 218).
 _MAX_LEGAL_MOVES = 218
 _START_SAN = "<start>"
+_HASH = "_hash"
 _FILES = "abcdefgh"
 
 
@@ -104,7 +106,9 @@ class ChessEnv(EnvBase):
         include_pgn: add ``"pgn"``, the game so far in portable game notation.
         include_legal_moves: add ``"legal_moves"``, the indices of the legal moves (int64,
             ``[218]``, padded with ``-1``).
-        include_hash: not supported here (raises ``NotImplementedError``).
+        include_hash: add ``"san_hash"``, ``"fen_hash"``, ``"pgn_hash"`` (for the included
+            strings): int64 ``[4]`` SHA-256 hashes, as
+            :meth:`~torchrl.envs.transforms.Hash.reproducible_hash` makes them.
         mask_actions: add ``"action_mask"`` (bool, ``[1968]``) and make :meth:`rand_action`
             draw legal moves only (default ``True``).
         pixels: not supported here (raises ``NotImplementedError``).
@@ -143,10 +147,10 @@ class ChessEnv(EnvBase):
         seed: int | None = None,
     ) -> None:
         self._chess = _import_chess()
-        if include_hash:
-            raise NotImplementedError(
-                "ChessEnv(include_hash=True): torchrl has no Hash transform yet; hash the "
-                "'fen'/'pgn' strings in your own transform"
+        if include_hash and not (include_san or include_fen or include_pgn):
+            raise ValueError(
+                "ChessEnv(include_hash=True) hashes the 'san', 'fen' and 'pgn' strings: include "
+                "at least one of them"
             )
         if pixels:
             raise NotImplementedError(
@@ -163,7 +167,7 @@ class ChessEnv(EnvBase):
         self.include_fen = bool(include_fen)
         self.include_pgn = bool(include_pgn)
         self.include_legal_moves = bool(include_legal_moves)
-        self.include_hash = False
+        self.include_hash = bool(include_hash)
         self.mask_actions = bool(mask_actions)
         self.move_index = {uci: i for i, uci in enumerate(self.UCI_MOVES)}
         self.board = self._chess.Board()
@@ -178,6 +182,10 @@ class ChessEnv(EnvBase):
             state[_PGN] = obs[_PGN].clone()
         if self.include_san:
             obs[_SAN] = NonTensor(shape=(), example_data=_START_SAN)
+        if self.include_hash:
+            for key in (_SAN, _FEN, _PGN):
+                if key in obs:
+                    obs[key + _HASH] = Unbounded(shape=(4,), dtype=torch.int64)
         if self.include_legal_moves:
             obs[_LEGAL_MOVES] = Bounded(-1, n - 1, shape=(_MAX_LEGAL_MOVES,), dtype=torch.int64)
         if self.mask_actions:
@@ -284,6 +292,10 @@ class ChessEnv(EnvBase):
             out[_PGN] = str(self._chess.pgn.Game.from_board(board))
         if self.include_san:
             out[_SAN] = san
+        if self.include_hash:
+            for key in (_SAN, _FEN, _PGN):
+                if key in out:
+                    out[key + _HASH] = Hash.reproducible_hash(out[key]).to(self.device)
         mask = None
         if self.mask_actions or self.include_legal_moves:
             mask = self.legal_mask(board)

@@ -23,7 +23,7 @@ class AntEnv(MujocoEnv):
     ``frame_skip=5`` (``dt = 0.05`` s); reset noise: uniform ``0.1`` on positions, gaussian
     ``0.1`` on velocities. The model is gymnasium's ``ant.xml``.
 
-    Args: see :class:`~torchrl.envs.custom.mujoco.MujocoEnv`.
+    The constructor arguments are those of :class:`~torchrl.envs.custom.mujoco.MujocoEnv`.
 
     Examples:
         >>> from torchrl.envs import AntEnv

@@ -23,7 +23,7 @@ class HopperEnv(MujocoEnv):
     ``[-0.2, 0.2]`` rad, and every other state entry within ``[-100, 100]``. ``frame_skip=4``
     (``dt = 0.008`` s), reset noise ``5e-3``. The model is gymnasium's ``hopper.xml``.
 
-    Args: see :class:`~torchrl.envs.custom.mujoco.MujocoEnv`.
+    The constructor arguments are those of :class:`~torchrl.envs.custom.mujoco.MujocoEnv`.
 
     Examples:
         >>> from torchrl.envs import HopperEnv

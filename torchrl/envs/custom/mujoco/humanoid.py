@@ -25,7 +25,7 @@ class HumanoidEnv(MujocoEnv):
     ``frame_skip=5`` (``dt = 0.015`` s), reset noise ``1e-2``. The model is gymnasium's
     ``humanoid.xml``.
 
-    Args: see :class:`~torchrl.envs.custom.mujoco.MujocoEnv`.
+    The constructor arguments are those of :class:`~torchrl.envs.custom.mujoco.MujocoEnv`.
 
     Examples:
         >>> from torchrl.envs import HumanoidEnv

@@ -22,7 +22,7 @@ class Walker2dEnv(MujocoEnv):
     within ``(0.8, 2.0)`` and torso angle within ``(-1, 1)`` rad. ``frame_skip=4``
     (``dt = 0.008`` s), reset noise ``5e-3``. The model is gymnasium's ``walker2d_v5.xml``.
 
-    Args: see :class:`~torchrl.envs.custom.mujoco.MujocoEnv`.
+    The constructor arguments are those of :class:`~torchrl.envs.custom.mujoco.MujocoEnv`.
 
     Examples:
         >>> from torchrl.envs import Walker2dEnv
