@@ -38,9 +38,10 @@ def get_logger(
     """Builds a logger by type name.
 
     Args:
-        logger_type: ``"csv"``, ``"tensorboard"``, ``"wandb"`` or ``"mlflow"``; ``None`` or
-            ``""`` returns ``None`` (no logging).
-        logger_name: the folder the logger writes under (for mlflow, a local ``file:`` store).
+        logger_type: ``"csv"``, ``"tensorboard"``, ``"wandb"``, ``"mlflow"`` or ``"trackio"``;
+            ``None`` or ``""`` returns ``None`` (no logging).
+        logger_name: the folder the logger writes under (for mlflow, a local ``file:`` store;
+            for trackio, the project unless ``project=`` is given).
         experiment_name: the experiment's name (see :func:`generate_exp_name`).
         **kwargs: passed to the logger's constructor (e.g. ``project`` for wandb,
             ``video_format`` for csv).
@@ -79,6 +80,12 @@ def get_logger(
 
         uri = kwargs.pop("tracking_uri", None) or Path(os.path.abspath(logger_name)).as_uri()
         return MLFlowLogger(experiment_name, tracking_uri=uri, **kwargs)
+    if kind == "trackio":
+        from torchrl.record.loggers.trackio import TrackioLogger
+
+        project = kwargs.pop("project", None) or logger_name
+        return TrackioLogger(experiment_name, project=project, **kwargs)
     raise ValueError(
-        f"unknown logger_type {logger_type!r}: expected 'csv', 'tensorboard', 'wandb' or 'mlflow'"
+        f"unknown logger_type {logger_type!r}: expected 'csv', 'tensorboard', 'wandb', 'mlflow' "
+        f"or 'trackio'"
     )

@@ -1,6 +1,7 @@
 """The experiment loggers under the trainers' path; they live in :mod:`torchrl.record.loggers`.
 
-Each submodule here (``common``, ``csv``, ``mlflow``, ``tensorboard``, ``utils``, ``wandb``)
+Each submodule here (``common``, ``csv``, ``mlflow``, ``monitoring``, ``process``,
+``ray_logger``, ``tensorboard``, ``trackio``, ``utils``, ``wandb``)
 re-exports the module of the same name there, so both import paths name the same objects.
 """
 
@@ -8,9 +9,14 @@ from __future__ import annotations
 
 from torchrl.record.loggers import (
     CSVLogger,
+    Every,
     Logger,
+    LoggerMonitor,
     MLFlowLogger,
+    ProcessLogger,
+    RayLogger,
     TensorboardLogger,
+    TrackioLogger,
     WandbLogger,
     generate_exp_name,
     get_logger,
@@ -18,9 +24,14 @@ from torchrl.record.loggers import (
 
 __all__ = [
     "CSVLogger",
+    "Every",
     "Logger",
+    "LoggerMonitor",
     "MLFlowLogger",
+    "ProcessLogger",
+    "RayLogger",
     "TensorboardLogger",
+    "TrackioLogger",
     "WandbLogger",
     "generate_exp_name",
     "get_logger",
