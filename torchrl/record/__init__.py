@@ -1,4 +1,5 @@
-"""Recording: the experiment loggers (:mod:`torchrl.record.loggers`) and ``VideoRecorder``."""
+"""Recording: the experiment loggers (:mod:`torchrl.record.loggers`) and the recording transforms
+(``VideoRecorder``, ``TensorDictRecorder``, ``PixelRenderTransform``)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from torchrl.record.loggers import (
     generate_exp_name,
     get_logger,
 )
-from torchrl.record.recorder import VideoRecorder
+from torchrl.record.recorder import PixelRenderTransform, TensorDictRecorder, VideoRecorder
 
 __all__ = [
     "CSVLogger",
     "Logger",
     "MLFlowLogger",
+    "PixelRenderTransform",
+    "TensorDictRecorder",
     "TensorboardLogger",
     "VideoRecorder",
     "WandbLogger",
