@@ -1,9 +1,11 @@
 """Pull-based monitoring: poll ``stats()`` snapshots of running objects and log them on a schedule.
 
-A collector or a replay buffer exposes a cheap ``stats()`` that returns a flat mapping of
-scalars (counters, queue sizes, ...). :class:`LoggerMonitor` asks for those snapshots from its
-own thread (or when :meth:`LoggerMonitor.step` is called), so no logging work ever runs on the
-hot paths of the watched objects, and a slow logging backend only delays the next poll.
+Any object can be watched if it has a cheap ``stats()`` method returning a flat mapping of
+scalars (counters, queue sizes, ...). torchrl's collectors and replay buffers do not report
+``stats()`` yet: give a small adapter object reading their counters to the monitor.
+:class:`LoggerMonitor` asks for the snapshots from its own thread (or when
+:meth:`LoggerMonitor.step` is called), so no logging work ever runs on the hot paths of the
+watched objects, and a slow logging backend only delays the next poll.
 """
 
 from __future__ import annotations

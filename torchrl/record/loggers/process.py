@@ -100,7 +100,9 @@ class ProcessLogger(Logger):
     or of a :meth:`client`) is queued and runs there in order, so a slow backend never blocks
     the training loop beyond the queue's capacity. Only the owner can :meth:`flush` (wait until
     every queued call ran) and :meth:`shutdown` the service. A call that fails in the service
-    is reported, with its traceback, by the next :meth:`flush` or :meth:`shutdown`.
+    is reported, with its traceback, by the next :meth:`flush` or :meth:`shutdown`. With the
+    default ``"spawn"`` start method, ``logger_cls`` and its arguments must be picklable
+    (importable classes, no lambdas).
 
     Args:
         logger_cls: the :class:`~torchrl.record.loggers.Logger` subclass to run.
