@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase, lazy_stack
+from tensordict import TensorDictBase, maybe_dense_stack
 
 from torchrl._keys import PIXELS
 from torchrl._types import NestedKey
@@ -228,8 +228,7 @@ class TensorDictRecorder(Transform):
         self._seen = 0
         if not kept:
             return
-        keys = [set(td.keys(include_nested=True, leaves_only=True)) for td in kept]
-        stacked = torch.stack(kept, 0) if all(k == keys[0] for k in keys) else lazy_stack(kept, 0)
+        stacked = maybe_dense_stack(kept, 0)  # lazy only when the keys differ
         path = Path(f"{self.out_file_base}_{self.count}.pt")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
