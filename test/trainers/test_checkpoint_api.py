@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import pickle
 import random
+import shutil
+import tempfile
+import warnings
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +29,7 @@ from torchrl.checkpoint import (
     StateDictCheckpointAdapter,
     read_manifest,
 )
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.data import LazyMemmapStorage, LazyTensorStorage, TensorDictReplayBuffer
 
 
 def _run_parts(seed: int = 0):
@@ -197,8 +201,6 @@ class TestCorrupted:
         (path / "policy" / "state.pt").unlink()
         with pytest.raises(CheckpointError, match="partial"):
             Checkpoint(policy=nn.Linear(2, 2)).load(path)
-        import shutil
-
         shutil.rmtree(path / "rb" / "data")
         with pytest.raises(CheckpointError, match="'rb'"):
             Checkpoint(rb=_run_parts()[2]).load(path)
@@ -345,6 +347,37 @@ class TestArchive:
         assert result.loaded == {"policy"} and result.unrequested == {"rb"}
         assert extracted and all(name.startswith("policy/") for name in extracted)
 
+    def test_memmap_buffer_keeps_its_extracted_files(self, tmp_path):
+        def buffer(n):
+            rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(16), batch_size=4)
+            if n:
+                rb.extend(TensorDict(x=torch.arange(float(n)), batch_size=[n]))
+            return rb
+
+        path = Checkpoint(rb=buffer(6), format="archive").save(tmp_path / "c.zip")
+        # A memmap storage maps the loaded files in place: they must outlive the load.
+        target = buffer(0)
+        Checkpoint(rb=target).load(path, extract_dir=tmp_path / "rb-files")
+        assert (tmp_path / "rb-files" / "rb").is_dir()
+        target.extend(TensorDict(x=torch.tensor([6.0]), batch_size=[1]))
+        assert torch.equal(target.storage.get(torch.arange(7))["x"], torch.arange(7.0))
+        with pytest.warns(UserWarning, match="maps its files in place") as record:
+            Checkpoint(rb=buffer(0)).load(path)
+        kept = Path(str(record[0].message).split("stay in ")[1].split(" (")[0])
+        assert (kept / "rb").is_dir()
+        shutil.rmtree(kept)
+
+    def test_temporary_extraction_removed(self, tmp_path, monkeypatch):
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+        (tmp_path / "tmp").mkdir()
+        path = Checkpoint(format="archive", policy=nn.Linear(2, 2), rb=_run_parts()[2]).save(
+            tmp_path / "c.zip"
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            Checkpoint(policy=nn.Linear(2, 2), rb=_run_parts()[2]).load(path)
+        assert list((tmp_path / "tmp").iterdir()) == []
+
     def test_untrusted_pickle_refused(self, tmp_path):
         path = Checkpoint(format="archive", holder=_Holder()).save(tmp_path / "c.zip")
         holder = _Holder()
@@ -410,6 +443,13 @@ class TestArchive:
             Checkpoint(archive_compression="lzma")
         with pytest.raises(ValueError, match="format"):
             Checkpoint(a=1).save(tmp_path / "x", format="zip")
+        for call in (
+            lambda: Checkpoint(a=1).save("s3://bucket/ckpt"),
+            lambda: Checkpoint(a=1).load("file:///tmp/ckpt"),
+            lambda: read_manifest("gs://bucket/ckpt"),
+        ):
+            with pytest.raises(ValueError, match="local filesystem"):
+                call()
 
 
 class TestArchiveRotation:

@@ -446,7 +446,7 @@ class Checkpoint:
         Returns:
             The path written.
         """
-        path = Path(path)
+        path = _local_path(path)
         format = self.format if format is None else format
         _check_format(format)
         names = set(self._entries) if components is None else set(components)
@@ -515,6 +515,7 @@ class Checkpoint:
         tensor_load_kwargs: Mapping[str, Any] | None = None,
         strict: CheckpointStrictness | None = None,
         trusted: bool = False,
+        extract_dir: str | os.PathLike | None = None,
     ) -> CheckpointLoadResult:
         """Restores the requested components from a checkpoint written by :meth:`save`.
 
@@ -526,6 +527,11 @@ class Checkpoint:
             tensor_load_kwargs: extra keywords for the adapters' tensor loading.
             strict: overrides the checkpoint's ``strict`` for this call.
             trusted: allow arbitrary pickled objects (they can run any code while loading).
+            extract_dir: for an archive, the folder its requested members are extracted to
+                (created if needed, kept). By default a temporary folder is used and removed
+                after loading, unless a component still maps files from it (a
+                ``LazyMemmapStorage`` maps the loaded files in place): then it is kept, with a
+                warning naming it.
 
         Returns:
             A :class:`CheckpointLoadResult`.
@@ -537,7 +543,7 @@ class Checkpoint:
             pickle.UnpicklingError: a file holds objects that need ``trusted=True`` (raised
                 whatever ``strict`` says).
         """
-        path = Path(path)
+        path = _local_path(path)
         strict = self.strict if strict is None else strict
         if strict not in _STRICTNESS:
             raise ValueError(f"strict must be one of {_STRICTNESS} (got {strict!r})")
@@ -556,13 +562,19 @@ class Checkpoint:
                 strict,
                 trusted,
             )
-        # An archive: only the requested components' members are extracted, into a private
-        # temporary folder that the adapters read like a checkpoint directory.
-        with tempfile.TemporaryDirectory(prefix="torchrl-ckpt-") as scratch:
-            _extract_components(path, Path(scratch), requested & set(manifest["components"]))
-            return self._load_tree(
+        # An archive: only the requested components' members are extracted, into a folder
+        # that the adapters read like a checkpoint directory.
+        if extract_dir is not None:
+            root = Path(extract_dir)
+            root.mkdir(parents=True, exist_ok=True)
+        else:
+            root = Path(tempfile.mkdtemp(prefix="torchrl-ckpt-"))
+        loaded: CheckpointLoadResult | None = None
+        try:
+            _extract_components(path, root, requested & set(manifest["components"]))
+            loaded = self._load_tree(
                 path,
-                Path(scratch),
+                root,
                 manifest,
                 requested,
                 component_options,
@@ -571,6 +583,27 @@ class Checkpoint:
                 strict,
                 trusted,
             )
+        finally:
+            if extract_dir is None:
+                self._drop_extracted(root, loaded)
+        return loaded
+
+    def _drop_extracted(self, root: Path, result: CheckpointLoadResult | None) -> None:
+        """Removes the temporary extraction of an archive, unless something still maps it."""
+        mapped = _mapped_below(root)
+        if mapped is None:  # no /proc/self/maps: assume dump-loaded components may map files
+            mapped = result is not None and any(
+                isinstance(self._entries[name].adapter, DumpLoadCheckpointAdapter)
+                for name in result.loaded
+            )
+        if not mapped:
+            shutil.rmtree(root, ignore_errors=True)
+            return
+        warnings.warn(
+            f"a component loaded from the archive maps its files in place: they stay in {root} "
+            f"(pass extract_dir= to choose where, and remove it once done)",
+            stacklevel=3,
+        )
 
     def _load_tree(
         self,
@@ -643,7 +676,7 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     Raises:
         CheckpointError: ``path`` is not a checkpoint, or its manifest is corrupted.
     """
-    path = Path(path)
+    path = _local_path(path)
     if path.is_dir():
         manifest = _read_json(path / MANIFEST)
     elif path.is_file():
@@ -658,6 +691,17 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
             f"this torchrl reads version {MANIFEST_VERSION}"
         )
     return manifest
+
+
+def _local_path(path: str | os.PathLike) -> Path:
+    """``path`` as a local ``Path``; a URI (``s3://...``) is refused rather than made a folder."""
+    text = os.fspath(path)
+    if isinstance(text, str) and "://" in text:
+        raise ValueError(
+            f"checkpoints are read and written on the local filesystem; got the URI {text!r} "
+            f"(copy the checkpoint to or from remote storage with that storage's own tools)"
+        )
+    return Path(text)
 
 
 def _check_format(format: str) -> None:
@@ -721,6 +765,21 @@ def _extract_components(path: Path, root: Path, names: Collection[str]) -> None:
                     archive.extract(info, root)
     except (zipfile.BadZipFile, OSError) as err:
         raise CheckpointError(f"{path} is corrupted (not a readable ZIP archive: {err})") from err
+
+
+def _mapped_below(root: Path) -> bool | None:
+    """Whether this process memory-maps a file below ``root``; ``None`` when it cannot tell."""
+    maps = Path("/proc/self/maps")
+    if not maps.is_file():
+        return None
+    prefix = f"{os.path.realpath(root)}{os.sep}"
+    try:
+        text = maps.read_text()
+    except OSError:
+        return None
+    return any(
+        (line.split(maxsplit=5)[5:] or [""])[0].startswith(prefix) for line in text.splitlines()
+    )
 
 
 def _remove(path: Path) -> None:
@@ -791,7 +850,7 @@ class CheckpointRotation:
             raise ValueError(f"keep_last must be >= 1 (got {keep_last})")
         if keep_best is not None and keep_best[1] not in ("min", "max"):
             raise ValueError(f"keep_best mode must be 'min' or 'max' (got {keep_best[1]!r})")
-        self.directory = Path(directory)
+        self.directory = _local_path(directory)
         self.keep_last = keep_last
         self.keep_best = keep_best
         self.prefix = prefix
