@@ -130,6 +130,27 @@ class TestProcessLogger:
         with pytest.raises(RuntimeError, match="died"):
             logger.shutdown(timeout=10)
 
+    def test_get_logger_service_backend(self, tmp_path):
+        logger = get_logger(
+            "csv",
+            str(tmp_path),
+            "exp",
+            service_backend="process",
+            service_backend_options={"mp_context": "fork", "max_queue_size": 4},
+        )
+        try:
+            assert isinstance(logger, ProcessLogger) and logger.logger_cls is CSVLogger
+            for i in range(10):  # more calls than the queue holds: the caller waits for room
+                logger.log_scalar("x", i, step=i)
+            logger.flush()
+            assert len(_rows(tmp_path / "exp" / "scalars" / "x.csv")) == 10
+        finally:
+            logger.shutdown()
+        with pytest.raises(ValueError, match="service_backend"):
+            get_logger("csv", str(tmp_path), "exp", service_backend="thread")
+        with pytest.raises(ValueError, match="service_backend_options"):
+            get_logger("csv", str(tmp_path), "exp", service_backend_options={"mp_context": "fork"})
+
     @pytest.mark.slow
     def test_spawn_default(self, tmp_path):
         logger = ProcessLogger(CSVLogger, exp_name="run", log_dir=str(tmp_path))
