@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from tensordict import TensorDict
 
 from torchrl.data import Categorical, Composite, OneHot, Unbounded
 from torchrl.envs import GymLikeEnv, TransformedEnv
@@ -114,7 +115,9 @@ def test_truncation_and_legacy_four_value_step():
 def test_one_hot_actions_become_indices():
     env = WalkEnv(Walk(), one_hot=True)
     env.rollout(2, policy=lambda td: td.set("action", torch.tensor([0, 1])))
-    assert env.env.actions == [1, 1]
+    env.rollout(1, policy=lambda td: td.set("action", torch.tensor([True, False])))
+    assert env.env.actions == [1, 1, 0]
+    check_env_specs(env)  # random one-hot actions are bool
 
 
 def test_dict_observations_keep_their_keys():
@@ -232,3 +235,44 @@ def test_works_with_transforms():
     env = TransformedEnv(WalkEnv(Walk()), StepCounter())
     rollout = env.rollout(10, policy=right)
     assert rollout["next", "step_count"].squeeze(-1).tolist() == [1, 2, 3]
+
+
+class Pair:
+    """Two walkers stepped together (a batched gym-like env, batch [2])."""
+
+    def reset(self):
+        self.pos = np.zeros((2, 1), dtype=np.float32)
+        return self.pos.copy(), {}
+
+    def step(self, action):
+        self.pos += np.where(np.asarray(action).reshape(2, 1) == 1, 1.0, -1.0)
+        terminated = (self.pos >= 2).reshape(2)
+        return self.pos.copy(), self.pos.reshape(2), terminated, np.zeros(2, bool), {}
+
+
+class PairEnv(GymLikeEnv):
+    def _make_specs(self, env):
+        self.observation_spec = Unbounded(shape=(2, 1))
+        self.action_spec = OneHot(2, shape=(2, 2))
+
+
+def test_batched_env_and_partial_reset_refused():
+    env = PairEnv(Pair(), batch_size=[2])
+    check_env_specs(env)
+    actions = torch.tensor([[0, 1], [1, 0]])  # right, left
+    rollout = env.rollout(2, policy=lambda td: td.set("action", actions))
+    assert rollout["next", "observation"][:, :, 0].tolist() == [[1.0, 2.0], [-1.0, -2.0]]
+    assert rollout["next", "terminated"][:, -1, 0].tolist() == [True, False]
+    assert rollout["next", "reward"].shape == (2, 2, 1)
+    with pytest.raises(NotImplementedError, match="partial reset"):
+        env.reset(TensorDict(_reset=torch.tensor([[True], [False]]), batch_size=[2]))
+    # nor can a rollout that goes on after one sub-env is done
+    with pytest.raises(NotImplementedError, match="partial reset"):
+        env.rollout(3, policy=lambda td: td.set("action", actions), break_when_any_done=False)
+    assert (
+        env.reset(TensorDict(_reset=torch.ones(2, 1, dtype=torch.bool), batch_size=[2]))[
+            "observation"
+        ]
+        .eq(0)
+        .all()
+    )

@@ -228,6 +228,9 @@ class GymLikeEnv(EnvBase):
     * :meth:`read_info`: the ``info`` dict -> entries, through the readers declared with
       :meth:`set_info_dict_reader`.
 
+    A batched env (``batch_size=[n]``) resets all its sub-envs at once: a partial reset (a
+    ``"_reset"`` mask that is not all ``True``) raises unless a subclass overrides ``_reset``.
+
     Args:
         env: the object with ``reset()`` and ``step()`` (``render()``, ``close()`` and
             ``seed()`` are used when present).
@@ -334,10 +337,9 @@ class GymLikeEnv(EnvBase):
                 else value.detach().cpu().numpy()
                 for key, value in action.items()
             }
-        spec = self.full_action_spec[self.action_key]
-        if isinstance(spec, OneHot):
-            action = action.argmax(-1)
         value = action.detach().cpu().numpy()
+        if isinstance(self.full_action_spec[self.action_key], OneHot):
+            value = np.asarray(value.argmax(-1))  # numpy's argmax takes bool one-hot rows
         return value.item() if value.ndim == 0 else value
 
     def read_obs(self, observations: Any) -> dict[Any, Any]:
@@ -518,6 +520,15 @@ class GymLikeEnv(EnvBase):
         return self.read_info(info, out)
 
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
+        mask = tensordict.get(RESET, None) if tensordict is not None else None
+        if mask is not None and not bool(mask.all()):
+            # a gym-like reset() resets every sub-env: merging only the masked ones would leave
+            # the others' data out of step with the wrapped env
+            raise NotImplementedError(
+                f"{type(self).__name__}: the wrapped env's reset() resets all its sub-envs, so "
+                f"a partial reset ('_reset' mask {mask.reshape(-1).tolist()}) cannot be done; "
+                "override _reset to reset only the masked sub-envs"
+            )
         seed = self._next_seed
         if seed is not None:
             self._next_seed = None
