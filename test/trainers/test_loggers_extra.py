@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import sys
+import time
 import types
 import warnings
 
@@ -321,8 +322,6 @@ class TestLoggerMonitor:
                 source.frames = frames
                 if any(step > 1 for name, _, step in logger.experiment if name == "c/frames"):
                     break
-                import time
-
                 time.sleep(0.02)
         assert not monitor.running
         assert any(name == "c/frames" for name, _, _ in logger.experiment)
@@ -332,8 +331,6 @@ class TestLoggerMonitor:
         source.fail = True
         monitor = LoggerMonitor(_ListLogger("exp", None), poll_interval=0.01, on_error="raise")
         monitor.watch(source, name="a")
-        import time
-
         deadline = time.monotonic() + 5
         while monitor.running and time.monotonic() < deadline:
             time.sleep(0.01)
