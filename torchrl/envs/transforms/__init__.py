@@ -4,6 +4,10 @@ A transform works in a :class:`TransformedEnv`, as a module on a TensorDict, and
 buffer. One file per family: ``base`` (``Transform``, ``Compose``), ``env`` (``TransformedEnv``),
 ``tracking``, ``reward``, ``dtype``, ``norm``, ``image``, ``keys``, ``frames``, ``actions``,
 ``checks`` (sanity checks), ``unary`` (user functions), ``rb`` (replay-buffer-only transforms),
+``policy`` (policy switch, skips, action sequences, module runs, belief adapters), ``macro``
+(macro actions), ``norm_v2`` (``VecNormV2``), ``rnd`` (``RNDTransform``, ``RunningMeanStd``),
+``exploration`` (``gSDENoise``), ``vec_gym`` (``VecGymEnvTransform``), ``functional``
+(``cat_frames``),
 ``lifecycle`` (timing, auto-reset, termination, lives, random truncation, batch size), ``device``
 (device casts, pinned memory), ``shapes`` (``ExpandAs``, ``FlattenAction``), ``hashing``
 (``Hash``), ``delta`` (``NextObservationDelta``).
@@ -24,6 +28,7 @@ from torchrl.envs.transforms.delta import NextObservationDelta
 from torchrl.envs.transforms.device import DeviceCastTransform, PinMemoryTransform
 from torchrl.envs.transforms.dtype import DoubleToFloat, DTypeCastTransform
 from torchrl.envs.transforms.env import TransformedEnv
+from torchrl.envs.transforms.exploration import gSDENoise
 from torchrl.envs.transforms.frames import CatFrames, FrameSkipTransform, NoopResetEnv, TimeMaxPool
 from torchrl.envs.transforms.hashing import Hash
 from torchrl.envs.transforms.image import CenterCrop, Crop, GrayScale, Resize, ToTensorImage
@@ -48,7 +53,21 @@ from torchrl.envs.transforms.lifecycle import (
     TerminateTransform,
     Timer,
 )
+from torchrl.envs.transforms.macro import (
+    MacroAction,
+    MacroPrimitive,
+    MacroPrimitiveTransform,
+    TargetMacroAction,
+)
 from torchrl.envs.transforms.norm import ObservationNorm, VecNorm
+from torchrl.envs.transforms.norm_v2 import VecNormV2
+from torchrl.envs.transforms.policy import (
+    ConditionalPolicySwitch,
+    ConditionalSkip,
+    MeanActionSelector,
+    ModuleTransform,
+    MultiAction,
+)
 from torchrl.envs.transforms.rb import BurnInTransform, RandomCropTensorDict, Reward2GoTransform
 from torchrl.envs.transforms.reward import (
     BinarizeReward,
@@ -59,6 +78,7 @@ from torchrl.envs.transforms.reward import (
     SuccessReward,
     TargetReturn,
 )
+from torchrl.envs.transforms.rnd import RNDTransform, RunningMeanStd
 from torchrl.envs.transforms.shapes import ExpandAs, FlattenAction
 from torchrl.envs.transforms.tracking import (
     InitTracker,
@@ -68,6 +88,7 @@ from torchrl.envs.transforms.tracking import (
     TrajCounter,
 )
 from torchrl.envs.transforms.unary import UnaryTransform
+from torchrl.envs.transforms.vec_gym import VecGymEnvTransform
 
 __all__ = [
     "AutoResetEnv",
@@ -132,4 +153,22 @@ __all__ = [
     "UnaryTransform",
     "UnsqueezeTransform",
     "VecNorm",
+]
+
+# Policy, macro-action, normalization (v2), RND, gSDE and vector-gym transforms.
+__all__ += [
+    "ConditionalPolicySwitch",
+    "ConditionalSkip",
+    "MacroAction",
+    "MacroPrimitive",
+    "MacroPrimitiveTransform",
+    "MeanActionSelector",
+    "ModuleTransform",
+    "MultiAction",
+    "RNDTransform",
+    "RunningMeanStd",
+    "TargetMacroAction",
+    "VecGymEnvTransform",
+    "VecNormV2",
+    "gSDENoise",
 ]
