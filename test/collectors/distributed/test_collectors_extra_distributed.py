@@ -16,7 +16,7 @@ from torchrl.collectors.distributed import (
     DistributedSyncDataCollector,
     RayEvalWorker,
 )
-from torchrl.collectors.distributed.generic import _merge_kwargs
+from torchrl.collectors.distributed.generic import merge_collector_kwargs
 
 
 def _set_bias(policy, value):
@@ -49,8 +49,8 @@ def test_bad_args_fail_before_any_launch():
 
 def test_collector_keywords_merge_into_each_worker():
     given = {"max_frames_per_traj": 3}
-    assert _merge_kwargs("X", None, given) == {"max_frames_per_traj": 3}
-    assert _merge_kwargs("X", [{"a": 1}, None], given) == [
+    assert merge_collector_kwargs("X", None, given) == {"max_frames_per_traj": 3}
+    assert merge_collector_kwargs("X", [{"a": 1}, None], given) == [
         {"a": 1, "max_frames_per_traj": 3},
         {"max_frames_per_traj": 3},
     ]
@@ -160,3 +160,95 @@ def test_ray_eval_worker_errors(ray_cluster):
 
     with pytest.raises(WorkerError, match="no simulator here"):
         RayEvalWorker(None, broken_env, _policy_maker, num_gpus=0)
+
+
+# ------------------------------------------------------------------------------- RPCCollector
+# torch RPC starts once per process (a second start after a shutdown hangs in torch's gloo
+# set-up), so every scenario runs in a fresh interpreter.
+_RPC_CHILD = """
+import sys
+import torch
+sys.path.insert(0, {test_dir!r})
+from _collector_helpers import RaisingEnv, counting_env, threshold_policy
+from torchrl.collectors import WorkerError
+from torchrl.collectors.distributed import RPCCollector
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode in ("sync", "async"):
+        policy = threshold_policy()
+        collector = RPCCollector(
+            counting_env, policy, frames_per_batch=10, total_frames=40, num_workers=2,
+            sync=mode == "sync", update_after_each_batch=True, timeout=60,
+        )
+        actions = []
+        for i, batch in enumerate(collector):
+            assert batch.numel() == 10, batch
+            actions.append(batch["action"].float().mean().item())
+            if i == 0:
+                with torch.no_grad():
+                    policy.module.linear.bias.fill_(1.0)
+                collector.update_policy_weights_()
+        collector.shutdown()
+        assert actions[0] == 0.0 and actions[-1] == 1.0, actions
+        try:
+            RPCCollector(counting_env, None, frames_per_batch=10)
+        except RuntimeError as err:
+            assert "process of its own" in str(err)
+        else:
+            raise AssertionError("a second RPCCollector started")
+    elif mode == "crash":
+        collector = RPCCollector(
+            RaisingEnv, None, frames_per_batch=4, num_workers=1, timeout=60,
+            collector_kwargs={{"create_env_kwargs": {{"fail_at": 6}}}},
+        )
+        try:
+            for _ in collector:
+                pass
+        except WorkerError as err:
+            assert "worker 0 (rank 1" in str(err), err
+        else:
+            raise AssertionError("no WorkerError")
+        finally:
+            collector.shutdown()
+    elif mode == "start":
+        try:
+            RPCCollector(
+                counting_env, None, frames_per_batch=4, num_workers=1, timeout=60,
+                collector_kwargs={{"create_env_kwargs": {{"bogus": 1}}}},
+            )
+        except WorkerError as err:
+            assert "bogus" in str(err) and "starting" in str(err), err
+        else:
+            raise AssertionError("no WorkerError")
+    print("CHILD-OK")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async", "crash", "start"])
+def test_rpc_collector(mode):
+    import os
+    import subprocess
+    import sys
+
+    test_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = _RPC_CHILD.format(test_dir=test_dir)
+    start = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=180
+    )
+    assert out.returncode == 0 and "CHILD-OK" in out.stdout, out.stderr[-3000:]
+    assert time.monotonic() - start < 120
+
+
+def test_rpc_collector_bad_args():
+    from torchrl.collectors.distributed import RPCCollector, RPCDataCollector
+
+    assert RPCDataCollector is RPCCollector
+    with pytest.raises(ValueError, match="launcher='submitit' is not supported"):
+        RPCCollector(counting_env, frames_per_batch=10, launcher="submitit")
+    with pytest.raises(ValueError, match="num_workers_per_collector"):
+        RPCCollector(counting_env, frames_per_batch=10, num_workers_per_collector=2)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        RPCCollector(counting_env, frames_per_batch=10, max_frames=3)

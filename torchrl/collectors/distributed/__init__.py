@@ -16,6 +16,7 @@ from torchrl.collectors.distributed.generic import (
 from torchrl.collectors.distributed.ray import DEFAULT_REMOTE_CLASS_CONFIG, RayCollector
 from torchrl.collectors.distributed.ray_eval_worker import RayEvalWorker
 from torchrl.collectors.distributed.replay import RayReplayBuffer
+from torchrl.collectors.distributed.rpc import RPCCollector, RPCDataCollector
 from torchrl.collectors.distributed.rpc_replay import RPCReplayBuffer
 from torchrl.collectors.distributed.utils import WorkerCore, policy_weights
 
@@ -27,6 +28,8 @@ __all__ = [
     "DistributedSyncDataCollector",
     "RayCollector",
     "RayEvalWorker",
+    "RPCCollector",
+    "RPCDataCollector",
     "RPCReplayBuffer",
     "RayReplayBuffer",
     "WorkerCore",

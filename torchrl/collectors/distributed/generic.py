@@ -781,7 +781,7 @@ def _allocate(layout: dict[str, Any]) -> TensorDictBase:
 
 #: Keywords of the local collectors that :class:`DistributedCollector` also takes directly
 #: (passed on to every worker's collector when given), with their "not given" values.
-_COLLECTOR_KEYWORDS: dict[str, Any] = {
+COLLECTOR_KEYWORDS: dict[str, Any] = {
     "device": None,
     "storing_device": None,
     "env_device": None,
@@ -852,12 +852,12 @@ class DistributedCollector(DistributedDataCollector):
         given = {
             k: kwargs.pop(k)
             for k in list(kwargs)
-            if k in _COLLECTOR_KEYWORDS and kwargs[k] != _COLLECTOR_KEYWORDS[k]
+            if k in COLLECTOR_KEYWORDS and kwargs[k] != COLLECTOR_KEYWORDS[k]
         }
-        for k in _COLLECTOR_KEYWORDS:
+        for k in COLLECTOR_KEYWORDS:
             kwargs.pop(k, None)
         if given:
-            collector_kwargs = _merge_kwargs(type(self).__name__, collector_kwargs, given)
+            collector_kwargs = merge_collector_kwargs(type(self).__name__, collector_kwargs, given)
         if postproc is not None and not callable(postproc):
             raise TypeError(f"{type(self).__name__}: postproc must be callable, got {postproc!r}")
         self.postproc = postproc
@@ -920,7 +920,7 @@ class DistributedSyncCollector(DistributedCollector):
         super().__init__(create_env_fn, policy, sync=True, **kwargs)
 
 
-def _merge_kwargs(
+def merge_collector_kwargs(
     name: str,
     collector_kwargs: dict[str, Any] | Sequence[dict[str, Any]] | None,
     given: dict[str, Any],

@@ -148,6 +148,15 @@ def _rpc_initialized() -> bool:
     return bool(_is_current_rpc_agent_set())
 
 
+#: Public names of the helpers above, shared with the RPC collector
+#: (:mod:`torchrl.collectors.distributed.rpc`).
+RENDEZVOUS_SCHEME = _SCHEME
+free_loopback_port = _free_port
+gloo_on_loopback = _gloo_on_loopback
+rpc_backend_options = _options
+rpc_initialized = _rpc_initialized
+
+
 # ----------------------------------------------------------------- functions run on the host
 def _host_create(buffer_id: str, cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     if buffer_id not in _REGISTRY:
