@@ -167,7 +167,8 @@ class ConditionalSkip(Transform):
     state entries), a zero reward and the input's done flags. The base env still computes its
     step, so the env must be stateless (``batch_locked=False``, its state carried by the
     TensorDict, as in ``PendulumEnv``); with a stateful env a skipped sub-env raises a
-    ``RuntimeError`` before the base env steps. Transforms after this one see every step.
+    ``RuntimeError`` before the base env steps. Transforms before this one see the skipped
+    step's base output (their results are replaced too); transforms after it see every step.
 
     Args:
         cond: a callable on the step's input TensorDict returning a bool or a bool tensor of the
@@ -177,8 +178,8 @@ class ConditionalSkip(Transform):
         >>> import torch
         >>> from torchrl.envs import PendulumEnv
         >>> from torchrl.envs.transforms import ConditionalSkip, StepCounter, TransformedEnv
-        >>> env = TransformedEnv(PendulumEnv(seed=0), StepCounter())
-        >>> env.append_transform(ConditionalSkip(lambda td: td["step_count"] % 2 == 1))  # doctest: +ELLIPSIS
+        >>> env = TransformedEnv(PendulumEnv(seed=0), ConditionalSkip(lambda td: td["step_count"] % 2 == 1))
+        >>> env.append_transform(StepCounter())  # after the skip: it counts every step
         TransformedEnv(...)
         >>> r = env.rollout(4)
         >>> bool((r["next", "th"][1] == r["th"][1]).all())  # step 1 was skipped
