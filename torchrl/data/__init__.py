@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torchrl.data.postprocs import MultiStep  # noqa: F401
 from torchrl.data.replay_buffers import (  # noqa: F401
+    ConsumingSampler,
     LazyMemmapStorage,
     LazyTensorStorage,
     ListStorage,
@@ -11,10 +12,14 @@ from torchrl.data.replay_buffers import (  # noqa: F401
     PrioritizedSampler,
     PrioritizedSliceSampler,
     RandomSampler,
+    RayReplayBuffer,
+    RemoteTensorDictReplayBuffer,
     ReplayBuffer,
     RoundRobinWriter,
     Sampler,
     SamplerWithoutReplacement,
+    SampleUnit,
+    Sequence,
     SliceSampler,
     SliceSamplerWithoutReplacement,
     Storage,
@@ -23,6 +28,8 @@ from torchrl.data.replay_buffers import (  # noqa: F401
     TensorDictReplayBuffer,
     TensorDictRoundRobinWriter,
     TensorStorage,
+    Transition,
+    VideoClipRef,
     Writer,
 )
 from torchrl.data.specs import (  # noqa: F401

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 from torchrl.data.replay_buffers.replay_buffers import (
     PrioritizedReplayBuffer,
+    RemoteTensorDictReplayBuffer,
     ReplayBuffer,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
+from torchrl.data.replay_buffers.sample_units import SampleUnit, Sequence, Transition
 from torchrl.data.replay_buffers.samplers import (
+    ConsumingSampler,
     PrioritizedSampler,
     PrioritizedSliceSampler,
     RandomSampler,
@@ -24,6 +28,11 @@ from torchrl.data.replay_buffers.storages import (
     Storage,
     TensorStorage,
 )
+from torchrl.data.replay_buffers.video import (
+    VideoClipRef,
+    clear_video_decoder_cache,
+    set_video_decoder_cache_size,
+)
 from torchrl.data.replay_buffers.writers import (
     RoundRobinWriter,
     TensorDictMaxValueWriter,
@@ -32,6 +41,7 @@ from torchrl.data.replay_buffers.writers import (
 )
 
 __all__ = [
+    "ConsumingSampler",
     "LazyMemmapStorage",
     "LazyTensorStorage",
     "ListStorage",
@@ -39,10 +49,14 @@ __all__ = [
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
     "RandomSampler",
+    "RayReplayBuffer",
+    "RemoteTensorDictReplayBuffer",
     "ReplayBuffer",
     "RoundRobinWriter",
+    "SampleUnit",
     "Sampler",
     "SamplerWithoutReplacement",
+    "Sequence",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
     "Storage",
@@ -51,5 +65,9 @@ __all__ = [
     "TensorDictReplayBuffer",
     "TensorDictRoundRobinWriter",
     "TensorStorage",
+    "Transition",
+    "VideoClipRef",
     "Writer",
+    "clear_video_decoder_cache",
+    "set_video_decoder_cache_size",
 ]

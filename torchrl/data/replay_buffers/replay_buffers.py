@@ -16,6 +16,7 @@ from tensordict import TensorDictBase
 
 from torchrl._keys import INDEX, MASK, PRIORITY, WEIGHT
 from torchrl._types import IndexLike, NestedKey
+from torchrl.data.replay_buffers.sample_units import SampleUnit, Transition
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
 from torchrl.data.replay_buffers.storages import (
     Index,
@@ -43,6 +44,7 @@ from torchrl.data.replay_buffers.writers import (
 
 __all__ = [
     "PrioritizedReplayBuffer",
+    "RemoteTensorDictReplayBuffer",
     "ReplayBuffer",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",
@@ -128,9 +130,12 @@ class ReplayBuffer:
     indices) raises before anything is written.
 
     Args:
-        storage: where items live; ``ListStorage(max_size=1000)`` by default.
-        sampler: which items a batch holds; :class:`RandomSampler` by default.
-        writer: where new items go; :class:`RoundRobinWriter` by default.
+        storage: where items live; ``ListStorage(max_size=1000)`` by default. A callable
+            returning a storage (e.g. ``functools.partial(LazyTensorStorage, 100)``) is called.
+        sampler: which items a batch holds; :class:`RandomSampler` by default (or a callable
+            returning one).
+        writer: where new items go; :class:`RoundRobinWriter` by default (or a callable
+            returning one).
         collate_fn: turns what the storage returns into a batch; stacks lists from a
             ``ListStorage`` and passes tensor storages' batches through by default.
         pin_memory: pin sampled batches (only when CUDA is available).
@@ -139,6 +144,9 @@ class ReplayBuffer:
             every sample; see :meth:`append_transform`.
         batch_size: default batch size of :meth:`sample`, needed to iterate and to prefetch.
         generator: random generator used by the sampler (torch's global RNG by default).
+        sample_unit: what each sampled item expands into (a
+            :class:`~torchrl.data.replay_buffers.sample_units.SampleUnit`);
+            :class:`~torchrl.data.replay_buffers.sample_units.Transition` (itself) by default.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -162,10 +170,17 @@ class ReplayBuffer:
         transform: Callable[[Any], Any] | None = None,
         batch_size: int | None = None,
         generator: torch.Generator | None = None,
+        sample_unit: SampleUnit | None = None,
     ) -> None:
+        storage = _built(storage, Storage, "storage")
+        sampler = _built(sampler, Sampler, "sampler")
+        writer = _built(writer, Writer, "writer")
         self._storage = storage if storage is not None else ListStorage(max_size=1000)
         self._sampler = sampler if sampler is not None else RandomSampler()
         self._writer = writer if writer is not None else self._default_writer()
+        if sample_unit is not None and not isinstance(sample_unit, SampleUnit):
+            raise TypeError(f"sample_unit must be a SampleUnit, got {type(sample_unit).__name__}")
+        self._sample_unit = sample_unit if sample_unit is not None else Transition()
         self._writer.register_storage(self._storage)
         if collate_fn is None:
             collate_fn = default_collate if isinstance(self._storage, ListStorage) else identity
@@ -210,6 +225,11 @@ class ReplayBuffer:
         return self._writer
 
     @property
+    def sample_unit(self) -> SampleUnit:
+        """What each sampled item expands into."""
+        return self._sample_unit
+
+    @property
     def batch_size(self) -> int | None:
         """The default batch size of :meth:`sample`."""
         return self._batch_size
@@ -225,7 +245,7 @@ class ReplayBuffer:
         return self._writer._write_count
 
     def __len__(self) -> int:
-        return len(self._storage)
+        return self._sampler._visible_len(self._storage)
 
     def __repr__(self) -> str:
         return (
@@ -287,7 +307,14 @@ class ReplayBuffer:
         """
         data, priorities = self._prepare_write(data)
         with self._lock:
-            index = self._writer.add(data)
+            free = self._sampler._free_slots() if self._storage.ndim == 1 else None
+            index: int | Index | None
+            if free is not None and free.numel() and isinstance(self._writer, RoundRobinWriter):
+                index = int(free[0])
+                self._storage.set(index, data)
+                self._writer._write_count += 1
+            else:
+                index = self._writer.add(data)
             if isinstance(index, int):
                 self._sampler.add(index)
             elif index is not None:
@@ -311,10 +338,40 @@ class ReplayBuffer:
         """
         data, priorities = self._prepare_write(data)
         with self._lock:
-            index = self._writer.extend(data)
+            free = self._sampler._free_slots() if self._storage.ndim == 1 else None
+            if free is not None and free.numel():
+                index = self._extend_into(free, data)
+            else:
+                index = self._writer.extend(data)
             self._sampler.extend(self._flat(index))
             self._after_write(index, data, priorities)
         return index
+
+    def _extend_into(self, free: torch.Tensor, data: Any) -> Index:
+        """Writes into the free slots ``free`` first, then on from the writer's cursor."""
+        storage, writer = self._storage, self._writer
+        n = len(data) if isinstance(data, (list, tuple)) else storage._write_len(data)
+        if not isinstance(writer, RoundRobinWriter) or n > storage.slots:
+            return writer.extend(data)
+        targets = free[:n].tolist()
+        taken = set(targets)
+        cursor = writer._cursor
+        # Skip the free slots just used: the items written there must not be overwritten.
+        while len(targets) < n:
+            if cursor not in taken:
+                targets.append(cursor)
+                taken.add(cursor)
+            cursor = (cursor + 1) % storage.slots
+        slots = torch.tensor(targets, dtype=torch.long)
+        storage.set(slots, data)
+        writer._cursor = cursor
+        writer._write_count += n
+        if isinstance(data, TensorDictBase) and isinstance(writer, TensorDictRoundRobinWriter):
+            try:
+                data.set(INDEX, slots.to(data.device) if data.device is not None else slots)
+            except RuntimeError:  # a locked TensorDict keeps its content
+                pass
+        return slots
 
     def __setitem__(self, index: Any, data: Any) -> None:
         if self._storage.ndim > 1:
@@ -333,11 +390,13 @@ class ReplayBuffer:
     def _sample_now(self, batch_size: int) -> tuple[Any, dict[NestedKey, Any], bool]:
         with self._lock:
             index, info = self._sampler.sample(self._storage, batch_size)
+            index, info = self._sample_unit.expand(index, info, self._storage)
             data = self._storage.get(index)
             ran_out = self._sampler.ran_out
         info[INDEX] = index
         data = self._collate_fn(data)
         data = self._sampler.postprocess(data, info)
+        data = self._sample_unit.postprocess(data, info)
         data = self._decorate(data, info)
         if self._pin_memory:
             data = data.pin_memory()
@@ -607,6 +666,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         )
 
 
+def _built(part: Any, cls: type, name: str) -> Any:
+    """``part`` itself, or what it returns when it is a constructor (a class or a callable)."""
+    if part is None or isinstance(part, cls):
+        return part
+    if callable(part):
+        part = part()
+        if not isinstance(part, cls):
+            raise TypeError(
+                f"{name}: the callable returned a {type(part).__name__}, not a {cls.__name__}"
+            )
+    return part
+
+
 def _capacity(storage: Storage) -> int:
     capacity = storage._max_size
     if capacity >= 2**40:
@@ -771,3 +843,42 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
             batch_size=batch_size,
             generator=generator,
         )
+
+
+class RemoteTensorDictReplayBuffer(TensorDictReplayBuffer):
+    """A :class:`TensorDictReplayBuffer` meant to be owned by one process and called over RPC.
+
+    Build it in its owner with ``torch.distributed.rpc.remote(owner, RemoteTensorDictReplayBuffer,
+    kwargs=...)`` and call its methods from any worker through the returned ``RRef``
+    (``rref.rpc_sync().extend(td)``, ``rref.rpc_sync().sample(8)``), or locally as usual. RPC
+    serves calls on a thread pool: every method holds the buffer's lock. Indices returned by
+    :meth:`add` and :meth:`extend` are CPU tensors (or ints), which RPC sends without device maps;
+    sampled data stays on the storage's device (give RPC a device map for CUDA storages).
+    :class:`~torchrl.collectors.distributed.RPCReplayBuffer` hosts such a buffer for you.
+
+    Args:
+        **kwargs: the :class:`TensorDictReplayBuffer` arguments.
+
+    Examples:
+        >>> import torch.distributed.rpc as rpc  # doctest: +SKIP
+        >>> rpc.init_rpc("trainer", rank=0, world_size=2)  # doctest: +SKIP
+        >>> rref = rpc.remote(  # doctest: +SKIP
+        ...     "trainer", RemoteTensorDictReplayBuffer, kwargs={"batch_size": 4})
+        >>> # on the collector: rref.rpc_sync().extend(td); on the trainer: rref.local_value()
+    """
+
+    def add(self, data: Any) -> int | Index | None:
+        index = super().add(data)
+        return _on_cpu(index)
+
+    def extend(self, data: Any) -> Index:
+        index = super().extend(data)
+        return _on_cpu(index)
+
+
+def _on_cpu(index: Any) -> Any:
+    if isinstance(index, torch.Tensor):
+        return index.cpu()
+    if isinstance(index, tuple):
+        return tuple(i.cpu() if isinstance(i, torch.Tensor) else i for i in index)
+    return index

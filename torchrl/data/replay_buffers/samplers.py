@@ -30,6 +30,7 @@ from torchrl.data.replay_buffers.utils import (
 )
 
 __all__ = [
+    "ConsumingSampler",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
     "RandomSampler",
@@ -103,6 +104,14 @@ class Sampler(ABC):
 
     def _empty(self) -> None:  # noqa: B027
         """Forgets everything learnt about the stored items."""
+
+    def _visible_len(self, storage: Storage) -> int:
+        """How many stored items the buffer reports (samplers that consume items report fewer)."""
+        return len(storage)
+
+    def _free_slots(self) -> torch.Tensor:
+        """Slots the buffer should write to before its writer's cursor (consumed items)."""
+        return torch.zeros(0, dtype=torch.long)
 
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state (empty for stateless samplers)."""
@@ -1227,3 +1236,149 @@ class PrioritizedSliceSampler(SliceSampler):
 
     def _apply_state(self, checked: Any) -> None:
         self._prio._apply_state(checked)
+
+
+class ConsumingSampler(Sampler):
+    """Samples stored items uniformly; an item is consumed after ``max_sample_count`` draws.
+
+    A consumed item can no longer be drawn and no longer counts in ``len(buffer)``; its slot
+    becomes free again. A :class:`~torchrl.data.ReplayBuffer` writes new items into free slots
+    first (oldest consumed first), then continues with its writer. Overwriting a slot gives the new
+    item a fresh count. Within one batch an item appears at most once; when fewer items are left
+    than asked for, the batch holds the remaining ones, and sampling with nothing left raises
+    ``RuntimeError``. Only storages with ``ndim == 1`` are supported.
+
+    Args:
+        max_sample_count: how many times an item can be drawn before it is consumed.
+
+    Examples:
+        >>> from torchrl.data import ConsumingSampler, ListStorage, ReplayBuffer
+        >>> rb = ReplayBuffer(storage=ListStorage(10), sampler=ConsumingSampler(), batch_size=3)
+        >>> rb.extend([torch.tensor(i) for i in range(4)]).tolist()
+        [0, 1, 2, 3]
+        >>> len(rb.sample()), len(rb)
+        (3, 1)
+    """
+
+    def __init__(self, max_sample_count: int = 1) -> None:
+        if isinstance(max_sample_count, bool) or not isinstance(max_sample_count, int):
+            raise TypeError(f"max_sample_count must be an int, got {max_sample_count!r}")
+        if max_sample_count < 1:
+            raise ValueError(f"max_sample_count must be >= 1, got {max_sample_count}")
+        self.max_sample_count = max_sample_count
+        self._counts = torch.zeros(0, dtype=torch.long)
+        self._live = torch.zeros(0, dtype=torch.bool)
+        # Consumed slots, oldest first (a dict keeps insertion order and removes in O(1)).
+        self._free: dict[int, None] = {}
+
+    def _grow(self, size: int) -> None:
+        if size > self._live.numel():
+            extra = size - self._live.numel()
+            self._counts = torch.cat([self._counts, torch.zeros(extra, dtype=torch.long)])
+            self._live = torch.cat([self._live, torch.zeros(extra, dtype=torch.bool)])
+
+    @staticmethod
+    def _check_storage(storage: Storage) -> None:
+        if storage.ndim != 1:
+            raise ValueError(
+                f"ConsumingSampler supports storages with ndim=1 only, got ndim={storage.ndim}"
+            )
+
+    def extend(self, index: torch.Tensor) -> None:
+        index = torch.as_tensor(index, dtype=torch.long).reshape(-1)
+        if not index.numel():
+            return
+        self._grow(int(index.max()) + 1)
+        self._counts[index] = 0
+        self._live[index] = True
+        for i in index.tolist():
+            self._free.pop(i, None)
+
+    def _available(self, n: int) -> torch.Tensor:
+        self._grow(n)
+        return torch.nonzero(self._live[:n]).reshape(-1)
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[NestedKey, Any]]:
+        self._check_storage(storage)
+        n = check_not_empty(storage)
+        available = self._available(n)
+        if not available.numel():
+            raise RuntimeError(
+                f"ConsumingSampler: all {n} stored items were consumed (each can be sampled "
+                f"{self.max_sample_count} time(s)); extend the buffer before sampling again"
+            )
+        pick = torch.randperm(available.numel(), generator=self._generator)[:batch_size]
+        index = available[pick]
+        self._counts[index] += 1
+        consumed = index[self._counts[index] >= self.max_sample_count]
+        self._live[consumed] = False
+        for i in consumed.tolist():
+            self._free[i] = None
+        return index, {}
+
+    def can_sample(self, storage: Storage, batch_size: int) -> bool:
+        """Whether ``batch_size`` unconsumed items are stored.
+
+        Args:
+            storage: the buffer's storage.
+            batch_size: the number of items wanted.
+        """
+        return int(self._available(len(storage)).numel()) >= batch_size
+
+    @property
+    def ran_out(self) -> bool:
+        return not bool(self._live.any())
+
+    def _visible_len(self, storage: Storage) -> int:
+        return int(self._available(len(storage)).numel())
+
+    def _free_slots(self) -> torch.Tensor:
+        return torch.tensor(list(self._free), dtype=torch.long)
+
+    def _empty(self) -> None:
+        self._counts = torch.zeros(0, dtype=torch.long)
+        self._live = torch.zeros(0, dtype=torch.bool)
+        self._free = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "counts": self._counts.clone(),
+            "live": self._live.clone(),
+            "free": list(self._free),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._apply_state(self._check_state(state_dict))
+
+    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
+        super()._check_state(state_dict)
+        counts, live, free = (
+            state_dict.get("counts"),
+            state_dict.get("live"),
+            state_dict.get("free"),
+        )
+        if (
+            not isinstance(counts, torch.Tensor)
+            or not isinstance(live, torch.Tensor)
+            or counts.shape != live.shape
+            or counts.ndim != 1
+            or live.dtype != torch.bool
+            or counts.is_floating_point()
+        ):
+            raise ValueError(
+                "ConsumingSampler: the saved state needs 'counts' (int) and 'live' (bool) "
+                "tensors of one equal 1-dim shape"
+            )
+        if not isinstance(free, list) or any(
+            not isinstance(i, int) or not 0 <= i < live.numel() or bool(live[i]) for i in free
+        ):
+            raise ValueError(
+                "ConsumingSampler: the saved 'free' list must hold indices of consumed slots"
+            )
+        return counts.clone(), live.clone(), dict.fromkeys(free)
+
+    def _apply_state(self, checked: Any) -> None:
+        self._counts, self._live, self._free = checked
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_sample_count={self.max_sample_count})"
