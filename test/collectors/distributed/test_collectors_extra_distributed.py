@@ -252,3 +252,69 @@ def test_rpc_collector_bad_args():
         RPCCollector(counting_env, frames_per_batch=10, num_workers_per_collector=2)
     with pytest.raises(TypeError, match="unexpected keyword"):
         RPCCollector(counting_env, frames_per_batch=10, max_frames=3)
+
+
+# -------------------------------------------------------------------- submitit_delayed_launcher
+_DELAYED_MAIN = """
+from _collector_helpers import counting_env
+from torchrl.collectors.distributed import DistributedCollector
+
+
+def main(total):
+    collector = DistributedCollector(
+        counting_env, None, frames_per_batch=10, total_frames=total, num_workers=2,
+        sync=True, launcher="submitit_delayed", timeout=60,
+    )
+    try:
+        return [batch.numel() for batch in collector]
+    finally:
+        collector.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_submitit_delayed_launcher_local(tmp_path, monkeypatch):
+    pytest.importorskip("submitit")
+    import os
+    import sys
+
+    from torchrl.collectors.distributed import submitit_delayed_launcher
+
+    test_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    (tmp_path / "delayed_main.py").write_text(_DELAYED_MAIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    paths = [str(tmp_path), test_dir, os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
+    import delayed_main
+
+    conf = {"cluster": "local", "timeout_min": 5}
+    launcher = submitit_delayed_launcher(
+        2, submitit_main_conf=conf, submitit_collection_conf=conf, folder=str(tmp_path), timeout=90
+    )
+    job = launcher(delayed_main.main)(30)
+    try:
+        assert job.result() == [10, 10, 10]
+        # the collection jobs were told to stop and end by themselves
+        assert [j.result() for j in launcher.collection_jobs] == [None, None]
+    finally:
+        for j in [job, *launcher.collection_jobs]:
+            if not j.done():
+                j.cancel(check=False)
+    sys.modules.pop("delayed_main", None)
+
+
+def test_submitit_delayed_launcher_bad_args(monkeypatch):
+    from torchrl.collectors.distributed import submitit_delayed_launcher
+
+    with pytest.raises(ValueError, match="num_jobs"):
+        submitit_delayed_launcher(0)
+    with pytest.raises(NotImplementedError, match="framework='rpc'"):
+        submitit_delayed_launcher(2, framework="rpc")
+    with pytest.raises(ValueError, match="backend"):
+        submitit_delayed_launcher(2, backend="nccl")
+    # outside the main job of the launcher, a delayed collector refuses to start
+    monkeypatch.delenv("TORCHRL_DELAYED_FOLDER", raising=False)
+    with pytest.raises(RuntimeError, match="main job of submitit_delayed_launcher"):
+        DistributedCollector(
+            counting_env, None, frames_per_batch=10, launcher="submitit_delayed", timeout=5
+        )

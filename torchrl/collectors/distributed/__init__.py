@@ -12,6 +12,7 @@ from torchrl.collectors.distributed.generic import (
     DistributedDataCollector,
     DistributedSyncCollector,
     DistributedSyncDataCollector,
+    submitit_delayed_launcher,
 )
 from torchrl.collectors.distributed.ray import DEFAULT_REMOTE_CLASS_CONFIG, RayCollector
 from torchrl.collectors.distributed.ray_eval_worker import RayEvalWorker
@@ -34,4 +35,5 @@ __all__ = [
     "RayReplayBuffer",
     "WorkerCore",
     "policy_weights",
+    "submitit_delayed_launcher",
 ]

@@ -17,6 +17,7 @@ import ipaddress
 import json
 import math
 import os
+import pickle
 import queue
 import secrets
 import shutil
@@ -59,13 +60,23 @@ from torchrl.collectors.sync import PolicyLike, SyncDataCollector, extend_replay
 from torchrl.collectors.utils import split_trajectories
 
 __all__ = [
+    "DELAYED_FOLDER_ENV",
     "DistributedCollector",
     "DistributedDataCollector",
     "DistributedSyncCollector",
     "DistributedSyncDataCollector",
+    "submitit_delayed_launcher",
 ]
 
 _COLLECT, _WEIGHTS, _STOP = 1, 2, 3
+
+#: Set in the main job of :class:`submitit_delayed_launcher`: the folder where the collector
+#: hands the workers' launch arguments to the waiting collection jobs.
+DELAYED_FOLDER_ENV = "TORCHRL_DELAYED_FOLDER"
+#: Set there too: how many collection jobs wait, and the rendezvous port to use.
+DELAYED_JOBS_ENV = "TORCHRL_DELAYED_JOBS"
+DELAYED_PORT_ENV = "TORCHRL_DELAYED_TCP_PORT"
+_LAUNCH_FILE = "launch.pkl"
 _OK, _FAILED = 0, 1
 
 
@@ -298,7 +309,8 @@ class DistributedDataCollector(DataCollectorBase):
         frames_per_batch: frames in each delivered batch.
         total_frames: frames in all (``-1``: no end).
         num_workers: how many workers (default: the length of the per-worker lists, else 2).
-        launcher: ``"submitit"`` or ``"mp"``.
+        launcher: ``"submitit"``, ``"mp"``, or ``"submitit_delayed"`` inside the main job of
+            :class:`submitit_delayed_launcher` (its collection jobs are the workers).
         slurm_kwargs: parameters of the submitit executor (``cluster`` picks the executor, the
             rest go to ``update_parameters``: ``timeout_min``, ``slurm_partition``, ...).
         tcp_port: the port of the rendezvous store on ``host`` (default: a free one).
@@ -356,8 +368,10 @@ class DistributedDataCollector(DataCollectorBase):
         self._joined = False
         self._group: Any = None
         name = type(self).__name__
-        if launcher not in ("submitit", "mp"):
-            raise ValueError(f"{name}: launcher must be 'submitit' or 'mp', got {launcher!r}")
+        if launcher not in ("submitit", "mp", "submitit_delayed"):
+            raise ValueError(
+                f"{name}: launcher must be 'submitit', 'mp' or 'submitit_delayed', got {launcher!r}"
+            )
         if backend != "gloo":
             raise ValueError(
                 f"{name}: backend={backend!r} is not supported (batches travel through CPU "
@@ -423,6 +437,8 @@ class DistributedDataCollector(DataCollectorBase):
         n = len(payloads)
         world = n + 1
         td = timedelta(seconds=self.timeout)
+        if not tcp_port and self.launcher == "submitit_delayed":
+            tcp_port = int(os.environ.get(DELAYED_PORT_ENV) or 0)
         self._store = listening_store(host, tcp_port or 0, world, td)
         port = self._store.port
         # Signs the store messages; travels with the launch arguments, never through the store.
@@ -453,6 +469,9 @@ class DistributedDataCollector(DataCollectorBase):
         """Starts the workers. Those on this machine (``"mp"``, submitit's ``"local"``
         cluster) watch this process and end with it; ``"mp"`` workers get a temp dir that
         :meth:`shutdown` removes however they ended."""
+        if self.launcher == "submitit_delayed":
+            _hand_over(args, type(self).__name__)
+            return
         if self.launcher == "mp":
             import multiprocessing as mp
 
@@ -509,6 +528,9 @@ class DistributedDataCollector(DataCollectorBase):
             error = verify_entry(self._key, name, message, type(self).__name__).decode(
                 errors="replace"
             )
+        if self.launcher == "submitit_delayed":
+            # a job of the delayed launcher: no handle here, only what it reported
+            return None if error is None else f"collection job failed\n{error}"
         worker = self._workers[i]
         if self.launcher == "mp":
             if error is None and worker.is_alive():
@@ -719,7 +741,7 @@ class DistributedDataCollector(DataCollectorBase):
             # A STOP to a dead or busy worker could block: each is sent from its own thread.
             stops = [
                 threading.Thread(target=_send_stop, args=(self._group, i + 1), daemon=True)
-                for i in range(len(workers))
+                for i in range(self.num_workers)
             ]
             for t in stops:
                 t.start()
@@ -943,3 +965,177 @@ def merge_collector_kwargs(
 
 #: The paper-era name of :class:`DistributedSyncCollector` (equal, no warning).
 DistributedSyncDataCollector = DistributedSyncCollector
+
+
+# ------------------------------------------------------------------- delayed submitit launcher
+def _hand_over(args: list[tuple[Any, ...]], who: str) -> None:
+    """Main job side: writes each rank's launch arguments for the waiting collection jobs."""
+    folder = os.environ.get(DELAYED_FOLDER_ENV)
+    if not folder:
+        raise RuntimeError(
+            f"{who}(launcher='submitit_delayed') runs inside the main job of "
+            f"submitit_delayed_launcher (which sets {DELAYED_FOLDER_ENV})"
+        )
+    expected = int(os.environ.get(DELAYED_JOBS_ENV) or len(args))
+    if expected != len(args):
+        raise ValueError(
+            f"{who}: {len(args)} workers requested but submitit_delayed_launcher started "
+            f"{expected} collection jobs"
+        )
+    path = os.path.join(folder, _LAUNCH_FILE)
+    if os.path.exists(path):
+        raise RuntimeError(f"{who}: {path} exists: one collector per delayed launch")
+    # Written to a temporary name and renamed: a job never reads half a file.
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".launch-")
+    with os.fdopen(fd, "wb") as f:
+        pickle.dump(args, f)
+    os.replace(tmp, path)
+
+
+def _delayed_collection_job(folder: str, rank: int, timeout_s: float) -> None:
+    """Collection job side: waits for the main job's launch arguments, then serves as a worker."""
+    path = os.path.join(folder, _LAUNCH_FILE)
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"submitit_delayed_launcher: collection job {rank} got no launch arguments in "
+                f"{folder} within {timeout_s:.0f} s (did the main job build a "
+                "DistributedCollector(launcher='submitit_delayed')?)"
+            )
+        time.sleep(0.2)
+    # The folder is private to this launch (made with mode 0700, like submitit's own job files,
+    # which submitit unpickles the same way).
+    with open(path, "rb") as f:
+        args = pickle.load(f)
+    if not 1 <= rank <= len(args):
+        raise RuntimeError(
+            f"submitit_delayed_launcher: collection job of rank {rank}, but the collector has "
+            f"{len(args)} workers"
+        )
+    _run_worker(*args[rank - 1])
+
+
+def _delayed_main(
+    folder: str,
+    num_jobs: int,
+    tcpport: int | None,
+    main_fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Main job side: runs the user's function where its collector finds the folder."""
+    os.environ[DELAYED_FOLDER_ENV] = folder
+    os.environ[DELAYED_JOBS_ENV] = str(num_jobs)
+    if tcpport is not None:
+        os.environ[DELAYED_PORT_ENV] = str(tcpport)
+    return main_fn(*args, **kwargs)
+
+
+class submitit_delayed_launcher:
+    """Pre-launches collection jobs with submitit, for clusters where jobs cannot submit jobs.
+
+    Decorates the training function: calling it submits ``num_jobs`` collection jobs, which
+    wait, and one main job running the function. Inside it, a
+    ``DistributedCollector(..., launcher="submitit_delayed", num_workers=num_jobs)`` hands
+    each collection job its launch arguments through a private folder (mode 0700) and the
+    jobs join it as its workers. The call returns the main job (``job.result()`` is the
+    function's return value). The collector listens on its ``host``: on a real cluster, pass
+    the main node's address there. The folder is kept for inspection; remove it afterwards.
+
+    Args:
+        num_jobs: the number of collection jobs (the collector's ``num_workers``).
+        framework: ``"distributed"`` (:class:`DistributedCollector`); ``"rpc"`` is not
+            supported here (:class:`~torchrl.collectors.distributed.RPCCollector` starts
+            local processes only).
+        backend: the ``torch.distributed`` backend; only ``"gloo"``.
+        tcpport: the rendezvous port the main job's collector uses (default: a free one).
+        submitit_main_conf: parameters of the main job's executor (``cluster`` picks the
+            executor, e.g. ``"local"``; the rest go to ``update_parameters``).
+        submitit_collection_conf: the same for the collection jobs.
+        folder: where the submitit folder is made (default: the current directory).
+        timeout: seconds a collection job waits for the main job's collector.
+
+    Examples:
+        >>> from torchrl.collectors.distributed import submitit_delayed_launcher
+        >>> @submitit_delayed_launcher(num_jobs=2, submitit_main_conf={"cluster": "local"},
+        ...                            submitit_collection_conf={"cluster": "local"})
+        ... def main():
+        ...     collector = DistributedCollector(make_env, None, frames_per_batch=20,
+        ...                                      total_frames=100, num_workers=2,
+        ...                                      launcher="submitit_delayed")
+        ...     return sum(batch.numel() for batch in collector)
+        >>> main().result()  # doctest: +SKIP
+        100
+    """
+
+    def __init__(
+        self,
+        num_jobs: int,
+        framework: str = "distributed",
+        backend: str = "gloo",
+        tcpport: int | str | None = None,
+        submitit_main_conf: dict[str, Any] | None = None,
+        submitit_collection_conf: dict[str, Any] | None = None,
+        folder: str | None = None,
+        timeout: float = 600.0,
+    ) -> None:
+        if isinstance(num_jobs, bool) or not isinstance(num_jobs, int) or num_jobs < 1:
+            raise ValueError(
+                f"submitit_delayed_launcher: num_jobs must be an int >= 1, got {num_jobs!r}"
+            )
+        if framework == "rpc":
+            raise NotImplementedError(
+                "submitit_delayed_launcher(framework='rpc'): RPCCollector runs local processes "
+                "only here; use framework='distributed'"
+            )
+        if framework != "distributed":
+            raise ValueError(
+                f"submitit_delayed_launcher: framework must be 'distributed', got {framework!r}"
+            )
+        if backend != "gloo":
+            raise ValueError(
+                f"submitit_delayed_launcher: backend={backend!r} is not supported; use 'gloo'"
+            )
+        self.num_jobs = num_jobs
+        self.framework = framework
+        self.backend = backend
+        self.tcpport = int(tcpport) if tcpport is not None else None
+        self.submitit_main_conf = dict(submitit_main_conf or {"timeout_min": 10})
+        self.submitit_collection_conf = dict(submitit_collection_conf or {"timeout_min": 10})
+        self.folder = folder
+        self.timeout = float(timeout)
+
+    def _executor(self, submitit: Any, folder: str, conf: dict[str, Any]) -> Any:
+        conf = dict(conf)
+        executor = submitit.AutoExecutor(folder=folder, cluster=conf.pop("cluster", None))
+        executor.update_parameters(**conf)
+        return executor
+
+    def __call__(self, main_fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Wraps ``main_fn``: calling the result submits the jobs and returns the main job.
+
+        Args:
+            main_fn: the training function (picklable: a module-level function).
+
+        Returns:
+            The launching function.
+        """
+
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            submitit = import_optional("submitit", "submitit")
+            parent = self.folder if self.folder is not None else os.getcwd()
+            folder = tempfile.mkdtemp(prefix="torchrl_delayed_", dir=parent)
+            collection = self._executor(submitit, folder, self.submitit_collection_conf)
+            self.collection_jobs = [
+                collection.submit(_delayed_collection_job, folder, rank, self.timeout)
+                for rank in range(1, self.num_jobs + 1)
+            ]
+            main = self._executor(submitit, folder, self.submitit_main_conf)
+            return main.submit(
+                _delayed_main, folder, self.num_jobs, self.tcpport, main_fn, args, kwargs
+            )
+
+        launch.__name__ = getattr(main_fn, "__name__", "launch")
+        launch.__doc__ = getattr(main_fn, "__doc__", None)
+        return launch
