@@ -1,7 +1,8 @@
 """Macro actions: a policy writes a target and a duration, the env runs low-level actions.
 
 ``MacroPrimitive`` names the primitives (``WAIT``, ``MOVE``); ``MacroAction`` and
-``TargetMacroAction`` are the structured actions (tensorclasses) a policy writes;
+``TargetMacroAction`` are the structured actions (TensorDicts with named entries) a policy
+writes;
 ``MacroPrimitiveTransform`` expands one into a fixed-length sequence of low-level actions
 (a linear interpolation from the current action to the target, then held), and, with
 ``execute=True``, runs that sequence through :class:`MultiAction` in one outer step.
@@ -13,7 +14,7 @@ from enum import IntEnum
 from typing import Any
 
 import torch
-from tensordict import TensorClass, TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import ACTION
 from torchrl._types import NestedKey
@@ -42,11 +43,20 @@ def _long(value: int | torch.Tensor, batch: torch.Size) -> torch.Tensor:
     return torch.as_tensor(value, dtype=torch.long).expand(*batch, 1).clone()
 
 
-class MacroAction(TensorClass):
+class MacroAction(TensorDict):
     """A macro action: a primitive id (``mode``) and its duration (``steps``, ``settle_steps``).
 
-    Each field is shaped ``[*batch, 1]`` (long). Subclasses add the fields their transform
-    reads (see :class:`TargetMacroAction`).
+    A TensorDict with those entries, each shaped ``[*batch, 1]`` (long), read back as
+    attributes. Subclasses add the entries their transform reads (see
+    :class:`TargetMacroAction`).
+
+    Args:
+        mode: the :class:`MacroPrimitive` ids.
+        steps: the low-level steps of each primitive.
+        settle_steps: the extra held steps.
+        batch_size: the batch shape.
+        device: the device (optional).
+        names: the batch dim names (optional).
 
     Examples:
         >>> import torch
@@ -56,9 +66,38 @@ class MacroAction(TensorClass):
         (tensor([0, 0]), tensor([3, 3]))
     """
 
-    mode: torch.Tensor
-    steps: torch.Tensor
-    settle_steps: torch.Tensor
+    def __init__(
+        self,
+        mode: torch.Tensor,
+        steps: torch.Tensor,
+        settle_steps: torch.Tensor,
+        *,
+        batch_size: Any,
+        device: Any = None,
+        names: Any = None,
+        **extra: torch.Tensor,
+    ) -> None:
+        super().__init__(
+            {"mode": mode, "steps": steps, "settle_steps": settle_steps, **extra},
+            batch_size=batch_size,
+            device=device,
+            names=names,
+        )
+
+    @property
+    def mode(self) -> torch.Tensor:
+        """The primitive ids (``[*batch, 1]``)."""
+        return self.get("mode")
+
+    @property
+    def steps(self) -> torch.Tensor:
+        """The low-level steps of each primitive (``[*batch, 1]``)."""
+        return self.get("steps")
+
+    @property
+    def settle_steps(self) -> torch.Tensor:
+        """The extra held steps (``[*batch, 1]``)."""
+        return self.get("settle_steps")
 
     @classmethod
     def wait(cls, *, steps: int = 1, settle_steps: int = 0, batch_size: Any = ()) -> MacroAction:
@@ -73,7 +112,7 @@ class MacroAction(TensorClass):
             The macro action.
         """
         batch = torch.Size(batch_size)
-        return cls(
+        return MacroAction(
             mode=_long(int(MacroPrimitive.WAIT), batch),
             steps=_long(steps, batch),
             settle_steps=_long(settle_steps, batch),
@@ -84,6 +123,15 @@ class MacroAction(TensorClass):
 class TargetMacroAction(MacroAction):
     """A macro action with one ``target`` (for the plain transform: a low-level action).
 
+    Args:
+        mode: the :class:`MacroPrimitive` ids.
+        steps: the low-level steps of each primitive.
+        settle_steps: the extra held steps.
+        target: the destination, ``[*batch, target_dim]``.
+        batch_size: the batch shape.
+        device: the device (optional).
+        names: the batch dim names (optional).
+
     Examples:
         >>> import torch
         >>> from torchrl.envs.transforms import TargetMacroAction
@@ -92,7 +140,31 @@ class TargetMacroAction(MacroAction):
         (torch.Size([1, 4]), 1)
     """
 
-    target: torch.Tensor
+    def __init__(
+        self,
+        mode: torch.Tensor,
+        steps: torch.Tensor,
+        settle_steps: torch.Tensor,
+        target: torch.Tensor,
+        *,
+        batch_size: Any,
+        device: Any = None,
+        names: Any = None,
+    ) -> None:
+        super().__init__(
+            mode,
+            steps,
+            settle_steps,
+            batch_size=batch_size,
+            device=device,
+            names=names,
+            target=target,
+        )
+
+    @property
+    def target(self) -> torch.Tensor:
+        """The destination (``[*batch, target_dim]``)."""
+        return self.get("target")
 
     @classmethod
     def move(
@@ -109,7 +181,7 @@ class TargetMacroAction(MacroAction):
             The macro action.
         """
         batch = target.shape[:-1]
-        return cls(
+        return TargetMacroAction(
             mode=_long(int(MacroPrimitive.MOVE), batch),
             steps=_long(steps, batch),
             settle_steps=_long(settle_steps, batch),
@@ -247,8 +319,6 @@ class MacroPrimitiveTransform(Transform):
             raise missing_key_error(self, self.action_key, tensordict)
         batch = tensordict.batch_size
         dim = self._action_dim(value)
-        if isinstance(value, TensorClass):
-            value = value.to_tensordict()
         start = self.current_action(tensordict, dim)
         if isinstance(value, torch.Tensor):
             start, target = start, value.to(start.dtype)
