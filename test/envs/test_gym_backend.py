@@ -122,6 +122,15 @@ def test_legacy_gym_box_actions_and_wrapper():
     assert rollout["next", "observation"].shape == (3, 3)
 
 
+def test_legacy_gym_from_pixels():
+    pytest.importorskip("pygame")
+    with set_gym_backend("gym"):
+        env = GymEnv("CartPole-v1", from_pixels=True, pixels_only=False)
+    rollout = env.rollout(2)
+    assert rollout["next", "pixels"].shape == (2, 400, 600, 3)
+    assert rollout["next", "observation"].shape == (2, 4)
+
+
 def test_legacy_gym_serial_env():
     with set_gym_backend("gym"):
         env = SerialEnv(2, lambda: GymEnv("CartPole-v1"))
