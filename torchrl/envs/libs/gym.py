@@ -21,6 +21,10 @@ Conventions (see ``DESIGN.md`` §2-3):
 * Vector envs run with gymnasium's ``AutoresetMode.DISABLED``: the step that ends an episode
   returns the true last observation with ``done=True``, and the ``"_reset"`` mask of the next
   reset resets exactly those sub-envs (``reset(options={"reset_mask": ...})``).
+* Backends: :class:`GymEnv` builds its env with the package chosen by :class:`set_gym_backend`
+  (gymnasium by default, or the legacy ``gym`` 0.26, single envs only), and
+  :class:`GymWrapper` converts the spaces of the package that built the env it wraps.
+  :func:`register_gym_spec_conversion` adds conversions for other space types.
 """
 
 from __future__ import annotations
@@ -563,7 +567,7 @@ def _available_envs(cls: type) -> list[str]:
 
 
 class GymEnv(GymWrapper):
-    """Builds a gymnasium env from its id (``gymnasium.make``) and wraps it.
+    """Builds a gymnasium env from its id (``make`` of the current :func:`gym_backend`) and wraps it.
 
     With ``num_envs=n`` it builds a vector env of ``n`` copies (``gymnasium.make_vec`` with
     ``autoreset_mode=DISABLED``) of batch ``[n]``. Keyword arguments that are not
