@@ -110,12 +110,27 @@ def test_consuming_sampler_state_and_errors():
         ConsumingSampler(0)
     with pytest.raises(TypeError, match="int"):
         ConsumingSampler(1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="prefetch"):
+        ReplayBuffer(sampler=ConsumingSampler(), prefetch=2, batch_size=2)
     rb.empty()
     assert len(rb) == 0
     rb2 = ReplayBuffer(storage=LazyTensorStorage(8, ndim=2), sampler=ConsumingSampler())
     rb2.extend(torch.zeros(2, 3))
     with pytest.raises(ValueError, match="ndim=1"):
         rb2.sample(2)
+
+
+def test_consuming_sampler_dumps_loads(tmp_path):
+    rb = ReplayBuffer(storage=LazyTensorStorage(8), sampler=ConsumingSampler(), batch_size=3)
+    rb.extend(torch.arange(8))
+    taken = rb.sample()
+    rb.dumps(tmp_path)
+    again = ReplayBuffer(storage=LazyTensorStorage(8), sampler=ConsumingSampler(), batch_size=5)
+    again.loads(tmp_path)
+    assert len(again) == 5
+    rest = again.sample()
+    assert sorted(rest.tolist() + taken.tolist()) == list(range(8))
+    assert list(again.sampler._free)[:3] == taken.tolist()
 
 
 # ------------------------------------------------------------------------------ sample units
@@ -158,6 +173,29 @@ def test_transition_is_the_default():
     assert isinstance(a.sample_unit, Transition)
     with pytest.raises(TypeError, match="SampleUnit"):
         ReplayBuffer(sample_unit="seq")  # type: ignore[arg-type]
+
+
+def test_custom_sample_unit_contract():
+    class Pairs(SampleUnit):
+        """Each anchor brings itself and its successor; postprocess tags the batch."""
+
+        def expand(self, index, info, storage):
+            index = torch.stack([index, (index + 1) % len(storage)], -1).reshape(-1)
+            return index, {**info, "pair": torch.arange(index.numel()) // 2}
+
+        def postprocess(self, data, info):
+            data["pair"] = info["pair"]
+            return data
+
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(10), sampler=_Fixed([3, 9]), sample_unit=Pairs()
+    )
+    rb.extend(TensorDict(obs=torch.arange(10), batch_size=[10]))
+    batch, info = rb.sample(2, return_info=True)
+    assert batch["obs"].tolist() == [3, 4, 9, 0] and batch["pair"].tolist() == [0, 0, 1, 1]
+    assert info["index"].tolist() == [3, 4, 9, 0]  # the expanded index is the reported one
+    with pytest.raises(TypeError):
+        SampleUnit()  # type: ignore[abstract]
 
 
 def test_sequence_windows_and_masks_pad():

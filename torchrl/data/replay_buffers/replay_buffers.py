@@ -17,7 +17,12 @@ from tensordict import TensorDictBase
 from torchrl._keys import INDEX, MASK, PRIORITY, WEIGHT
 from torchrl._types import IndexLike, NestedKey
 from torchrl.data.replay_buffers.sample_units import SampleUnit, Transition
-from torchrl.data.replay_buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
+from torchrl.data.replay_buffers.samplers import (
+    ConsumingSampler,
+    PrioritizedSampler,
+    RandomSampler,
+    Sampler,
+)
 from torchrl.data.replay_buffers.storages import (
     Index,
     ListStorage,
@@ -192,6 +197,11 @@ class ReplayBuffer:
         if prefetch is not None and (not isinstance(prefetch, int) or prefetch < 0):
             raise ValueError(f"prefetch must be a non-negative int, got {prefetch!r}")
         self._prefetch = prefetch or 0
+        if self._prefetch and isinstance(self._sampler, ConsumingSampler):
+            raise ValueError(
+                "prefetch cannot be used with a ConsumingSampler: batches sampled ahead would "
+                "consume items that are never returned"
+            )
         self._generator = generator
         self._sampler._generator = generator
         self._lock = threading.RLock()
