@@ -275,6 +275,29 @@ class TestMultiAction:
         assert env.step(td)["next", "reward"].shape == (1,)
         check_env_specs(env)  # specs unchanged without num_actions
 
+    @pytest.mark.parametrize("aggregation", ["sum", "mean", "last"])
+    def test_reward_aggregation(self, aggregation: str) -> None:
+        env = TransformedEnv(CountingEnv(max_steps=10), MultiAction(reward_aggregation=aggregation))
+        actions = torch.tensor([[1], [0], [1], [1]])
+        out = env.step(env.reset().set("action", actions))["next"]
+        expected = {"sum": 3.0, "mean": 0.75, "last": 1.0}[aggregation]
+        assert out["reward"].shape == (1,) and float(out["reward"]) == expected
+        check_env_specs(env)
+
+    def test_chunk_key(self) -> None:
+        env = TransformedEnv(CountingEnv(max_steps=10), StepCounter())
+        env.append_transform(MultiAction(chunk_key="chunk", num_actions=2))
+        assert env.full_action_spec["chunk"].shape == (2, 1)
+        td = env.reset().set("chunk", torch.ones(2, 1, dtype=torch.int64))
+        td["action"] = torch.zeros(1, dtype=torch.int64)  # replaced by the chunk's actions
+        out = env.step(td)["next"]
+        assert int(out["step_count"]) == 2 and out["reward"].squeeze(-1).tolist() == [1.0, 1.0]
+        check_env_specs(env)
+        # Without a chunk, a plain step with the action.
+        env2 = TransformedEnv(CountingEnv(max_steps=10), MultiAction(chunk_key="chunk"))
+        out = env2.step(env2.reset().set("action", torch.ones(1, dtype=torch.int64)))["next"]
+        assert out["reward"].shape == (1,)
+
     def test_batched_stops_when_done(self) -> None:
         env = TransformedEnv(CountingEnv(batch_size=[2], max_steps=2), StepCounter())
         env.append_transform(MultiAction())
@@ -290,6 +313,11 @@ class TestMultiAction:
             MultiAction(dim=0)
         with pytest.raises(ValueError, match="num_actions"):
             MultiAction(num_actions=0)
+        with pytest.raises(ValueError, match="reward_aggregation"):
+            MultiAction(reward_aggregation="max")
+        env = TransformedEnv(PendulumEnv(seed=0), MultiAction(action_key="nope"))
+        with pytest.raises(KeyError, match="nope"):
+            env.step(env.reset().set("action", torch.ones(1)))
         env = TransformedEnv(PendulumEnv(seed=0), MultiAction())
         td = env.reset().set("action", torch.ones(2, 2, 1))
         with pytest.raises(ValueError, match="expected 1 dims"):

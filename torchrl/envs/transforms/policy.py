@@ -390,6 +390,9 @@ class ModuleTransform(Transform):
         return f"no_grad={self.no_grad}, inverse={self.inverse}, device={self.device}"
 
 
+_AGGREGATIONS = ("last", "stack", "sum", "mean")
+
+
 class MultiAction(Transform):
     """Runs a sequence of actions in one step: the actions are stacked along a new dim.
 
@@ -398,17 +401,24 @@ class MultiAction(Transform):
     steps of the env below this transform. The sequence stops early once a sub-env is done (in
     a batched env, for every sub-env, as the sub-envs cannot step separately). An action with
     the base shape is a plain step. Transforms before this one run on every inner step, those
-    after it once per outer step.
+    after it once per outer step. Other entries the policy wrote stay on the outer step.
 
     Args:
         dim: where the sequence dim is, counted from the TensorDict's batch dims (``1``: just
             after them); must be positive.
         stack_rewards: return the rewards of every inner step, stacked at ``dim`` (zeros past an
-            early stop); ``False``: only the last step's reward.
+            early stop, so every outer step has the same shape); ``False``: the last reward.
         stack_observations: return the observations of every inner step, stacked at ``dim``
             (the last repeated past an early stop); ``False``: only the last ones.
-        num_actions: the length of the sequences, when fixed: the action spec (and the reward
-            and observation specs, when stacked) get that dim (``None``: specs unchanged).
+        action_key: the one action entry to unbind (default: every action key of the env).
+        chunk_key: read the sequence from this entry instead (the policy writes its chunk
+            there; the action entry then receives each step's action). Without the entry, the
+            step is a plain one.
+        reward_aggregation: ``"stack"``, ``"last"``, ``"sum"`` or ``"mean"`` of the inner
+            rewards (over the steps run); overrides ``stack_rewards`` when given.
+        num_actions: the length of the sequences, when fixed: the action spec (or the
+            ``chunk_key`` spec), and the reward and observation specs when stacked, get that dim
+            (``None``: specs unchanged).
 
     Examples:
         >>> import torch
@@ -430,29 +440,66 @@ class MultiAction(Transform):
         dim: int = 1,
         stack_rewards: bool = True,
         stack_observations: bool = False,
+        action_key: NestedKey | None = None,
+        chunk_key: NestedKey | None = None,
+        reward_aggregation: str | None = None,
         num_actions: int | None = None,
     ) -> None:
         if dim < 1:
             raise ValueError(f"MultiAction: dim must be > 0, got {dim}")
         if num_actions is not None and num_actions < 1:
             raise ValueError(f"MultiAction: num_actions must be >= 1, got {num_actions}")
+        if reward_aggregation is not None and reward_aggregation not in _AGGREGATIONS:
+            raise ValueError(
+                f"MultiAction: reward_aggregation must be one of {_AGGREGATIONS}, got "
+                f"{reward_aggregation!r}"
+            )
+        if chunk_key is not None and action_key is None:
+            action_key = ACTION
         super().__init__()
         self.dim = int(dim)
-        self.stack_rewards = bool(stack_rewards)
+        if reward_aggregation is None:
+            reward_aggregation = "stack" if stack_rewards else "last"
+        self.reward_aggregation = reward_aggregation
+        self.stack_rewards = reward_aggregation == "stack"
         self.stack_observations = bool(stack_observations)
+        self.action_key = None if action_key is None else unravel_key(action_key)
+        self.chunk_key = None if chunk_key is None else unravel_key(chunk_key)
         self.num_actions = num_actions
 
     def _seq_dim(self, td: TensorDictBase) -> int:
         return td.batch_dims + self.dim - 1
 
+    def _action_keys(self, parent: Any) -> list[NestedKey]:
+        if self.action_key is None:
+            return list(parent.action_keys)
+        if self.action_key not in parent.action_keys:
+            raise KeyError(
+                f"MultiAction: action_key {self.action_key!r} is not an action of the env "
+                f"(its action keys: {parent.action_keys})"
+            )
+        return [self.action_key]
+
     def _sequences(
         self, tensordict: TensorDictBase, parent: Any
     ) -> dict[NestedKey, torch.Tensor] | None:
-        """The stacked actions of ``tensordict``, or ``None`` when they are single actions."""
+        """The stacked actions of ``tensordict`` by action key, or ``None`` for single actions."""
         spec = parent.full_action_spec
+        keys = self._action_keys(parent)
+        if self.chunk_key is not None:
+            chunk = tensordict.get(self.chunk_key, None)
+            if chunk is None:
+                return None
+            base_ndim = spec[keys[0]].ndim
+            if chunk.ndim != base_ndim + 1:
+                raise ValueError(
+                    f"MultiAction: the chunk {self.chunk_key!r} has shape {tuple(chunk.shape)}; "
+                    f"expected {base_ndim + 1} dims (a sequence of {keys[0]!r} actions)"
+                )
+            return {keys[0]: chunk}
         found: dict[NestedKey, torch.Tensor] = {}
         stacked = None
-        for key in parent.action_keys:
+        for key in keys:
             value = tensordict.get(key, None)
             if value is None:
                 raise missing_key_error(self, key, tensordict)
@@ -515,10 +562,15 @@ class MultiAction(Transform):
                 acc.append(get(next_tensordict, key))
             for acc, key in zip(observations, obs_keys):
                 acc.append(next_tensordict.get(key))
-        if self.stack_rewards:
-            for acc, key in zip(rewards, reward_keys):
+        aggregation = self.reward_aggregation
+        for acc, key in zip(rewards, reward_keys):
+            if aggregation == "stack":
                 acc += [torch.zeros_like(acc[-1])] * (length - len(acc))
                 next_tensordict.set(key, torch.stack(acc, d))
+            elif aggregation == "sum":
+                next_tensordict.set(key, torch.stack(acc).sum(0))
+            elif aggregation == "mean":
+                next_tensordict.set(key, torch.stack(acc).mean(0))
         for acc, key in zip(observations, obs_keys):
             acc += [acc[-1]] * (length - len(acc))
             next_tensordict.set(key, torch.stack(acc, d))
@@ -528,23 +580,36 @@ class MultiAction(Transform):
         raise RuntimeError("MultiAction steps the env; use it in a TransformedEnv")
 
     # --------------------------------------------------------------------------- specs
-    def _stack_spec(self, spec: Composite) -> Composite:
+    def _stacked_leaf(self, leaf: TensorSpec, batch_ndim: int) -> TensorSpec:
         n = self.num_actions
         assert n is not None
-        d = len(spec.shape) + self.dim - 1
+        d = batch_ndim + self.dim - 1
+        shape = list(leaf.shape)
+        shape.insert(d, n)
+        return leaf.unsqueeze(d).expand(shape)
+
+    def _stack_spec(self, spec: Composite) -> Composite:
         new = spec.clone()
         for key in spec.keys(include_nested=True, leaves_only=True):
-            leaf = spec[key]
-            shape = list(leaf.shape)
-            shape.insert(d, n)
-            new[key] = leaf.unsqueeze(d).expand(shape)
+            new[key] = self._stacked_leaf(spec[key], len(spec.shape))
         return new
 
     def transform_action_spec(self, action_spec: Composite) -> Composite:
-        return action_spec if self.num_actions is None else self._stack_spec(action_spec)
+        if self.num_actions is None:
+            return action_spec
+        if self.chunk_key is None:
+            if self.action_key is None:
+                return self._stack_spec(action_spec)
+            leaf = action_spec[self.action_key]
+            action_spec[self.action_key] = self._stacked_leaf(leaf, len(action_spec.shape))
+            return action_spec
+        assert self.action_key is not None
+        leaf = action_spec[self.action_key]
+        action_spec[self.chunk_key] = self._stacked_leaf(leaf, len(action_spec.shape))
+        return action_spec
 
     def transform_reward_spec(self, reward_spec: Composite) -> Composite:
-        if self.num_actions is None or not self.stack_rewards:
+        if self.num_actions is None or self.reward_aggregation != "stack":
             return reward_spec
         return self._stack_spec(reward_spec)
 
@@ -555,7 +620,7 @@ class MultiAction(Transform):
 
     def extra_repr(self) -> str:
         return (
-            f"dim={self.dim}, stack_rewards={self.stack_rewards}, "
+            f"dim={self.dim}, reward_aggregation={self.reward_aggregation!r}, "
             f"stack_observations={self.stack_observations}, num_actions={self.num_actions}"
         )
 
