@@ -264,7 +264,8 @@ class PixelRenderTransform(Transform):
     Examples:
         >>> from torchrl.envs import GymEnv, TransformedEnv
         >>> from torchrl.record import PixelRenderTransform
-        >>> env = TransformedEnv(GymEnv("CartPole-v1", render_mode="rgb_array"), PixelRenderTransform())
+        >>> base = GymEnv("CartPole-v1", render_mode="rgb_array")
+        >>> env = TransformedEnv(base, PixelRenderTransform())
         >>> env.rollout(3)["next", "pixels"].shape
         torch.Size([3, 400, 600, 3])
     """

@@ -218,8 +218,9 @@ def register_gym_spec_conversion(spec_type: type | str) -> Callable[[_F], _F]:
 
     The decorated function is called with the space and the keywords ``dtype`` (``None``),
     ``device``, ``categorical_action_encoding``, ``remap_state_to_observation`` (``False``) and
-    ``batch_size``, for every space that is an instance of ``spec_type`` (before the built-in conversions, so a subclass of ``Box`` may be
-    given its own), wherever a space is converted, nested ``Dict``/``Tuple`` members included.
+    ``batch_size``, for every space that is an instance of ``spec_type`` (before the built-in
+    conversions, so a subclass of ``Box`` may be given its own), wherever a space is converted,
+    nested ``Dict``/``Tuple`` members included.
     It must return a spec whose shape starts with ``batch_size``; unused keywords can be
     gathered in ``**kwargs``. Values of such a space are read with ``numpy.asarray`` and cast to
     the spec's dtype; actions are passed to the env as numpy arrays.

@@ -567,7 +567,7 @@ def _available_envs(cls: type) -> list[str]:
 
 
 class GymEnv(GymWrapper):
-    """Builds a gymnasium env from its id (``make`` of the current :func:`gym_backend`) and wraps it.
+    """Builds an env from its id (``make`` of the current :func:`gym_backend`) and wraps it.
 
     With ``num_envs=n`` it builds a vector env of ``n`` copies (``gymnasium.make_vec`` with
     ``autoreset_mode=DISABLED``) of batch ``[n]``. Keyword arguments that are not
