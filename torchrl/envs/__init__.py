@@ -6,11 +6,14 @@ from torchrl.envs.batched import BatchedEnvBase, EnvMetaData, ParallelEnv, Seria
 from torchrl.envs.common import EnvBase
 from torchrl.envs.custom import (
     AntEnv,
+    BallBowlEnv,
     ChessEnv,
+    FinancialRegimeEnv,
     HopperEnv,
     HumanoidEnv,
     MujocoEnv,
     PendulumEnv,
+    SatelliteEnv,
     TicTacToeEnv,
     Walker2dEnv,
 )
@@ -227,10 +230,13 @@ __all__ += [
 # Custom envs (torchrl.envs.custom).
 __all__ += [
     "AntEnv",
+    "BallBowlEnv",
     "ChessEnv",
+    "FinancialRegimeEnv",
     "HopperEnv",
     "HumanoidEnv",
     "MujocoEnv",
+    "SatelliteEnv",
     "TicTacToeEnv",
     "Walker2dEnv",
 ]

@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 from torchrl.envs.custom.chess import ChessEnv
-from torchrl.envs.custom.mujoco import AntEnv, HopperEnv, HumanoidEnv, MujocoEnv, Walker2dEnv
+from torchrl.envs.custom.mujoco import (
+    AntEnv,
+    BallBowlEnv,
+    HopperEnv,
+    HumanoidEnv,
+    MujocoEnv,
+    SatelliteEnv,
+    Walker2dEnv,
+)
 from torchrl.envs.custom.pendulum import PendulumEnv
 from torchrl.envs.custom.tictactoeenv import TicTacToeEnv
+from torchrl.envs.custom.trading import FinancialRegimeEnv
 
 __all__ = [
     "AntEnv",
+    "BallBowlEnv",
     "ChessEnv",
+    "FinancialRegimeEnv",
     "HopperEnv",
     "HumanoidEnv",
     "MujocoEnv",
     "PendulumEnv",
+    "SatelliteEnv",
     "TicTacToeEnv",
     "Walker2dEnv",
 ]

@@ -6,9 +6,19 @@ The ``mujoco`` package is imported when an env is built, not when this module is
 from __future__ import annotations
 
 from torchrl.envs.custom.mujoco.ant import AntEnv
+from torchrl.envs.custom.mujoco.ball_bowl import BallBowlEnv
 from torchrl.envs.custom.mujoco.base import MujocoEnv
 from torchrl.envs.custom.mujoco.hopper import HopperEnv
 from torchrl.envs.custom.mujoco.humanoid import HumanoidEnv
+from torchrl.envs.custom.mujoco.satellite import SatelliteEnv
 from torchrl.envs.custom.mujoco.walker2d import Walker2dEnv
 
-__all__ = ["AntEnv", "HopperEnv", "HumanoidEnv", "MujocoEnv", "Walker2dEnv"]
+__all__ = [
+    "AntEnv",
+    "BallBowlEnv",
+    "HopperEnv",
+    "HumanoidEnv",
+    "MujocoEnv",
+    "SatelliteEnv",
+    "Walker2dEnv",
+]
