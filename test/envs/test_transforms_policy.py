@@ -470,6 +470,22 @@ class TestVecNormV2:
         frozen = t.frozen_copy()
         assert isinstance(frozen, VecNormV2) and frozen.frozen
 
+    def test_frozen_copy_in_replay_buffer(self) -> None:
+        t = VecNormV2(in_keys=["observation"], decay=1.0)
+        t(TensorDict(observation=torch.randn(32, 3) * 4 + 2, batch_size=[32]))
+        frozen = t.frozen_copy()
+        rb = ReplayBuffer(storage=LazyTensorStorage(16), transform=frozen, batch_size=4)
+        data = torch.randn(8, 3) * 4 + 2
+        rb.extend(TensorDict(observation=data, next=TensorDict(observation=data), batch_size=[8]))
+        sample = rb.sample()
+        mean, std = t.loc_scale("observation")
+        assert sample["observation"].shape == (4, 3)
+        # Samples are normalized with the frozen statistics, which do not move.
+        restored = sample["observation"] * std + mean
+        gaps = (restored[:, None, :] - data[None]).abs().sum(-1).min(1).values
+        assert bool((gaps < 1e-3).all())
+        torch.testing.assert_close(frozen.loc_scale("observation"), (mean, std))
+
     def test_errors(self) -> None:
         with pytest.raises(NotImplementedError, match="stateful=False"):
             VecNormV2(in_keys=["x"], stateful=False)
@@ -548,6 +564,11 @@ class TestGSDENoise:
         assert not bool((eps[:, 2] == eps[:, 3]).all())  # redrawn at the reset
         assert eps.std() > 0.5
         check_env_specs(env)
+
+    def test_module_fills_missing_noise(self) -> None:
+        t = gSDENoise(state_dim=2, action_dim=1)
+        td = t(TensorDict(observation=torch.zeros(2)))
+        assert td["_eps_gSDE"].shape == (1, 2)
 
     def test_shape_and_errors(self) -> None:
         env = TransformedEnv(PendulumEnv(seed=0), gSDENoise(state_dim=3, action_dim=1, shape=(5,)))

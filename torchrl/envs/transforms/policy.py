@@ -131,7 +131,8 @@ class ConditionalPolicySwitch(Transform):
         last = None
         while not groups.any_done(state) and self._holds(state, parent):
             td_in = shallow_copy(state)
-            td_in = self.policy(td_in)
+            out = self.policy(td_in)
+            td_in = td_in if out is None else out
             last = parent._step(td_in)
             groups.complete(last)
             state = shallow_copy(state)
