@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from torchrl.envs.async_envs import AsyncEnvPool, ProcessorAsyncEnvPool, ThreadingAsyncEnvPool
 from torchrl.envs.batched import BatchedEnvBase, EnvMetaData, ParallelEnv, SerialEnv
 from torchrl.envs.common import EnvBase
 from torchrl.envs.custom import (
@@ -258,3 +259,6 @@ __all__ += [
     "VecNormV2",
     "gSDENoise",
 ]
+
+# Asynchronous env pools (torchrl.envs.async_envs).
+__all__ += ["AsyncEnvPool", "ProcessorAsyncEnvPool", "ThreadingAsyncEnvPool"]
