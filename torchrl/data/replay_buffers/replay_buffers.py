@@ -363,16 +363,17 @@ class ReplayBuffer:
         n = len(data) if isinstance(data, (list, tuple)) else storage._write_len(data)
         if not isinstance(writer, RoundRobinWriter) or n > storage.slots:
             return writer.extend(data)
-        targets = free[:n].tolist()
-        taken = set(targets)
+        used = free[:n]
+        slots = used
         cursor = writer._cursor
-        # Skip the free slots just used: the items written there must not be overwritten.
-        while len(targets) < n:
-            if cursor not in taken:
-                targets.append(cursor)
-                taken.add(cursor)
-            cursor = (cursor + 1) % storage.slots
-        slots = torch.tensor(targets, dtype=torch.long)
+        if used.numel() < n:
+            # Continue from the cursor, skipping the free slots just used: the items written
+            # there must not be overwritten. Among ``n`` consecutive slots at most
+            # ``used.numel()`` are skipped, so ``n`` candidates are enough (``n <= slots``).
+            seq = (cursor + torch.arange(n)) % storage.slots
+            rest = seq[~torch.isin(seq, used)][: n - used.numel()]
+            slots = torch.cat([used, rest])
+            cursor = (int(rest[-1]) + 1) % storage.slots
         storage.set(slots, data)
         writer._cursor = cursor
         writer._write_count += n

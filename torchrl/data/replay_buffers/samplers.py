@@ -1270,6 +1270,7 @@ class ConsumingSampler(Sampler):
         self._live = torch.zeros(0, dtype=torch.bool)
         # Consumed slots, oldest first (a dict keeps insertion order and removes in O(1)).
         self._free: dict[int, None] = {}
+        self._n_live = 0
 
     def _grow(self, size: int) -> None:
         if size > self._live.numel():
@@ -1289,10 +1290,13 @@ class ConsumingSampler(Sampler):
         if not index.numel():
             return
         self._grow(int(index.max()) + 1)
+        # Overwritten consumed slots leave the free list (found without a loop over the writes).
+        consumed = ~self._live[index] & (self._counts[index] >= self.max_sample_count)
+        for i in index[consumed].tolist():
+            self._free.pop(i, None)
+        self._n_live += int((~self._live[torch.unique(index)]).sum())
         self._counts[index] = 0
         self._live[index] = True
-        for i in index.tolist():
-            self._free.pop(i, None)
 
     def _available(self, n: int) -> torch.Tensor:
         self._grow(n)
@@ -1301,17 +1305,28 @@ class ConsumingSampler(Sampler):
     def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[NestedKey, Any]]:
         self._check_storage(storage)
         n = check_not_empty(storage)
-        available = self._available(n)
-        if not available.numel():
+        self._grow(n)
+        if not self._n_live:
             raise RuntimeError(
                 f"ConsumingSampler: all {n} stored items were consumed (each can be sampled "
                 f"{self.max_sample_count} time(s)); extend the buffer before sampling again"
             )
-        pick = torch.randperm(available.numel(), generator=self._generator)[:batch_size]
-        index = available[pick]
+        k = min(batch_size, self._n_live)
+        index = None
+        if 4 * self._n_live >= n:
+            # Mostly live: draw uniform candidates, keep distinct live ones, pick k at random
+            # (a uniform k-subset), instead of listing every live slot.
+            cand = torch.randint(n, (4 * k + 16,), generator=self._generator)
+            cand = torch.unique(cand[self._live[cand]])
+            if cand.numel() >= k:
+                index = cand[torch.randperm(cand.numel(), generator=self._generator)[:k]]
+        if index is None:
+            available = self._available(n)
+            index = available[torch.randperm(available.numel(), generator=self._generator)[:k]]
         self._counts[index] += 1
         consumed = index[self._counts[index] >= self.max_sample_count]
         self._live[consumed] = False
+        self._n_live -= consumed.numel()
         for i in consumed.tolist():
             self._free[i] = None
         return index, {}
@@ -1323,14 +1338,14 @@ class ConsumingSampler(Sampler):
             storage: the buffer's storage.
             batch_size: the number of items wanted.
         """
-        return int(self._available(len(storage)).numel()) >= batch_size
+        return self._n_live >= batch_size
 
     @property
     def ran_out(self) -> bool:
-        return not bool(self._live.any())
+        return not self._n_live
 
     def _visible_len(self, storage: Storage) -> int:
-        return int(self._available(len(storage)).numel())
+        return self._n_live
 
     def _free_slots(self) -> torch.Tensor:
         return torch.tensor(list(self._free), dtype=torch.long)
@@ -1339,6 +1354,7 @@ class ConsumingSampler(Sampler):
         self._counts = torch.zeros(0, dtype=torch.long)
         self._live = torch.zeros(0, dtype=torch.bool)
         self._free = {}
+        self._n_live = 0
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -1379,6 +1395,7 @@ class ConsumingSampler(Sampler):
 
     def _apply_state(self, checked: Any) -> None:
         self._counts, self._live, self._free = checked
+        self._n_live = int(self._live.sum())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(max_sample_count={self.max_sample_count})"
