@@ -113,13 +113,11 @@ def test_trading_errors():
         FinancialRegimeEnv.gen_params(window_size=0)
     with pytest.raises(KeyError, match="params"):
         FinancialRegimeEnv(td_params=TensorDict({}, []))
-    env = FinancialRegimeEnv(
-        seed=0,
-    )
+    env = FinancialRegimeEnv(seed=0)
     env.validate_actions = False
     td = env.reset()
     td["action"] = torch.tensor([5])
-    with pytest.raises(ValueError, match="action"):
+    with pytest.raises(ValueError, match="0 .hold., 1 .buy. or 2 .sell."):
         env.step(td)
 
 
@@ -169,6 +167,59 @@ def test_ball_bowl_drop_into_bowl_succeeds():
     assert last["reward"].item() == pytest.approx(1.0 - dist.item(), abs=1e-5)
     # The ball lies on the bowl's bottom, inside its walls.
     assert abs(last["ball_pos"][0] - 0.28) < 0.07 and abs(last["ball_pos"][1] - 0.19) < 0.07
+
+
+def _pinch_down_ik(env, q, target):
+    """Damped least squares on the six arm joints: pinch at ``target``, fingers pointing down."""
+    import mujoco
+
+    model = env.model
+    data = mujoco.MjData(model)
+    jacp, jacr = np.zeros((3, model.nv)), np.zeros((3, model.nv))
+    q = q.copy()
+    for _ in range(200):
+        data.qpos[env._arm_qpos] = q
+        mujoco.mj_forward(model, data)
+        pos_err = target - data.site_xpos[env._pinch_site]
+        z_axis = data.site_xmat[env._pinch_site].reshape(3, 3)[:, 2]
+        err = np.concatenate([pos_err, np.cross(z_axis, [0.0, 0.0, -1.0])])
+        mujoco.mj_jacSite(model, data, jacp, jacr, env._pinch_site)
+        jac = np.vstack([jacp[:, env._arm_qvel], jacr[:, env._arm_qvel]])
+        step = jac.T @ np.linalg.solve(jac @ jac.T + 1e-4 * np.eye(6), err)
+        q = np.clip(q + 0.5 * step, -3.1, 3.1)
+    return q
+
+
+@needs_mujoco
+def test_ball_bowl_scripted_pick_and_place():
+    # The gripper can hold the ball: a scripted pick-and-place (IK, smooth joint-space moves)
+    # carries it from its start into the bowl.
+    env = BallBowlEnv(seed=0)
+    td = env.reset()
+    ball, bowl = td["ball_pos"].numpy(), td["bowl_pos"].numpy()
+    q_prev, g_prev = np.array([0.0, 0.6, 1.5, 1.0, 0.0, 0.0]), 0.04
+    plan = [
+        (ball + [0, 0, 0.15], 0.04, 150),
+        (ball + [0, 0, 0.01], 0.04, 150),
+        (ball + [0, 0, 0.01], 0.0, 80),
+        (ball + [0, 0, 0.2], 0.0, 150),
+        (bowl + [0, 0, 0.15], 0.0, 150),
+        (bowl + [0, 0, 0.15], 0.04, 200),
+    ]
+    for target, grip, n in plan:
+        q = _pinch_down_ik(env, q_prev, target)
+        for k in range(n):
+            frac = min(1.0, (k + 1) / (0.7 * n))
+            action = np.concatenate(
+                [q_prev + frac * (q - q_prev), [g_prev + frac * (grip - g_prev)]]
+            )
+            td["action"] = torch.as_tensor(action, dtype=torch.float32)
+            td = env.step(td)["next"]
+        q_prev, g_prev = q, grip
+        if grip == 0.0 and target[2] > ball[2] + 0.1:
+            assert td["ball_pos"][2] > 0.1  # lifted, not dropped
+    assert td["success"].item()
+    assert td["reward"].item() > 0.9
 
 
 @needs_mujoco

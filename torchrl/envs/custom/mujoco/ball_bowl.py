@@ -41,7 +41,7 @@ def _scene_xml(ball_position: Sequence[float], bowl_position: Sequence[float]) -
     return f"""
 <mujoco model="ball_bowl">
   <compiler angle="radian"/>
-  <option timestep="0.002" integrator="implicitfast"/>
+  <option timestep="0.002" integrator="implicitfast" cone="elliptic" impratio="10"/>
   <default>
     <joint damping="4" armature="0.01"/>
     <position kp="60" ctrlrange="{arm_range}"/>
@@ -111,7 +111,7 @@ def _scene_xml(ball_position: Sequence[float], bowl_position: Sequence[float]) -
   </equality>
   <actuator>
     {"".join(f'<position name="{j}_act" joint="{j}"/>' for j in _ARM_JOINTS)}
-    <position name="gripper_act" joint="left_finger" kp="200"
+    <position name="gripper_act" joint="left_finger" kp="1000"
               ctrlrange="0 {_FINGER_TRAVEL}" forcerange="-10 10"/>
   </actuator>
 </mujoco>
