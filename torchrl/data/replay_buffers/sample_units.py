@@ -100,7 +100,8 @@ class Sequence(SampleUnit):
       range are invalid, and repeat the nearest stored record).
 
     The info (and TensorDict batches) get ``"validity_mask"``, ``"learning_mask"`` (valid and in
-    the learning region) and ``"anchor_index"``, one value per record. Storages with ``ndim=1``
+    the learning region) and ``"anchor_index"``, one value per record; update a prioritized
+    sampler's priorities at ``"anchor_index"`` (``"index"`` holds the window's records). Storages with ``ndim=1``
     holding TensorDicts are supported (``done_key=None`` needs no TensorDict: one episode).
 
     Args:
