@@ -1,4 +1,8 @@
-"""DistributedCollector / DistributedSyncCollector (torch.distributed) and RayEvalWorker (Ray)."""
+"""DistributedCollector / DistributedSyncCollector, RPCCollector and submitit_delayed_launcher.
+
+(This file sorts before the Ray tests: gloo groups made in this process after Ray started make
+the fork-based collectors of later tests abort.)
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,6 @@ from torchrl.collectors.distributed import (
     DistributedDataCollector,
     DistributedSyncCollector,
     DistributedSyncDataCollector,
-    RayEvalWorker,
 )
 from torchrl.collectors.distributed.generic import merge_collector_kwargs
 
@@ -118,48 +121,6 @@ def test_distributed_collector_reports_a_crashed_worker():
         assert time.monotonic() - start < 30
     finally:
         collector.shutdown()
-
-
-# ------------------------------------------------------------------------------ RayEvalWorker
-def test_ray_eval_worker_submit_poll(ray_cluster):
-    # a local function: Ray ships it by value (this test module is not importable in actors)
-    def _policy_maker(env):
-        return threshold_policy()
-
-    worker = RayEvalWorker(None, counting_env, _policy_maker, num_gpus=0)
-    try:
-        assert worker.poll() is None and not worker.pending
-        worker.submit(None, max_steps=10)
-        assert worker.pending
-        with pytest.raises(RuntimeError, match="pending"):
-            worker.submit(None)
-        result = worker.wait(60)
-        assert result["reward"] == 0.0 and result["episode_length"] == 5.0
-        assert result["frames"] is None
-        policy = threshold_policy()
-        _set_bias(policy, 1.0)
-        worker.submit(policy, max_steps=3)  # a module: its weights are sent
-        deadline = time.monotonic() + 60
-        while (result := worker.poll(0.1)) is None and time.monotonic() < deadline:
-            pass
-        assert result == {"reward": 3.0, "episode_length": 3.0, "frames": None}
-    finally:
-        worker.shutdown()
-
-
-@pytest.mark.slow
-def test_ray_eval_worker_errors(ray_cluster):
-    def _policy_maker(env):
-        return threshold_policy()
-
-    with pytest.raises(ValueError, match="num_gpus=0"):
-        RayEvalWorker(None, counting_env, _policy_maker, num_gpus=64)
-
-    def broken_env():
-        raise RuntimeError("no simulator here")
-
-    with pytest.raises(WorkerError, match="no simulator here"):
-        RayEvalWorker(None, broken_env, _policy_maker, num_gpus=0)
 
 
 # ------------------------------------------------------------------------------- RPCCollector
