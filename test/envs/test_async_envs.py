@@ -167,6 +167,29 @@ def test_sync_contract_matches_serial_env(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_batched_sub_envs(backend: str) -> None:
+    maker = partial(CountingEnv, batch_size=[2], max_steps=torch.tensor([2, 3]))
+    pool = _pool(backend, [maker] * 2)
+    try:
+        check_env_specs(pool)
+        rollout = pool.rollout(4, break_when_any_done=False)
+        assert rollout.batch_size == torch.Size([2, 2, 4])
+        # each inner sub-env restarts when it is done (partial resets inside each sub-env)
+        counts = rollout["next", "observation"][0, :, :, 0].tolist()
+        assert counts == [[1.0, 2.0, 1.0, 2.0], [1.0, 2.0, 3.0, 1.0]]
+        pool.async_reset_send(env_index=[1])
+        roots = pool.async_reset_recv()
+        # the env index covers the inner batch of a result
+        assert roots["env_index"].tolist() == [[1, 1]]
+        roots["action"] = torch.ones(1, 2, 1, dtype=torch.int64)
+        pool.async_step_send(roots)
+        out = pool.async_step_recv()
+        assert out["next", "reward"].squeeze(-1).tolist() == [[1.0, 1.0]]
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_partial_reset_through_reset_mask(backend: str) -> None:
     pool = _pool(backend, [partial(TaggedEnv, i) for i in range(3)])
     try:
