@@ -202,6 +202,9 @@ def test_partial_reset_through_reset_mask(backend: str) -> None:
         # the sub-env not reset keeps its observation; the others restart
         assert out["observation"][:, 1].tolist() == [0.0, 1.0, 0.0]
         assert "_reset" not in out.keys()
+        td = out.clone()
+        td["_reset"] = torch.zeros(3, 1, dtype=torch.bool)
+        assert torch.equal(pool.reset(td)["observation"], out["observation"])
     finally:
         pool.close()
 
@@ -339,6 +342,21 @@ def test_env_error_reported_and_pool_shut_down(backend: str) -> None:
     with pytest.raises(RuntimeError, match="shut down after a failure"):
         pool.reset()
     pool.close()
+
+
+class _FailsInWorker(TaggedEnv):
+    """Builds in the test process (to read the specs), raises when built in a worker."""
+
+    def __init__(self, parent_pid: int) -> None:
+        if os.getpid() != parent_pid:
+            raise OSError("no simulator license in this process")
+        super().__init__(0)
+
+
+def test_worker_start_failure_reported() -> None:
+    with pytest.raises(RuntimeError, match="raised OSError during start: no simulator") as info:
+        ProcessorAsyncEnvPool([partial(TaggedEnv, 1), partial(_FailsInWorker, os.getpid())])
+    assert "sub-env 1" in str(info.value)
 
 
 def test_dead_worker_reported() -> None:

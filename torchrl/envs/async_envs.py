@@ -466,6 +466,8 @@ class AsyncEnvPool(EnvBase):
             chosen = list(range(n))
         else:
             chosen = [i for i in range(n) if bool(mask[i].any())]
+        if not chosen:
+            return self._root_template()  # nothing to reset: EnvBase keeps the input's values
         if tensordict is None:
             self.async_reset_send(env_index=chosen, **kwargs)
         else:
