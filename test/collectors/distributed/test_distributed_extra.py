@@ -127,6 +127,7 @@ def test_distributed_collector_reports_a_crashed_worker():
 # torch RPC starts once per process (a second start after a shutdown hangs in torch's gloo
 # set-up), so every scenario runs in a fresh interpreter.
 _RPC_CHILD = """
+import os
 import sys
 import torch
 sys.path.insert(0, {test_dir!r})
@@ -182,6 +183,10 @@ if __name__ == "__main__":
             assert "bogus" in str(err) and "starting" in str(err), err
         else:
             raise AssertionError("no WorkerError")
+    elif mode == "orphan":
+        collector = RPCCollector(counting_env, None, frames_per_batch=4, num_workers=2, timeout=60)
+        print("PIDS", *collector.pids, flush=True)
+        os._exit(0)  # no shutdown: the workers must notice and end by themselves
     print("CHILD-OK")
 """
 
@@ -201,6 +206,29 @@ def test_rpc_collector(mode):
     )
     assert out.returncode == 0 and "CHILD-OK" in out.stdout, out.stderr[-3000:]
     assert time.monotonic() - start < 120
+
+
+@pytest.mark.slow
+def test_rpc_collector_workers_end_with_their_trainer():
+    import os
+    import subprocess
+    import sys
+
+    from _collector_helpers import pid_alive
+
+    test_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = _RPC_CHILD.format(test_dir=test_dir)
+    out = subprocess.run(
+        [sys.executable, "-c", code, "orphan"], capture_output=True, text=True, timeout=180
+    )
+    line = next((x for x in out.stdout.splitlines() if x.startswith("PIDS")), None)
+    assert line is not None, out.stderr[-3000:]
+    pids = [int(p) for p in line.split()[1:]]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 15
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(pid_alive(p) for p in pids)
 
 
 def test_rpc_collector_bad_args():
