@@ -11,10 +11,8 @@ import hashlib
 import hmac
 import os
 import socket
-import warnings
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from types import ModuleType
 from typing import Any, cast
 
 import torch
@@ -28,6 +26,7 @@ from torchrl.collectors._options import CollectorOptions, MultiCollectorOptions,
 from torchrl.collectors._policy import PolicyLike, copy_weights, named_weights
 from torchrl.collectors.multi import MultiaSyncDataCollector, MultiSyncDataCollector
 from torchrl.collectors.sync import EnvSource, SyncDataCollector
+from torchrl.data.replay_buffers.ray_buffer import start_local_ray
 
 __all__ = [
     "WorkerCore",
@@ -89,29 +88,6 @@ def verify_entry(key: bytes, name: str, message: bytes, who: str) -> bytes:
             "to read it (nothing was decoded)."
         )
     return payload
-
-
-def start_local_ray(ray: ModuleType, config: dict[str, Any], who: str) -> None:
-    """``ray.init(**config)`` without the dashboard, warning when it starts Ray unauthenticated.
-
-    Ray's gRPC servers listen on every interface and Ray offers no setting to change it
-    (``_node_ip_address`` does not); what keeps other machines out is Ray's token
-    authentication, which Ray (2.60 checked) turns on for a new local instance when
-    ``RAY_AUTH_MODE`` is unset. With ``RAY_AUTH_MODE=disabled`` anyone who can reach this
-    machine can run code in the instance: say so.
-    """
-    config = {"include_dashboard": False, **config}
-    starts_local = config.get("address") in (None, "local")
-    if starts_local and os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
-        warnings.warn(
-            f"{who}: starting Ray with RAY_AUTH_MODE=disabled: Ray's servers listen on every "
-            "network interface without authentication, so any host that can reach this one "
-            "can run code here. Unset RAY_AUTH_MODE (Ray then uses token authentication) "
-            "unless this machine is isolated.",
-            UserWarning,
-            stacklevel=3,
-        )
-    ray.init(**config)
 
 
 def policy_weights(policy: object) -> dict[str, torch.Tensor]:

@@ -28,25 +28,32 @@ if TYPE_CHECKING:
 
     from torchrl.data.replay_buffers.utils import Index
 
-__all__ = ["RayReplayBuffer"]
+__all__ = ["RayReplayBuffer", "start_local_ray"]
 
 
-def _start_local_ray(ray: ModuleType, config: dict[str, Any], who: str) -> None:
-    """``ray.init(**config)`` without the dashboard, warning when Ray starts unauthenticated.
+def start_local_ray(ray: ModuleType, config: dict[str, Any], who: str) -> None:
+    """Calls ``ray.init(**config)`` with the dashboard off, warning when Ray starts unauthenticated.
 
-    The same policy as :func:`torchrl.collectors.distributed.utils.start_local_ray` (kept here
-    because the data layer may not import the collectors): Ray's servers listen on every
-    interface, and only its token authentication (on unless ``RAY_AUTH_MODE=disabled``) keeps
-    other hosts out.
+    This is the one definition used by the data layer and by the distributed collectors
+    (``torchrl.collectors.distributed.utils`` re-exports it). Ray's gRPC servers listen on every
+    interface and Ray offers no setting to change it; what keeps other machines out is Ray's
+    token authentication, which Ray (2.60 checked) turns on for a new local instance when
+    ``RAY_AUTH_MODE`` is unset. With ``RAY_AUTH_MODE=disabled`` anyone who can reach this
+    machine can run code in the instance, so a warning says so.
+
+    Args:
+        ray: the imported ``ray`` module.
+        config: keyword arguments of ``ray.init`` (``include_dashboard`` defaults to ``False``).
+        who: the name of the caller, written in the warning.
     """
     config = {"include_dashboard": False, **config}
-    if config.get("address") in (None, "local") and (
-        os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled"
-    ):
+    starts_local = config.get("address") in (None, "local")
+    if starts_local and os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
         warnings.warn(
             f"{who}: starting Ray with RAY_AUTH_MODE=disabled: Ray's servers listen on every "
             "network interface without authentication, so any host that can reach this one "
-            "can run code here. Unset RAY_AUTH_MODE unless this machine is isolated.",
+            "can run code here. Unset RAY_AUTH_MODE (Ray then uses token authentication) "
+            "unless this machine is isolated.",
             UserWarning,
             stacklevel=3,
         )
@@ -119,7 +126,7 @@ class RayReplayBuffer:
         if replay_buffer_cls is None:
             replay_buffer_cls = ReplayBuffer
         if not ray.is_initialized():
-            _start_local_ray(ray, dict(ray_init_config or {}), type(self).__name__)
+            start_local_ray(ray, dict(ray_init_config or {}), type(self).__name__)
         self.timeout = float(timeout)
         options = {"num_cpus": 0, **(remote_config or {})}
         self._actor = (
