@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
 import pytest
 import torch
-from _collector_helpers import SlowEnv, counting_env, threshold_policy
+from _collector_helpers import RaisingEnv, SlowEnv, counting_env, threshold_policy
 from _envs import CountingEnv
 from tensordict import TensorDict
 
@@ -19,6 +20,7 @@ from torchrl.collectors import (
     MultiCollector,
     MultiSyncDataCollector,
     SyncDataCollector,
+    WorkerError,
     aSyncDataCollector,
 )
 from torchrl.collectors.evaluator import episode_returns, first_episodes
@@ -343,7 +345,7 @@ def test_evaluator_keys_and_exploration_type():
 
 def test_evaluator_bad_args():
     with pytest.raises(ValueError, match="backend"):
-        Evaluator(counting_env, backend="process")
+        Evaluator(counting_env, backend="ray")
     with pytest.raises(ValueError, match="busy_policy"):
         Evaluator(counting_env, busy_policy="queue")
     with pytest.raises(ValueError, match="num_trajectories"):
@@ -372,3 +374,62 @@ def test_policy_factory_and_tensordict_weights():
         assert evaluator.evaluate(weights)["eval/reward"].item() == 5.0
     finally:
         evaluator.shutdown()
+
+
+# ------------------------------------------------------------------- Evaluator, process backend
+@pytest.mark.slow
+def test_process_backend_weights_results_and_callbacks():
+    policy = threshold_policy()
+    seen = []
+    evaluator = Evaluator(
+        counting_env,
+        policy,
+        num_trajectories=2,
+        max_steps=10,
+        backend="process",
+        on_result=seen.append,
+    )
+    try:
+        child = evaluator._process.proc
+        assert child.is_alive() and evaluator.env is None
+        assert evaluator.evaluate(step=1)["eval/reward"].item() == 0.0
+        _set_bias(policy, 1.0)
+        assert evaluator.trigger_eval(step=2)
+        _set_bias(policy, -1.0)  # the weights were taken when triggered
+        result = evaluator.wait(60)
+        assert result["eval/reward"].item() == 5.0 and result["eval/step"].item() == 2
+        assert result["eval/episode_length"].item() == 5.0
+        assert [r["eval/step"].item() for r in seen] == [1, 2]
+    finally:
+        evaluator.shutdown()
+    child.join(10)
+    assert not child.is_alive()
+
+
+@pytest.mark.slow
+def test_process_backend_reports_errors_and_a_dead_process():
+    # an env error travels back with its traceback (the env is built in the process)
+    env_fn = functools.partial(RaisingEnv, fail_at=3)
+    evaluator = Evaluator(env_fn, None, max_steps=5, backend="process")
+    try:
+        with pytest.raises(RuntimeError, match="boom at step 3"):
+            evaluator.evaluate()
+    finally:
+        evaluator.shutdown()
+    # a killed process fails the pending evaluation at once
+    env_fn = functools.partial(SlowEnv, delay=0.2)
+    evaluator = Evaluator(env_fn, None, max_steps=5, backend="process")
+    try:
+        evaluator.trigger_eval()
+        evaluator._process.proc.kill()
+        with pytest.raises(RuntimeError, match="evaluation failed") as info:
+            evaluator.wait(30)
+        assert isinstance(info.value.__cause__, WorkerError)
+        assert "died while evaluating" in str(info.value.__cause__)
+    finally:
+        evaluator.shutdown()
+
+
+def test_process_backend_bad_args():
+    with pytest.raises(TypeError, match="env constructor"):
+        Evaluator(CountingEnv(), backend="process")

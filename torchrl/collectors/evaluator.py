@@ -11,9 +11,13 @@ and to a :class:`~torchrl.record.loggers.Logger`. The episode statistics (:func:
 from __future__ import annotations
 
 import copy
+import os
+import shutil
 import threading
+import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from multiprocessing.connection import Connection, wait
 from typing import Any, Literal, cast
 
 import torch
@@ -21,8 +25,10 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from torchrl._keys import DONE, NEXT, REWARD
+from torchrl._processes import describe_exit, use_temp_dir, watch_parent, worker_temp_dir
 from torchrl._types import NestedKey
 from torchrl.collectors._policy import WeightsLike, copy_weights, named_weights
+from torchrl.collectors._pool import WorkerError
 from torchrl.envs.common import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.record.loggers.common import Logger, as_float
@@ -128,8 +134,64 @@ def dump_videos(env: Any) -> None:
             dump()
 
 
+@torch.no_grad()
+def _evaluate_once(
+    env: EnvBase,
+    policy: Callable[[TensorDictBase], Any] | None,
+    num_trajectories: int,
+    max_steps: int | None,
+    reward_key: NestedKey,
+    done_key: NestedKey,
+    exploration_type: ExplorationType,
+    metrics_fn: Callable[[list[TensorDictBase]], dict[str, float]] | None,
+    dump_video: bool,
+) -> dict[str, torch.Tensor]:
+    """One evaluation: rollouts until ``num_trajectories`` episodes, then their statistics."""
+    training = isinstance(policy, nn.Module) and policy.training
+    if training:
+        cast(nn.Module, policy).eval()
+    returns: list[torch.Tensor] = []
+    lengths: list[torch.Tensor] = []
+    rollouts: list[TensorDictBase] = []
+    count = 0
+    try:
+        with set_exploration_type(exploration_type):
+            while count < num_trajectories:
+                rollout = env.rollout(
+                    max_steps or DEFAULT_MAX_STEPS,
+                    policy,
+                    break_when_any_done=False,
+                    break_when_all_done=True,
+                )
+                rollouts.append(rollout)
+                r, n, _ = first_episodes(
+                    rollout_entry(rollout, reward_key, "Evaluator"),
+                    rollout_entry(rollout, done_key, "Evaluator"),
+                )
+                returns.append(r)
+                lengths.append(n)
+                count += r.numel()
+    finally:
+        if training:
+            cast(nn.Module, policy).train()
+    if dump_video:
+        dump_videos(env)
+    ret = torch.cat(returns)[:num_trajectories]
+    length = torch.cat(lengths)[:num_trajectories].float()
+    metrics = {
+        "reward": ret.mean(),
+        "reward_std": ret.std() if ret.numel() > 1 else torch.zeros(()),
+        "episode_length": length.mean(),
+        "num_episodes": torch.tensor(ret.numel()),
+    }
+    if metrics_fn is not None:
+        for name, value in metrics_fn(rollouts).items():
+            metrics[name] = torch.as_tensor(value)
+    return metrics
+
+
 class Evaluator:
-    """Runs evaluation episodes of a policy, blocking or in a background thread.
+    """Runs evaluation episodes of a policy, blocking or in the background (thread or process).
 
     :meth:`evaluate` blocks and returns the metrics; :meth:`trigger_eval` starts an evaluation
     in a background thread and returns at once; :meth:`poll` (non-blocking) and :meth:`wait`
@@ -154,11 +216,16 @@ class Evaluator:
         exploration_type: the exploration mode of the rollouts (deterministic by default).
         metrics_fn: extra metrics, computed from the list of rollouts of an evaluation.
         dump_video: dump the videos of the env's ``VideoRecorder`` transforms after each one.
-        on_result: called with each result, in the thread that produced it.
+        on_result: called with each result, in the thread that produced it (with
+            ``backend="process"``, a thread of this process reading the result).
         busy_policy: what :meth:`trigger_eval` does while an evaluation runs: ``"skip"``
             (return ``False``) or ``"error"`` (raise ``RuntimeError``).
-        backend: ``"thread"`` (the only backend here; see :class:`RayEvalWorker
-            <torchrl.collectors.distributed.RayEvalWorker>` for a Ray actor).
+        backend: ``"thread"`` (this process) or ``"process"``: a ``spawn`` process builds
+            ``env()`` (a picklable constructor) and its own policy, receives the weights of
+            each evaluation and sends back the metrics; it ends with this process, and a
+            crash fails the evaluation with :class:`~torchrl.collectors.WorkerError`. (See
+            :class:`RayEvalWorker <torchrl.collectors.distributed.RayEvalWorker>` for a Ray
+            actor.)
         logger: a logger receiving every metric (``log_scalar``) at ``step``.
         eval_interval: the frames between two evaluations of :meth:`maybe_trigger_eval`.
 
@@ -188,14 +255,19 @@ class Evaluator:
         dump_video: bool = True,
         on_result: Callable[[TensorDictBase], None] | None = None,
         busy_policy: Literal["skip", "error"] = "skip",
-        backend: Literal["thread"] = "thread",
+        backend: Literal["thread", "process"] = "thread",
         logger: Logger | None = None,
         eval_interval: int | None = None,
     ) -> None:
-        if backend != "thread":
+        if backend not in ("thread", "process"):
             raise ValueError(
-                f"Evaluator: backend={backend!r} is not supported; use 'thread' (or "
-                "torchrl.collectors.distributed.RayEvalWorker for a Ray actor)"
+                f"Evaluator: backend={backend!r} is not supported; use 'thread' or 'process' "
+                "(or torchrl.collectors.distributed.RayEvalWorker for a Ray actor)"
+            )
+        if backend == "process" and (isinstance(env, EnvBase) or not callable(env)):
+            raise TypeError(
+                "Evaluator(backend='process') builds its env in the evaluation process: pass "
+                f"a picklable env constructor, not {type(env).__name__}"
             )
         if busy_policy not in ("skip", "error"):
             raise ValueError(
@@ -211,10 +283,15 @@ class Evaluator:
             raise ValueError(f"Evaluator: eval_interval must be >= 1, got {eval_interval}")
         if policy is not None and policy_factory is not None:
             raise ValueError("Evaluator: pass policy or policy_factory, not both")
-        built = env if isinstance(env, EnvBase) else env()
-        if not isinstance(built, EnvBase):
-            raise TypeError(f"Evaluator: env must be an EnvBase or build one, got {type(built)}")
-        self.env = built
+        self.backend = backend
+        self.env: EnvBase | None = None
+        if backend == "thread":
+            built = env if isinstance(env, EnvBase) else env()
+            if not isinstance(built, EnvBase):
+                raise TypeError(
+                    f"Evaluator: env must be an EnvBase or build one, got {type(built)}"
+                )
+            self.env = built
         self._source = policy
         self.policy: Callable[[TensorDictBase], Any] | None
         if policy_factory is not None:
@@ -241,6 +318,12 @@ class Evaluator:
         self._executor: ThreadPoolExecutor | None = None
         self._future: Future[TensorDictBase] | None = None
         self._closed = False
+        self._process: _EvalProcess | None = None
+        if backend == "process":
+            child_policy = None if policy_factory is not None else self.policy
+            self._process = _EvalProcess(
+                cast(Callable[[], EnvBase], env), child_policy, policy_factory, self._settings()
+            )
 
     # -------------------------------------------------------------------------------- running
     @property
@@ -284,7 +367,11 @@ class Evaluator:
             raise RuntimeError("Evaluator.evaluate: a background evaluation is running; wait()")
         with self._lock:
             self._load(weights)
-            return self._run(step)
+            if self._process is None:
+                return self._run(step)
+            future = self._process.submit(self._snapshot(), step, self._finish)
+        future.exception()  # blocks until the evaluation process answers
+        return self._result(future)
 
     def trigger_eval(self, weights: WeightsLike | None = None, step: int | None = None) -> bool:
         """Starts an evaluation in the background thread and returns at once.
@@ -312,6 +399,9 @@ class Evaluator:
             return False
         with self._lock:
             self._load(weights)
+            if self._process is not None:
+                self._future = self._process.submit(self._snapshot(), step, self._finish)
+                return True
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="torchrl-evaluator")
         self._future = self._executor.submit(self._run_locked, step)
@@ -380,54 +470,33 @@ class Evaluator:
         with self._lock:
             return self._run(step)
 
-    @torch.no_grad()
-    def _run(self, step: int | None) -> TensorDictBase:
-        policy = self.policy
-        training = isinstance(policy, nn.Module) and policy.training
-        if training:
-            cast(nn.Module, policy).eval()
-        returns: list[torch.Tensor] = []
-        lengths: list[torch.Tensor] = []
-        rollouts: list[TensorDictBase] = []
-        count = 0
-        try:
-            with set_exploration_type(self.exploration_type):
-                while count < self.num_trajectories:
-                    rollout = self.env.rollout(
-                        self.max_steps or DEFAULT_MAX_STEPS,
-                        policy,
-                        break_when_any_done=False,
-                        break_when_all_done=True,
-                    )
-                    rollouts.append(rollout)
-                    r, n, _ = first_episodes(
-                        rollout_entry(rollout, self.reward_key, "Evaluator"),
-                        rollout_entry(rollout, self.done_key, "Evaluator"),
-                    )
-                    returns.append(r)
-                    lengths.append(n)
-                    count += r.numel()
-        finally:
-            if training:
-                cast(nn.Module, policy).train()
-        if self.dump_video:
-            dump_videos(self.env)
-        ret = torch.cat(returns)[: self.num_trajectories]
-        length = torch.cat(lengths)[: self.num_trajectories].float()
-        p = self.log_prefix
-        metrics: dict[str, Any] = {
-            f"{p}/reward": ret.mean(),
-            f"{p}/reward_std": ret.std() if ret.numel() > 1 else torch.zeros(()),
-            f"{p}/episode_length": length.mean(),
-            f"{p}/num_episodes": torch.tensor(ret.numel()),
-            f"{p}/step": torch.tensor(-1 if step is None else int(step)),
+    def _snapshot(self) -> dict[str, torch.Tensor]:
+        """A CPU copy of the staged weights, for the evaluation process."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self._weights.items()}
+
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "num_trajectories": self.num_trajectories,
+            "max_steps": self.max_steps,
+            "reward_key": self.reward_key,
+            "done_key": self.done_key,
+            "exploration_type": self.exploration_type,
+            "metrics_fn": self.metrics_fn,
+            "dump_video": self.dump_video,
         }
-        if self.metrics_fn is not None:
-            for name, value in self.metrics_fn(rollouts).items():
-                metrics[f"{p}/{name}"] = torch.as_tensor(value)
-        result = TensorDict(metrics, batch_size=[])
+
+    def _run(self, step: int | None) -> TensorDictBase:
+        assert self.env is not None  # (the thread backend owns its env)
+        return self._finish(_evaluate_once(self.env, self.policy, **self._settings()), step)
+
+    def _finish(self, metrics: dict[str, Any], step: int | None) -> TensorDictBase:
+        """Names the metrics, logs them and hands them to ``on_result``."""
+        p = self.log_prefix
+        named = {f"{p}/{k}": torch.as_tensor(v) for k, v in metrics.items()}
+        named[f"{p}/step"] = torch.tensor(-1 if step is None else int(step))
+        result = TensorDict(named, batch_size=[])
         if self.logger is not None:
-            for name, value in metrics.items():
+            for name, value in named.items():
                 if not name.endswith("/step"):
                     self.logger.log_scalar(name, as_float(value), step=step)
         if self.on_result is not None:
@@ -452,8 +521,18 @@ class Evaluator:
                 pass  # its thread is a daemon of the executor; it ends with its rollout
         if self._executor is not None:
             self._executor.shutdown(wait=timeout is None)
-        if future is None or future.done():
+        if self._process is not None:
+            self._process.close()
+        if self.env is not None and (future is None or future.done()):
             self.env.close()
+
+    def __del__(self) -> None:
+        process = getattr(self, "_process", None)
+        if process is not None:
+            try:
+                process.close()
+            except Exception:  # noqa: BLE001 - interpreter teardown
+                pass
 
     def __enter__(self) -> Evaluator:
         return self
@@ -466,6 +545,134 @@ class Evaluator:
             f"Evaluator(num_trajectories={self.num_trajectories}, max_steps={self.max_steps}, "
             f"log_prefix={self.log_prefix!r}, pending={self.pending})"
         )
+
+
+def _eval_process_main(
+    conn: Connection,
+    env_fn: Callable[[], EnvBase],
+    policy: Callable[[TensorDictBase], Any] | None,
+    policy_factory: Callable[[], Callable[[TensorDictBase], Any]] | None,
+    settings: dict[str, Any],
+    parent_pid: int,
+    temp_dir: str,
+) -> None:
+    """The evaluation process: build the env and policy, then answer evaluation requests.
+
+    Every failure goes back to the parent as its traceback; the process ends within a second
+    of its parent's death (:func:`torchrl._processes.watch_parent`).
+    """
+    use_temp_dir(temp_dir)
+    watch_parent(parent_pid, cleanup=(temp_dir,))
+    torch.set_num_threads(1)
+    try:
+        env = env_fn()
+        if policy_factory is not None:
+            policy = policy_factory()
+        weights = named_weights(policy) if isinstance(policy, nn.Module) else {}
+    except Exception:
+        conn.send(("error", traceback.format_exc()))
+        return
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:  # the parent closed its end
+            break
+        if message[0] == "stop":
+            break
+        _, new_weights, step = message
+        try:
+            if weights and new_weights:
+                copy_weights(weights, new_weights)
+            conn.send(("result", _evaluate_once(env, policy, **settings)))
+        except Exception:
+            conn.send(("error", traceback.format_exc()))
+    env.close()
+
+
+class _EvalProcess:
+    """The parent's side of the evaluation process: one request at a time, read by a thread
+    that also watches the process, so that a dead process fails the request at once."""
+
+    def __init__(
+        self,
+        env_fn: Callable[[], EnvBase],
+        policy: Callable[[TensorDictBase], Any] | None,
+        policy_factory: Callable[[], Callable[[TensorDictBase], Any]] | None,
+        settings: dict[str, Any],
+    ) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._temp_dir = worker_temp_dir()
+        self.proc = ctx.Process(
+            target=_eval_process_main,
+            args=(child, env_fn, policy, policy_factory, settings, os.getpid(), self._temp_dir),
+            daemon=True,
+            name="torchrl-evaluator",
+        )
+        try:
+            self.proc.start()
+            child.close()
+            kind, payload = self._receive("starting")
+            if kind != "ready":
+                raise RuntimeError(
+                    f"Evaluator: the evaluation process (pid {self.proc.pid}) could not build "
+                    f"its env or policy:\n{payload}"
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def _receive(self, what: str) -> tuple[str, Any]:
+        ready = wait([self._conn, self.proc.sentinel])
+        if self._conn in ready:
+            try:
+                return cast(tuple[str, Any], self._conn.recv())
+            except EOFError:
+                pass
+        self.proc.join(1.0)
+        raise WorkerError(
+            f"Evaluator: the evaluation process (pid {self.proc.pid}) died while {what} "
+            f"({describe_exit(self.proc.exitcode)})"
+        )
+
+    def submit(
+        self,
+        weights: dict[str, torch.Tensor],
+        step: int | None,
+        finish: Callable[[dict[str, Any], int | None], TensorDictBase],
+    ) -> Future[TensorDictBase]:
+        future: Future[TensorDictBase] = Future()
+        self._conn.send(("eval", weights, step))
+
+        def read() -> None:
+            try:
+                kind, payload = self._receive("evaluating")
+                if kind != "result":
+                    raise RuntimeError(
+                        f"the evaluation process (pid {self.proc.pid}) raised:\n{payload}"
+                    )
+                future.set_result(finish(payload, step))
+            except BaseException as err:  # noqa: BLE001 - handed to the caller
+                future.set_exception(err)
+
+        threading.Thread(target=read, daemon=True, name="torchrl-evaluator-reader").start()
+        return future
+
+    def close(self) -> None:
+        if self.proc.is_alive():
+            try:
+                self._conn.send(("stop", None, None))
+            except OSError:
+                pass  # gone already
+            self.proc.join(5.0)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join(5.0)
+        self._conn.close()
+        shutil.rmtree(self._temp_dir, ignore_errors=True)
 
 
 def rollout_entry(td: TensorDictBase, key: NestedKey | Sequence[str], who: str) -> torch.Tensor:
