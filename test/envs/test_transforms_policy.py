@@ -17,7 +17,7 @@ import torchrl.envs as envs_pkg
 import torchrl.envs.transforms as transforms_pkg
 import torchrl.envs.transforms.transforms as transforms_mod
 from torchrl.data import Composite, LazyTensorStorage, ReplayBuffer, Unbounded
-from torchrl.envs import PendulumEnv, check_env_specs
+from torchrl.envs import ParallelEnv, PendulumEnv, SerialEnv, check_env_specs, step_mdp
 from torchrl.envs.transforms import (
     ConditionalPolicySwitch,
     ConditionalSkip,
@@ -150,14 +150,43 @@ class TestConditionalSkip:
         assert bool((out["th"][0] == td["th"][0]).all())
         assert not bool((out["th"][1] == td["th"][1]).all())
 
-    def test_stateful_env_refuses(self) -> None:
-        env = TransformedEnv(CountingEnv(), ConditionalSkip(lambda td: True))
+    def test_stateful_env(self) -> None:
+        # A single stateful env is skipped without stepping: its count stays.
+        base = CountingEnv()
+        env = TransformedEnv(base, ConditionalSkip(lambda td: True))
         td = env.reset().set("action", torch.ones(1, dtype=torch.int64))
-        with pytest.raises(RuntimeError, match="stateful"):
-            env.step(td)
-        # A condition that never holds is fine on a stateful env.
+        out = env.step(td)
+        assert int(base.count) == 0 and float(out["next", "observation"]) == 0.0
+        assert float(out["next", "reward"]) == 0.0 and "_step" not in out.keys()
         env = TransformedEnv(CountingEnv(), ConditionalSkip(lambda td: False))
         assert env.rollout(3).batch_size == torch.Size([3])
+        # A stateful env with several sub-envs cannot step some of them only.
+        env = TransformedEnv(
+            CountingEnv(batch_size=[2]), ConditionalSkip(lambda td: torch.tensor([True, False]))
+        )
+        td = env.reset().set("action", torch.ones(2, 1, dtype=torch.int64))
+        with pytest.raises(ValueError, match="batch-locked"):
+            env.step(td)
+
+    @pytest.mark.parametrize("kind", ["serial", "parallel"])
+    def test_stateful_batched_env(self, kind: str) -> None:
+        cls = SerialEnv if kind == "serial" else ParallelEnv
+        # StepCounter before the skip: its count of a skipped step is replaced too.
+        env = TransformedEnv(cls(2, CountingEnv), StepCounter())
+        env.append_transform(ConditionalSkip(lambda td: torch.tensor([True, False])))
+        try:
+            td = env.reset()
+            for t in range(3):
+                td = td.set("action", torch.ones(2, 1, dtype=torch.int64))
+                td = env.step(td)
+                assert td["next", "step_count"].squeeze(-1).tolist() == [0, t + 1]
+                assert td["next", "reward"].squeeze(-1).tolist() == [0.0, 1.0]
+                td = step_mdp(td)
+            # worker 0 never stepped: its count (the observation) and step count stay at 0
+            assert td["observation"].squeeze(-1).tolist() == [0.0, 3.0]
+            assert td["step_count"].squeeze(-1).tolist() == [0, 3]
+        finally:
+            env.close()
 
     def test_errors(self) -> None:
         with pytest.raises(TypeError, match="callable"):

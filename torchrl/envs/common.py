@@ -15,7 +15,8 @@ step. The pieces they use live in modules of their own, none of which imports th
 
 - :mod:`torchrl.envs._spec_cache`: what is derived from the specs (``SpecCache``);
 - :mod:`torchrl.envs._done`: the done flags by group, partial resets (``DoneGroups``);
-- :mod:`torchrl.envs._writes`: the step's output written under ``"next"``;
+- :mod:`torchrl.envs._writes`: the step's output written under ``"next"`` (and, with a
+  ``"_step"`` mask, the skipped sub-envs' entries kept);
 - :mod:`torchrl.envs._mdp`: the next step's input (``step_mdp``);
 - :mod:`torchrl.envs._rollout`: the steps of a rollout stacked (``StepStore``);
 - :mod:`torchrl.envs._action_checks` and :mod:`torchrl.envs._spec_checks`: the checks.
@@ -40,9 +41,9 @@ from torchrl.envs._mdp import apply_mdp_plan
 from torchrl.envs._rollout import StepStore
 from torchrl.envs._spec_cache import SpecCache
 from torchrl.envs._spec_checks import check_against_specs, check_spec_shape, leading_shape
-from torchrl.envs._writes import set_leaf, set_next
+from torchrl.envs._writes import STEP_MASK, keep_skipped, set_leaf, set_next, step_mask
 
-__all__ = ["EnvBase", "next_seed"]
+__all__ = ["STEP_MASK", "EnvBase", "next_seed"]
 
 _OUTPUT_SPECS = ("full_observation_spec", "full_reward_spec", "full_done_spec")
 _INPUT_SPECS = ("full_state_spec", "full_action_spec")
@@ -511,6 +512,12 @@ class EnvBase(nn.Module):
         truncated``; a lone ``done`` counts as a termination). With ``validate_actions`` (the
         default), the actions are checked against the action spec first.
 
+        With a boolean ``"_step"`` entry (shape of the batch, or of ``done``), only the sub-envs
+        where it is ``True`` step; the others keep their state and get their input's entries
+        under ``"next"`` (a zero reward). The entry is consumed. Stateless envs, batched envs
+        (``SerialEnv``, ``ParallelEnv``) and ``TransformedEnv`` honour it; other stateful envs
+        raise unless the mask is all ``True`` or all ``False``.
+
         Args:
             tensordict: batch ``[*batch_size]``, holding the action(s) and any state.
 
@@ -530,6 +537,11 @@ class EnvBase(nn.Module):
         """
         if self._batch_locked and tensordict.batch_size != self._batch_size:
             self._check_batch(tensordict, "step")
+        # The only cost of step masks on the hot path: one dict lookup.
+        raw = entries(tensordict) if type(tensordict) is TensorDict else None
+        mask = raw.get(STEP_MASK) if raw is not None else tensordict.get(STEP_MASK, None)
+        if mask is not None:
+            return self._masked_step(tensordict, mask)
         if self.validate_actions:
             check = (self._cache or self._spec_cache()).check_actions
             if check is not None:
@@ -541,6 +553,55 @@ class EnvBase(nn.Module):
             self._type_check(next_td, "step()", next_=True)
         set_next(tensordict, next_td)
         return tensordict
+
+    def _masked_step(self, tensordict: TensorDictBase, mask: Any) -> TensorDictBase:
+        """``step`` with a ``"_step"`` mask: only the marked sub-envs step, the others stay put.
+
+        A skipped sub-env's ``"next"`` entries are its input's: the same observations (and any
+        other entry the input holds), a zero reward and the input's done flags (``False`` where
+        the input has none). The mask is consumed: it is not in the returned TensorDict.
+        """
+        flags = step_mask(type(self).__name__, mask, self._batch_size)
+        tensordict.del_(STEP_MASK)
+        if all_flag(flags):
+            return self.step(tensordict)
+        cache = self._cache or self._spec_cache()
+        if not any_flag(flags):
+            next_td = self._skipped_step_output()
+        else:
+            if self.validate_actions and cache.check_actions is not None:
+                cache.check_actions(tensordict)
+            next_td = self._step_masked(tensordict, flags)
+            cache.done_groups.complete(next_td)
+        keep_skipped(next_td, tensordict, flags, cache.reward_keys, cache.done_keys)
+        if self.run_type_checks:
+            self._type_check(next_td, "step()", next_=True)
+        set_next(tensordict, next_td)
+        return tensordict
+
+    def _skipped_step_output(self) -> TensorDictBase:
+        """A step output for when no sub-env steps: zeros of the output specs (then overwritten)."""
+        out = self.full_observation_spec.zero()
+        out.update(self.full_reward_spec.zero())
+        out.update(self.full_done_spec.zero())
+        return out
+
+    def _step_masked(self, tensordict: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
+        """``_step`` for the sub-envs where ``mask`` (shape ``batch_size``) is ``True``.
+
+        Returns entries for every sub-env; those of the skipped ones are overwritten by
+        :meth:`step`. A stateless env (``batch_locked=False``, its state carried by the
+        TensorDict) steps every sub-env; a stateful one must override this method to step only
+        the marked sub-envs (batched and transformed envs do), else it raises.
+        """
+        if not self._batch_locked:
+            return self._step(tensordict)
+        raise ValueError(
+            f"{type(self).__name__}: the step input has a {STEP_MASK!r} mask that leaves out "
+            f"some of its {list(self._batch_size)} sub-envs, but this env keeps its state "
+            "internally (batch-locked) and cannot step a subset of them; run the copies in a "
+            "SerialEnv/ParallelEnv, or use a stateless env"
+        )
 
     def reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         """Resets the env, or only the sub-envs marked by a boolean ``"_reset"`` entry.

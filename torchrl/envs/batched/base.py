@@ -7,14 +7,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import DONE, NEXT, TERMINATED, TRUNCATED
+from torchrl._td_compat import entries
 from torchrl._types import DeviceLike
 from torchrl.data.specs import Composite, TensorSpec
 from torchrl.envs._key_paths import key_tuple, path_to_key
 from torchrl.envs._mdp import apply_mdp_plan
-from torchrl.envs._writes import set_next
+from torchrl.envs._writes import STEP_MASK, set_next
 from torchrl.envs.batched._layout import Layout, Path, get_leaf
 from torchrl.envs.batched._meta import EnvMetaData, stack_metas
 from torchrl.envs.common import EnvBase
@@ -352,6 +353,22 @@ class BatchedEnvBase(EnvBase):
         values, complete = self._step_values(tensordict)
         return self._run_step(values, complete)
 
+    def _step_masked(self, tensordict: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
+        # Only the workers with a marked sub-env step; a worker's inner mask goes along when it
+        # marks some of its sub-envs only.
+        if not self._started:
+            self.start()
+        n = self._num_workers
+        per_worker = mask.reshape(n, -1)
+        stepped = per_worker.any(-1).tolist()
+        whole = per_worker.all(-1).tolist()
+        inner = self.batch_size[1:]
+        masks: list[torch.Tensor | None] = [
+            None if whole[i] or not stepped[i] else per_worker[i].reshape(inner) for i in range(n)
+        ]
+        values, complete = self._step_values(tensordict)
+        return self._run_step_subset(values, complete, stepped, masks)
+
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
         if not self._started:
             self.start()
@@ -374,6 +391,10 @@ class BatchedEnvBase(EnvBase):
         """
         if self._batch_locked and tensordict.batch_size != self._batch_size:
             self._check_batch(tensordict, "step_and_maybe_reset")
+        raw = entries(tensordict) if type(tensordict) is TensorDict else None
+        if (raw.get(STEP_MASK) if raw is not None else tensordict.get(STEP_MASK, None)) is not None:
+            # A masked step goes through ``step`` (which honours the mask), then resets.
+            return EnvBase.step_and_maybe_reset(self, tensordict)
         self._check_actions(tensordict)
         if not self._started:
             self.start()
@@ -413,6 +434,17 @@ class BatchedEnvBase(EnvBase):
         raise NotImplementedError
 
     def _run_step(self, values: list[Any], complete: bool) -> TensorDictBase:
+        raise NotImplementedError
+
+    def _run_step_subset(
+        self,
+        values: list[Any],
+        complete: bool,
+        stepped: list[bool],
+        masks: list[torch.Tensor | None],
+    ) -> TensorDictBase:
+        """Steps the workers where ``stepped`` holds (``masks[i]``: worker ``i``'s inner mask,
+        ``None`` when all its sub-envs step); the other workers' entries are placeholders."""
         raise NotImplementedError
 
     def _run_step_and_reset(

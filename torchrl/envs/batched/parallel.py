@@ -38,7 +38,7 @@ from tensordict import TensorDictBase
 from torchrl._processes import default_start_method, describe_exit, stop_processes
 from torchrl._types import DeviceLike
 from torchrl.envs._key_paths import path_to_key
-from torchrl.envs._writes import set_leaf
+from torchrl.envs._writes import STEP_MASK, set_leaf
 from torchrl.envs.batched._layout import Layout, get_leaf
 from torchrl.envs.batched._worker import (
     CLOSE,
@@ -564,6 +564,33 @@ class ParallelEnv(BatchedEnvBase):
         except BaseException:
             self._after_failure()
             raise
+        return self._step_layout.build([b.clone() for b in self._step_bufs])
+
+    def _run_step_subset(
+        self,
+        values: list[Any],
+        complete: bool,
+        stepped: list[bool],
+        masks: list[torch.Tensor | None],
+    ) -> TensorDictBase:
+        partial = [i for i, m in enumerate(masks) if m is not None]
+        if partial:
+            # The shared buffers carry no mask: a worker steps all its sub-envs or none.
+            raise ValueError(
+                f"{type(self).__name__}: the {STEP_MASK!r} mask marks only some of the sub-envs "
+                f"of worker(s) {partial} (inner batch {list(self.batch_size[1:])}); a worker "
+                "steps all of its sub-envs or none, so mark them all alike"
+            )
+        pool = self._live_pool()
+        self._write_inputs(values, self._step_idx)
+        message = self._step_message(values, complete, STEP, "step")
+        workers = [i for i, flag in enumerate(stepped) if flag]
+        try:
+            pool.send(workers, message, "step")
+        except BaseException:
+            self._after_failure()
+            raise
+        # The workers left out keep their last outputs in the buffers; EnvBase.step replaces them.
         return self._step_layout.build([b.clone() for b in self._step_bufs])
 
     def _run_step_and_reset(

@@ -8,10 +8,11 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from torchrl._keys import NEXT
 from torchrl._td_compat import entries, new_unchecked
 from torchrl._types import DeviceLike, NestedKey
 from torchrl.envs._key_paths import path_to_key
-from torchrl.envs._writes import set_leaf
+from torchrl.envs._writes import STEP_MASK, set_leaf
 from torchrl.envs.batched._inner import check_value, complete_output, reset_finished, step_fn
 from torchrl.envs.batched._layout import Layout, get_leaf
 from torchrl.envs.batched.base import BatchedEnvBase, Merge
@@ -258,6 +259,29 @@ class SerialEnv(BatchedEnvBase):
         subs = cast(list[TensorDictBase], self._split(values))  # a step has actions
         outs = [step(sub) for step, sub in zip(self._step_fns, subs)]
         return self._stack_steps(outs)
+
+    def _run_step_subset(
+        self,
+        values: list[Any],
+        complete: bool,
+        stepped: list[bool],
+        masks: list[torch.Tensor | None],
+    ) -> TensorDictBase:
+        # Env by env, even with a batched stepper: it steps all envs or none.
+        subs = cast(list[TensorDictBase], self._split(values))
+        outs: list[TensorDictBase | None] = [None] * len(subs)
+        for i, sub in enumerate(subs):
+            if not stepped[i]:
+                continue
+            inner_mask = masks[i]
+            if inner_mask is None:
+                outs[i] = self._step_fns[i](sub)
+            else:
+                sub.set(STEP_MASK, inner_mask)
+                outs[i] = self._envs[i].step(sub).get(NEXT)
+        template = next(out for out in outs if out is not None)
+        filled = [out if out is not None else template.apply(torch.zeros_like) for out in outs]
+        return self._stack_steps(cast(list[TensorDictBase], filled))
 
     def _run_step_and_reset(
         self, values: list[Any], complete: bool

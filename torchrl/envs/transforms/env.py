@@ -17,6 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import NEXT
 from torchrl.data.specs import Composite, TensorSpec
+from torchrl.envs._writes import STEP_MASK, step_mask
 from torchrl.envs.common import EnvBase
 from torchrl.envs.transforms._utils import shallow_copy
 from torchrl.envs.transforms.base import Compose, Transform
@@ -303,7 +304,8 @@ class TransformedEnv(EnvBase):
         compose = self._compose_now()
         td_in = compose.inv(tensordict) if compose._inv_list else tensordict
         base: EnvBase = self._modules["base_env"]  # type: ignore[assignment]
-        if self._base_plain_step:
+        # An inverse (ConditionalSkip) may have set a step mask: then base.step honours it.
+        if self._base_plain_step and (td_in is tensordict or td_in.get(STEP_MASK, None) is None):
             if self.validate_actions:
                 check = (base._cache or base._spec_cache()).check_actions
                 if check is not None:
@@ -315,6 +317,21 @@ class TransformedEnv(EnvBase):
                 base._type_check(next_td, "step()", next_=True)
         else:
             next_td = base.step(td_in).get(NEXT)
+        if compose._step_list:
+            next_td = compose._step(tensordict, next_td)
+        return next_td
+
+    def _step_masked(self, tensordict: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
+        # The base env gets the mask and steps the marked sub-envs only; the transforms then
+        # see every sub-env, and EnvBase.step puts back the skipped ones' entries.
+        compose = self._compose_now()
+        td_in = compose.inv(tensordict) if compose._inv_list else shallow_copy(tensordict)
+        previous = td_in.get(STEP_MASK, None)
+        if previous is not None:  # an inverse set its own mask too: step where both say so
+            mask = mask & step_mask(type(self).__name__, previous, mask.shape)
+        td_in.set(STEP_MASK, mask)
+        base: EnvBase = self._modules["base_env"]  # type: ignore[assignment]
+        next_td = base.step(td_in).get(NEXT)
         if compose._step_list:
             next_td = compose._step(tensordict, next_td)
         return next_td

@@ -17,6 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl._keys import ACTION, NEXT, OBSERVATION
 from torchrl._types import DeviceLike, NestedKey
 from torchrl.data.specs import Composite, TensorSpec, Unbounded
+from torchrl.envs._writes import STEP_MASK, step_mask
 from torchrl.envs.transforms._utils import (
     expand_right,
     get,
@@ -165,11 +166,13 @@ class ConditionalSkip(Transform):
     """Leaves out the env step for the sub-envs where ``cond`` holds on the step's input.
 
     For a skipped sub-env the step returns its input unchanged: the same observations (and
-    state entries), a zero reward and the input's done flags. The base env still computes its
-    step, so the env must be stateless (``batch_locked=False``, its state carried by the
-    TensorDict, as in ``PendulumEnv``); with a stateful env a skipped sub-env raises a
-    ``RuntimeError`` before the base env steps. Transforms before this one see the skipped
-    step's base output (their results are replaced too); transforms after it see every step.
+    state entries), a zero reward and the input's done flags. The env below gets a boolean
+    ``"_step"`` mask (``False`` where skipped, see :meth:`EnvBase.step`): a stateful batched env
+    (``SerialEnv``, ``ParallelEnv``) steps only the other sub-envs, so the skipped ones keep
+    their state; a stateless env (``batch_locked=False``) steps all and the skipped entries are
+    put back. Another stateful env with a batch of several sub-envs raises a ``ValueError``
+    when only some of them are skipped. Transforms before this one see the skipped step's
+    input (their results are replaced too); transforms after it see every step.
 
     Args:
         cond: a callable on the step's input TensorDict returning a bool or a bool tensor of the
@@ -197,13 +200,15 @@ class ConditionalSkip(Transform):
         return _condition_mask(self, self.cond(tensordict), tensordict.batch_size)
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
-        parent = _needs_parent(self)
-        if parent.base_env.batch_locked and bool(self._mask(tensordict).any()):
-            raise RuntimeError(
-                f"ConditionalSkip: cannot skip the step of a stateful (batch-locked) env "
-                f"{type(parent.base_env).__name__}; it needs a stateless env whose state is "
-                "carried by the TensorDict"
-            )
+        _needs_parent(self)
+        skip = self._mask(tensordict)
+        if bool(skip.any()):
+            # The env below steps only where the mask holds (EnvBase.step's "_step" contract).
+            step = ~skip
+            previous = tensordict.get(STEP_MASK, None)
+            if previous is not None:
+                step = step & step_mask(type(self).__name__, previous, skip.shape)
+            tensordict.set(STEP_MASK, step)
         return tensordict
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
