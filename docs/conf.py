@@ -24,3 +24,15 @@ nitpicky = False
 suppress_warnings = ["ref.python"]
 html_theme = "alabaster"
 exclude_patterns = ["_build"]
+
+
+def _skip_tensordict_members(app, what, name, obj, skip, options):
+    """Leave out the methods a ``@tensorclass`` copies onto our classes from tensordict (their
+    docstrings link to tensordict's own docs, which this build does not have)."""
+    if what == "class" and (getattr(obj, "__module__", None) or "").startswith("tensordict"):
+        return True
+    return None
+
+
+def setup(app):
+    app.connect("autodoc-skip-member", _skip_tensordict_members)
