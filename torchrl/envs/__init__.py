@@ -74,6 +74,7 @@ from torchrl.envs.transforms import (
     ModuleTransform,
     MultiAction,
     NextObservationDelta,
+    NextStateReconstructor,
     NoopResetEnv,
     ObservationNorm,
     ObservationTransform,
@@ -102,6 +103,7 @@ from torchrl.envs.transforms import (
     TerminateTransform,
     TimeMaxPool,
     Timer,
+    Tokenizer,
     ToTensorImage,
     TrajCounter,
     Transform,
@@ -262,3 +264,6 @@ __all__ += [
 
 # Asynchronous env pools (torchrl.envs.async_envs).
 __all__ += ["AsyncEnvPool", "ProcessorAsyncEnvPool", "ThreadingAsyncEnvPool"]
+
+# Sampled-transition rebuild and tokenization (issue 17).
+__all__ += ["NextStateReconstructor", "Tokenizer"]

@@ -59,6 +59,7 @@ from torchrl.envs.transforms.macro import (
     MacroPrimitiveTransform,
     TargetMacroAction,
 )
+from torchrl.envs.transforms.next_state import NextStateReconstructor
 from torchrl.envs.transforms.norm import ObservationNorm, VecNorm
 from torchrl.envs.transforms.norm_v2 import VecNormV2
 from torchrl.envs.transforms.policy import (
@@ -80,6 +81,7 @@ from torchrl.envs.transforms.reward import (
 )
 from torchrl.envs.transforms.rnd import RNDTransform, RunningMeanStd
 from torchrl.envs.transforms.shapes import ExpandAs, FlattenAction
+from torchrl.envs.transforms.tokenizer import Tokenizer
 from torchrl.envs.transforms.tracking import (
     InitTracker,
     RewardSum,
@@ -172,3 +174,6 @@ __all__ += [
     "VecNormV2",
     "gSDENoise",
 ]
+
+# Sampled-transition rebuild and tokenization (issue 17).
+__all__ += ["NextStateReconstructor", "Tokenizer"]
