@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from torchrl.data.replay_buffers.checkpointers import (
+    CompressedListStorageCheckpointer,
+    FlatStorageCheckpointer,
+    H5StorageCheckpointer,
+    ListStorageCheckpointer,
+    NestedStorageCheckpointer,
+    StorageCheckpointerBase,
+    StorageEnsembleCheckpointer,
+    TensorStorageCheckpointer,
+)
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 from torchrl.data.replay_buffers.replay_buffers import (
     PrioritizedReplayBuffer,
     RemoteTensorDictReplayBuffer,
     ReplayBuffer,
+    ReplayBufferEnsemble,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
@@ -17,15 +28,20 @@ from torchrl.data.replay_buffers.samplers import (
     PrioritizedSliceSampler,
     RandomSampler,
     Sampler,
+    SamplerEnsemble,
     SamplerWithoutReplacement,
     SliceSampler,
     SliceSamplerWithoutReplacement,
+    StalenessAwareSampler,
 )
 from torchrl.data.replay_buffers.storages import (
+    CompressedListStorage,
     LazyMemmapStorage,
+    LazyStackStorage,
     LazyTensorStorage,
     ListStorage,
     Storage,
+    StorageEnsemble,
     TensorStorage,
 )
 from torchrl.data.replay_buffers.video import (
@@ -34,13 +50,31 @@ from torchrl.data.replay_buffers.video import (
     set_video_decoder_cache_size,
 )
 from torchrl.data.replay_buffers.writers import (
+    ImmutableDatasetWriter,
     RoundRobinWriter,
     TensorDictMaxValueWriter,
     TensorDictRoundRobinWriter,
     Writer,
+    WriterEnsemble,
 )
 
 __all__ = [
+    "CompressedListStorage",
+    "CompressedListStorageCheckpointer",
+    "FlatStorageCheckpointer",
+    "H5StorageCheckpointer",
+    "ImmutableDatasetWriter",
+    "LazyStackStorage",
+    "ListStorageCheckpointer",
+    "NestedStorageCheckpointer",
+    "ReplayBufferEnsemble",
+    "SamplerEnsemble",
+    "StalenessAwareSampler",
+    "StorageCheckpointerBase",
+    "StorageEnsemble",
+    "StorageEnsembleCheckpointer",
+    "TensorStorageCheckpointer",
+    "WriterEnsemble",
     "ConsumingSampler",
     "LazyMemmapStorage",
     "LazyTensorStorage",

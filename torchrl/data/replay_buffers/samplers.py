@@ -8,6 +8,7 @@ and restores its state with ``state_dict`` / ``load_state_dict``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,11 @@ __all__ = [
     "PrioritizedSliceSampler",
     "RandomSampler",
     "Sampler",
+    "SamplerEnsemble",
     "SamplerWithoutReplacement",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "StalenessAwareSampler",
 ]
 
 
@@ -1399,3 +1402,287 @@ class ConsumingSampler(Sampler):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(max_sample_count={self.max_sample_count})"
+
+
+def _default_staleness_weight(staleness: torch.Tensor) -> torch.Tensor:
+    """``1 / (staleness + 1)``: fresh items weigh 1, an item one version old weighs 1/2, ..."""
+    return 1.0 / (staleness.double() + 1.0)
+
+
+class StalenessAwareSampler(Sampler):
+    """Samples items in proportion to their freshness, and leaves out items that are too stale.
+
+    Every stored item carries the version of the policy that collected it (``version_key``);
+    the trainer sets :attr:`consumer_version` (e.g. after each weight update). An item's
+    staleness is ``consumer_version - version`` (negative values count as 0); items staler than
+    ``max_staleness`` are never sampled, the others with probability proportional to
+    ``staleness_weight_fn(staleness)``. Sampling is with replacement. The storage must hold
+    TensorDicts with the version entry.
+
+    Args:
+        max_staleness: the largest staleness sampled; ``-1`` (default) for no limit.
+        staleness_weight_fn: maps the ``int64`` staleness tensor to non-negative weights;
+            ``1 / (staleness + 1)`` by default.
+        version_key: the entry holding the policy version. Defaults to ``"policy_version"``.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data.replay_buffers import LazyTensorStorage, TensorDictReplayBuffer
+        >>> sampler = StalenessAwareSampler(max_staleness=1)
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), sampler=sampler)
+        >>> _ = rb.extend(TensorDict(policy_version=torch.tensor([0, 1, 2, 3]), batch_size=[4]))
+        >>> sampler.consumer_version = 3
+        >>> sorted(set(rb.sample(50)["policy_version"].tolist()))
+        [2, 3]
+    """
+
+    def __init__(
+        self,
+        max_staleness: int = -1,
+        staleness_weight_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        version_key: NestedKey = "policy_version",
+    ) -> None:
+        if not isinstance(max_staleness, int) or max_staleness < -1:
+            raise ValueError(f"max_staleness must be an int >= -1, got {max_staleness!r}")
+        if staleness_weight_fn is not None and not callable(staleness_weight_fn):
+            raise TypeError("staleness_weight_fn must be callable")
+        self.max_staleness = max_staleness
+        self.staleness_weight_fn = staleness_weight_fn or _default_staleness_weight
+        self.version_key = version_key
+        self._consumer_version = 0
+
+    @property
+    def consumer_version(self) -> int:
+        """The policy version the trainer is at; staleness is measured from it."""
+        return self._consumer_version
+
+    @consumer_version.setter
+    def consumer_version(self, value: int) -> None:
+        if isinstance(value, torch.Tensor):
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"consumer_version must be an int, got {value!r}")
+        self._consumer_version = value
+
+    def _versions(self, storage: Storage) -> torch.Tensor:
+        """The version of every stored item, in the storage's dense order."""
+        column = storage._column(self.version_key)
+        nb = storage.ndim
+        filled = storage._filled if nb > 1 else len(storage)
+        column = column[(slice(None),) * (nb - 1) + (slice(0, filled),)]
+        values = column.reshape(*column.shape[:nb], -1)[..., 0]
+        if nb > 1:
+            # Dense order is time-major: d = t * n_rows + row (see Storage._dense_to_index).
+            values = values.reshape(-1, filled).T
+        return values.reshape(-1).long()
+
+    def staleness(self, storage: Storage) -> torch.Tensor:
+        """The staleness of every stored item (``>= 0``), in the storage's dense order.
+
+        Args:
+            storage: the storage sampled from.
+
+        Returns:
+            An ``int64`` tensor of ``len(storage)`` values.
+        """
+        return (self._consumer_version - self._versions(storage)).clamp_min(0)
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Index, dict[NestedKey, Any]]:
+        check_not_empty(storage)
+        staleness = self.staleness(storage)
+        weights = torch.as_tensor(self.staleness_weight_fn(staleness)).double().reshape(-1)
+        if (
+            weights.shape != staleness.shape
+            or bool((weights < 0).any())
+            or not bool(torch.isfinite(weights).all())
+        ):
+            raise ValueError(
+                f"staleness_weight_fn must return {staleness.numel()} finite weights >= 0, got "
+                f"a tensor of shape {tuple(weights.shape)}"
+            )
+        if self.max_staleness >= 0:
+            weights = torch.where(staleness > self.max_staleness, 0.0, weights)
+        if not bool((weights > 0).any()):
+            raise RuntimeError(
+                f"no stored item can be sampled: every item has staleness > max_staleness="
+                f"{self.max_staleness} (or weight 0) at consumer_version={self._consumer_version} "
+                f"(least stale: {int(staleness.min())})"
+            )
+        dense = torch.multinomial(weights, batch_size, replacement=True, generator=self._generator)
+        return storage._dense_to_index(dense), {"staleness": staleness[dense]}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"consumer_version": self._consumer_version}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._apply_state(self._check_state(state_dict))
+
+    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
+        value = state_dict.get("consumer_version") if isinstance(state_dict, dict) else None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(
+                f"a StalenessAwareSampler state is {{'consumer_version': int}}, got {state_dict!r}"
+            )
+        return value
+
+    def _apply_state(self, checked: Any) -> None:
+        self._consumer_version = int(checked)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(max_staleness={self.max_staleness}, "
+            f"version_key={self.version_key!r}, consumer_version={self._consumer_version})"
+        )
+
+
+class SamplerEnsemble(Sampler):
+    """The samplers of several replay buffers, and how a batch is split among the buffers.
+
+    Used by ``ReplayBufferEnsemble``. A batch of ``batch_size`` items is made of sub-batches of
+    equal size, one per chosen buffer: every buffer once with ``sample_from_all=True``, else
+    ``num_buffer_sampled`` buffers drawn (with replacement) with probabilities ``p`` (uniform
+    when ``None``). ``batch_size`` must divide evenly.
+
+    :meth:`sample` returns a list of ``(buffer_id, index)`` pairs (what
+    :meth:`StorageEnsemble.get <torchrl.data.replay_buffers.storages.StorageEnsemble.get>` reads)
+    and an info dict with the ``"buffer_ids"`` tensor and each member's ``"infos"``.
+
+    Args:
+        *samplers: one sampler per buffer.
+        p: the sampling weights of the buffers (normalized here).
+        sample_from_all: sample every buffer for every batch (not with ``p``).
+        num_buffer_sampled: how many buffers each batch draws when ``sample_from_all`` is
+            ``False``; defaults to the number of buffers.
+
+    Examples:
+        >>> from torchrl.data.replay_buffers import ListStorage, StorageEnsemble
+        >>> storages = StorageEnsemble(ListStorage(4), ListStorage(4))
+        >>> storages[0].set(0, "a"); storages[1].set(0, "b")
+        >>> sampler = SamplerEnsemble(RandomSampler(), RandomSampler(), sample_from_all=True)
+        >>> index, info = sampler.sample(storages, 4)
+        >>> info["buffer_ids"].tolist(), [len(i) for _, i in index]
+        ([0, 1], [2, 2])
+    """
+
+    def __init__(
+        self,
+        *samplers: Sampler,
+        p: Sequence[float] | torch.Tensor | None = None,
+        sample_from_all: bool = False,
+        num_buffer_sampled: int | None = None,
+    ) -> None:
+        if not samplers:
+            raise ValueError("SamplerEnsemble needs at least one sampler")
+        for i, sampler in enumerate(samplers):
+            if not isinstance(sampler, Sampler):
+                raise TypeError(f"sampler {i} is a {type(sampler).__name__}, not a Sampler")
+        self._samplers = tuple(samplers)
+        n = len(samplers)
+        if sample_from_all and p is not None:
+            raise ValueError("sample_from_all=True samples every buffer: it cannot take p")
+        if p is not None:
+            weights = torch.as_tensor(p, dtype=torch.float64).reshape(-1)
+            if weights.numel() != n:
+                raise ValueError(f"p has {weights.numel()} weights for {n} buffers")
+            if not bool(torch.isfinite(weights).all()) or bool((weights < 0).any()):
+                raise ValueError(f"p must hold finite weights >= 0, got {weights.tolist()}")
+            if float(weights.sum()) <= 0:
+                raise ValueError("p must have a positive sum")
+            self.p: torch.Tensor | None = weights / weights.sum()
+        else:
+            self.p = None
+        if num_buffer_sampled is not None and (
+            not isinstance(num_buffer_sampled, int) or num_buffer_sampled <= 0
+        ):
+            raise ValueError(
+                f"num_buffer_sampled must be a positive int, got {num_buffer_sampled!r}"
+            )
+        self.sample_from_all = bool(sample_from_all)
+        self.num_buffer_sampled = num_buffer_sampled
+
+    @property
+    def samplers(self) -> tuple[Sampler, ...]:
+        """The member samplers."""
+        return self._samplers
+
+    def __getitem__(self, index: int) -> Sampler:
+        return self._samplers[index]
+
+    def __len__(self) -> int:
+        return len(self._samplers)
+
+    def choose(self, batch_size: int) -> list[tuple[int, int]]:
+        """Which buffers a batch comes from: ``[(buffer_id, sub-batch size), ...]``.
+
+        Args:
+            batch_size: the size of the whole batch.
+
+        Raises:
+            ValueError: ``batch_size`` does not split evenly among the chosen buffers.
+        """
+        n = len(self._samplers)
+        if self.sample_from_all:
+            ids = list(range(n))
+        else:
+            k = self.num_buffer_sampled if self.num_buffer_sampled is not None else n
+            p = self.p if self.p is not None else torch.full((n,), 1.0 / n, dtype=torch.float64)
+            ids = torch.multinomial(p, k, replacement=True, generator=self._generator).tolist()
+        if batch_size % len(ids):
+            raise ValueError(
+                f"batch_size={batch_size} does not split evenly among the {len(ids)} buffers "
+                f"sampled per batch"
+            )
+        each = batch_size // len(ids)
+        return [(int(i), each) for i in ids]
+
+    def sample(self, storage: Storage, batch_size: int) -> tuple[Any, dict[NestedKey, Any]]:
+        storages = getattr(storage, "storages", None)
+        if storages is None or len(storages) != len(self._samplers):
+            raise TypeError(
+                f"SamplerEnsemble samples a StorageEnsemble of {len(self._samplers)} storages, "
+                f"got a {type(storage).__name__}"
+            )
+        index, infos = [], []
+        plan = self.choose(batch_size)
+        for bid, n in plan:
+            idx, info = self._samplers[bid].sample(storages[bid], n)
+            index.append((bid, idx))
+            infos.append(info)
+        return index, {"buffer_ids": torch.tensor([b for b, _ in plan]), "infos": infos}
+
+    def _resume(self, storage: Storage) -> None:
+        # Each member sampler follows its own buffer.
+        return
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"samplers": [s.state_dict() for s in self._samplers]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._apply_state(self._check_state(state_dict))
+
+    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
+        states = state_dict.get("samplers") if isinstance(state_dict, dict) else None
+        if not isinstance(states, list) or len(states) != len(self._samplers):
+            raise ValueError(
+                f"a SamplerEnsemble state holds a 'samplers' list of {len(self._samplers)} states"
+            )
+        members = plan.payload if plan is not None and isinstance(plan.payload, list) else None
+        return [
+            s._check_state(st, members[i] if members is not None else None)
+            for i, (s, st) in enumerate(zip(self._samplers, states))
+        ]
+
+    def _apply_state(self, checked: Any) -> None:
+        for sampler, state in zip(self._samplers, checked):
+            sampler._apply_state(state)
+
+    def _empty(self) -> None:
+        for sampler in self._samplers:
+            sampler._empty()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({', '.join(repr(s) for s in self._samplers)}, "
+            f"sample_from_all={self.sample_from_all}, num_buffer_sampled="
+            f"{self.num_buffer_sampled})"
+        )

@@ -17,16 +17,25 @@ import shutil
 import tempfile
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
+from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase, lazy_stack
 
 from torchrl._types import IndexLike
 from torchrl._utils import warn_once
+from torchrl.data.replay_buffers.checkpointers import (
+    CompressedListStorageCheckpointer,
+    ListStorageCheckpointer,
+    StorageCheckpointerBase,
+    StorageEnsembleCheckpointer,
+    TensorStorageCheckpointer,
+)
+from torchrl.data.replay_buffers.compression import compress_item, decompress_item, default_codec
 from torchrl.data.replay_buffers.utils import (
     FORMAT_VERSION,
     UNBOUNDED,
@@ -53,10 +62,13 @@ from torchrl.data.replay_buffers.utils import (
 )
 
 __all__ = [
+    "CompressedListStorage",
     "LazyMemmapStorage",
+    "LazyStackStorage",
     "LazyTensorStorage",
     "ListStorage",
     "Storage",
+    "StorageEnsemble",
     "TensorStorage",
     "numbers_as_tensor",
 ]
@@ -135,9 +147,17 @@ class Storage(ABC):
     Args:
         max_size: the number of items the storage holds.
         ndim: the number of leading batch dims of the stored data; writes go along the last one.
+        checkpointer: how :meth:`dumps`/:meth:`loads` save and read files (see
+            :mod:`~torchrl.data.replay_buffers.checkpointers`); the class's default when ``None``.
     """
 
-    def __init__(self, max_size: int | None, *, ndim: int = 1) -> None:
+    def __init__(
+        self,
+        max_size: int | None,
+        *,
+        ndim: int = 1,
+        checkpointer: StorageCheckpointerBase | None = None,
+    ) -> None:
         if max_size is not None and (not isinstance(max_size, int) or max_size <= 0):
             raise ValueError(f"max_size must be a positive int, got {max_size!r}")
         if not isinstance(ndim, int) or ndim < 1:
@@ -150,6 +170,17 @@ class Storage(ABC):
         self._filled = 0
         self._cursor = 0
         self._version = 0
+        self._checkpointer: StorageCheckpointerBase | None = (
+            self._default_checkpointer() if checkpointer is None else None
+        )
+        if checkpointer is not None:
+            self.checkpointer = checkpointer
+
+    #: What the checkpointers know this storage as ("list", "tensor", ...); None: custom.
+    _checkpoint_kind: str | None = None
+
+    def _default_checkpointer(self) -> StorageCheckpointerBase | None:
+        return None
 
     # -- sizes ------------------------------------------------------------------------------
     @property
@@ -324,16 +355,65 @@ class Storage(ABC):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restores what :meth:`state_dict` returned."""
 
-    @abstractmethod
-    def dumps(self, path: str | Path) -> None:
-        """Saves the storage into the directory ``path``."""
+    # -- files: through the storage's checkpointer ----------------------------------------------
+    @property
+    def checkpointer(self) -> StorageCheckpointerBase | None:
+        """How :meth:`dumps` and :meth:`loads` write and read files (settable).
 
-    @abstractmethod
-    def loads(self, path: str | Path, *, trusted: bool = False) -> None:
-        """Restores the storage saved by :meth:`dumps` in ``path``.
-
-        Files are read without unpickling arbitrary objects unless ``trusted=True``.
+        Each storage class has a default (its own format); ``None`` for a custom storage that
+        overrides :meth:`dumps` and :meth:`loads` itself.
         """
+        return self._checkpointer
+
+    @checkpointer.setter
+    def checkpointer(self, value: StorageCheckpointerBase | None) -> None:
+        if value is not None and not isinstance(value, StorageCheckpointerBase):
+            raise TypeError(
+                f"checkpointer must be a StorageCheckpointerBase, got {type(value).__name__}"
+            )
+        self._checkpointer = value
+
+    def _own_checkpointer(self, what: str) -> StorageCheckpointerBase:
+        if self._checkpointer is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} has no checkpointer: set storage.checkpointer or "
+                f"override {what}"
+            )
+        return self._checkpointer
+
+    def dumps(self, path: str | Path) -> None:
+        """Saves the storage into ``path`` (a directory) with its :attr:`checkpointer`.
+
+        Args:
+            path: where to write; created if needed.
+        """
+        self._own_checkpointer("dumps").dumps(self, Path(path))
+
+    def loads(self, path: str | Path, *, trusted: bool = False) -> None:
+        """Restores the storage saved by :meth:`dumps` in ``path``, with its :attr:`checkpointer`.
+
+        Args:
+            path: where :meth:`dumps` wrote.
+            trusted: allow unpickling arbitrary objects (only for files you wrote yourself);
+                tensors, TensorDicts of tensors and plain Python values load without it.
+
+        Raises:
+            ValueError: the saved storage does not fit this one (nothing is changed).
+            pickle.UnpicklingError: the files hold objects that need ``trusted=True``.
+        """
+        self._own_checkpointer("loads")
+        self._apply_dump(self._prepare_dump(Path(path), trusted))
+
+    # The built-in file format of a storage class, used by its default checkpointer. ``hooks``
+    # are the checkpointer's save or load hooks, ``hook(data, path) -> data``.
+    def _native_dumps(self, path: Path, hooks: list[Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no built-in file format")
+
+    def _native_prepare(self, path: Path, trusted: bool, hooks: list[Any]) -> LoadPlan:
+        raise NotImplementedError(f"{type(self).__name__} has no built-in file format")
+
+    def _native_apply(self, plan: LoadPlan) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no built-in file format")
 
     # State loading is split in two so that a buffer can check the states of all its parts
     # before it changes any: _prepare_* validate and change nothing, _apply_* cannot fail on
@@ -345,10 +425,24 @@ class Storage(ABC):
         self.load_state_dict(plan.payload)
 
     def _prepare_dump(self, path: Path, trusted: bool) -> LoadPlan:
-        return LoadPlan(None, None, None, path)
+        checkpointer = self._checkpointer
+        if checkpointer is None:
+            # A custom storage with its own loads: nothing can be checked ahead of time.
+            return LoadPlan(None, None, None, (None, (path, trusted)))
+        prepared = checkpointer.prepare_load(self, path, trusted)
+        if isinstance(prepared, LoadPlan):
+            return LoadPlan(
+                prepared.filled, prepared.slots, prepared.lead_numel, (checkpointer, prepared)
+            )
+        return LoadPlan(None, None, None, (checkpointer, prepared))
 
     def _apply_dump(self, plan: LoadPlan) -> None:
-        self.loads(plan.payload)
+        checkpointer, prepared = plan.payload
+        if checkpointer is None:
+            path, trusted = prepared
+            self.loads(path, trusted=trusted)
+            return
+        checkpointer.apply_load(self, prepared)
 
     def _column(self, key: Any) -> torch.Tensor:
         """The stored values of ``key`` for all slots, shape ``[*lead, slots, ...]``."""
@@ -494,11 +588,18 @@ class ListStorage(Storage):
         self._cursor = cursor
         self._version += 1
 
-    def dumps(self, path: str | Path) -> None:
-        path = Path(path)
+    _checkpoint_kind = "list"
+
+    def _default_checkpointer(self) -> StorageCheckpointerBase | None:
+        return ListStorageCheckpointer()
+
+    def _native_dumps(self, path: Path, hooks: list[Any]) -> None:
         path.mkdir(parents=True, exist_ok=True)
         state = self.state_dict()
-        state["items"] = [_encode_item(item) for item in state["items"]]
+        items = state["items"]
+        for hook in hooks:
+            items = hook(items, path)
+        state["items"] = [_encode_item(item) for item in items]
         atomic_torch_save(state, path / "items.pt")
         atomic_write_json(
             path / "storage.json",
@@ -510,23 +611,7 @@ class ListStorage(Storage):
             },
         )
 
-    def loads(self, path: str | Path, *, trusted: bool = False) -> None:
-        """Restores the items saved by :meth:`dumps` in ``path``.
-
-        Tensors, TensorDicts of tensors, numbers, strings and lists/tuples/dicts of those load
-        safely. Other Python objects need ``trusted=True``: unpickling them can run any code.
-
-        Args:
-            path: the directory given to :meth:`dumps`.
-            trusted: allow arbitrary pickled objects (warns).
-
-        Raises:
-            pickle.UnpicklingError: the items need ``trusted=True``.
-            ValueError: the saved storage does not fit this one (nothing is changed).
-        """
-        self._apply_state(self._prepare_dump(Path(path), trusted))
-
-    def _prepare_dump(self, path: Path, trusted: bool) -> LoadPlan:
+    def _native_prepare(self, path: Path, trusted: bool, hooks: list[Any]) -> LoadPlan:
         meta = read_json(path / "storage.json")
         check_format_version(meta, path / "storage.json")
         if meta["kind"] != "list":
@@ -536,10 +621,12 @@ class ListStorage(Storage):
         )
         if not isinstance(state, dict) or not isinstance(state.get("items"), list):
             raise ValueError(f"{path / 'items.pt'} does not hold a ListStorage state")
-        state = dict(state, items=[_decode_item(item) for item in state["items"]])
-        return self._prepare_state(state)
+        items = [_decode_item(item) for item in state["items"]]
+        for hook in hooks:
+            items = hook(items, path)
+        return self._prepare_state(dict(state, items=list(items)))
 
-    def _apply_dump(self, plan: LoadPlan) -> None:
+    def _native_apply(self, plan: LoadPlan) -> None:
         self._apply_state(plan)
 
 
@@ -943,18 +1030,25 @@ class TensorStorage(Storage):
         else:
             self._adopt(torch.zeros(data.shape, dtype=data.dtype, device=self.device))
 
-    def dumps(self, path: str | Path) -> None:
-        path = Path(path)
-        replace_dir(path, lambda tmp: self._dump_into(tmp))
+    _checkpoint_kind = "tensor"
 
-    def _dump_into(self, directory: Path) -> None:
+    def _default_checkpointer(self) -> StorageCheckpointerBase | None:
+        return TensorStorageCheckpointer()
+
+    def _native_dumps(self, path: Path, hooks: list[Any]) -> None:
+        data = self._storage
+        for hook in hooks:
+            data = hook(data, path)
+        replace_dir(path, lambda tmp: self._dump_into(tmp, data))
+
+    def _dump_into(self, directory: Path, data: TensorDictBase | torch.Tensor | None) -> None:
         meta = self._meta()
-        if self._storage is not None:
-            if isinstance(self._storage, TensorDictBase):
-                self._storage.memmap(prefix=directory / "data", copy_existing=True)
+        if data is not None:
+            if isinstance(data, TensorDictBase):
+                data.memmap(prefix=directory / "data", copy_existing=True)
             else:
                 MemoryMappedTensor.from_tensor(
-                    self._storage.cpu(), filename=directory / "data.memmap", copy_existing=True
+                    data.cpu(), filename=directory / "data.memmap", copy_existing=True
                 )
         atomic_write_bytes(
             directory / "header.bin",
@@ -979,24 +1073,14 @@ class TensorStorage(Storage):
                 meta["tensor_shape"] = list(self._storage.shape)
         return meta
 
-    def loads(self, path: str | Path, *, trusted: bool = False) -> None:
-        """Copies the items saved by :meth:`dumps` in ``path`` into this storage.
-
-        Args:
-            path: the directory given to :meth:`dumps`.
-            trusted: skip the check that the files hold plain tensors only.
-
-        Raises:
-            ValueError: the saved storage does not fit this one (nothing is changed).
-        """
-        self._apply_dump(self._prepare_dump(Path(path), trusted))
-
-    def _prepare_dump(self, path: Path, trusted: bool) -> LoadPlan:
+    def _native_prepare(self, path: Path, trusted: bool, hooks: list[Any]) -> LoadPlan:
         data, meta, filled, cursor, _ = open_storage_dir(path, trusted)
         self._check_meta(meta, path)
+        for hook in hooks:
+            data = hook(data, path)
         return self._prepare_state({"storage": data, "filled": filled, "cursor": cursor})
 
-    def _apply_dump(self, plan: LoadPlan) -> None:
+    def _native_apply(self, plan: LoadPlan) -> None:
         self._apply_state(plan)
 
     def _check_meta(self, meta: dict[str, Any], path: Path) -> None:
@@ -1127,11 +1211,16 @@ class LazyMemmapStorage(TensorStorage):
         ndim = int(meta.get("ndim", 1))
         max_size = int(meta["max_size"])
         storage = cls(max_size, scratch_dir=None, device=device, ndim=ndim)
-        storage._apply_dump(storage._prepare_dump(path, trusted))
+        storage._native_apply(storage._native_prepare(path, trusted, []))
         return storage
 
     # -- files ----------------------------------------------------------------------------------
-    def _prepare_dump(self, path: Path, trusted: bool) -> LoadPlan:
+    def _native_prepare(self, path: Path, trusted: bool, hooks: list[Any]) -> LoadPlan:
+        if hooks:
+            raise NotImplementedError(
+                "LazyMemmapStorage maps saved files in place: load hooks, which would change "
+                "the data read, are not supported; load into a LazyTensorStorage instead"
+            )
         data, meta, filled, cursor, torn = open_storage_dir(path, trusted)
         self._check_meta(meta, path)
         if data is None:
@@ -1152,7 +1241,7 @@ class LazyMemmapStorage(TensorStorage):
             cursor = int(torn[0])
         return LoadPlan(filled, slots, lead.numel(), (path, (data, filled, cursor, torn)))
 
-    def _apply_dump(self, plan: LoadPlan) -> None:
+    def _native_apply(self, plan: LoadPlan) -> None:
         path, content = plan.payload
         self._release_temp()
         self.torn_slots = torch.zeros(0, dtype=torch.long)
@@ -1276,8 +1365,13 @@ class LazyMemmapStorage(TensorStorage):
             self._header[2] = self._cursor
 
     # -- dumps / loads ------------------------------------------------------------------------------
-    def dumps(self, path: str | Path) -> None:
-        path = Path(path)
+    def _native_dumps(self, path: Path, hooks: list[Any]) -> None:
+        if hooks:
+            data = self._storage
+            for hook in hooks:
+                data = hook(data, path)
+            replace_dir(path, lambda tmp: self._dump_into(tmp, data))
+            return
         if self._dir is not None and path.exists() and same_dir(path, self._dir):
             # Already there: data and header are live; flush them and refresh the layout file.
             if self._header is not None and self._dirty is not None:
@@ -1286,7 +1380,7 @@ class LazyMemmapStorage(TensorStorage):
             atomic_write_json(path / "storage.json", self._meta())
             return
         if self._storage is None:
-            replace_dir(path, lambda tmp: self._dump_into(tmp))
+            replace_dir(path, lambda tmp: self._dump_into(tmp, None))
             return
 
         source_dir = self._dir
@@ -1310,7 +1404,7 @@ class LazyMemmapStorage(TensorStorage):
             path: a directory written by ``dumps`` (or a ``scratch_dir``).
             trusted: skip the check that the files hold plain tensors only.
         """
-        self._apply_dump(self._prepare_dump(Path(path), trusted))
+        super().loads(path, trusted=trusted)
 
     def _meta(self) -> dict[str, Any]:
         meta = super()._meta()
@@ -1321,6 +1415,399 @@ class LazyMemmapStorage(TensorStorage):
         state = super().state_dict()
         state["scratch_dir"] = str(self._dir) if self._dir is not None else None
         return state
+
+
+# ---------------------------------------------------------------------------------------------
+# List storages with a twist: compressed items, lazily stacked samples
+# ---------------------------------------------------------------------------------------------
+
+
+class CompressedListStorage(ListStorage):
+    """A :class:`ListStorage` that keeps every item compressed, and decompresses what is read.
+
+    Items are tensors or TensorDicts of tensors; each tensor is compressed on its own (zstd by
+    default, see :mod:`~torchrl.data.replay_buffers.compression`), which suits raw observations
+    such as images. Sampling returns a list that the buffer stacks. Its default checkpointer,
+    :class:`~torchrl.data.replay_buffers.checkpointers.CompressedListStorageCheckpointer`, saves
+    the compressed bytes without unpickling anything on load.
+
+    Args:
+        max_size: the most items kept.
+        compression_fn: maps a tensor to a ``uint8`` tensor of compressed bytes (zstd of the raw
+            bytes by default). Give ``decompression_fn`` with it.
+        decompression_fn: maps those bytes back to the tensor (or to its raw bytes).
+        compression_level: the level of the default codec (1-22 for zstd). Defaults to 3.
+        device: where decompressed items are returned. Defaults to ``"cpu"``.
+        compilable: accepted for TorchRL compatibility; it changes nothing here.
+
+    Examples:
+        >>> storage = CompressedListStorage(10)
+        >>> storage.set(torch.arange(2), torch.zeros(2, 64, 64, dtype=torch.uint8))
+        >>> storage.get(0).shape, storage.compressed_nbytes() < 2 * 64 * 64
+        (torch.Size([64, 64]), True)
+    """
+
+    _checkpoint_kind = "compressed"
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        compression_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        decompression_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        compression_level: int = 3,
+        device: torch.device | str = "cpu",
+        compilable: bool = False,
+    ) -> None:
+        super().__init__(max_size)
+        if (compression_fn is None) != (decompression_fn is None):
+            raise ValueError(
+                "give both compression_fn and decompression_fn (or neither, for the default "
+                "zstd codec): one without the other cannot read back what it wrote"
+            )
+        self.compression_fn = compression_fn
+        self.decompression_fn = decompression_fn
+        self.compression_level = compression_level
+        self._codec = default_codec(compression_level) if compression_fn is None else None
+        self.device = torch.device(device)
+
+    @property
+    def codec_name(self) -> str:
+        """``"zstd"`` or ``"zlib"`` for the default codec, ``"custom"`` with user functions."""
+        return self._codec.name if self._codec is not None else "custom"
+
+    def _default_checkpointer(self) -> StorageCheckpointerBase | None:
+        return CompressedListStorageCheckpointer()
+
+    def _compress(self, item: Any) -> dict[str, Any]:
+        return compress_item(item, self._codec, self.compression_fn)
+
+    def _decompress(self, record: dict[str, Any]) -> Any:
+        return decompress_item(record, self._codec, self.decompression_fn, self.device)
+
+    def _as_items(self, data: Any, n: int) -> list[Any]:
+        return [self._compress(item) for item in super()._as_items(data, n)]
+
+    def set(self, index: int | slice | torch.Tensor, data: Any) -> None:
+        if isinstance(index, int):
+            data = self._compress(data)
+        super().set(index, data)
+
+    def get(self, index: IndexLike) -> Any:
+        out = super().get(index)
+        if isinstance(out, list):
+            return [self._decompress(record) for record in out]
+        return self._decompress(out)
+
+    def _column(self, key: Any) -> torch.Tensor:
+        items = [self._decompress(record) for record in self._items]
+        if not items:
+            return torch.zeros(0, dtype=torch.bool)
+        if not isinstance(items[0], TensorDictBase):
+            raise TypeError("CompressedListStorage items are tensors, not TensorDicts")
+        return torch.stack([item.get(key) for item in items])
+
+    def compressed_nbytes(self) -> int:
+        """The number of compressed bytes held (all items)."""
+
+        def size(record: dict[str, Any]) -> int:
+            if record["kind"] == "td":
+                return sum(size(r) for r in record["entries"].values())
+            return int(record["bytes"].numel())
+
+        return sum(size(record) for record in self._items)
+
+    # -- files: compressed bytes in one flat file, layout in JSON --------------------------------
+    def _native_dumps(self, path: Path, hooks: list[Any]) -> None:
+        if hooks:
+            raise NotImplementedError("CompressedListStorageCheckpointer does not run hooks")
+        blobs: list[np.ndarray] = []
+        offset = 0
+
+        def describe(record: dict[str, Any]) -> dict[str, Any]:
+            nonlocal offset
+            if record["kind"] == "td":
+                entries = {k: describe(v) for k, v in record["entries"].items()}
+                return {"kind": "td", "batch_size": record["batch_size"], "entries": entries}
+            raw = record["bytes"].numpy()
+            blobs.append(raw)
+            out = {
+                "kind": "tensor",
+                "dtype": record["dtype"],
+                "shape": record["shape"],
+                "span": [offset, int(raw.size)],
+            }
+            offset += int(raw.size)
+            return out
+
+        layout = [describe(record) for record in self._items]
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "kind": "compressed",
+            "class": type(self).__name__,
+            "max_size": None if self._max_size == UNBOUNDED else self._max_size,
+            "cursor": self._cursor,
+            "codec": self.codec_name,
+            "items": layout,
+        }
+
+        def fill(tmp: Path) -> None:
+            if offset:
+                data = np.memmap(tmp / "data.bin", dtype=np.uint8, mode="w+", shape=(offset,))
+                start = 0
+                for blob in blobs:
+                    data[start : start + blob.size] = blob
+                    start += blob.size
+                data.flush()
+                del data
+            atomic_write_json(tmp / "metadata.json", meta)
+
+        replace_dir(path, fill)
+
+    def _native_prepare(self, path: Path, trusted: bool, hooks: list[Any]) -> LoadPlan:
+        if hooks:
+            raise NotImplementedError("CompressedListStorageCheckpointer does not run hooks")
+        meta = read_json(path / "metadata.json")
+        check_format_version(meta, path / "metadata.json")
+        if meta.get("kind") != "compressed":
+            raise ValueError(f"{path} does not hold a CompressedListStorage")
+        if meta["codec"] != self.codec_name:
+            raise ValueError(
+                f"{path} was compressed with {meta['codec']!r} but this storage uses "
+                f"{self.codec_name!r}: it could not decompress the items"
+            )
+        total = 0
+        data_file = path / "data.bin"
+        data = (
+            np.memmap(data_file, dtype=np.uint8, mode="r")
+            if data_file.exists()
+            else np.zeros(0, np.uint8)
+        )
+
+        def rebuild(entry: dict[str, Any]) -> dict[str, Any]:
+            nonlocal total
+            if entry["kind"] == "td":
+                entries = {k: rebuild(v) for k, v in entry["entries"].items()}
+                return {"kind": "td", "batch_size": list(entry["batch_size"]), "entries": entries}
+            start, length = (int(v) for v in entry["span"])
+            if start < 0 or start + length > data.size:
+                raise ValueError(f"{path}: an item's bytes lie outside data.bin")
+            total += length
+            return {
+                "kind": "tensor",
+                "bytes": torch.from_numpy(np.array(data[start : start + length])),
+                "dtype": str(entry["dtype"]),
+                "shape": [int(s) for s in entry["shape"]],
+            }
+
+        for entry in meta["items"]:
+            _check_record_layout(entry, path)
+        items = [rebuild(entry) for entry in meta["items"]]
+        return self._prepare_state(
+            {"items": items, "cursor": meta["cursor"], "max_size": meta["max_size"]}
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, "
+            f"codec={self.codec_name})"
+        )
+
+
+def _check_record_layout(entry: Any, path: Path) -> None:
+    """Checks a saved record description before anything is built from it."""
+    if not isinstance(entry, dict) or entry.get("kind") not in ("td", "tensor"):
+        raise ValueError(f"{path / 'metadata.json'}: an item description is malformed")
+    if entry["kind"] == "td":
+        for value in entry.get("entries", {}).values():
+            _check_record_layout(value, path)
+        return
+    dtype = getattr(torch, str(entry.get("dtype")), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"{path / 'metadata.json'}: unknown dtype {entry.get('dtype')!r}")
+
+
+class LazyStackStorage(ListStorage):
+    """A :class:`ListStorage` whose samples are lazy stacks of the stored TensorDicts.
+
+    Items may differ in shape (for instance episodes of different lengths): a sample is a
+    ``tensordict.LazyStackedTensorDict`` that stacks them without copying (``densify`` or
+    indexing turns it into tensors when the shapes allow). Tensor items are stacked with
+    ``torch.stack``.
+
+    Args:
+        max_size: the most items kept; ``None`` means unbounded.
+        compilable: accepted for TorchRL compatibility; it changes nothing here.
+        stack_dim: the dim of the sample along which items are stacked. Defaults to 0.
+        device: where items are moved on write (``None``: left where they are).
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> storage = LazyStackStorage(10)
+        >>> storage.set(torch.arange(2), [TensorDict(x=torch.zeros(3), batch_size=[3]),
+        ...     TensorDict(x=torch.zeros(5), batch_size=[5])])
+        >>> sample = storage.get(torch.tensor([0, 1]))
+        >>> type(sample).__name__, sample[1]["x"].shape
+        ('LazyStackedTensorDict', torch.Size([5]))
+    """
+
+    def __init__(
+        self,
+        max_size: int | None = None,
+        *,
+        compilable: bool = False,
+        stack_dim: int = 0,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(max_size)
+        if not isinstance(stack_dim, int):
+            raise TypeError(f"stack_dim must be an int, got {stack_dim!r}")
+        self.stack_dim = stack_dim
+        self.device = torch.device(device) if device is not None else None
+
+    def _as_items(self, data: Any, n: int) -> list[Any]:
+        items = super()._as_items(data, n)
+        if self.device is not None:
+            items = [x.to(self.device) if hasattr(x, "to") else x for x in items]
+        return items
+
+    def set(self, index: int | slice | torch.Tensor, data: Any) -> None:
+        if isinstance(index, int) and self.device is not None and hasattr(data, "to"):
+            data = data.to(self.device)
+        super().set(index, data)
+
+    def get(self, index: IndexLike) -> Any:
+        out = super().get(index)
+        if not isinstance(out, list) or not out:
+            return out
+        if all(isinstance(x, TensorDictBase) for x in out):
+            return lazy_stack(out, self.stack_dim)
+        if all(isinstance(x, torch.Tensor) for x in out):
+            try:
+                return torch.stack(out, self.stack_dim)
+            except RuntimeError as err:
+                raise RuntimeError(
+                    "LazyStackStorage stacks tensor items with torch.stack, which needs equal "
+                    f"shapes; store TensorDicts to stack items of different shapes ({err})"
+                ) from err
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# StorageEnsemble: the storages of a ReplayBufferEnsemble
+# ---------------------------------------------------------------------------------------------
+
+
+class StorageEnsemble(Storage):
+    """The storages of several replay buffers, read together (see ``ReplayBufferEnsemble``).
+
+    ``ensemble[i]`` is the i-th storage. :meth:`get` takes ``(buffer_id, index)`` pairs and
+    returns ``(buffer_id, data)`` pairs: the data of each storage passes through its transform
+    when ``transforms`` is given. Writing is refused: extend the member buffers instead.
+
+    Args:
+        *storages: the storages.
+        transforms: one callable (or ``None``) per storage, applied to the data read from it.
+
+    Examples:
+        >>> ensemble = StorageEnsemble(ListStorage(4), ListStorage(4))
+        >>> ensemble[1].set(0, "a")
+        >>> len(ensemble), ensemble.get((1, 0))
+        (1, (1, 'a'))
+    """
+
+    _checkpoint_kind = "ensemble"
+
+    def __init__(
+        self, *storages: Storage, transforms: Sequence[Callable[[Any], Any] | None] | None = None
+    ) -> None:
+        super().__init__(None)
+        if not storages:
+            raise ValueError("StorageEnsemble needs at least one storage")
+        for i, storage in enumerate(storages):
+            if not isinstance(storage, Storage):
+                raise TypeError(f"storage {i} is a {type(storage).__name__}, not a Storage")
+        if transforms is not None and len(transforms) != len(storages):
+            raise ValueError(
+                f"got {len(transforms)} transforms for {len(storages)} storages: give one per "
+                f"storage (None for no transform)"
+            )
+        self._storages = tuple(storages)
+        self._transforms = list(transforms) if transforms is not None else [None] * len(storages)
+
+    def _default_checkpointer(self) -> StorageCheckpointerBase | None:
+        return StorageEnsembleCheckpointer()
+
+    @property
+    def storages(self) -> tuple[Storage, ...]:
+        """The member storages."""
+        return self._storages
+
+    @property
+    def max_size(self) -> int:
+        """The summed capacity of the members."""
+        return sum(s.max_size for s in self._storages)
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._storages)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, int):
+            return self._storages[index]
+        raise TypeError(
+            f"StorageEnsemble is indexed by an int (the storage), got {type(index).__name__}; "
+            f"use get((buffer_id, index)) to read items"
+        )
+
+    def _read(self, buffer_id: int, index: Any) -> tuple[int, Any]:
+        if not 0 <= buffer_id < len(self._storages):
+            raise IndexError(
+                f"buffer id {buffer_id} is out of range for {len(self._storages)} storages"
+            )
+        data = self._storages[buffer_id].get(index)
+        transform = self._transforms[buffer_id]
+        if transform is not None:
+            data = transform(data)
+        return buffer_id, data
+
+    def get(self, index: Any) -> Any:
+        """Reads ``(buffer_id, index)`` (or a list of such pairs); returns ``(buffer_id, data)``."""
+        if isinstance(index, tuple) and len(index) == 2 and isinstance(index[0], int):
+            return self._read(int(index[0]), index[1])
+        return [self._read(int(bid), idx) for bid, idx in index]
+
+    def set(self, index: int | slice | torch.Tensor, data: Any) -> None:
+        raise RuntimeError(
+            "StorageEnsemble cannot be written to: extend one of its buffers (rb_ensemble[i])"
+        )
+
+    def _empty(self) -> None:
+        for storage in self._storages:
+            storage._empty()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"storages": [s.state_dict() for s in self._storages]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores the states of all members (all validated before any is applied)."""
+        self._apply_state(self._prepare_state(state_dict))
+
+    def _prepare_state(self, state_dict: dict[str, Any]) -> LoadPlan:
+        states = state_dict.get("storages") if isinstance(state_dict, dict) else None
+        if not isinstance(states, list) or len(states) != len(self._storages):
+            raise ValueError(
+                f"a StorageEnsemble state holds a 'storages' list of {len(self._storages)} states"
+            )
+        plans = [s._prepare_state(st) for s, st in zip(self._storages, states)]
+        return LoadPlan(None, None, None, plans)
+
+    def _apply_state(self, plan: LoadPlan) -> None:
+        for storage, member in zip(self._storages, plan.payload):
+            storage._apply_state(member)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(repr(s) for s in self._storages)
+        return f"{type(self).__name__}({inner})"
 
 
 def storage_nbytes(storage: Storage) -> int:
