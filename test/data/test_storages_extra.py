@@ -590,3 +590,18 @@ def test_ray_start_helper_has_one_definition():
                 os.environ["RAY_AUTH_MODE"] = old
     assert ray.config == {"include_dashboard": False, "num_cpus": 1}
     assert any("RAY_AUTH_MODE=disabled" in str(w.message) for w in caught)
+
+
+def test_checkpointer_without_loads_and_storage_without_checkpointer(tmp_path):
+    class DumpOnly(StorageCheckpointerBase):
+        def dumps(self, storage, path):
+            Path(path).mkdir(parents=True, exist_ok=True)
+
+    storage = ListStorage(2)
+    storage.checkpointer = DumpOnly()
+    storage.dumps(tmp_path / "d")
+    with pytest.raises(NotImplementedError, match="neither loads nor prepare_load"):
+        storage.loads(tmp_path / "d")
+    storage.checkpointer = None
+    with pytest.raises(NotImplementedError, match="has no checkpointer"):
+        storage.dumps(tmp_path / "d")

@@ -126,7 +126,11 @@ class StorageCheckpointerBase(ABC):
     def apply_load(self, storage: Any, prepared: Any) -> None:
         """Installs what :meth:`prepare_load` returned into ``storage``."""
         _, path, trusted = prepared
-        type(self).loads(self, storage, path, trusted=trusted)
+        if type(self).loads is StorageCheckpointerBase.loads:
+            raise NotImplementedError(
+                f"{type(self).__name__} implements neither loads nor prepare_load/apply_load"
+            )
+        self.loads(storage, path, trusted=trusted)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -483,10 +487,17 @@ class _TEDCheckpointer(StorageCheckpointerBase):
         if ndim != storage.ndim:
             raise ValueError(f"{path} holds a storage with ndim={ndim}, not {storage.ndim}")
         filled = meta["filled"]
+        expected = [*shape[:-1], filled]
+        if not isinstance(data, TensorDictBase) or list(data.batch_size[:ndim]) != expected:
+            got = list(data.batch_size) if isinstance(data, TensorDictBase) else type(data).__name__
+            raise ValueError(
+                f"{path}: the saved data ({got}) does not match its layout (batch {expected})"
+            )
         # Unwritten slots come back as zeros: they are never read.
         full = data.apply(
             lambda v: torch.zeros(*shape, *v.shape[ndim:], dtype=v.dtype), batch_size=shape
         )
+        assert full is not None  # apply returns None only when told to work in place
         full[(slice(None),) * (ndim - 1) + (slice(0, filled),)] = data
         return storage._prepare_state({"storage": full, "filled": filled, "cursor": meta["cursor"]})
 

@@ -440,7 +440,15 @@ class Storage(ABC):
         checkpointer, prepared = plan.payload
         if checkpointer is None:
             path, trusted = prepared
-            self.loads(path, trusted=trusted)
+            if type(self).loads is Storage.loads:
+                raise NotImplementedError(
+                    f"{type(self).__name__} has no checkpointer and does not override loads"
+                )
+            # A custom loads may predate the trusted keyword: pass it only when it is set.
+            if trusted:
+                self.loads(path, trusted=True)
+            else:
+                self.loads(path)
             return
         checkpointer.apply_load(self, prepared)
 
