@@ -605,3 +605,14 @@ def test_checkpointer_without_loads_and_storage_without_checkpointer(tmp_path):
     storage.checkpointer = None
     with pytest.raises(NotImplementedError, match="has no checkpointer"):
         storage.dumps(tmp_path / "d")
+
+
+def test_flat_checkpointer_loads_into_a_memmap_storage(tmp_path):
+    data = _ted(5, done_at=(4,))
+    source = _with(LazyTensorStorage(8), FlatStorageCheckpointer())
+    source.set(torch.arange(5), data)
+    source.dumps(tmp_path / "flat")
+    target = _with(LazyMemmapStorage(8, scratch_dir=tmp_path / "mm"), FlatStorageCheckpointer())
+    target.loads(tmp_path / "flat")
+    _assert_td_equal(target.get(torch.arange(5)), data)
+    assert (tmp_path / "mm" / "storage.json").exists()

@@ -583,6 +583,22 @@ class NestedStorageCheckpointer(FlatStorageCheckpointer):
         done_keys: the done entries under ``"next"`` marking episode ends (``"done"``,
             ``"terminated"``, ``"truncated"`` by default).
         reward_keys: entries under ``"next"`` never compacted (``"reward"`` by default).
+
+    Examples:
+        >>> import json, tempfile
+        >>> from pathlib import Path
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data.replay_buffers import LazyTensorStorage, NestedStorageCheckpointer
+        >>> done = torch.tensor([[False], [True], [False]])
+        >>> td = TensorDict({"obs": torch.tensor([0.0, 1.0, 5.0]),
+        ...     ("next", "obs"): torch.tensor([1.0, 2.0, 6.0]), ("next", "done"): done}, [3])
+        >>> storage = LazyTensorStorage(4)
+        >>> storage.set(torch.arange(3), td)
+        >>> storage.checkpointer = NestedStorageCheckpointer()
+        >>> path = Path(tempfile.mkdtemp())
+        >>> storage.dumps(path)
+        >>> json.loads((path / "episodes.json").read_text())["row_start_stop"]
+        [[0, 0, 2], [0, 2, 3]]
     """
 
     _layout = "nested"
@@ -619,6 +635,12 @@ class H5StorageCheckpointer(_TEDCheckpointer):
 
     Raises:
         ImportError: ``h5py`` is not installed (``pip install "torchrl[h5py]"``).
+
+    Examples:
+        >>> from torchrl.data.replay_buffers import H5StorageCheckpointer, LazyTensorStorage
+        >>> storage = LazyTensorStorage(100)
+        >>> storage.checkpointer = H5StorageCheckpointer()  # doctest: +SKIP
+        >>> storage.dumps("/tmp/run/buffer.h5")  # doctest: +SKIP
     """
 
     _layout = "h5"
