@@ -191,10 +191,9 @@ class ListStorageCheckpointer(_NativeCheckpointer):
 
 
 class TensorStorageCheckpointer(_NativeCheckpointer):
-    """The default checkpointer of the tensor storages (``TensorStorage``, ``LazyTensorStorage``,
-    ``LazyMemmapStorage``).
+    """The default checkpointer of the tensor storages: memory-mapped files.
 
-    Writes the stored TensorDict (or tensor) as memory-mapped files with a small header and a
+    Used by ``TensorStorage``, ``LazyTensorStorage`` and ``LazyMemmapStorage``. Writes the stored TensorDict (or tensor) as memory-mapped files with a small header and a
     JSON layout file; a ``LazyMemmapStorage`` maps the saved files in place when loading. Save
     hooks see the whole stored data (all slots); load hooks see the data read (not supported
     for ``LazyMemmapStorage``, which maps files without copying them).
