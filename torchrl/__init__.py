@@ -9,11 +9,29 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from torchrl._utils import (
+    auto_unwrap_transformed_env,
+    cuda_memory_profile,
+    cuda_memory_stats,
+    implement_for,
+    reset_cuda_peak_stats,
+    set_auto_unwrap_transformed_env,
+)
+
 __version__ = "0.1.0"
 
 _SUBPACKAGES = ("collectors", "data", "envs", "modules", "objectives", "record", "trainers")
 
-__all__ = ["__version__", *_SUBPACKAGES]
+__all__ = [
+    "__version__",
+    *_SUBPACKAGES,
+    "auto_unwrap_transformed_env",
+    "cuda_memory_profile",
+    "cuda_memory_stats",
+    "implement_for",
+    "reset_cuda_peak_stats",
+    "set_auto_unwrap_transformed_env",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,12 +1,17 @@
-"""Small helpers shared across torchrl: logging, lazy optional imports, one-time warnings."""
+"""Small helpers shared across torchrl: logging, lazy optional imports, one-time warnings,
+version-dependent implementations, the TransformedEnv unwrap setting and CUDA memory stats."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import importlib.util
 import logging
 import warnings
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 logger = logging.getLogger("torchrl")
 
@@ -76,3 +81,366 @@ def warn_once(message: str, category: type[Warning] = UserWarning, stacklevel: i
         return
     _warned.add(message)
     warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+
+# ------------------------------------------------------------------------------ implement_for
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    # "2.1.0+cu121" -> (2, 1, 0); "1.0rc1" -> (1, 0): pre-release tags count as the release.
+    parts: list[int] = []
+    for piece in str(version).split("+")[0].split("."):
+        digits = ""
+        for char in piece:
+            if not char.isdigit():
+                break
+            digits += char
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _module_version(module: ModuleType, name: str) -> str:
+    version = getattr(module, "__version__", None)
+    if version is None:
+        import importlib.metadata
+
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError as err:
+            raise ImportError(f"implement_for: cannot tell the version of module {name!r}") from err
+    return str(version)
+
+
+class implement_for:
+    """Decorator choosing, at the first call, the implementation that fits an installed version.
+
+    Decorate several functions of the same name (same module and qualified name), each with the
+    version range of ``module_name`` it supports; calling the name runs the one whose range
+    holds the installed version (the last one declared wins where ranges overlap). When the
+    module is missing, or no range fits, the call raises an ``ImportError`` naming the module,
+    its version and the ranges declared.
+
+    Args:
+        module_name: the module whose version is checked (e.g. ``"gymnasium"``), or a
+            callable returning that module.
+        from_version: the first version supported (``None``: no lower bound).
+        to_version: the first version no longer supported (``None``: no upper bound).
+        class_method: make the dispatched name a ``classmethod``.
+        compilable: resolve the implementation (importing the module) when decorating instead
+            of at the first call, so that compiled code never sees the import.
+
+    Examples:
+        >>> from torchrl import implement_for
+        >>> @implement_for("torch", None, "1.0")
+        ... def flavour():
+        ...     return "ancient torch"
+        >>> @implement_for("torch", "1.0")
+        ... def flavour():  # noqa: F811
+        ...     return "modern torch"
+        >>> flavour()
+        'modern torch'
+    """
+
+    # (module, qualname) -> [(implement_for, function), ...] in declaration order
+    _registry: dict[tuple[str, str], list[tuple[implement_for, Any]]] = {}
+    _resolved: dict[tuple[str, str], Any] = {}
+
+    def __init__(
+        self,
+        module_name: str | Callable[[], ModuleType],
+        from_version: str | None = None,
+        to_version: str | None = None,
+        *,
+        class_method: bool = False,
+        compilable: bool = False,
+    ) -> None:
+        if not (isinstance(module_name, str) or callable(module_name)):
+            raise TypeError(
+                f"implement_for: module_name must be a str or a callable returning a module, "
+                f"got {type(module_name).__name__}"
+            )
+        self.module_name = module_name
+        self.from_version = from_version
+        self.to_version = to_version
+        self.class_method = class_method
+        self.compilable = compilable
+
+    def __repr__(self) -> str:
+        low = self.from_version or "-inf"
+        high = self.to_version or "inf"
+        return f"implement_for({self._name()!r}, [{low}, {high}))"
+
+    def _name(self) -> str:
+        if isinstance(self.module_name, str):
+            return self.module_name
+        return getattr(self.module_name, "__name__", repr(self.module_name))
+
+    def _fits(self) -> tuple[bool, str | None]:
+        """Returns whether the installed module's version is in range, and that version."""
+        try:
+            if isinstance(self.module_name, str):
+                module = importlib.import_module(self.module_name)
+                name = self.module_name
+            else:
+                module = self.module_name()
+                name = module.__name__
+        except ImportError:
+            return False, None
+        version = _module_version(module, name.split(".")[0])
+        current = _version_tuple(version)
+        if self.from_version is not None and current < _version_tuple(self.from_version):
+            return False, version
+        if self.to_version is not None and current >= _version_tuple(self.to_version):
+            return False, version
+        return True, version
+
+    @classmethod
+    def _resolve(cls, key: tuple[str, str]) -> Any:
+        found = cls._resolved.get(key)
+        if found is not None:
+            return found
+        seen: list[str] = []
+        chosen = None
+        for spec, fn in cls._registry[key]:
+            fits, version = spec._fits()
+            seen.append(f"{spec!r} (installed: {version or 'missing'})")
+            if fits:
+                chosen = fn
+        if chosen is None:
+            raise ImportError(
+                f"no implementation of {key[1]} fits the installed versions; declared: "
+                + "; ".join(seen)
+            )
+        cls._resolved[key] = chosen
+        return chosen
+
+    def __call__(self, fn: Callable[..., Any]) -> Any:
+        key = (fn.__module__, fn.__qualname__)
+        self._registry.setdefault(key, []).append((self, fn))
+        # A new declaration may change the choice.
+        self._resolved.pop(key, None)
+        if self.compilable:
+            try:
+                self._resolve(key)
+            except ImportError:
+                pass  # raised again, with the same message, on the first call
+
+        @functools.wraps(fn)
+        def dispatch(*args: Any, **kwargs: Any) -> Any:
+            return implement_for._resolve(key)(*args, **kwargs)
+
+        if self.class_method:
+            return classmethod(dispatch)
+        return dispatch
+
+    @classmethod
+    def reset(cls) -> None:
+        """Forgets the implementations chosen so far (they are chosen again on the next call)."""
+        cls._resolved.clear()
+
+
+# ------------------------------------------------------------------------------ auto unwrap
+
+_AUTO_UNWRAP_ENV_VAR = "AUTO_UNWRAP_TRANSFORMED_ENV"
+_auto_unwrap: list[bool | None] = [None]
+
+
+def _parse_flag(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{_AUTO_UNWRAP_ENV_VAR} must be a boolean (1/0, true/false), got {value!r}")
+
+
+def auto_unwrap_transformed_env(allow_none: bool = False) -> bool | None:
+    """Returns whether a ``TransformedEnv`` wrapping another one should merge into it.
+
+    The value comes from :class:`set_auto_unwrap_transformed_env` when one is active, else from
+    the ``AUTO_UNWRAP_TRANSFORMED_ENV`` environment variable, else the default (``True``).
+
+    Args:
+        allow_none: return ``None`` instead of the default when nothing was set.
+
+    Returns:
+        The setting, or ``None`` (only with ``allow_none=True``).
+
+    Examples:
+        >>> from torchrl import auto_unwrap_transformed_env, set_auto_unwrap_transformed_env
+        >>> with set_auto_unwrap_transformed_env(False):
+        ...     auto_unwrap_transformed_env()
+        False
+    """
+    value = _auto_unwrap[0]
+    if value is None:
+        import os
+
+        raw = os.environ.get(_AUTO_UNWRAP_ENV_VAR)
+        if raw is not None:
+            value = _parse_flag(raw)
+    if value is None and not allow_none:
+        return True
+    return value
+
+
+class set_auto_unwrap_transformed_env(contextlib.ContextDecorator):
+    """Context manager or decorator setting :func:`auto_unwrap_transformed_env`.
+
+    Used as ``with set_auto_unwrap_transformed_env(False): ...`` or as a decorator, it sets the
+    value for the block and restores the previous one after; ``.set()`` sets it for good.
+
+    Args:
+        mode: whether a ``TransformedEnv`` built around another one merges into it.
+
+    Examples:
+        >>> from torchrl import auto_unwrap_transformed_env, set_auto_unwrap_transformed_env
+        >>> @set_auto_unwrap_transformed_env(False)
+        ... def build():
+        ...     return auto_unwrap_transformed_env()
+        >>> build(), auto_unwrap_transformed_env()
+        (False, True)
+    """
+
+    def __init__(self, mode: bool) -> None:
+        if not isinstance(mode, bool):
+            raise TypeError(f"set_auto_unwrap_transformed_env: mode must be a bool, got {mode!r}")
+        self.mode = mode
+        self._previous: list[bool | None] = []
+
+    def set(self) -> None:
+        """Sets the value for the rest of the process (no restoring)."""
+        _auto_unwrap[0] = self.mode
+
+    def __enter__(self) -> set_auto_unwrap_transformed_env:
+        self._previous.append(_auto_unwrap[0])
+        _auto_unwrap[0] = self.mode
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _auto_unwrap[0] = self._previous.pop()
+
+
+# ------------------------------------------------------------------------------ CUDA memory
+
+_GB = 1024**3
+_MEMORY_KEYS = ("allocated_gb", "reserved_gb", "max_allocated_gb", "max_reserved_gb")
+
+
+def _cuda_device(device: Any) -> Any:
+    """The CUDA device to query, or ``None`` when CUDA is unavailable or ``device`` is not CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    return dev if dev.type == "cuda" else None
+
+
+def cuda_memory_stats(device: Any = None) -> dict[str, float]:
+    """Returns the CUDA memory in use and its peaks on ``device``, in gigabytes (GiB).
+
+    Without CUDA, or for a non-CUDA ``device``, every value is ``0.0``.
+
+    Args:
+        device: the CUDA device (``None``: the current one).
+
+    Returns:
+        ``{"allocated_gb", "reserved_gb", "max_allocated_gb", "max_reserved_gb"}`` as floats.
+
+    Examples:
+        >>> from torchrl import cuda_memory_stats
+        >>> sorted(cuda_memory_stats("cpu").items())
+        [('allocated_gb', 0.0), ('max_allocated_gb', 0.0), ('max_reserved_gb', 0.0), ('reserved_gb', 0.0)]
+    """
+    dev = _cuda_device(device)
+    if dev is None:
+        return dict.fromkeys(_MEMORY_KEYS, 0.0)
+    import torch
+
+    return {
+        "allocated_gb": torch.cuda.memory_allocated(dev) / _GB,
+        "reserved_gb": torch.cuda.memory_reserved(dev) / _GB,
+        "max_allocated_gb": torch.cuda.max_memory_allocated(dev) / _GB,
+        "max_reserved_gb": torch.cuda.max_memory_reserved(dev) / _GB,
+    }
+
+
+def reset_cuda_peak_stats(device: Any = None) -> None:
+    """Resets the CUDA peak-memory counters of ``device``; does nothing without CUDA.
+
+    Args:
+        device: the CUDA device (``None``: the current one).
+
+    Examples:
+        >>> from torchrl import reset_cuda_peak_stats
+        >>> reset_cuda_peak_stats()  # also fine on a machine without CUDA
+    """
+    dev = _cuda_device(device)
+    if dev is not None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(dev)
+
+
+class cuda_memory_profile(contextlib.ContextDecorator):
+    """Context manager or decorator measuring the CUDA memory of a block.
+
+    On entry it (optionally) resets the peak counters and reads the memory in use; on exit it
+    stores :func:`cuda_memory_stats` in ``stats``, the change of ``allocated_gb`` and
+    ``reserved_gb`` over the block in ``delta``, and logs one line on the ``"torchrl"`` logger.
+    Without CUDA every value is ``0.0``.
+
+    Args:
+        label: a name for the block, put in the log line and kept as ``label``.
+        device: the CUDA device (``None``: the current one).
+        log: log the line at exit (``INFO`` level).
+        reset_peaks: reset the peak counters on entry, so that the ``max_*`` values cover the
+            block only.
+
+    Examples:
+        >>> from torchrl import cuda_memory_profile
+        >>> with cuda_memory_profile("warmup", log=False) as prof:
+        ...     pass
+        >>> sorted(prof.stats), sorted(prof.delta)
+        (['allocated_gb', 'max_allocated_gb', 'max_reserved_gb', 'reserved_gb'], ['allocated_gb', 'reserved_gb'])
+    """
+
+    def __init__(
+        self, label: str, *, device: Any = None, log: bool = True, reset_peaks: bool = True
+    ) -> None:
+        self.label = label
+        self.device = device
+        self.log = log
+        self.reset_peaks = reset_peaks
+        self.stats: dict[str, float] = {}
+        self.delta: dict[str, float] = {}
+        self._before: dict[str, float] = {}
+
+    def __enter__(self) -> cuda_memory_profile:
+        if self.reset_peaks:
+            reset_cuda_peak_stats(self.device)
+        self._before = cuda_memory_stats(self.device)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stats = cuda_memory_stats(self.device)
+        self.delta = {
+            key: self.stats[key] - self._before[key] for key in ("allocated_gb", "reserved_gb")
+        }
+        if self.log:
+            logger.info(
+                "[%s] CUDA memory: allocated %+.3f GB (now %.3f, peak %.3f), "
+                "reserved %+.3f GB (now %.3f, peak %.3f)",
+                self.label,
+                self.delta["allocated_gb"],
+                self.stats["allocated_gb"],
+                self.stats["max_allocated_gb"],
+                self.delta["reserved_gb"],
+                self.stats["reserved_gb"],
+                self.stats["max_reserved_gb"],
+            )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchrl.data.postprocs import MultiStep  # noqa: F401
+from torchrl.data.postprocs import DensifyReward, MultiStep  # noqa: F401
 from torchrl.data.replay_buffers import (  # noqa: F401
     CompressedListStorage,
     CompressedListStorageCheckpointer,
@@ -48,6 +48,10 @@ from torchrl.data.replay_buffers import (  # noqa: F401
     Writer,
     WriterEnsemble,
 )
+from torchrl.data.replay_buffers.video import (  # noqa: F401
+    clear_video_decoder_cache,
+    set_video_decoder_cache_size,
+)
 from torchrl.data.specs import (  # noqa: F401
     Binary,
     BinaryBox,
@@ -81,4 +85,10 @@ from torchrl.data.specs import (  # noqa: F401
     UnboundedDiscrete,
     UnboundedDiscreteTensorSpec,
     stack_specs,
+)
+from torchrl.data.ted import H5Combine, H5Split, Nested2TED, TED2Nested  # noqa: F401
+from torchrl.data.utils import (  # noqa: F401
+    check_no_exclusive_keys,
+    consolidate_spec,
+    contains_lazy_spec,
 )

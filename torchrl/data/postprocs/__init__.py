@@ -1,7 +1,8 @@
-"""Batch post-processing for collectors: :class:`MultiStep` returns and :func:`split_trajectories`."""
+"""Batch post-processing: :class:`MultiStep` returns, :class:`DensifyReward`,
+:func:`split_trajectories`."""
 
 from __future__ import annotations
 
-from torchrl.data.postprocs.postprocs import MultiStep, split_trajectories
+from torchrl.data.postprocs.postprocs import DensifyReward, MultiStep, split_trajectories
 
-__all__ = ["MultiStep", "split_trajectories"]
+__all__ = ["DensifyReward", "MultiStep", "split_trajectories"]

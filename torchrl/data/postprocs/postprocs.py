@@ -1,6 +1,7 @@
-"""Batch post-processing for collectors: :class:`MultiStep` returns; :func:`split_trajectories`.
+"""Batch post-processing: :class:`MultiStep` returns; :func:`split_trajectories`;
+:class:`DensifyReward` (sparse rewards spread over their trajectory).
 
-Both work on batches whose last batch dim is time (``[*B, T]``), as collectors return them.
+The first two work on batches whose last batch dim is time (``[*B, T]``), as collectors return them.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from torchrl._keys import COLLECTOR, DONE, MASK, NEXT, REWARD, TRAJ_IDS
+from torchrl._recursions import reward_to_go
 from torchrl._types import NestedKey
 
-__all__ = ["MultiStep", "split_trajectories"]
+__all__ = ["DensifyReward", "MultiStep", "split_trajectories"]
 
 
 class MultiStep(nn.Module):
@@ -274,3 +276,85 @@ def _nested(
         mask_key, torch.nested.as_nested_tensor(list(torch.split(ones, sizes)), layout=torch.jagged)
     )
     return out
+
+
+class DensifyReward(nn.Module):
+    """Spreads a sparse reward over its trajectory: each step gets the reward-to-go.
+
+    For sparse rewards (non-zero only where a trajectory ends), every step ``t`` receives
+    ``G_t = r_t + discount * G_{t+1}``, restarted after each step whose done flag is set. The
+    intermediate rewards, if any, are summed in too.
+
+    Args:
+        reward_key: the reward entry (read as given, e.g. ``("next", "reward")`` for TED data).
+        done_key: the done flag, shaped like the reward or broadcastable to it.
+        reward_key_out: where the result goes (default: ``reward_key``, overwritten).
+        time_dim: the time dim of the reward tensor (negative counts from the end).
+        discount: the discount factor (``1.0``: plain sums).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import DensifyReward
+        >>> reward = torch.tensor([0.0, 0.0, 1.0, 0.0, 2.0]).view(1, 5, 1)
+        >>> done = torch.tensor([False, False, True, False, True]).view(1, 5, 1)
+        >>> data = TensorDict(reward=reward, done=done, batch_size=[1, 5])
+        >>> DensifyReward(time_dim=1)(data)["reward"].view(-1)
+        tensor([1., 1., 1., 2., 2.])
+    """
+
+    def __init__(
+        self,
+        reward_key: NestedKey = REWARD,
+        done_key: NestedKey = DONE,
+        reward_key_out: NestedKey | None = None,
+        time_dim: int = 2,
+        discount: float = 1.0,
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= discount <= 1.0:
+            raise ValueError(f"DensifyReward: discount must be in [0, 1], got {discount}")
+        self.reward_key = reward_key
+        self.done_key = done_key
+        self.reward_key_out = reward_key if reward_key_out is None else reward_key_out
+        self.time_dim = int(time_dim)
+        self.discount = float(discount)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Writes the densified reward into ``tensordict`` and returns it.
+
+        Args:
+            tensordict: data holding ``reward_key`` and ``done_key``.
+
+        Returns:
+            ``tensordict``, with ``reward_key_out`` set.
+        """
+        reward = tensordict.get(self.reward_key, None)
+        done = tensordict.get(self.done_key, None)
+        if reward is None or done is None:
+            missing = self.reward_key if reward is None else self.done_key
+            raise KeyError(f"DensifyReward: the data has no entry {missing!r}")
+        if not -reward.ndim <= self.time_dim < reward.ndim:
+            raise ValueError(
+                f"DensifyReward: time_dim={self.time_dim} is out of range for the reward of "
+                f"shape {tuple(reward.shape)}"
+            )
+        try:
+            flags = done.bool().expand_as(reward)
+        except RuntimeError as err:
+            raise ValueError(
+                f"DensifyReward: the done flag of shape {tuple(done.shape)} does not broadcast to "
+                f"the reward of shape {tuple(reward.shape)}"
+            ) from err
+        time_dim = self.time_dim - reward.ndim if self.time_dim >= 0 else self.time_dim
+        gamma = torch.tensor(self.discount, dtype=reward.dtype, device=reward.device)
+        dense = reward_to_go(type(self).__name__, reward, flags, gamma, time_dim)
+        tensordict.set(self.reward_key_out, dense)
+        return tensordict
+
+    def extra_repr(self) -> str:
+        return (
+            f"reward_key={self.reward_key!r}, done_key={self.done_key!r}, "
+            f"reward_key_out={self.reward_key_out!r}, time_dim={self.time_dim}, "
+            f"discount={self.discount}"
+        )

@@ -69,7 +69,12 @@ from torchrl.envs.transforms.policy import (
     ModuleTransform,
     MultiAction,
 )
-from torchrl.envs.transforms.rb import BurnInTransform, RandomCropTensorDict, Reward2GoTransform
+from torchrl.envs.transforms.rb import (
+    BurnInTransform,
+    MultiStepTransform,
+    RandomCropTensorDict,
+    Reward2GoTransform,
+)
 from torchrl.envs.transforms.reward import (
     BinarizeReward,
     LineariseRewards,
@@ -177,3 +182,4 @@ __all__ += [
 
 # Sampled-transition rebuild and tokenization (issue 17).
 __all__ += ["NextStateReconstructor", "Tokenizer"]
+__all__ += ["MultiStepTransform"]

@@ -1,5 +1,5 @@
-"""Replay-buffer transforms: ``Reward2GoTransform`` (on writes), ``BurnInTransform`` and
-``RandomCropTensorDict`` (on samples).
+"""Replay-buffer transforms: ``Reward2GoTransform`` and ``MultiStepTransform`` (on writes),
+``BurnInTransform`` and ``RandomCropTensorDict`` (on samples).
 
 None belongs in an env: adding them to a ``TransformedEnv`` raises.
 """
@@ -7,7 +7,7 @@ None belongs in an env: adding them to a ``TransformedEnv`` raises.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -16,6 +16,7 @@ from torch import nn
 from torchrl._keys import DONE, NEXT, REWARD
 from torchrl._recursions import reward_to_go
 from torchrl._types import NestedKey
+from torchrl.data.postprocs import MultiStep
 from torchrl.data.specs import Composite
 from torchrl.envs.transforms._utils import (
     key_list,
@@ -25,7 +26,12 @@ from torchrl.envs.transforms._utils import (
 )
 from torchrl.envs.transforms.base import Transform
 
-__all__ = ["BurnInTransform", "RandomCropTensorDict", "Reward2GoTransform"]
+__all__ = [
+    "BurnInTransform",
+    "MultiStepTransform",
+    "RandomCropTensorDict",
+    "Reward2GoTransform",
+]
 
 
 class _BufferOnly(Transform):
@@ -297,3 +303,117 @@ class RandomCropTensorDict(_BufferOnly):
 
     def extra_repr(self) -> str:
         return f"sub_seq_len={self.sub_seq_len}, sample_dim={self.sample_dim}"
+
+
+class MultiStepTransform(_BufferOnly):
+    """n-step returns computed as data is written to a replay buffer, across batches.
+
+    On ``inv`` (a replay buffer calls it on ``extend``), the last ``n_steps`` steps of each
+    batch ``[*B, T]`` (time last) are held back: their n-step returns need steps that have
+    not arrived yet. Each call returns the steps held from the previous call followed by the
+    first ``T - n_steps`` new ones, rewritten by :class:`~torchrl.data.MultiStep` (reward
+    summed over up to ``n_steps + 1`` steps within the trajectory, ``"next"`` entries taken
+    from the last of them, ``"steps_to_next_obs"`` and ``"gamma"`` added). So, unlike the
+    collector post-processing, the returns do not depend on where batches are cut. The first
+    call returns ``T - n_steps`` steps; ``forward`` (on samples) leaves data alone.
+
+    Args:
+        n_steps: the number of steps looked ahead (``0``: nothing is held back). Changing the
+            ``n_steps`` attribute later drops the steps held.
+        gamma: the discount factor.
+        reward_keys: the reward entry under ``"next"``, as a one-element list (default
+            ``["reward"]``).
+        done_key: the done flag under ``"next"`` that ends a trajectory (default ``"done"``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.envs.transforms.rb_transforms import MultiStepTransform
+        >>> t = MultiStepTransform(n_steps=2, gamma=1.0)
+        >>> def batch(start):
+        ...     nxt = TensorDict(
+        ...         reward=torch.ones(4, 1), done=torch.zeros(4, 1, dtype=torch.bool),
+        ...         obs=torch.arange(start + 1.0, start + 5.0).unsqueeze(-1), batch_size=[4]
+        ...     )
+        ...     return TensorDict(obs=torch.arange(start, start + 4.0).unsqueeze(-1), next=nxt,
+        ...                       batch_size=[4])
+        >>> first = t.inv(batch(0))
+        >>> first["obs"].view(-1), first["next", "reward"].view(-1), first["next", "obs"].view(-1)
+        (tensor([0., 1.]), tensor([3., 3.]), tensor([3., 4.]))
+        >>> t.inv(batch(4))["obs"].view(-1)
+        tensor([2., 3., 4., 5.])
+    """
+
+    def __init__(
+        self,
+        n_steps: int,
+        gamma: float,
+        *,
+        reward_keys: Sequence[NestedKey] | None = None,
+        done_key: NestedKey | None = None,
+    ) -> None:
+        super().__init__()
+        rewards = list(reward_keys) if reward_keys is not None else [REWARD]
+        if len(rewards) != 1:
+            raise ValueError(
+                f"MultiStepTransform: exactly one reward key is supported, got {rewards}"
+            )
+        self.reward_key: NestedKey = unravel_key(rewards[0])
+        self.done_key: NestedKey = DONE if done_key is None else unravel_key(done_key)
+        self.gamma = float(gamma)
+        self._held: TensorDictBase | None = None
+        self.n_steps = n_steps
+
+    @property
+    def n_steps(self) -> int:
+        """The number of steps looked ahead."""
+        return self._n_steps
+
+    @n_steps.setter
+    def n_steps(self, value: int) -> None:
+        if int(value) < 0:
+            raise ValueError(f"MultiStepTransform: n_steps must be >= 0, got {value}")
+        self._n_steps = int(value)
+        self._held = None
+
+    def reset_buffer(self) -> None:
+        """Drops the steps held back (e.g. before writing data of unrelated trajectories)."""
+        self._held = None
+
+    def _uses_step(self) -> bool:
+        return False
+
+    def _uses_inv(self) -> bool:
+        return True
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if tensordict.batch_dims < 1:
+            raise ValueError("MultiStepTransform needs data with a time dim (its last batch dim)")
+        n = self._n_steps
+        time_dim = tensordict.batch_dims - 1
+        held = self._held
+        if held is not None:
+            if held.batch_size[:-1] != tensordict.batch_size[:-1]:
+                raise ValueError(
+                    f"MultiStepTransform: the batch {list(tensordict.batch_size)} does not "
+                    f"continue the previous one (leading dims {list(held.batch_size[:-1])})"
+                )
+            data = cast(TensorDictBase, torch.cat([held, tensordict], time_dim))
+        else:
+            data = tensordict
+        steps = data.batch_size[-1]
+        keep = max(steps - n, 0)
+        # The raw last n steps wait for the next batch; MultiStep rewrites its input in place.
+        self._held = data[..., keep:].clone() if n else None
+        if keep == 0:
+            return data[..., :0]
+        out = MultiStep(self.gamma, n, reward_key=self.reward_key, done_key=self.done_key)(
+            data.clone()
+        )
+        return out[..., :keep]
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return tensordict
+
+    def extra_repr(self) -> str:
+        return f"n_steps={self._n_steps}, gamma={self.gamma}"
