@@ -194,11 +194,11 @@ class TestCorrupted:
 
     def test_truncated_and_missing_payload(self, tmp_path):
         path = Checkpoint(policy=nn.Linear(2, 2), rb=_run_parts()[2]).save(tmp_path / "c")
-        data = (path / "policy" / "state.pt").read_bytes()
-        (path / "policy" / "state.pt").write_bytes(data[: len(data) // 2])
+        leaf = path / "policy" / "state" / "t0.memmap"
+        leaf.write_bytes(leaf.read_bytes()[:4])
         with pytest.raises(CheckpointError, match="'policy'"):
             Checkpoint(policy=nn.Linear(2, 2)).load(path)
-        (path / "policy" / "state.pt").unlink()
+        shutil.rmtree(path / "policy" / "state")
         with pytest.raises(CheckpointError, match="partial"):
             Checkpoint(policy=nn.Linear(2, 2)).load(path)
         shutil.rmtree(path / "rb" / "data")
@@ -235,9 +235,15 @@ class _Holder:
         self.payload = state["obj"]
 
 
+def _holder_checkpoint(**kwargs) -> Checkpoint:
+    ckpt = Checkpoint(**kwargs)
+    ckpt.register("holder", _Holder(), adapter=StateDictCheckpointAdapter("torch"))
+    return ckpt
+
+
 class TestTrust:
     def test_untrusted_pickle_refused_whatever_strict(self, tmp_path):
-        path = Checkpoint(holder=_Holder()).save(tmp_path / "c")
+        path = _holder_checkpoint().save(tmp_path / "c")
         for strict in ("error", "ignore"):
             holder = _Holder()
             with pytest.raises(pickle.UnpicklingError):
@@ -299,7 +305,7 @@ class TestArchive:
         path = ckpt.save(tmp_path / "run.ckpt")
         assert path.is_file() and zipfile.is_zipfile(path)
         names = zipfile.ZipFile(path).namelist()
-        assert names[0] == "manifest.json" and "policy/state.pt" in names
+        assert names[0] == "manifest.json" and "policy/state_schema.json" in names
         assert read_manifest(path)["components"]["replay_buffer"]["adapter"] == (
             DumpLoadCheckpointAdapter.adapter_id
         )
@@ -328,7 +334,7 @@ class TestArchive:
             dst = nn.Linear(3, 2)
             Checkpoint(policy=dst).load(path)
             assert torch.equal(dst.weight, src.weight) and torch.equal(dst.bias, src.bias)
-        info = zipfile.ZipFile(tmp_path / "archive-deflate").getinfo("policy/state.pt")
+        info = zipfile.ZipFile(tmp_path / "archive-deflate").getinfo("policy/state_schema.json")
         assert info.compress_type == zipfile.ZIP_DEFLATED
 
     def test_partial_load_extracts_only_requested(self, tmp_path, monkeypatch):
@@ -379,7 +385,7 @@ class TestArchive:
         assert list((tmp_path / "tmp").iterdir()) == []
 
     def test_untrusted_pickle_refused(self, tmp_path):
-        path = Checkpoint(format="archive", holder=_Holder()).save(tmp_path / "c.zip")
+        path = _holder_checkpoint(format="archive").save(tmp_path / "c.zip")
         holder = _Holder()
         with pytest.raises(pickle.UnpicklingError):
             Checkpoint(holder=holder, strict="ignore").load(path)
@@ -483,3 +489,235 @@ class TestArchiveRotation:
         (tmp_path / ".checkpoint-000000000004.zip.0123456789ab.tmp").write_bytes(b"partial")
         (tmp_path / "checkpoint-000000000007.zip").mkdir()  # not an archive file
         assert rotation.latest() is None
+
+
+PAYLOAD_FORMATS = ("directory", "archive", "consolidated", "torch")
+PAYLOAD_FILES = {
+    "directory": "state",
+    "archive": "state.tdz",
+    "consolidated": "state.td",
+    "torch": "state.pt",
+}
+
+
+class _StateHolder:
+    """A component whose state dict is whatever the test gives it."""
+
+    def __init__(self, state=None):
+        self.state = state
+        self.loaded = None
+
+    def state_dict(self):
+        return self.state
+
+    def load_state_dict(self, state):
+        self.loaded = state
+
+
+def _same(a, b) -> bool:
+    """Equal values of the same types all the way down (NaN equals NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and a != a:
+        return b != b
+    return a == b
+
+
+def _module_with_buffers() -> nn.Module:
+    module = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    module.register_buffer("mask", torch.tensor([True, False, True]))
+    module.register_buffer("steps", torch.arange(6, dtype=torch.int32).reshape(2, 3).t())
+    module(torch.randn(5, 3))  # running stats and the int64 num_batches_tracked move
+    return module
+
+
+def _save_with(tmp_path, payload_format, name="c", container="directory", **components):
+    ckpt = Checkpoint(format=container)
+    for key, obj in components.items():
+        ckpt.register(key, obj, adapter=StateDictCheckpointAdapter(payload_format))
+    return ckpt.save(tmp_path / name)
+
+
+class TestStateDictPayloads:
+    def test_adapter_keywords(self):
+        from typing import get_args
+
+        from torchrl.checkpoint import StateDictFormat
+
+        assert get_args(StateDictFormat) == PAYLOAD_FORMATS
+        assert StateDictCheckpointAdapter().payload_format == "directory"
+        adapter = StateDictCheckpointAdapter("archive", archive_compression="deflate")
+        assert adapter.payload_format == "archive" and adapter.archive_compression == "deflate"
+        with pytest.raises(ValueError, match="payload_format must be one of"):
+            StateDictCheckpointAdapter("pickle")
+        with pytest.raises(ValueError, match="archive_compression='deflate' applies to"):
+            StateDictCheckpointAdapter("directory", archive_compression="deflate")
+
+    @pytest.mark.parametrize("payload_format", PAYLOAD_FORMATS)
+    def test_module_optimizer_rng_exact(self, tmp_path, payload_format, monkeypatch):
+        module = _module_with_buffers()
+        assert not module.steps.is_contiguous()
+        optim = torch.optim.Adam(module.parameters(), lr=1e-2)
+        module(torch.randn(5, 3)).sum().backward()
+        optim.step()
+        path = _save_with(
+            tmp_path, payload_format, policy=module, optim=optim, rng=GlobalRNGState()
+        )
+        files = sorted(p.name for p in (path / "policy").iterdir())
+        expected = [PAYLOAD_FILES[payload_format]]
+        assert files == (
+            expected if payload_format == "torch" else expected + ["state_schema.json"]
+        )
+        draws = _draws()
+        if payload_format != "torch":  # the pickle-free payloads never reach torch.load
+            monkeypatch.setattr(torch, "load", None)
+        module2 = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+        module2.register_buffer("mask", torch.zeros(3, dtype=torch.bool))
+        module2.register_buffer("steps", torch.zeros(3, 2, dtype=torch.int32))
+        optim2 = torch.optim.Adam(module2.parameters(), lr=0.5)
+        # The loader uses default adapters: the payload format is recognised from the files.
+        Checkpoint(policy=module2, optim=optim2, rng=GlobalRNGState()).load(path)
+        assert _same(dict(module2.state_dict()), dict(module.state_dict()))
+        raw = _StateHolder()
+        Checkpoint(raw=raw).load(
+            _save_with(tmp_path, payload_format, "raw", raw=_StateHolder(module.state_dict()))
+        )
+        # The state dict itself comes back as an OrderedDict with the modules' versions.
+        assert type(raw.loaded) is type(module.state_dict())
+        assert raw.loaded._metadata == module.state_dict()._metadata
+        assert _same(optim2.state_dict(), optim.state_dict())
+        assert _same(_draws(), draws)
+
+    @pytest.mark.parametrize("payload_format", PAYLOAD_FORMATS)
+    def test_nested_python_values(self, tmp_path, payload_format):
+        state = {
+            "config": {"name": "ppo", "lr": 3e-4, "clip": None, "flags": [True, False]},
+            "schedule": [(0, 1.0), (10, 0.5)],
+            "pair": (1, ("two", [3.0, float("nan"), float("inf")])),
+            "shape": torch.Size([2, 3]),
+            3: torch.arange(4, dtype=torch.int16),
+            2.5: "float key",
+            None: "none key",
+            True: {},
+            "empty": [[], (), {}],
+        }
+        path = _save_with(tmp_path, payload_format, holder=_StateHolder(state))
+        holder = _StateHolder()
+        Checkpoint(holder=holder).load(path)
+        assert _same(holder.loaded, state)  # tuples come back as tuples, keys keep their type
+        assert type(holder.loaded["pair"][1]) is tuple
+
+    @pytest.mark.parametrize("payload_format", PAYLOAD_FORMATS)
+    @pytest.mark.parametrize("container", ["directory", "archive"])
+    def test_empty_states(self, tmp_path, payload_format, container):
+        path = _save_with(
+            tmp_path, payload_format, container=container, relu=nn.ReLU(), holder=_StateHolder({})
+        )
+        holder, relu = _StateHolder(), nn.ReLU()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # nothing stays mapped from an archive's extraction
+            Checkpoint(relu=relu, holder=holder).load(path)
+        assert holder.loaded == {} and type(holder.loaded) is dict
+
+    @pytest.mark.parametrize(
+        "state, where, what",
+        [
+            ({"a": [1, {"b": object()}]}, r"state\['a'\]\[1\]\['b'\]", "builtins.object"),
+            ({"a": np.float64(1.0)}, r"state\['a'\]", "numpy.float64"),
+            ({"a": {(1, 2): 3}}, r"state\['a'\] key \(1, 2\)", "builtins.tuple"),
+            ({"s": torch.eye(2).to_sparse()}, r"state\['s'\]", "layout torch.sparse_coo"),
+        ],
+    )
+    def test_unstorable_value_named(self, tmp_path, state, where, what):
+        with pytest.raises(CheckpointError, match="'holder'") as info:
+            _save_with(tmp_path, "directory", holder=_StateHolder(state))
+        message = str(info.value)
+        assert re_search(where, message) and what in message
+        assert "payload_format='torch'" in message
+        assert not list(tmp_path.iterdir())  # nothing half-written
+
+    def test_archive_payload_compression(self, tmp_path):
+        ckpt = Checkpoint()
+        adapter = StateDictCheckpointAdapter("archive", archive_compression="deflate")
+        ckpt.register("policy", nn.Linear(30, 30), adapter=adapter)
+        path = ckpt.save(tmp_path / "c")
+        with zipfile.ZipFile(path / "policy" / "state.tdz") as archive:
+            kinds = {info.compress_type for info in archive.infolist() if info.file_size}
+        assert zipfile.ZIP_DEFLATED in kinds
+        target = nn.Linear(30, 30)
+        Checkpoint(policy=target).load(path)
+        assert torch.equal(target.weight, ckpt.components["policy"].weight)
+
+    def test_old_state_pt_checkpoint_loads(self, tmp_path):
+        source = nn.Linear(2, 2)
+        path = tmp_path / "old"
+        (path / "policy").mkdir(parents=True)
+        torch.save(source.state_dict(), path / "policy" / "state.pt")
+        manifest = {
+            "format_version": 1,
+            "metadata": {},
+            "components": {"policy": {"adapter": "torchrl.state_dict", "type": "Linear"}},
+        }
+        (path / "manifest.json").write_text(json.dumps(manifest))
+        target = nn.Linear(2, 2)
+        Checkpoint(policy=target).load(path)
+        assert torch.equal(target.weight, source.weight)
+
+    @pytest.mark.parametrize("payload_format", ["directory", "archive", "consolidated"])
+    def test_damaged_payloads(self, tmp_path, payload_format):
+        path = _save_with(tmp_path, payload_format, policy=nn.Linear(4, 4))
+        payload = path / "policy" / PAYLOAD_FILES[payload_format]
+        victim = (
+            next(p for p in sorted(payload.rglob("*")) if p.is_file())
+            if payload.is_dir()
+            else payload
+        )
+        victim.write_bytes(victim.read_bytes()[:-8])
+        with pytest.raises(CheckpointError, match="differ from what state_schema.json records"):
+            Checkpoint(policy=nn.Linear(4, 4)).load(path)
+        _remove_tree(payload)
+        with pytest.raises(CheckpointError, match="partial"):
+            Checkpoint(policy=nn.Linear(4, 4)).load(path)
+        schema = path / "policy" / "state_schema.json"
+        schema.write_text(json.dumps({"payload_format": "pickle"}))
+        with pytest.raises(CheckpointError, match="payload_format 'pickle'"):
+            Checkpoint(policy=nn.Linear(4, 4)).load(path)
+        schema.unlink()
+        with pytest.raises(CheckpointError, match="neither state_schema.json nor state.pt"):
+            Checkpoint(policy=nn.Linear(4, 4)).load(path)
+
+    def test_schema_mismatch_refused(self, tmp_path):
+        path = _save_with(tmp_path, "directory", policy=nn.Linear(2, 2))
+        schema_path = path / "policy" / "state_schema.json"
+        schema = json.loads(schema_path.read_text())
+        schema["state"]["dict"][0][1]["shape"] = [3, 3]
+        schema_path.write_text(json.dumps(schema))
+        with pytest.raises(CheckpointError, match="the schema says float32 of shape"):
+            Checkpoint(policy=nn.Linear(2, 2)).load(path)
+
+    def test_map_location(self, tmp_path):
+        path = _save_with(tmp_path, "directory", policy=nn.Linear(2, 2))
+        target = nn.Linear(2, 2)
+        Checkpoint(policy=target).load(path, map_location={"cpu": "cpu"})
+        Checkpoint(policy=target).load(path, map_location=torch.device("cpu"))
+        with pytest.raises(CheckpointError, match="a callable works only with"):
+            Checkpoint(policy=target).load(path, map_location=lambda storage, loc: storage)
+
+
+def re_search(pattern: str, text: str) -> bool:
+    import re
+
+    return re.search(pattern, text) is not None
+
+
+def _remove_tree(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()

@@ -15,6 +15,7 @@ from torchrl.checkpoint.checkpoint import (
     GlobalRNGState,
     JSONCheckpointAdapter,
     StateDictCheckpointAdapter,
+    StateDictFormat,
     read_manifest,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "GlobalRNGState",
     "JSONCheckpointAdapter",
     "StateDictCheckpointAdapter",
+    "StateDictFormat",
     "read_manifest",
 ]

@@ -11,6 +11,7 @@ unpickled on load unless the caller passes ``trusted=True``.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ import uuid
 import warnings
 import zipfile
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -46,6 +48,7 @@ __all__ = [
     "GlobalRNGState",
     "JSONCheckpointAdapter",
     "StateDictCheckpointAdapter",
+    "StateDictFormat",
     "read_manifest",
 ]
 
@@ -176,21 +179,339 @@ def _safe_load(path: Path, map_location: Any, tensor_load_kwargs: Mapping[str, A
     )
 
 
+#: How :class:`StateDictCheckpointAdapter` stores a state dict: a TensorDict folder, a TensorDict
+#: archive, a consolidated TensorDict file (all three with a JSON schema, never pickled), or
+#: ``torch.save``.
+StateDictFormat = Literal["directory", "archive", "consolidated", "torch"]
+_PAYLOAD_FORMATS = ("directory", "archive", "consolidated", "torch")
+#: The JSON file that describes the structure of a pickle-free state-dict payload.
+_SCHEMA = "state_schema.json"
+_SCHEMA_VERSION = 1
+#: Where each pickle-free format keeps its tensors, next to the schema.
+_TENSOR_FILES = {"directory": "state", "archive": "state.tdz", "consolidated": "state.td"}
+_TORCH_FILE = "state.pt"
+_PICKLE_FREE_HINT = (
+    "pickle-free payloads hold tensors, dicts, lists, tuples, torch.Size, str, int, float, "
+    "bool and None; use StateDictCheckpointAdapter(payload_format='torch') to pickle other "
+    "objects (they then load only with trusted=True)"
+)
+
+
+def _key_repr(path: str, key: Any) -> str:
+    return f"{path}[{key!r}]"
+
+
+class _StateEncoder:
+    """Splits a state dict into tensor leaves (numbered) and a JSON tree that refers to them."""
+
+    def __init__(self, payload_format: str) -> None:
+        self.payload_format = payload_format
+        self.tensors: dict[str, torch.Tensor] = {}
+
+    def _refuse(self, path: str, value: Any, why: str = "") -> CheckpointError:
+        return CheckpointError(
+            f"state{path} is a {type(value).__module__}.{type(value).__qualname__}{why}, which "
+            f"payload_format={self.payload_format!r} cannot store: {_PICKLE_FREE_HINT}"
+        )
+
+    def encode(self, value: Any, path: str = "") -> Any:
+        # Exact types only: a numpy float or an IntEnum would come back as a plain float or
+        # int, so they are refused rather than silently changed.
+        kind = type(value)
+        if value is None or kind in (bool, int, str):
+            return value
+        if kind is float:
+            return value  # json writes and reads nan/inf as NaN/Infinity
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value, path)
+        if kind in (dict, OrderedDict):
+            items = []
+            for key, item in value.items():
+                if key is not None and type(key) not in (str, int, float, bool):
+                    raise self._refuse(f"{path} key {key!r}", key, " (a dict key)")
+                items.append([key, self.encode(item, _key_repr(path, key))])
+            node: dict[str, Any] = {"dict": items}
+            if kind is OrderedDict:
+                node["ordered"] = True
+                # nn.Module.state_dict() keeps per-module versions in ``_metadata``.
+                metadata = getattr(value, "_metadata", None)
+                if metadata is not None:
+                    node["metadata"] = self.encode(metadata, f"{path}._metadata")
+            return node
+        if kind is list:
+            return {"list": [self.encode(v, _key_repr(path, i)) for i, v in enumerate(value)]}
+        if kind is tuple:
+            return {"tuple": [self.encode(v, _key_repr(path, i)) for i, v in enumerate(value)]}
+        if kind is torch.Size:
+            return {"size": list(value)}
+        raise self._refuse(path, value)
+
+    def _tensor(self, value: torch.Tensor, path: str) -> dict[str, Any]:
+        if value.layout != torch.strided or value.is_quantized or value.is_nested:
+            raise self._refuse(path, value, f" with layout {value.layout}")
+        if value.device.type == "meta":
+            raise self._refuse(path, value, " on the meta device (it holds no data)")
+        key = f"t{len(self.tensors)}"
+        self.tensors[key] = value.detach().resolve_conj().resolve_neg().to("cpu")
+        return {
+            "tensor": key,
+            "device": str(value.device),
+            "dtype": str(value.dtype).removeprefix("torch."),
+            "shape": list(value.shape),
+        }
+
+
+def _target_device(saved: str, map_location: Any) -> str | torch.device:
+    if map_location is None:
+        return saved
+    if isinstance(map_location, (str, torch.device)):
+        return map_location
+    if isinstance(map_location, Mapping):
+        return map_location.get(saved, saved)
+    raise CheckpointError(
+        f"map_location={map_location!r}: pickle-free state-dict payloads take a device, a "
+        f"device string or a dict of device strings (a callable works only with "
+        f"payload_format='torch')"
+    )
+
+
+class _StateDecoder:
+    """Rebuilds a state dict from the JSON tree and its tensor leaves."""
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor], map_location: Any, source: Path):
+        self.tensors = tensors
+        self.map_location = map_location
+        self.source = source
+
+    def _corrupted(self, why: str) -> CheckpointError:
+        return CheckpointError(f"{self.source} is corrupted ({why})")
+
+    def decode(self, node: Any) -> Any:
+        if node is None or type(node) in (bool, int, float, str):
+            return node
+        if not isinstance(node, dict):
+            raise self._corrupted(f"unknown schema node {node!r:.80}")
+        if "tensor" in node:
+            return self._tensor(node)
+        if "dict" in node:
+            pairs = node["dict"]
+            if not isinstance(pairs, list) or not all(
+                isinstance(p, list) and len(p) == 2 for p in pairs
+            ):
+                raise self._corrupted("a dict node is not a list of [key, value] pairs")
+            if node.get("ordered"):
+                out: dict[Any, Any] = OrderedDict((k, self.decode(v)) for k, v in pairs)
+                if "metadata" in node:
+                    out._metadata = self.decode(node["metadata"])  # type: ignore[attr-defined]
+                return out
+            return {k: self.decode(v) for k, v in pairs}
+        if "list" in node:
+            return [self.decode(v) for v in node["list"]]
+        if "tuple" in node:
+            return tuple(self.decode(v) for v in node["tuple"])
+        if "size" in node:
+            return torch.Size(node["size"])
+        raise self._corrupted(f"unknown schema node {node!r:.80}")
+
+    def _tensor(self, node: dict[str, Any]) -> torch.Tensor:
+        try:
+            stored = self.tensors[node["tensor"]]
+        except (KeyError, TypeError):
+            raise self._corrupted(f"the tensor {node.get('tensor')!r} is not stored") from None
+        # A plain in-memory copy: the loaded leaves map the payload files, which may be a
+        # temporary extraction of an archive.
+        tensor = stored.as_subclass(torch.Tensor).clone()
+        dtype, shape = node.get("dtype"), node.get("shape")
+        if str(tensor.dtype).removeprefix("torch.") != dtype or list(tensor.shape) != shape:
+            raise self._corrupted(
+                f"the tensor {node['tensor']!r} is {tensor.dtype} of shape "
+                f"{list(tensor.shape)}, the schema says {dtype} of shape {shape}"
+            )
+        device = _target_device(str(node.get("device", "cpu")), self.map_location)
+        return tensor if torch.device(device) == tensor.device else tensor.to(device)
+
+
+def _save_state_payload(
+    state: Any, path: Path, payload_format: str, archive_compression: str | int | None
+) -> None:
+    """Writes ``state`` below the folder ``path`` in ``payload_format``."""
+    if payload_format == "torch":
+        save_checkpoint(state, path / _TORCH_FILE)
+        return
+    from tensordict import TensorDict
+
+    encoder = _StateEncoder(payload_format)
+    tree = encoder.encode(state)
+    tensors = TensorDict(encoder.tensors, batch_size=[])
+    target = path / _TENSOR_FILES[payload_format]
+    if payload_format == "directory":
+        tensors.save(target)
+    elif payload_format == "archive":
+        tensors.save(target, archive=True, compression=archive_compression)
+    else:
+        tensors.consolidate(filename=target)
+    schema = {
+        "schema_version": _SCHEMA_VERSION,
+        "payload_format": payload_format,
+        "tensors": len(encoder.tensors),
+        # TensorDict reads a truncated leaf file without complaint: the sizes let the
+        # loader tell a damaged payload from a good one before reading it.
+        "files": _file_sizes(path),
+        "state": tree,
+    }
+    atomic_write_json(path / _SCHEMA, schema)
+
+
+def _file_sizes(path: Path) -> dict[str, int]:
+    """The size of every payload file below ``path`` (the schema excepted), by relative path."""
+    sizes = {}
+    for folder, _, files in os.walk(path):
+        for name in files:
+            full = Path(folder) / name
+            rel = full.relative_to(path).as_posix()
+            if rel != _SCHEMA:
+                sizes[rel] = full.stat().st_size
+    return sizes
+
+
+def _detect_payload_format(path: Path) -> str:
+    if (path / _SCHEMA).is_file():
+        schema = _read_json(path / _SCHEMA)
+        fmt = schema.get("payload_format") if isinstance(schema, dict) else None
+        if fmt not in _TENSOR_FILES:
+            raise CheckpointError(
+                f"{path / _SCHEMA} is corrupted (payload_format {fmt!r} is not one of "
+                f"{tuple(_TENSOR_FILES)})"
+            )
+        return fmt
+    if (path / _TORCH_FILE).is_file():
+        return "torch"
+    raise CheckpointError(
+        f"{path} holds neither {_SCHEMA} nor {_TORCH_FILE}: the checkpoint is partial"
+    )
+
+
+def _load_state_payload(
+    path: Path, map_location: Any, tensor_load_kwargs: Mapping[str, Any]
+) -> Any:
+    """Reads the state dict below ``path``, whichever payload format wrote it."""
+    fmt = _detect_payload_format(path)
+    if fmt == "torch":
+        return _safe_load(path / _TORCH_FILE, map_location, tensor_load_kwargs)
+    from tensordict import TensorDict
+
+    schema = _read_json(path / _SCHEMA)
+    if schema.get("schema_version") != _SCHEMA_VERSION or "state" not in schema:
+        raise CheckpointError(
+            f"{path / _SCHEMA} has schema version {schema.get('schema_version')!r}; this "
+            f"torchrl reads version {_SCHEMA_VERSION}"
+        )
+    source = path / _TENSOR_FILES[fmt]
+    if not source.exists():
+        raise CheckpointError(f"{source} is missing: the checkpoint is partial")
+    expected = schema.get("files")
+    found = _file_sizes(path)
+    if not isinstance(expected, dict) or found != expected:
+        damaged = sorted(
+            name
+            for name in set(found) | set(expected or {})
+            if found.get(name) != (expected or {}).get(name)
+        )
+        raise CheckpointError(
+            f"{path} is corrupted or partial: the payload files {damaged} differ from what "
+            f"{_SCHEMA} records"
+        )
+    try:
+        if fmt == "consolidated":
+            tensors = TensorDict.from_consolidated(source)
+        else:
+            # allow_pickle=False: a forged payload with pickled leaves is refused.
+            tensors = TensorDict.load(source, allow_pickle=False)
+        flat = {key: tensors.get(key) for key in tensors.keys()}
+    except CheckpointError:
+        raise
+    except Exception as err:
+        raise CheckpointError(f"{source} is corrupted ({type(err).__name__}: {err})") from err
+    if len(flat) != schema.get("tensors"):
+        raise CheckpointError(
+            f"{source} is corrupted (it holds {len(flat)} tensors, the schema "
+            f"{schema.get('tensors')!r})"
+        )
+    state = _StateDecoder(flat, map_location, path / _SCHEMA).decode(schema["state"])
+    if fmt == "consolidated":
+        # A consolidated TensorDict sits in a reference cycle that keeps its file mapped until
+        # a collection: collect now, so that an archive's temporary extraction can be removed.
+        del tensors, flat
+        gc.collect()
+    return state
+
+
 class StateDictCheckpointAdapter(CheckpointAdapter):
     """For objects with ``state_dict()`` / ``load_state_dict(state)`` (modules, optimizers,
     collectors, :class:`GlobalRNGState`).
 
+    The default payload never pickles: the tensors go through TensorDict's own saving and a
+    JSON schema (``state_schema.json``) keeps the structure around them (nested dicts with
+    str/int/float/bool/None keys, lists, tuples, ``torch.Size``, str, int, float, bool,
+    None; ``OrderedDict`` and a module state dict's ``_metadata`` are kept). Tuples come back
+    as tuples, tensors as plain contiguous CPU tensors moved to their saved device (or to
+    ``map_location``). Loading recognises all four formats by the files it finds, including
+    the ``state.pt`` of older checkpoints.
+
+    Args:
+        payload_format: how :meth:`save` writes the state: ``"directory"`` (a TensorDict
+            folder, one file per tensor), ``"archive"`` (one TensorDict ``.tdz`` file),
+            ``"consolidated"`` (one consolidated TensorDict file) or ``"torch"``
+            (``torch.save``; the only one that stores arbitrary Python objects, which then load
+            only with ``trusted=True``).
+        archive_compression: the compression of the ``"archive"`` payload, as TensorDict's
+            ``save(compression=)`` takes it (e.g. ``"deflate"``); only with that format.
+
+    Raises:
+        ValueError: an unknown ``payload_format``, or ``archive_compression`` without
+            ``payload_format="archive"``.
+
     Examples:
-        >>> StateDictCheckpointAdapter().adapter_id
+        >>> StateDictCheckpointAdapter().payload_format
+        'directory'
+        >>> StateDictCheckpointAdapter(payload_format="torch").adapter_id
         'torchrl.state_dict'
     """
 
     adapter_id = "torchrl.state_dict"
 
+    def __init__(
+        self,
+        payload_format: StateDictFormat = "directory",
+        *,
+        archive_compression: str | int | None = None,
+    ) -> None:
+        if payload_format not in _PAYLOAD_FORMATS:
+            raise ValueError(
+                f"payload_format must be one of {_PAYLOAD_FORMATS} (got {payload_format!r})"
+            )
+        if archive_compression is not None and payload_format != "archive":
+            raise ValueError(
+                f"archive_compression={archive_compression!r} applies to "
+                f"payload_format='archive' only (got payload_format={payload_format!r})"
+            )
+        self._payload_format: StateDictFormat = payload_format
+        self.archive_compression = archive_compression
+
+    @property
+    def payload_format(self) -> StateDictFormat:
+        """The format :meth:`save` writes (loading reads all of them)."""
+        return self._payload_format
+
     def save(
         self, component: Any, path: Path, *, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> None:
-        save_checkpoint(component.state_dict(*args, **kwargs), path / "state.pt")
+        _save_state_payload(
+            component.state_dict(*args, **kwargs),
+            path,
+            self._payload_format,
+            self.archive_compression,
+        )
 
     def load(
         self,
@@ -202,7 +523,7 @@ class StateDictCheckpointAdapter(CheckpointAdapter):
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
     ) -> None:
-        state = _safe_load(path / "state.pt", map_location, tensor_load_kwargs)
+        state = _load_state_payload(path, map_location, tensor_load_kwargs)
         component.load_state_dict(state, *args, **kwargs)
 
 
