@@ -169,6 +169,18 @@ def test_ted_nested_round_trip_and_errors():
         Nested2TED()(torch.zeros(3))
 
 
+def test_ted_nested_as_storage_save_and_load_hooks(tmp_path):
+    data = _ted()
+    rb = ReplayBuffer(storage=LazyTensorStorage(5))
+    rb.extend(data)
+    rb.storage.checkpointer.register_save_hook(TED2Nested())
+    rb.dumps(tmp_path)
+    restored = ReplayBuffer(storage=LazyTensorStorage(5))
+    restored.storage.checkpointer.register_load_hook(Nested2TED())
+    restored.loads(tmp_path)
+    assert (restored.storage[:5] == data).all()
+
+
 def test_h5split_h5combine_in_memory():
     data = _ted()
     for source in (data, TED2Nested()(data)):

@@ -1,6 +1,6 @@
 """Converters between TED data (one transition per row) and per-trajectory layouts.
 
-* :class:`TED2Nested` / :class:`Nested2TED`: a TED batch to a TensorDict of jagged nested
+* :class:`TED2Nested` / :class:`Nested2TED`: a TED batch to a TensorDict of nested
   tensors whose row ``i`` is trajectory ``i``, and back.
 * :class:`H5Split` / :class:`H5Combine`: the nested layout (or a TED batch) to one sub-TensorDict
   per trajectory, optionally written as one HDF5 group per trajectory, and back to a TED batch.
@@ -62,7 +62,7 @@ def _to_nested(flat: TensorDictBase, lengths: list[int]) -> TensorDict:
     out = TensorDict(batch_size=[len(lengths)], device=flat.device)
     for key, value in _tensor_items(flat):
         parts = list(torch.split(value, lengths))
-        out.set(key, torch.nested.as_nested_tensor(parts, layout=torch.jagged))
+        out.set(key, torch.nested.nested_tensor(parts, layout=torch.strided))
     return out
 
 
@@ -92,7 +92,8 @@ class TED2Nested:
 
     Trajectories end after each step whose ``done_key`` is set, and at the end of each row of
     the batch. The result has batch ``[N]`` (``N`` trajectories) and every tensor entry becomes
-    a jagged nested tensor of shape ``[N, T_i, *feature]``.
+    a nested tensor of shape ``[N, T_i, *feature]``, in torch's strided nested layout, which
+    tensordict can memory-map (so that a tensor storage can save it).
 
     Args:
         done_key: the flag ending a trajectory.
