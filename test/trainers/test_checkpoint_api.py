@@ -709,6 +709,16 @@ class TestStateDictPayloads:
         with pytest.raises(CheckpointError, match="a callable works only with"):
             Checkpoint(policy=target).load(path, map_location=lambda storage, loc: storage)
 
+    @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+    def test_saved_device_and_map_location_cuda(self, tmp_path):
+        source = nn.Linear(2, 2).cuda()
+        path = _save_with(tmp_path, "directory", holder=_StateHolder(source.state_dict()))
+        for map_location, device in ((None, "cuda:0"), ("cpu", "cpu"), ({"cuda:0": "cpu"}, "cpu")):
+            holder = _StateHolder()
+            Checkpoint(holder=holder).load(path, map_location=map_location)
+            assert holder.loaded["weight"].device == torch.device(device)
+            assert torch.equal(holder.loaded["weight"].cpu(), source.weight.detach().cpu())
+
 
 def re_search(pattern: str, text: str) -> bool:
     import re
