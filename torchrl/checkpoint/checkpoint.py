@@ -4,8 +4,10 @@ A checkpoint is a directory: one sub-folder per registered component (written by
 component's adapter) and ``manifest.json``, which names the components and their adapters. The
 ``"archive"`` format stores the same tree in one ZIP file. Either is first written next to its
 target under a temporary name and then renamed into place, so an interrupted save never leaves a
-half-written checkpoint at ``path``; loading recognises the container by itself. Nothing is
-unpickled on load unless the caller passes ``trusted=True``.
+half-written checkpoint at ``path``; loading recognises the container by itself. State dicts are
+stored without pickle by default (TensorDict files and a JSON schema, see
+:class:`StateDictCheckpointAdapter`), and nothing is unpickled on load unless the caller passes
+``trusted=True``.
 """
 
 from __future__ import annotations
@@ -193,7 +195,7 @@ _TORCH_FILE = "state.pt"
 _PICKLE_FREE_HINT = (
     "pickle-free payloads hold tensors, dicts, lists, tuples, torch.Size, str, int, float, "
     "bool and None; use StateDictCheckpointAdapter(payload_format='torch') to pickle other "
-    "objects (they then load only with trusted=True)"
+    "objects (those beyond torch.load's weights_only types then load only with trusted=True)"
 )
 
 
@@ -218,10 +220,8 @@ class _StateEncoder:
         # Exact types only: a numpy float or an IntEnum would come back as a plain float or
         # int, so they are refused rather than silently changed.
         kind = type(value)
-        if value is None or kind in (bool, int, str):
-            return value
-        if kind is float:
-            return value  # json writes and reads nan/inf as NaN/Infinity
+        if value is None or kind in (bool, int, float, str):
+            return value  # json writes and reads nan and inf floats as NaN and Infinity
         if isinstance(value, torch.Tensor):
             return self._tensor(value, path)
         if kind in (dict, OrderedDict):
