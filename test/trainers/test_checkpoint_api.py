@@ -731,3 +731,22 @@ def _remove_tree(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink()
+
+
+def test_type_names_describe_the_accepted_values(tmp_path):
+    """``CheckpointFormat``/``CheckpointStrictness`` list what ``format=``/``strict=`` take, and a
+    load returns a ``CheckpointLoadResult``."""
+    import typing
+
+    from torchrl.checkpoint import CheckpointFormat, CheckpointLoadResult, CheckpointStrictness
+
+    assert set(typing.get_args(CheckpointFormat)) == {"directory", "archive"}
+    assert set(typing.get_args(CheckpointStrictness)) == {"error", "warn", "ignore"}
+    for fmt in typing.get_args(CheckpointFormat):
+        path = Checkpoint(policy=nn.Linear(2, 1), format=fmt).save(tmp_path / fmt)
+        for strict in typing.get_args(CheckpointStrictness):
+            result = Checkpoint(policy=nn.Linear(2, 1)).load(path, strict=strict)
+            assert isinstance(result, CheckpointLoadResult)
+            assert result.loaded == {"policy"}
+    with pytest.raises((ValueError, CheckpointError)):
+        Checkpoint(policy=nn.Linear(2, 1), format="tarball")
