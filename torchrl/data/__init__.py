@@ -48,6 +48,18 @@ from torchrl.data.replay_buffers import (  # noqa: F401
     Writer,
     WriterEnsemble,
 )
+from torchrl.data.replay_buffers.flat_ted import Flat2TED, TED2Flat  # noqa: F401
+from torchrl.data.replay_buffers.offline_to_online import (  # noqa: F401
+    OfflineToOnlineReplayBuffer,
+    prefill_replay_buffer,
+)
+from torchrl.data.replay_buffers.query import (  # noqa: F401
+    Trajectory,
+    TrajectoryPredicate,
+    filter_trajectories,
+    iter_trajectories,
+    traj,
+)
 from torchrl.data.replay_buffers.video import (  # noqa: F401
     clear_video_decoder_cache,
     set_video_decoder_cache_size,

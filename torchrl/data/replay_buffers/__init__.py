@@ -12,6 +12,18 @@ from torchrl.data.replay_buffers.checkpointers import (
     StorageEnsembleCheckpointer,
     TensorStorageCheckpointer,
 )
+from torchrl.data.replay_buffers.flat_ted import Flat2TED, TED2Flat
+from torchrl.data.replay_buffers.offline_to_online import (
+    OfflineToOnlineReplayBuffer,
+    prefill_replay_buffer,
+)
+from torchrl.data.replay_buffers.query import (
+    Trajectory,
+    TrajectoryPredicate,
+    filter_trajectories,
+    iter_trajectories,
+    traj,
+)
 from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 from torchrl.data.replay_buffers.replay_buffers import (
     PrioritizedReplayBuffer,
@@ -59,6 +71,15 @@ from torchrl.data.replay_buffers.writers import (
 )
 
 __all__ = [
+    "Flat2TED",
+    "OfflineToOnlineReplayBuffer",
+    "TED2Flat",
+    "Trajectory",
+    "TrajectoryPredicate",
+    "filter_trajectories",
+    "iter_trajectories",
+    "prefill_replay_buffer",
+    "traj",
     "CompressedListStorage",
     "CompressedListStorageCheckpointer",
     "FlatStorageCheckpointer",
