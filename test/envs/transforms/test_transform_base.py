@@ -10,6 +10,7 @@ import torch
 from envs.transforms.transform_envs import AgentsEnv, CountEnv
 from tensordict import TensorDict
 
+from torchrl import set_auto_unwrap_transformed_env
 from torchrl.data import Unbounded
 from torchrl.envs import PendulumEnv, check_env_specs
 from torchrl.envs.transforms import (
@@ -274,13 +275,25 @@ class TestTransformedEnv:
         with pytest.raises(TypeError, match="Transform"):
             TransformedEnv(CountEnv(), transform=lambda td: td)
 
-    def test_nested_transformed_env(self):
-        inner = TransformedEnv(CountEnv(batch_size=[3], max_steps=[2, 3, 4]), StepCounter())
-        outer = TransformedEnv(inner, RewardSum())
+    @pytest.mark.parametrize("unwrap", [True, False])
+    def test_nested_transformed_env(self, unwrap):
+        base = CountEnv(batch_size=[3], max_steps=[2, 3, 4])
+        counter, summer = StepCounter(), RewardSum()
+        inner = TransformedEnv(base, counter)
+        with set_auto_unwrap_transformed_env(unwrap):
+            outer = TransformedEnv(inner, summer)
         check_env_specs(outer)
         r = outer.rollout(6, break_when_any_done=False)
         assert r["next", "step_count"][1].squeeze(-1).tolist() == [1, 2, 3, 1, 2, 3]
-        assert outer.base_env is inner
+        assert "episode_reward" in r["next"].keys()
+        if unwrap:  # TorchRL's default: one env holding both transforms, in order
+            assert outer.base_env is base
+            assert list(outer.transform) == [counter, summer]
+            assert counter.container is outer
+        else:
+            assert outer.base_env is inner
+        explicit = TransformedEnv(TransformedEnv(CountEnv(), StepCounter()), auto_unwrap=False)
+        assert isinstance(explicit.base_env, TransformedEnv)
 
     def test_seed_delegates(self):
         base = CountEnv()

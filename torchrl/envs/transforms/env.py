@@ -16,6 +16,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import NEXT
+from torchrl._utils import auto_unwrap_transformed_env
 from torchrl.data.specs import Composite, TensorSpec
 from torchrl.envs._writes import STEP_MASK, step_mask
 from torchrl.envs.common import EnvBase
@@ -39,6 +40,10 @@ class TransformedEnv(EnvBase):
         validate_actions: check the actions that reach the base env (after the inverse
             transforms, so that a transform may project them, as ``ClipTransform`` does) against
             the base env's action spec, once per step (``None``: as the base env does).
+        auto_unwrap: when ``env`` is itself a ``TransformedEnv``, take over its base env and its
+            transforms (they run first, then ``transform``) instead of nesting the two envs; the
+            inner env should not be used afterwards (``None``: the value of
+            :func:`torchrl.auto_unwrap_transformed_env`, ``True`` unless set otherwise).
 
     Examples:
         >>> from torchrl.envs import PendulumEnv, check_env_specs
@@ -60,10 +65,16 @@ class TransformedEnv(EnvBase):
         cache_specs: bool = True,
         *,
         validate_actions: bool | None = None,
+        auto_unwrap: bool | None = None,
         _adopt: bool = True,
     ) -> None:
         if not isinstance(env, EnvBase):
             raise TypeError(f"TransformedEnv wraps an EnvBase, got {type(env).__name__}")
+        if isinstance(env, TransformedEnv) and _adopt:
+            if auto_unwrap is None:
+                auto_unwrap = bool(auto_unwrap_transformed_env())
+            if auto_unwrap:
+                env, transform = env._unwrapped_with(transform)
         super().__init__(
             device=env.device,
             batch_size=env.batch_size,
@@ -154,6 +165,18 @@ class TransformedEnv(EnvBase):
             f"TransformedEnv.{name} is computed from the base env and the transforms: set "
             f"it on env.base_env, then call env.empty_cache()"
         )
+
+    def _unwrapped_with(self, transform: Transform | None) -> tuple[EnvBase, Compose]:
+        """This env's base env and its transforms followed by ``transform``, detached from here."""
+        inner = list(self.transform) if isinstance(self.transform, Compose) else [self.transform]
+        outer: list[Transform] = []
+        if isinstance(transform, Compose):
+            outer = list(transform)
+        elif transform is not None:
+            outer = [transform]
+        for t in (*inner, *outer):
+            t.reset_parent()
+        return self.base_env, Compose(*inner, *outer)
 
     @property
     def output_spec(self) -> Composite:
