@@ -217,7 +217,8 @@ class TED2Flat(_FlatConfig):
                 raise ValueError(
                     f"{_key_str((NEXT, *key_t))} is not the root {_key_str(key_t)} "
                     f"of the following item within an episode (e.g. after a multi-step "
-                    f"transform): TED2Flat would lose it; save this data unconverted"
+                    f"transform) or the data is a storage not passed with its shift= (cursor) and "
+                    f"is_full=: TED2Flat would lose it; save this data unconverted"
                 )
             out.set((NEXT, *key_t), nv2.reshape(rows * t_len, *nv2.shape[2:])[flat_ends].clone())
             compacted.add((NEXT, *key_t))
