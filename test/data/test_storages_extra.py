@@ -448,6 +448,22 @@ def test_tensor_checkpointer_hooks(tmp_path):
         checkpointer.register_save_hook(3)
 
 
+def test_buffer_hooks_reach_the_storage_checkpointer(tmp_path):
+    """``rb.register_save_hook``/``register_load_hook`` (TorchRL's spelling) go to the storage's
+    checkpointer, so the hooks run on ``rb.dumps``/``rb.loads``."""
+    rb = ReplayBuffer(storage=LazyTensorStorage(4))
+    rb.extend(TensorDict(x=torch.tensor([1.0, 2.0]), batch_size=[2]))
+    rb.register_save_hook(lambda td, path: td.apply(lambda v: v + 100))
+    seen = []
+    other = ReplayBuffer(storage=LazyTensorStorage(4))
+    other.register_load_hook(lambda td, path: seen.append(path) or td)
+    rb.dumps(tmp_path / "rb")
+    other.loads(tmp_path / "rb")
+    assert other[:2]["x"].tolist() == [101.0, 102.0] and len(seen) == 1
+    with pytest.raises(TypeError, match="callable"):
+        rb.register_load_hook(None)
+
+
 def test_custom_checkpointer_with_loads_only(tmp_path):
     class JsonLen(StorageCheckpointerBase):
         def dumps(self, storage, path):

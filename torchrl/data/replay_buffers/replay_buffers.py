@@ -553,6 +553,25 @@ class ReplayBuffer:
             self._sampler._apply_state(sampler_state)
             self._writer._apply_state(writer_state)
 
+    def register_save_hook(self, hook: Any) -> None:
+        """Adds ``hook(data, path) -> data`` to the storage's checkpointer (see
+        :meth:`Storage.register_save_hook`): it runs on the stored data before :meth:`dumps`
+        writes it.
+
+        Args:
+            hook: a callable taking the data and the destination path, returning the data.
+        """
+        self._storage.register_save_hook(hook)
+
+    def register_load_hook(self, hook: Any) -> None:
+        """Adds ``hook(data, path) -> data`` to the storage's checkpointer: it runs on the data
+        :meth:`loads` reads, before it is stored.
+
+        Args:
+            hook: a callable taking the data and the source path, returning the data.
+        """
+        self._storage.register_load_hook(hook)
+
     def dumps(self, path: str | Path) -> None:
         """Saves the whole buffer into the directory ``path``.
 

@@ -381,6 +381,22 @@ class Storage(ABC):
             )
         return self._checkpointer
 
+    def register_save_hook(self, hook: Any) -> None:
+        """Adds ``hook(data, path) -> data`` to the :attr:`checkpointer`, run before writing.
+
+        Args:
+            hook: a callable taking the data and the destination path, returning the data.
+        """
+        self._own_checkpointer("register_save_hook").register_save_hook(hook)
+
+    def register_load_hook(self, hook: Any) -> None:
+        """Adds ``hook(data, path) -> data`` to the :attr:`checkpointer`, run after reading.
+
+        Args:
+            hook: a callable taking the data and the source path, returning the data.
+        """
+        self._own_checkpointer("register_load_hook").register_load_hook(hook)
+
     def dumps(self, path: str | Path) -> None:
         """Saves the storage into ``path`` (a directory) with its :attr:`checkpointer`.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from torchrl.envs.transforms.next_state import NextStateReconstructor
 from torchrl.envs.transforms.rb import MultiStepTransform
 
-__all__ = ["MultiStepTransform"]
+__all__ = ["MultiStepTransform", "NextStateReconstructor"]
