@@ -431,6 +431,20 @@ class TestPrefill:
         )
         assert rb[:]["obs"].tolist() == [float(i) for i in range(8)]  # row-major order
 
+    def test_from_iterable_of_batches(self):
+        def batches():  # what a collector yields: [n_envs, T] batches, endlessly
+            i = 0
+            while True:
+                yield TensorDict(obs=torch.arange(i, i + 6.0).reshape(2, 3), batch_size=[2, 3])
+                i += 6
+
+        rb = prefill_replay_buffer(ReplayBuffer(storage=LazyTensorStorage(20)), batches(), 10, 4)
+        assert rb[:]["obs"].tolist() == [float(i) for i in range(10)]
+        with pytest.raises(ValueError, match="n_samples is required"):
+            prefill_replay_buffer(rb, batches())
+        with pytest.raises(TypeError, match="TensorDict batches"):
+            prefill_replay_buffer(rb, iter([1, 2]), 3)
+
     def test_errors(self):
         dataset = _buffer(5, 0)
         rb = ReplayBuffer(storage=LazyTensorStorage(10))

@@ -264,8 +264,9 @@ def prefill_replay_buffer(
     Args:
         rb: the buffer to fill (anything with ``extend``).
         dataset: the offline data: a :class:`ReplayBuffer` (or an object with ``len()`` and
-            indexing by a tensor of indices). Dataset ids (``"minari:..."``) are not supported in
-            this build and raise.
+            indexing by a tensor of indices), or an iterable of TensorDict batches such as a
+            collector (then ``n_samples`` is required and each batch is flattened). Dataset ids
+            (``"minari:..."``) are not supported in this build and raise.
         n_samples: how many items to copy (the first ones); all by default.
         chunk_size: items copied per ``extend``. Defaults to ``1000``.
 
@@ -285,17 +286,18 @@ def prefill_replay_buffer(
         _check_dataset(dataset, "dataset")
     if not hasattr(rb, "extend"):
         raise TypeError(f"rb must be a replay buffer (with extend), got {type(rb).__name__}")
-    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
-        raise TypeError(
-            f"dataset must be a ReplayBuffer (len() and indexing), got {type(dataset).__name__}"
-        )
     if not isinstance(chunk_size, int) or chunk_size <= 0:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-    total = len(dataset)
-    if n_samples is not None:
-        if not isinstance(n_samples, int) or n_samples < 0:
-            raise ValueError(f"n_samples must be a non-negative int, got {n_samples!r}")
-        total = min(total, n_samples)
+    if n_samples is not None and (not isinstance(n_samples, int) or n_samples < 0):
+        raise ValueError(f"n_samples must be a non-negative int, got {n_samples!r}")
+    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+        if hasattr(dataset, "__iter__"):
+            return _prefill_from_iterable(rb, dataset, n_samples, chunk_size)
+        raise TypeError(
+            f"dataset must be a ReplayBuffer (len() and indexing) or an iterable of TensorDict "
+            f"batches (e.g. a collector), got {type(dataset).__name__}"
+        )
+    total = len(dataset) if n_samples is None else min(len(dataset), n_samples)
     storage = getattr(dataset, "storage", None)
     ndim = getattr(storage, "ndim", 1)
     shape = getattr(storage, "shape", None) if ndim != 1 else None
@@ -307,4 +309,27 @@ def prefill_replay_buffer(
             rb.extend(dataset[index])
         else:
             rb.extend(dataset[flat])
+    return rb
+
+
+def _prefill_from_iterable(rb: Any, batches: Any, n_samples: int | None, chunk_size: int) -> Any:
+    """Extends ``rb`` with the flattened batches of ``batches`` until ``n_samples`` items."""
+    if n_samples is None:
+        raise ValueError(
+            "n_samples is required when dataset is an iterable of batches (e.g. a collector): "
+            "it may never end"
+        )
+    copied = 0
+    for batch in batches:
+        if copied >= n_samples:
+            break
+        if not isinstance(batch, TensorDictBase):
+            raise TypeError(
+                f"dataset yielded a {type(batch).__name__}, expected TensorDict batches"
+            )
+        flat = batch.reshape(-1) if batch.batch_dims != 1 else batch
+        flat = flat[: n_samples - copied]
+        for start in range(0, flat.shape[0], chunk_size):
+            rb.extend(flat[start : start + chunk_size])
+        copied += flat.shape[0]
     return rb
