@@ -274,14 +274,15 @@ def test_remote_td_buffer_local_calls():
     assert (rb.storage.get(sample["index"])["obs"] == sample["obs"]).all()
 
 
-@pytest.mark.filterwarnings("ignore:You are using a Backend:UserWarning")
-def test_remote_td_buffer_over_rpc(monkeypatch):
-    """A real RPC group of one worker (loopback, shared-memory transport): calls through an RRef."""
-    rpc = pytest.importorskip("torch.distributed.rpc")
-    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+def _rpc_round_trip(port: int) -> None:
+    """Child side of the RPC test: a group of one worker, calls through an RRef."""
+    import os
+    import warnings
+
+    from torch.distributed import rpc
+
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    warnings.filterwarnings("ignore", "You are using a Backend")
     options = rpc.TensorPipeRpcBackendOptions(
         init_method=f"tcp://127.0.0.1:{port}", _transports=["shm"], _channels=["basic"]
     )
@@ -300,6 +301,25 @@ def test_remote_td_buffer_over_rpc(monkeypatch):
         assert len(rref.local_value()) == 6
     finally:
         rpc.shutdown()
+
+
+def test_remote_td_buffer_over_rpc():
+    """A real RPC group (loopback, shared-memory transport), in a forked child: torch keeps RPC
+    state for the life of a process, and later tests fork workers that form groups of their own.
+    """
+    pytest.importorskip("torch.distributed.rpc")
+    import multiprocessing
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    child = multiprocessing.get_context("fork").Process(target=_rpc_round_trip, args=(port,))
+    child.start()
+    child.join(60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the RPC child hung")
+    assert child.exitcode == 0, f"the RPC child failed (exit code {child.exitcode})"
 
 
 def test_ray_replay_buffer_paths():
