@@ -80,6 +80,7 @@ PATHS = [
     ("torchrl.record", ["PixelRenderTransform", "TensorDictRecorder"]),
     ("torchrl.record.recorder", ["PixelRenderTransform", "TensorDictRecorder"]),
     ("torchrl.modules", ["RandomPolicy"]),
+    ("torchrl.modules.tensordict_module", ["RandomPolicy"]),
     (
         "torchrl.data",
         [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from torchrl.modules import RandomPolicy
 from torchrl.modules.tensordict_module.actors import (
     Actor,
     ActorCriticOperator,
@@ -32,6 +33,7 @@ from torchrl.modules.tensordict_module.rnn import (
 from torchrl.modules.tensordict_module.world_models import WorldModelWrapper
 
 __all__ = [
+    "RandomPolicy",
     "Actor",
     "ActorCriticOperator",
     "ActorCriticWrapper",
