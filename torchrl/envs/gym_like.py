@@ -212,6 +212,40 @@ def _torch_dtype(np_dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.zeros((), dtype=np_dtype)).dtype
 
 
+def attach_info_reader(
+    env: EnvBase,
+    reader: BaseInfoDictReader | None,
+    ignore_private: bool,
+    sample_infos: Callable[[], list[dict[str, Any]]],
+) -> None:
+    """Binds ``reader`` (a default reader when ``None``) to ``env``, adds its specs to the env's
+    observation spec and appends it to ``env.info_dict_reader``: the common part of
+    ``set_info_dict_reader`` for :class:`GymLikeEnv` and the gymnasium wrapper.
+
+    Args:
+        env: the env whose ``info`` dicts the reader reads.
+        reader: the reader, or ``None`` for a :class:`default_info_dict_reader`.
+        ignore_private: for the default reader, skip keys starting with ``"_"``.
+        sample_infos: returns a few ``info`` dicts of the env, to infer the specs the reader
+            lacks.
+    """
+    if reader is None:
+        reader = default_info_dict_reader(ignore_private=ignore_private)
+    reader.bind(sample_infos, env.batch_size, env.device)
+    spec = reader.info_spec
+    observation = env.full_observation_spec.clone()
+    for key in spec.keys(include_nested=True, leaves_only=True):
+        if key in observation.keys(include_nested=True):
+            raise ValueError(
+                f"{type(env).__name__}.set_info_dict_reader: info entry {key!r} clashes "
+                f"with an observation of the same name ({observation[key]!r})"
+            )
+        observation[key] = spec[key]
+    env.observation_spec = observation
+    readers: list[BaseInfoDictReader] = env.info_dict_reader  # type: ignore[assignment]
+    readers.append(reader)
+
+
 class GymLikeEnv(EnvBase):
     """Base class of the wrappers of envs with a gym-like ``reset()``/``step(action)`` API.
 
@@ -458,20 +492,7 @@ class GymLikeEnv(EnvBase):
         Returns:
             The env itself.
         """
-        if info_dict_reader is None:
-            info_dict_reader = default_info_dict_reader(ignore_private=ignore_private)
-        info_dict_reader.bind(self._sample_infos, self.batch_size, self.device)
-        spec = info_dict_reader.info_spec
-        observation = self.full_observation_spec.clone()
-        for key in spec.keys(include_nested=True, leaves_only=True):
-            if key in observation.keys(include_nested=True):
-                raise ValueError(
-                    f"{type(self).__name__}.set_info_dict_reader: info entry {key!r} clashes "
-                    f"with an observation of the same name ({observation[key]!r})"
-                )
-            observation[key] = spec[key]
-        self.observation_spec = observation
-        self.info_dict_reader.append(info_dict_reader)
+        attach_info_reader(self, info_dict_reader, ignore_private, self._sample_infos)
         return self
 
     def auto_register_info_dict(

@@ -54,7 +54,11 @@ from torchrl._utils import has_module
 from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
 from torchrl.envs._action_checks import make_action_check
 from torchrl.envs.common import EnvBase
-from torchrl.envs.gym_like import BaseInfoDictReader, default_info_dict_reader
+from torchrl.envs.gym_like import (
+    BaseInfoDictReader,
+    attach_info_reader,
+    default_info_dict_reader,
+)
 from torchrl.envs.libs._gym_batched import GymBatchStepper
 from torchrl.envs.libs._gym_spaces import (
     INVALID,
@@ -334,20 +338,7 @@ class GymWrapper(EnvBase):
             >>> env.reset()["x"]  # CartPole reports no "x": zeros
             tensor(0.)
         """
-        if info_dict_reader is None:
-            info_dict_reader = default_info_dict_reader(ignore_private=ignore_private)
-        info_dict_reader.bind(self._sample_infos, self.batch_size, self.device)
-        spec = info_dict_reader.info_spec
-        observation = self.full_observation_spec.clone()
-        for key in spec.keys(include_nested=True, leaves_only=True):
-            if key in observation.keys(include_nested=True):
-                raise ValueError(
-                    f"GymWrapper.set_info_dict_reader: info entry {key!r} clashes with an "
-                    f"observation of the same name ({observation[key]!r})"
-                )
-            observation[key] = spec[key]
-        self.observation_spec = observation
-        self.info_dict_reader.append(info_dict_reader)
+        attach_info_reader(self, info_dict_reader, ignore_private, self._sample_infos)
         self._handles_partial_reset = False
         return self
 
