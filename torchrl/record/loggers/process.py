@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from torchrl.record.loggers.common import Logger
-from torchrl.record.loggers.service import LOG_METHODS, LoggerClient
+from torchrl.record.loggers.service import LOG_METHODS, LoggerClient, LoggerService
 
 __all__ = ["ProcessLogger", "ProcessLoggerClient"]
 
@@ -93,7 +93,7 @@ class ProcessLoggerClient(LoggerClient):
             ) from None
 
 
-class ProcessLogger(Logger):
+class ProcessLogger(LoggerService):
     """Runs a logger in a dedicated process; this object (the owner) and its clients feed it.
 
     The concrete logger is built once, in the child process. Every ``log_*`` call (of the owner
@@ -215,10 +215,6 @@ class ProcessLogger(Logger):
         self._check_open()
         return ProcessLoggerClient(self._requests, send_timeout=send_timeout)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("ProcessLogger: the service was shut down")
-
     def flush(self, timeout: float | None = None) -> None:
         """Waits until every call queued before this one ran in the service.
 
@@ -266,38 +262,10 @@ class ProcessLogger(Logger):
             q.close()
             q.cancel_join_thread()
 
-    def close(self) -> None:
-        """Same as :meth:`shutdown`."""
-        self.shutdown()
-
     @property
     def alive(self) -> bool:
         """Whether the service process runs."""
         return not self._closed and self._process.is_alive()
-
-    def log_scalar(self, name: str, value: float, step: int | None = None) -> None:
-        """Queues a scalar for the service's logger."""
-        self._check_open()
-        self._client.log_scalar(name, value, step=step)
-
-    def log_hparams(self, cfg: object) -> None:
-        """Queues the hyper-parameters for the service's logger."""
-        self._check_open()
-        self._client.log_hparams(cfg)
-
-    def log_video(
-        self, name: str, video: torch.Tensor, step: int | None = None, **kwargs: Any
-    ) -> None:
-        """Queues a video for the service's logger."""
-        self._check_open()
-        self._client.log_video(name, video, step=step, **kwargs)
-
-    def log_histogram(
-        self, name: str, data: torch.Tensor, step: int | None = None, **kwargs: Any
-    ) -> None:
-        """Queues a histogram for the service's logger."""
-        self._check_open()
-        self._client.log_histogram(name, data, step=step, **kwargs)
 
     def __repr__(self) -> str:
         return (

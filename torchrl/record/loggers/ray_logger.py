@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from torchrl._utils import has_module, import_optional
 from torchrl.record.loggers.common import Logger
-from torchrl.record.loggers.service import LOG_METHODS, LoggerClient
+from torchrl.record.loggers.service import LOG_METHODS, LoggerClient, LoggerService
 
 __all__ = ["RayLogger", "RayLoggerClient"]
 
@@ -71,7 +69,7 @@ class RayLoggerClient(LoggerClient):
         ray.get(self._actor.call.remote(method, args, kwargs))
 
 
-class RayLogger(Logger):
+class RayLogger(LoggerService):
     """Runs a logger as a Ray actor, owned by the driver; workers log through :meth:`client`.
 
     Ray is started here (``ray.init(**ray_init_config)``) when it is not running yet. The
@@ -98,6 +96,8 @@ class RayLogger(Logger):
         >>> client.log_scalar("loss", 1.0, step=0)  # doctest: +SKIP
         >>> logger.shutdown()  # doctest: +SKIP
     """
+
+    _client: RayLoggerClient
 
     def __init__(
         self,
@@ -141,10 +141,6 @@ class RayLogger(Logger):
         self._check_open()
         return self._client
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("RayLogger: the service was shut down")
-
     def flush(self) -> None:
         """A no-op kept for symmetry with :class:`ProcessLogger`: every call already waited."""
         self._check_open()
@@ -159,31 +155,3 @@ class RayLogger(Logger):
             ray.get(self._actor.close.remote())
         finally:
             ray.kill(self._actor)
-
-    def close(self) -> None:
-        """Same as :meth:`shutdown`."""
-        self.shutdown()
-
-    def log_scalar(self, name: str, value: float, step: int | None = None) -> None:
-        """Logs a scalar through the actor."""
-        self._check_open()
-        self._client.log_scalar(name, value, step=step)
-
-    def log_hparams(self, cfg: object) -> None:
-        """Logs the hyper-parameters through the actor."""
-        self._check_open()
-        self._client.log_hparams(cfg)
-
-    def log_video(
-        self, name: str, video: torch.Tensor, step: int | None = None, **kwargs: Any
-    ) -> None:
-        """Logs a video through the actor."""
-        self._check_open()
-        self._client.log_video(name, video, step=step, **kwargs)
-
-    def log_histogram(
-        self, name: str, data: torch.Tensor, step: int | None = None, **kwargs: Any
-    ) -> None:
-        """Logs a histogram through the actor."""
-        self._check_open()
-        self._client.log_histogram(name, data, step=step, **kwargs)

@@ -13,7 +13,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["LOG_METHODS", "LoggerClient", "portable"]
+from torchrl.record.loggers.common import Logger
+
+__all__ = ["LOG_METHODS", "LoggerClient", "LoggerService", "portable"]
 
 #: The calls a client may submit.
 LOG_METHODS = ("log_scalar", "log_hparams", "log_video", "log_histogram")
@@ -103,3 +105,50 @@ class LoggerClient(ABC):
             **kwargs: backend options.
         """
         self._call("log_histogram", name, data, step=step, **kwargs)
+
+
+class LoggerService(Logger):
+    """The owner's side of a logger service: its ``log_*`` calls go through its own client.
+
+    Subclasses set ``_client`` (a :class:`LoggerClient`) and ``_closed``, and implement
+    ``shutdown``.
+    """
+
+    _client: LoggerClient
+    _closed: bool
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__}: the service was shut down")
+
+    def shutdown(self) -> None:
+        """Stops the service."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Same as :meth:`shutdown`."""
+        self.shutdown()
+
+    def log_scalar(self, name: str, value: float, step: int | None = None) -> None:
+        """Submits a scalar to the service's logger."""
+        self._check_open()
+        self._client.log_scalar(name, value, step=step)
+
+    def log_hparams(self, cfg: object) -> None:
+        """Submits the hyper-parameters to the service's logger."""
+        self._check_open()
+        self._client.log_hparams(cfg)
+
+    def log_video(
+        self, name: str, video: torch.Tensor, step: int | None = None, **kwargs: Any
+    ) -> None:
+        """Submits a video to the service's logger."""
+        self._check_open()
+        self._client.log_video(name, video, step=step, **kwargs)
+
+    def log_histogram(
+        self, name: str, data: torch.Tensor, step: int | None = None, **kwargs: Any
+    ) -> None:
+        """Submits a histogram to the service's logger."""
+        self._check_open()
+        self._client.log_histogram(name, data, step=step, **kwargs)
