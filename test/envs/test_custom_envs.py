@@ -386,9 +386,9 @@ def test_mujoco_bad_arguments():
 
 
 def test_mujoco_missing_package_names_the_extra(monkeypatch):
-    import torchrl.envs.custom.mujoco.base as base
+    import torchrl.envs.custom.mujoco._scene as scene
 
-    monkeypatch.setattr(base, "_has_mujoco", False)
+    monkeypatch.setattr(scene, "_has_mujoco", False)
     with pytest.raises(ImportError, match=r'pip install "torchrl\[mujoco\]"'):
         HopperEnv()
 

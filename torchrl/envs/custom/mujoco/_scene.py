@@ -25,7 +25,7 @@ from torchrl.envs.common import EnvBase
 if TYPE_CHECKING:
     import mujoco
 
-__all__ = ["MujocoSceneEnv", "import_mujoco"]
+__all__ = ["MujocoSceneEnv", "import_mujoco", "sim_batch_size"]
 
 _has_mujoco = importlib.util.find_spec("mujoco") is not None
 _EXTRA = 'pip install "torchrl[mujoco]"'
@@ -45,6 +45,38 @@ def import_mujoco(owner: str) -> Any:
     import mujoco
 
     return mujoco
+
+
+def sim_batch_size(owner: str, num_envs: int | None, batch_size: ShapeLike | None) -> torch.Size:
+    """The batch size of an env holding one MuJoCo simulation per sub-env: ``[]`` or ``[n]``.
+
+    Args:
+        owner: the env's name (for the messages).
+        num_envs: how many simulations (``None``: from ``batch_size``).
+        batch_size: ``None``, an int or a one-dim shape; not with ``num_envs``.
+
+    Returns:
+        ``torch.Size([])`` or ``torch.Size([n])``.
+
+    Examples:
+        >>> sim_batch_size("HopperEnv", 3, None)
+        torch.Size([3])
+    """
+    if num_envs is not None and batch_size is not None:
+        raise ValueError(f"{owner}: pass num_envs or batch_size, not both")
+    if num_envs is not None:
+        if int(num_envs) < 1:
+            raise ValueError(f"{owner}: num_envs must be >= 1, got {num_envs}")
+        batch_size = [int(num_envs)]
+    if batch_size is None:
+        batch = torch.Size([])
+    elif isinstance(batch_size, int):
+        batch = torch.Size([batch_size])
+    else:
+        batch = torch.Size(batch_size)
+    if len(batch) > 1:
+        raise ValueError(f"{owner}: batch_size must be [] or [n], got {list(batch)}")
+    return batch
 
 
 class MujocoSceneEnv(EnvBase):
@@ -81,20 +113,7 @@ class MujocoSceneEnv(EnvBase):
         validate_actions: bool = True,
     ) -> None:
         name = type(self).__name__
-        if num_envs is not None and batch_size is not None:
-            raise ValueError(f"{name}: pass num_envs or batch_size, not both")
-        if num_envs is not None:
-            if int(num_envs) < 1:
-                raise ValueError(f"{name}: num_envs must be >= 1, got {num_envs}")
-            batch_size = [int(num_envs)]
-        if batch_size is None:
-            batch = torch.Size([])
-        elif isinstance(batch_size, int):
-            batch = torch.Size([batch_size])
-        else:
-            batch = torch.Size(batch_size)
-        if len(batch) > 1:
-            raise ValueError(f"{name}: batch_size must be [] or [n], got {list(batch)}")
+        batch = sim_batch_size(name, num_envs, batch_size)
         if int(frame_skip) < 1:
             raise ValueError(f"{name}: frame_skip must be >= 1, got {frame_skip}")
         if max_episode_steps is not None and int(max_episode_steps) < 1:

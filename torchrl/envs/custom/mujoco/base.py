@@ -28,22 +28,14 @@ from torchrl._keys import DONE, OBSERVATION, RESET, REWARD, TERMINATED, TRUNCATE
 from torchrl._types import DeviceLike, ShapeLike
 from torchrl.data.specs import Bounded, Composite, Unbounded
 from torchrl.envs.common import EnvBase
+from torchrl.envs.custom.mujoco._scene import import_mujoco, sim_batch_size
 
 if TYPE_CHECKING:
     import mujoco
 
 __all__ = ["MujocoEnv"]
 
-_has_mujoco = importlib.util.find_spec("mujoco") is not None
 _EXTRA = 'pip install "torchrl[mujoco]"'
-
-
-def _import_mujoco() -> Any:
-    if not _has_mujoco:
-        raise ImportError(f"the MuJoCo envs need the mujoco package: {_EXTRA}")
-    import mujoco
-
-    return mujoco
 
 
 def gymnasium_asset(name: str) -> str:
@@ -127,21 +119,8 @@ class MujocoEnv(EnvBase):
                 f"{name}: backend {backend!r} is not available; only 'mujoco' (the MuJoCo C "
                 f"library, {_EXTRA}) is implemented"
             )
-        if num_envs is not None and batch_size is not None:
-            raise ValueError(f"{name}: pass num_envs or batch_size, not both")
-        if num_envs is not None:
-            if int(num_envs) < 1:
-                raise ValueError(f"{name}: num_envs must be >= 1, got {num_envs}")
-            batch_size = [int(num_envs)]
-        if batch_size is None:
-            batch = torch.Size([])
-        elif isinstance(batch_size, int):
-            batch = torch.Size([batch_size])
-        else:
-            batch = torch.Size(batch_size)
-        if len(batch) > 1:
-            raise ValueError(f"{name}: batch_size must be [] or [n], got {list(batch)}")
-        self._mujoco = _import_mujoco()
+        batch = sim_batch_size(name, num_envs, batch_size)
+        self._mujoco = import_mujoco(name)
         path = xml_file if xml_file is not None else gymnasium_asset(self.XML_FILE)
         super().__init__(device=device, batch_size=batch, validate_actions=validate_actions)
         self.model: mujoco.MjModel = self._mujoco.MjModel.from_xml_path(path)
