@@ -267,6 +267,38 @@ class TestLoggerMonitor:
         source.frames = 50
         assert monitor.step()["rb"]["frames"] == 50.0
 
+    def test_watches_a_real_collector_and_buffer(self):
+        """Our collectors and replay buffers report stats(): frames/batches and buffer counters."""
+        from torchrl.collectors import SyncDataCollector
+        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+        from torchrl.envs import PendulumEnv
+
+        logger, clock, monitor = self._monitor()
+        collector = SyncDataCollector(
+            PendulumEnv(seed=0), None, frames_per_batch=10, total_frames=30
+        )
+        rb = TensorDictReplayBuffer(storage=LazyTensorStorage(25), batch_size=4)
+        monitor.watch(collector, name="collector", schedule=Every.counter("frames", 20))
+        monitor.watch(rb, name="rb", rates=("write_count",))
+        for batch in collector:
+            rb.extend(batch)
+            rb.sample()
+            clock.t += 1.0
+            monitor.step()
+        collector.shutdown()
+        assert collector.stats() == {"frames": 30, "batches": 3}
+        assert rb.stats() == {
+            "size": 25,
+            "capacity": 25,
+            "write_count": 30,
+            "sample_calls": 3,
+            "samples_returned": 12,
+        }
+        frames_logged = [v for name, v, _ in logger.experiment if name == "collector/frames"]
+        assert frames_logged == [10.0, 20.0]  # the first poll, then when 20 frames were crossed
+        rates = [v for name, v, _ in logger.experiment if name == "rb/write_count_per_second"]
+        assert rates == [10.0, 10.0]  # 10 items written per (fake) second
+
     def test_seconds_schedule_rates_and_metric_filter(self):
         logger, clock, monitor = self._monitor(poll_interval=0.5)
         source = _Source()

@@ -57,6 +57,18 @@ class DataCollectorBase:
             self._next_iter = None
             raise
 
+    def stats(self) -> dict[str, int]:
+        """A cheap snapshot of the collector's counters, for
+        :class:`~torchrl.record.loggers.LoggerMonitor`.
+
+        Returns:
+            ``frames`` (frames delivered so far) and ``batches`` (batches delivered so far).
+        """
+        return {
+            "frames": int(getattr(self, "frames", 0)),
+            "batches": int(getattr(self, "_iter", 0)),
+        }
+
     # --------------------------------------------------------------------- background collection
     def start(self) -> None:
         """Collects in a background thread, writing every batch into ``replay_buffer``.

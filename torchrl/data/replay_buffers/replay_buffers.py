@@ -191,6 +191,9 @@ class ReplayBuffer:
             raise TypeError(f"sample_unit must be a SampleUnit, got {type(sample_unit).__name__}")
         self._sample_unit = sample_unit if sample_unit is not None else Transition()
         self._writer.register_storage(self._storage)
+        # cumulative counters read by stats() (two integer additions per sample call)
+        self._sample_calls = 0
+        self._samples_returned = 0
         if collate_fn is None:
             collate_fn = default_collate if isinstance(self._storage, ListStorage) else identity
         self._collate_fn = collate_fn
@@ -470,6 +473,8 @@ class ReplayBuffer:
             data, info, _ = self._sample_prefetched(batch_size)
         else:
             data, info, _ = self._sample_now(batch_size)
+        self._sample_calls += 1
+        self._samples_returned += batch_size
         return (data, info) if return_info else data
 
     def __iter__(self) -> Iterator[Any]:
@@ -479,9 +484,36 @@ class ReplayBuffer:
         sample = self._sample_prefetched if self._prefetch else self._sample_now
         while True:
             data, _, ran_out = sample(self._batch_size)
+            self._sample_calls += 1
+            self._samples_returned += self._batch_size
             yield data
             if ran_out:
                 return
+
+    def stats(self) -> dict[str, int]:
+        """A cheap snapshot of the buffer's counters, for :class:`~torchrl.record.loggers.LoggerMonitor`.
+
+        Returns:
+            ``size`` (items stored), ``capacity`` (the storage's ``max_size``), ``write_count``
+            (items written since the buffer was built or emptied, overwritten ones included),
+            ``sample_calls`` and ``samples_returned`` (batches and items sampled, nominal batch
+            sizes; cumulative).
+
+        Examples:
+            >>> from torchrl.data import LazyTensorStorage, ReplayBuffer
+            >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=4)
+            >>> _ = rb.extend(torch.arange(6))
+            >>> _ = rb.sample()
+            >>> rb.stats()
+            {'size': 6, 'capacity': 10, 'write_count': 6, 'sample_calls': 1, 'samples_returned': 4}
+        """
+        return {
+            "size": len(self),
+            "capacity": int(self._storage.max_size),
+            "write_count": int(getattr(self._writer, "_write_count", len(self))),
+            "sample_calls": self._sample_calls,
+            "samples_returned": self._samples_returned,
+        }
 
     def __getitem__(self, index: Any) -> Any:
         with self._lock:

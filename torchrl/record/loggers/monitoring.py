@@ -1,8 +1,8 @@
 """Pull-based monitoring: poll ``stats()`` snapshots of running objects and log them on a schedule.
 
 Any object can be watched if it has a cheap ``stats()`` method returning a flat mapping of
-scalars (counters, queue sizes, ...). torchrl's collectors and replay buffers do not report
-``stats()`` yet: give a small adapter object reading their counters to the monitor.
+scalars (counters, queue sizes, ...): torchrl's collectors report ``frames`` and ``batches``, and
+replay buffers ``size``, ``capacity``, ``write_count``, ``sample_calls`` and ``samples_returned``.
 :class:`LoggerMonitor` asks for the snapshots from its own thread (or when
 :meth:`LoggerMonitor.step` is called), so no logging work ever runs on the hot paths of the
 watched objects, and a slow logging backend only delays the next poll.
