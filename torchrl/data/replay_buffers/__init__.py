@@ -12,6 +12,12 @@ from torchrl.data.replay_buffers.checkpointers import (
     StorageEnsembleCheckpointer,
     TensorStorageCheckpointer,
 )
+from torchrl.data.replay_buffers.ensemble import (
+    ReplayBufferEnsemble,
+    SamplerEnsemble,
+    StorageEnsemble,
+    WriterEnsemble,
+)
 from torchrl.data.replay_buffers.flat_ted import Flat2TED, TED2Flat
 from torchrl.data.replay_buffers.offline_to_online import (
     OfflineToOnlineReplayBuffer,
@@ -29,7 +35,6 @@ from torchrl.data.replay_buffers.replay_buffers import (
     PrioritizedReplayBuffer,
     RemoteTensorDictReplayBuffer,
     ReplayBuffer,
-    ReplayBufferEnsemble,
     TensorDictPrioritizedReplayBuffer,
     TensorDictReplayBuffer,
 )
@@ -40,7 +45,6 @@ from torchrl.data.replay_buffers.samplers import (
     PrioritizedSliceSampler,
     RandomSampler,
     Sampler,
-    SamplerEnsemble,
     SamplerWithoutReplacement,
     SliceSampler,
     SliceSamplerWithoutReplacement,
@@ -53,7 +57,6 @@ from torchrl.data.replay_buffers.storages import (
     LazyTensorStorage,
     ListStorage,
     Storage,
-    StorageEnsemble,
     TensorStorage,
 )
 from torchrl.data.replay_buffers.video import (
@@ -67,7 +70,6 @@ from torchrl.data.replay_buffers.writers import (
     TensorDictMaxValueWriter,
     TensorDictRoundRobinWriter,
     Writer,
-    WriterEnsemble,
 )
 
 __all__ = [

@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase, lazy_stack
+from tensordict import TensorDictBase
 
 from torchrl._keys import INDEX, MASK, PRIORITY, WEIGHT
 from torchrl._types import IndexLike, NestedKey
@@ -22,13 +22,11 @@ from torchrl.data.replay_buffers.samplers import (
     PrioritizedSampler,
     RandomSampler,
     Sampler,
-    SamplerEnsemble,
 )
 from torchrl.data.replay_buffers.storages import (
     Index,
     ListStorage,
     Storage,
-    StorageEnsemble,
     TensorStorage,
     numbers_as_tensor,
 )
@@ -47,14 +45,12 @@ from torchrl.data.replay_buffers.writers import (
     RoundRobinWriter,
     TensorDictRoundRobinWriter,
     Writer,
-    WriterEnsemble,
 )
 
 __all__ = [
     "PrioritizedReplayBuffer",
     "RemoteTensorDictReplayBuffer",
     "ReplayBuffer",
-    "ReplayBufferEnsemble",
     "TensorDictPrioritizedReplayBuffer",
     "TensorDictReplayBuffer",
 ]
@@ -961,300 +957,3 @@ def _on_cpu(index: Any) -> Any:
     if isinstance(index, tuple):
         return tuple(i.cpu() if isinstance(i, torch.Tensor) else i for i in index)
     return index
-
-
-class ReplayBufferEnsemble(ReplayBuffer):
-    """Several replay buffers sampled together: each batch is made of sub-batches of members.
-
-    Build it from buffers (``ReplayBufferEnsemble(rb0, rb1, ...)``) or from components
-    (``storages=StorageEnsemble(...)``, ``samplers=SamplerEnsemble(...)``, optionally
-    ``writers=WriterEnsemble(...)``). A batch of ``batch_size`` items has one sub-batch of equal
-    size per chosen buffer (all of them with ``sample_from_all=True``, else
-    ``num_buffer_sampled`` drawn with weights ``p``; see
-    :class:`~torchrl.data.replay_buffers.samplers.SamplerEnsemble`). Each sub-batch is sampled
-    by its member buffer (with the member's sampler, collate function and transforms). In
-    TensorDict sub-batches, ``"index"`` becomes a TensorDict holding ``"buffer_ids"`` (the
-    member it came from) and ``"index"`` (its index there); sub-batches are then lazily stacked
-    (``batch_size [k, batch_size // k]``), or given to ``collate_fn`` when one is set. Other
-    data comes back as a list of sub-batches. The ensemble's ``transform`` runs last.
-
-    Writing to the ensemble is refused: extend a member, ``rb_ensemble[i].extend(data)``.
-
-    Args:
-        *rbs: the member buffers.
-        storages: a ``StorageEnsemble``, when no buffers are given.
-        samplers: a ``SamplerEnsemble`` (members' samplers), when no buffers are given.
-        writers: a ``WriterEnsemble`` (round-robin writers by default), when no buffers are given.
-        transform: run on every batch.
-        batch_size: the default batch size of :meth:`sample`.
-        collate_fn: combines the list of sub-batches (lazy stack / list by default).
-        collate_fns: one collate function per member, when built from components.
-        p: sampling weights of the members.
-        sample_from_all: sample every member in every batch.
-        num_buffer_sampled: members per batch when not ``sample_from_all``.
-        generator: random generator choosing the members.
-        shared: not supported (raises when ``True``).
-
-    Examples:
-        >>> from tensordict import TensorDict
-        >>> from torchrl.data.replay_buffers import LazyTensorStorage, TensorDictReplayBuffer
-        >>> rb0 = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
-        >>> rb1 = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
-        >>> _ = rb0.extend(TensorDict(x=torch.zeros(4), batch_size=[4]))
-        >>> _ = rb1.extend(TensorDict(x=torch.ones(4), batch_size=[4]))
-        >>> rbe = ReplayBufferEnsemble(rb0, rb1, batch_size=6, sample_from_all=True)
-        >>> sample = rbe.sample()
-        >>> sample.batch_size, sample["index", "buffer_ids"][:, 0].tolist()
-        (torch.Size([2, 3]), [0, 1])
-    """
-
-    def __init__(
-        self,
-        *rbs: ReplayBuffer,
-        storages: StorageEnsemble | None = None,
-        samplers: SamplerEnsemble | None = None,
-        writers: WriterEnsemble | None = None,
-        transform: Callable[[Any], Any] | None = None,
-        batch_size: int | None = None,
-        collate_fn: Callable[[Any], Any] | None = None,
-        collate_fns: Sequence[Callable[[Any], Any]] | None = None,
-        p: Sequence[float] | torch.Tensor | None = None,
-        sample_from_all: bool = False,
-        num_buffer_sampled: int | None = None,
-        generator: torch.Generator | None = None,
-        shared: bool = False,
-    ) -> None:
-        if shared:
-            raise NotImplementedError(
-                "ReplayBufferEnsemble(shared=True) is not supported: share the member storages "
-                "(e.g. LazyMemmapStorage) instead"
-            )
-        if rbs:
-            if storages is not None or samplers is not None or writers is not None:
-                raise ValueError(
-                    "give either replay buffers or storages/samplers/writers, not both"
-                )
-            if collate_fns is not None:
-                raise ValueError("collate_fns is for components; member buffers have their own")
-            for i, rb in enumerate(rbs):
-                if not isinstance(rb, ReplayBuffer) or isinstance(rb, ReplayBufferEnsemble):
-                    raise TypeError(f"member {i} is a {type(rb).__name__}, not a ReplayBuffer")
-            members = list(rbs)
-        else:
-            if storages is None or samplers is None:
-                raise ValueError(
-                    "ReplayBufferEnsemble needs replay buffers, or storages= and samplers="
-                )
-            if not isinstance(storages, StorageEnsemble):
-                raise TypeError(f"storages must be a StorageEnsemble, got {type(storages)}")
-            if not isinstance(samplers, SamplerEnsemble):
-                raise TypeError(f"samplers must be a SamplerEnsemble, got {type(samplers)}")
-            n = len(storages.storages)
-            if writers is None:
-                writers = WriterEnsemble(*[RoundRobinWriter() for _ in range(n)])
-            if not isinstance(writers, WriterEnsemble):
-                raise TypeError(f"writers must be a WriterEnsemble, got {type(writers)}")
-            if len(samplers) != n or len(writers) != n:
-                raise ValueError(
-                    f"got {n} storages, {len(samplers)} samplers and {len(writers)} writers: "
-                    f"give one of each per member"
-                )
-            if collate_fns is not None and len(collate_fns) != n:
-                raise ValueError(f"got {len(collate_fns)} collate_fns for {n} members")
-            members = [
-                ReplayBuffer(
-                    storage=storages[i],
-                    sampler=samplers[i],
-                    writer=writers[i],
-                    collate_fn=collate_fns[i] if collate_fns is not None else None,
-                )
-                for i in range(n)
-            ]
-        self._rbs = members
-        n = len(members)
-        if storages is None:
-            storages = StorageEnsemble(*[rb.storage for rb in members])
-        if samplers is None:
-            samplers = SamplerEnsemble(
-                *[rb.sampler for rb in members],
-                p=p,
-                sample_from_all=sample_from_all,
-                num_buffer_sampled=num_buffer_sampled,
-            )
-        elif p is not None or sample_from_all or num_buffer_sampled is not None:
-            raise ValueError("p, sample_from_all and num_buffer_sampled belong to samplers=")
-        if writers is None:
-            writers = WriterEnsemble(*[rb.writer for rb in members])
-        self._ensemble_collate = collate_fn
-        super().__init__(
-            storage=storages,
-            sampler=samplers,
-            writer=writers,
-            collate_fn=identity,
-            transform=transform,
-            batch_size=batch_size,
-            generator=generator,
-        )
-        assert len(self._rbs) == n
-
-    @property
-    def rbs(self) -> list[ReplayBuffer]:
-        """The member buffers."""
-        return list(self._rbs)
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, int):
-            return self._rbs[index]
-        raise TypeError(
-            f"ReplayBufferEnsemble is indexed by an int (the member buffer), got "
-            f"{type(index).__name__}"
-        )
-
-    def __len__(self) -> int:
-        return sum(len(rb) for rb in self._rbs)
-
-    @property
-    def write_count(self) -> int:
-        """The items written to all members."""
-        return sum(rb.write_count for rb in self._rbs)
-
-    def add(self, data: Any) -> int | Index | None:
-        raise RuntimeError(self._no_write)
-
-    def extend(self, data: Any) -> Index:
-        raise RuntimeError(self._no_write)
-
-    def __setitem__(self, index: Any, data: Any) -> None:
-        raise RuntimeError(self._no_write)
-
-    _no_write = (
-        "a ReplayBufferEnsemble is not written to directly: extend one of its members "
-        "(rb_ensemble[i].extend(data))"
-    )
-
-    def update_priority(self, index: IndexLike, priority: float | torch.Tensor) -> None:
-        """Not supported on the ensemble: update the member's priorities.
-
-        Raises:
-            RuntimeError: always; use ``rb_ensemble[buffer_id].update_priority(index, p)``.
-        """
-        raise RuntimeError(
-            "update priorities on the member buffer: rb_ensemble[buffer_id].update_priority("
-            "index, priority), with buffer_id and index from sample['index']"
-        )
-
-    def _sample_now(self, batch_size: int) -> tuple[Any, dict[NestedKey, Any], bool]:
-        assert isinstance(self._sampler, SamplerEnsemble)
-        with self._lock:
-            plan = self._sampler.choose(batch_size)
-        parts, indices, infos = [], [], []
-        for bid, n in plan:
-            data, info = self._rbs[bid].sample(n, return_info=True)
-            index = info.get(INDEX)
-            if isinstance(data, TensorDictBase):
-                data = data.copy()
-                entry: dict[str, torch.Tensor] = {
-                    "buffer_ids": torch.full(data.batch_size, bid, dtype=torch.long)
-                }
-                flat = torch.stack(index, -1) if isinstance(index, tuple) else index
-                if isinstance(flat, torch.Tensor) and flat.shape[: data.batch_dims] == (
-                    data.batch_size
-                ):
-                    entry["index"] = flat
-                data.set(INDEX, TensorDict(entry, batch_size=data.batch_size, device=data.device))
-            parts.append(data)
-            indices.append(index)
-            infos.append(info)
-        buffer_ids = torch.tensor([b for b, _ in plan])
-        out: Any
-        if self._ensemble_collate is not None:
-            out = self._ensemble_collate(parts)
-        elif all(isinstance(x, TensorDictBase) for x in parts):
-            out = lazy_stack(parts, 0)
-        else:
-            out = parts
-        if len(self._transforms):
-            out = self._transforms(out)
-        info_out: dict[NestedKey, Any] = {"buffer_ids": buffer_ids, INDEX: indices, "infos": infos}
-        return out, info_out, False
-
-    def empty(self) -> None:
-        """Empties every member."""
-        for rb in self._rbs:
-            rb.empty()
-
-    def state_dict(self) -> dict[str, Any]:
-        """The members' states, under ``"rbs"``."""
-        return {"rbs": [rb.state_dict() for rb in self._rbs]}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores the members' states; all are checked before any member changes.
-
-        Raises:
-            ValueError: the state does not hold one valid state per member (nothing changes).
-        """
-        states = state_dict.get("rbs") if isinstance(state_dict, dict) else None
-        if not isinstance(states, list) or len(states) != len(self._rbs):
-            raise ValueError(
-                f"a ReplayBufferEnsemble state holds an 'rbs' list of {len(self._rbs)}"
-            )
-        checked = []
-        for i, (rb, state) in enumerate(zip(self._rbs, states)):
-            missing = [k for k in ("storage", "sampler", "writer") if k not in state]
-            if missing:
-                raise KeyError(f"the state of member {i} has no {', '.join(map(repr, missing))}")
-            plan = rb._storage._prepare_state(state["storage"])
-            checked.append(
-                (
-                    plan,
-                    rb._sampler._check_state(state["sampler"], plan),
-                    rb._writer._check_state(state["writer"], plan),
-                )
-            )
-        for rb, (plan, sampler_state, writer_state) in zip(self._rbs, checked):
-            rb._drain()
-            with rb._lock:
-                rb._storage._apply_state(plan)
-                rb._sampler._apply_state(sampler_state)
-                rb._writer._apply_state(writer_state)
-
-    def dumps(self, path: str | Path) -> None:
-        """Saves every member in ``path/rb_<i>`` (see :meth:`ReplayBuffer.dumps`).
-
-        Args:
-            path: a directory, created if needed.
-        """
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        for i, rb in enumerate(self._rbs):
-            rb.dumps(path / f"rb_{i}")
-        atomic_write_json(
-            path / "ensemble.json",
-            {
-                "format_version": FORMAT_VERSION,
-                "buffer": type(self).__name__,
-                "members": [type(rb).__name__ for rb in self._rbs],
-            },
-        )
-
-    def loads(self, path: str | Path, *, trusted: bool = False) -> None:
-        """Restores the members saved by :meth:`dumps`; all are checked before any changes.
-
-        Args:
-            path: the directory given to :meth:`dumps`.
-            trusted: allow arbitrary pickled objects (see :meth:`ReplayBuffer.loads`).
-        """
-        path = Path(path)
-        meta = read_json(path / "ensemble.json")
-        check_format_version(meta, path / "ensemble.json")
-        names = [type(rb).__name__ for rb in self._rbs]
-        if meta.get("members") != names:
-            raise ValueError(f"{path} holds members {meta.get('members')}, this ensemble {names}")
-        applies = [rb._prepare_load(path / f"rb_{i}", trusted) for i, rb in enumerate(self._rbs)]
-        for rb, apply in zip(self._rbs, applies):
-            rb._drain()
-            apply()
-
-    def __repr__(self) -> str:
-        inner = ",\n    ".join(repr(rb) for rb in self._rbs)
-        return f"{type(self).__name__}(\n    {inner},\n    sampler={self._sampler!r})"

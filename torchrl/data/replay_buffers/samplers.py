@@ -8,7 +8,7 @@ and restores its state with ``state_dict`` / ``load_state_dict``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,6 @@ __all__ = [
     "PrioritizedSliceSampler",
     "RandomSampler",
     "Sampler",
-    "SamplerEnsemble",
     "SamplerWithoutReplacement",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
@@ -1532,157 +1531,4 @@ class StalenessAwareSampler(Sampler):
         return (
             f"{type(self).__name__}(max_staleness={self.max_staleness}, "
             f"version_key={self.version_key!r}, consumer_version={self._consumer_version})"
-        )
-
-
-class SamplerEnsemble(Sampler):
-    """The samplers of several replay buffers, and how a batch is split among the buffers.
-
-    Used by ``ReplayBufferEnsemble``. A batch of ``batch_size`` items is made of sub-batches of
-    equal size, one per chosen buffer: every buffer once with ``sample_from_all=True``, else
-    ``num_buffer_sampled`` buffers drawn (with replacement) with probabilities ``p`` (uniform
-    when ``None``). ``batch_size`` must divide evenly.
-
-    :meth:`sample` returns a list of ``(buffer_id, index)`` pairs (what
-    :meth:`StorageEnsemble.get <torchrl.data.replay_buffers.storages.StorageEnsemble.get>` reads)
-    and an info dict with the ``"buffer_ids"`` tensor and each member's ``"infos"``.
-
-    Args:
-        *samplers: one sampler per buffer.
-        p: the sampling weights of the buffers (normalized here).
-        sample_from_all: sample every buffer for every batch (not with ``p``).
-        num_buffer_sampled: how many buffers each batch draws when ``sample_from_all`` is
-            ``False``; defaults to the number of buffers.
-
-    Examples:
-        >>> from torchrl.data.replay_buffers import ListStorage, StorageEnsemble
-        >>> storages = StorageEnsemble(ListStorage(4), ListStorage(4))
-        >>> storages[0].set(0, "a"); storages[1].set(0, "b")
-        >>> sampler = SamplerEnsemble(RandomSampler(), RandomSampler(), sample_from_all=True)
-        >>> index, info = sampler.sample(storages, 4)
-        >>> info["buffer_ids"].tolist(), [len(i) for _, i in index]
-        ([0, 1], [2, 2])
-    """
-
-    def __init__(
-        self,
-        *samplers: Sampler,
-        p: Sequence[float] | torch.Tensor | None = None,
-        sample_from_all: bool = False,
-        num_buffer_sampled: int | None = None,
-    ) -> None:
-        if not samplers:
-            raise ValueError("SamplerEnsemble needs at least one sampler")
-        for i, sampler in enumerate(samplers):
-            if not isinstance(sampler, Sampler):
-                raise TypeError(f"sampler {i} is a {type(sampler).__name__}, not a Sampler")
-        self._samplers = tuple(samplers)
-        n = len(samplers)
-        if sample_from_all and p is not None:
-            raise ValueError("sample_from_all=True samples every buffer: it cannot take p")
-        if p is not None:
-            weights = torch.as_tensor(p, dtype=torch.float64).reshape(-1)
-            if weights.numel() != n:
-                raise ValueError(f"p has {weights.numel()} weights for {n} buffers")
-            if not bool(torch.isfinite(weights).all()) or bool((weights < 0).any()):
-                raise ValueError(f"p must hold finite weights >= 0, got {weights.tolist()}")
-            if float(weights.sum()) <= 0:
-                raise ValueError("p must have a positive sum")
-            self.p: torch.Tensor | None = weights / weights.sum()
-        else:
-            self.p = None
-        if num_buffer_sampled is not None and (
-            not isinstance(num_buffer_sampled, int) or num_buffer_sampled <= 0
-        ):
-            raise ValueError(
-                f"num_buffer_sampled must be a positive int, got {num_buffer_sampled!r}"
-            )
-        self.sample_from_all = bool(sample_from_all)
-        self.num_buffer_sampled = num_buffer_sampled
-
-    @property
-    def samplers(self) -> tuple[Sampler, ...]:
-        """The member samplers."""
-        return self._samplers
-
-    def __getitem__(self, index: int) -> Sampler:
-        return self._samplers[index]
-
-    def __len__(self) -> int:
-        return len(self._samplers)
-
-    def choose(self, batch_size: int) -> list[tuple[int, int]]:
-        """Which buffers a batch comes from: ``[(buffer_id, sub-batch size), ...]``.
-
-        Args:
-            batch_size: the size of the whole batch.
-
-        Raises:
-            ValueError: ``batch_size`` does not split evenly among the chosen buffers.
-        """
-        n = len(self._samplers)
-        if self.sample_from_all:
-            ids = list(range(n))
-        else:
-            k = self.num_buffer_sampled if self.num_buffer_sampled is not None else n
-            p = self.p if self.p is not None else torch.full((n,), 1.0 / n, dtype=torch.float64)
-            ids = torch.multinomial(p, k, replacement=True, generator=self._generator).tolist()
-        if batch_size % len(ids):
-            raise ValueError(
-                f"batch_size={batch_size} does not split evenly among the {len(ids)} buffers "
-                f"sampled per batch"
-            )
-        each = batch_size // len(ids)
-        return [(int(i), each) for i in ids]
-
-    def sample(self, storage: Storage, batch_size: int) -> tuple[Any, dict[NestedKey, Any]]:
-        storages = getattr(storage, "storages", None)
-        if storages is None or len(storages) != len(self._samplers):
-            raise TypeError(
-                f"SamplerEnsemble samples a StorageEnsemble of {len(self._samplers)} storages, "
-                f"got a {type(storage).__name__}"
-            )
-        index, infos = [], []
-        plan = self.choose(batch_size)
-        for bid, n in plan:
-            idx, info = self._samplers[bid].sample(storages[bid], n)
-            index.append((bid, idx))
-            infos.append(info)
-        return index, {"buffer_ids": torch.tensor([b for b, _ in plan]), "infos": infos}
-
-    def _resume(self, storage: Storage) -> None:
-        # Each member sampler follows its own buffer.
-        return
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"samplers": [s.state_dict() for s in self._samplers]}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._apply_state(self._check_state(state_dict))
-
-    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
-        states = state_dict.get("samplers") if isinstance(state_dict, dict) else None
-        if not isinstance(states, list) or len(states) != len(self._samplers):
-            raise ValueError(
-                f"a SamplerEnsemble state holds a 'samplers' list of {len(self._samplers)} states"
-            )
-        members = plan.payload if plan is not None and isinstance(plan.payload, list) else None
-        return [
-            s._check_state(st, members[i] if members is not None else None)
-            for i, (s, st) in enumerate(zip(self._samplers, states))
-        ]
-
-    def _apply_state(self, checked: Any) -> None:
-        for sampler, state in zip(self._samplers, checked):
-            sampler._apply_state(state)
-
-    def _empty(self) -> None:
-        for sampler in self._samplers:
-            sampler._empty()
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}({', '.join(repr(s) for s in self._samplers)}, "
-            f"sample_from_all={self.sample_from_all}, num_buffer_sampled="
-            f"{self.num_buffer_sampled})"
         )

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,6 @@ from torchrl.data.replay_buffers.checkpointers import (
     CompressedListStorageCheckpointer,
     ListStorageCheckpointer,
     StorageCheckpointerBase,
-    StorageEnsembleCheckpointer,
     TensorStorageCheckpointer,
 )
 from torchrl.data.replay_buffers.compression import compress_item, decompress_item, default_codec
@@ -68,7 +67,6 @@ __all__ = [
     "LazyTensorStorage",
     "ListStorage",
     "Storage",
-    "StorageEnsemble",
     "TensorStorage",
     "numbers_as_tensor",
 ]
@@ -1715,123 +1713,6 @@ class LazyStackStorage(ListStorage):
                     f"shapes; store TensorDicts to stack items of different shapes ({err})"
                 ) from err
         return out
-
-
-# ---------------------------------------------------------------------------------------------
-# StorageEnsemble: the storages of a ReplayBufferEnsemble
-# ---------------------------------------------------------------------------------------------
-
-
-class StorageEnsemble(Storage):
-    """The storages of several replay buffers, read together (see ``ReplayBufferEnsemble``).
-
-    ``ensemble[i]`` is the i-th storage. :meth:`get` takes ``(buffer_id, index)`` pairs and
-    returns ``(buffer_id, data)`` pairs: the data of each storage passes through its transform
-    when ``transforms`` is given. Writing is refused: extend the member buffers instead.
-
-    Args:
-        *storages: the storages.
-        transforms: one callable (or ``None``) per storage, applied to the data read from it.
-
-    Examples:
-        >>> ensemble = StorageEnsemble(ListStorage(4), ListStorage(4))
-        >>> ensemble[1].set(0, "a")
-        >>> len(ensemble), ensemble.get((1, 0))
-        (1, (1, 'a'))
-    """
-
-    _checkpoint_kind = "ensemble"
-
-    def __init__(
-        self, *storages: Storage, transforms: Sequence[Callable[[Any], Any] | None] | None = None
-    ) -> None:
-        super().__init__(None)
-        if not storages:
-            raise ValueError("StorageEnsemble needs at least one storage")
-        for i, storage in enumerate(storages):
-            if not isinstance(storage, Storage):
-                raise TypeError(f"storage {i} is a {type(storage).__name__}, not a Storage")
-        if transforms is not None and len(transforms) != len(storages):
-            raise ValueError(
-                f"got {len(transforms)} transforms for {len(storages)} storages: give one per "
-                f"storage (None for no transform)"
-            )
-        self._storages = tuple(storages)
-        self._transforms = list(transforms) if transforms is not None else [None] * len(storages)
-
-    def _default_checkpointer(self) -> StorageCheckpointerBase | None:
-        return StorageEnsembleCheckpointer()
-
-    @property
-    def storages(self) -> tuple[Storage, ...]:
-        """The member storages."""
-        return self._storages
-
-    @property
-    def max_size(self) -> int:
-        """The summed capacity of the members."""
-        return sum(s.max_size for s in self._storages)
-
-    def __len__(self) -> int:
-        return sum(len(s) for s in self._storages)
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, int):
-            return self._storages[index]
-        raise TypeError(
-            f"StorageEnsemble is indexed by an int (the storage), got {type(index).__name__}; "
-            f"use get((buffer_id, index)) to read items"
-        )
-
-    def _read(self, buffer_id: int, index: Any) -> tuple[int, Any]:
-        if not 0 <= buffer_id < len(self._storages):
-            raise IndexError(
-                f"buffer id {buffer_id} is out of range for {len(self._storages)} storages"
-            )
-        data = self._storages[buffer_id].get(index)
-        transform = self._transforms[buffer_id]
-        if transform is not None:
-            data = transform(data)
-        return buffer_id, data
-
-    def get(self, index: Any) -> Any:
-        """Reads ``(buffer_id, index)`` (or a list of such pairs); returns ``(buffer_id, data)``."""
-        if isinstance(index, tuple) and len(index) == 2 and isinstance(index[0], int):
-            return self._read(int(index[0]), index[1])
-        return [self._read(int(bid), idx) for bid, idx in index]
-
-    def set(self, index: int | slice | torch.Tensor, data: Any) -> None:
-        raise RuntimeError(
-            "StorageEnsemble cannot be written to: extend one of its buffers (rb_ensemble[i])"
-        )
-
-    def _empty(self) -> None:
-        for storage in self._storages:
-            storage._empty()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"storages": [s.state_dict() for s in self._storages]}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restores the states of all members (all validated before any is applied)."""
-        self._apply_state(self._prepare_state(state_dict))
-
-    def _prepare_state(self, state_dict: dict[str, Any]) -> LoadPlan:
-        states = state_dict.get("storages") if isinstance(state_dict, dict) else None
-        if not isinstance(states, list) or len(states) != len(self._storages):
-            raise ValueError(
-                f"a StorageEnsemble state holds a 'storages' list of {len(self._storages)} states"
-            )
-        plans = [s._prepare_state(st) for s, st in zip(self._storages, states)]
-        return LoadPlan(None, None, None, plans)
-
-    def _apply_state(self, plan: LoadPlan) -> None:
-        for storage, member in zip(self._storages, plan.payload):
-            storage._apply_state(member)
-
-    def __repr__(self) -> str:
-        inner = ", ".join(repr(s) for s in self._storages)
-        return f"{type(self).__name__}({inner})"
 
 
 def storage_nbytes(storage: Storage) -> int:

@@ -19,7 +19,6 @@ __all__ = [
     "TensorDictMaxValueWriter",
     "TensorDictRoundRobinWriter",
     "Writer",
-    "WriterEnsemble",
 ]
 
 
@@ -404,81 +403,3 @@ class ImmutableDatasetWriter(Writer):
 
     def extend(self, data: Any) -> Index:
         raise self._refuse()
-
-
-class WriterEnsemble(Writer):
-    """The writers of the buffers of a ``ReplayBufferEnsemble``; writing through it is refused.
-
-    Extend a member buffer instead (``rb_ensemble[i].extend(data)``): its own writer then does
-    the work.
-
-    Args:
-        *writers: one writer per buffer.
-
-    Examples:
-        >>> ensemble = WriterEnsemble(RoundRobinWriter(), RoundRobinWriter())
-        >>> ensemble[1]
-        RoundRobinWriter(cursor=0, write_count=0)
-    """
-
-    def __init__(self, *writers: Writer) -> None:
-        super().__init__()
-        if not writers:
-            raise ValueError("WriterEnsemble needs at least one writer")
-        for i, writer in enumerate(writers):
-            if not isinstance(writer, Writer):
-                raise TypeError(f"writer {i} is a {type(writer).__name__}, not a Writer")
-        self._writers = tuple(writers)
-
-    @property
-    def writers(self) -> tuple[Writer, ...]:
-        """The member writers."""
-        return self._writers
-
-    def __getitem__(self, index: int) -> Writer:
-        return self._writers[index]
-
-    def __len__(self) -> int:
-        return len(self._writers)
-
-    def _refuse(self) -> RuntimeError:
-        return RuntimeError(
-            "a WriterEnsemble does not write: extend one of the ensemble's buffers "
-            "(rb_ensemble[i].extend(data))"
-        )
-
-    def add(self, data: Any) -> int | Index | None:
-        raise self._refuse()
-
-    def extend(self, data: Any) -> Index:
-        raise self._refuse()
-
-    def _resume(self) -> None:
-        # Each member writer follows its own buffer.
-        return
-
-    def _empty(self) -> None:
-        for writer in self._writers:
-            writer._empty()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"writers": [w.state_dict() for w in self._writers]}
-
-    def _check_state(self, state_dict: dict[str, Any], plan: LoadPlan | None = None) -> Any:
-        states = state_dict.get("writers") if isinstance(state_dict, dict) else None
-        if not isinstance(states, list) or len(states) != len(self._writers):
-            raise ValueError(
-                f"a WriterEnsemble state holds a 'writers' list of {len(self._writers)} states"
-            )
-        members = plan.payload if plan is not None and isinstance(plan.payload, list) else None
-        return [
-            w._check_state(st, members[i] if members is not None else None)
-            for i, (w, st) in enumerate(zip(self._writers, states))
-        ]
-
-    def _apply_state(self, checked: Any) -> None:
-        for writer, state in zip(self._writers, checked):
-            writer._apply_state(state)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(repr(w) for w in self._writers)})"
