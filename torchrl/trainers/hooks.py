@@ -6,6 +6,7 @@ their usual points and, when it has state, adds itself to the trainer's checkpoi
 
 from __future__ import annotations
 
+import abc
 import shutil
 import uuid
 import weakref
@@ -35,8 +36,57 @@ __all__ = [
     "ReplayBufferTrainer",
     "RewardNormalizer",
     "SelectKeys",
+    "TrainerHookBase",
     "UpdateWeights",
 ]
+
+
+class TrainerHookBase(abc.ABC):
+    """The base of the trainer's hooks: ``register`` plus a (possibly empty) checkpoint state.
+
+    A hook registers its ops at their usual points with :meth:`register`; to register one at
+    another point, use ``trainer.register_op(dest, hook)``. A hook with state adds itself to
+    the trainer's checkpoint in :meth:`register` (``trainer.register_module(name, self)``) and
+    overrides :meth:`state_dict` / :meth:`load_state_dict`; a stateless hook keeps the defaults.
+
+    Examples:
+        >>> class CountBatches(TrainerHookBase):
+        ...     def __init__(self):
+        ...         self.count = 0
+        ...     def __call__(self, batch):
+        ...         self.count += 1
+        ...     def state_dict(self):
+        ...         return {"count": self.count}
+        ...     def load_state_dict(self, state_dict):
+        ...         self.count = state_dict["count"]
+        ...     def register(self, trainer, name="count_batches"):
+        ...         trainer.register_op("batch_process", self)
+        ...         trainer.register_module(name, self)
+        >>> hook = CountBatches()
+        >>> hook(None)
+        >>> hook.state_dict()
+        {'count': 1}
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        """The hook's checkpoint state (empty for a stateless hook)."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restores what :meth:`state_dict` returned (nothing for a stateless hook)."""
+        if state_dict:
+            raise KeyError(
+                f"{type(self).__name__} keeps no state, got a state with keys {sorted(state_dict)}"
+            )
+
+    @abc.abstractmethod
+    def register(self, trainer: Trainer, name: str) -> None:
+        """Registers the hook's ops in ``trainer`` at their default points.
+
+        Args:
+            trainer: the :class:`~torchrl.trainers.Trainer`.
+            name: the hook's name in the trainer's checkpoint (hooks with state).
+        """
 
 
 def _valid(batch: TensorDictBase) -> TensorDictBase:
@@ -61,7 +111,7 @@ def flat_key_name(key: NestedKey) -> str:
     return key if isinstance(key, str) else "_".join(str(part) for part in key)
 
 
-class OptimizerHook:
+class OptimizerHook(TrainerHookBase):
     """Sums loss terms, back-propagates, clips and steps one optimizer.
 
     Registered at ``"optimizer"``. Clipping follows the trainer's ``clip_grad_norm`` /
@@ -171,7 +221,7 @@ class OptimizerHook:
         trainer.register_module(unique, self)
 
 
-class ReplayBufferTrainer:
+class ReplayBufferTrainer(TrainerHookBase):
     """Extends a replay buffer with every batch, samples the optimization batches from it, and
     updates priorities after the loss.
 
@@ -358,7 +408,7 @@ def _mapped_by(storage: LazyMemmapStorage, directory: Path) -> bool:
         return False
 
 
-class LogScalar:
+class LogScalar(TrainerHookBase):
     """Logs a reduction (and the std) of an entry of every collected batch.
 
     Registered at ``"pre_steps_log"``. Padded items (``("collector", "mask")``) are ignored.
@@ -438,7 +488,7 @@ class LogReward(LogScalar):
         )
 
 
-class RewardNormalizer:
+class RewardNormalizer(TrainerHookBase):
     """Normalizes rewards of the optimization batches with running statistics of the collected ones.
 
     ``update_reward_stats`` (at ``"batch_process"``) updates a decayed mean and variance;
@@ -522,7 +572,7 @@ class RewardNormalizer:
         trainer.register_module(name, self)
 
 
-class BatchSubSampler:
+class BatchSubSampler(TrainerHookBase):
     """Draws a random sub-batch (of items or of sub-trajectories) from the collected batch.
 
     Registered at ``"process_optim_batch"``. With ``sub_traj_len=0`` it draws ``batch_size``
@@ -580,7 +630,7 @@ class BatchSubSampler:
         trainer.register_op("process_optim_batch", self)
 
 
-class CountFramesLog:
+class CountFramesLog(TrainerHookBase):
     """Logs the number of frames collected so far as ``"n_frames"``.
 
     Args:
@@ -624,7 +674,7 @@ class CountFramesLog:
         trainer.register_module(name, self)
 
 
-class UpdateWeights:
+class UpdateWeights(TrainerHookBase):
     """Pushes the trained weights to the collector every ``update_weights_interval`` iterations.
 
     Registered at ``"post_steps"``.
@@ -677,7 +727,7 @@ class UpdateWeights:
         trainer.register_module(name, self)
 
 
-class SelectKeys:
+class SelectKeys(TrainerHookBase):
     """Keeps only some entries of every collected batch (registered at ``"batch_process"``).
 
     Args:
@@ -709,7 +759,7 @@ class SelectKeys:
         trainer.register_op("batch_process", self)
 
 
-class ClearCudaCache:
+class ClearCudaCache(TrainerHookBase):
     """Empties the CUDA cache every ``interval`` optimization steps (``"post_optim"``).
 
     Args:
