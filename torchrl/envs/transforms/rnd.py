@@ -1,6 +1,8 @@
 """Random network distillation: ``RNDTransform`` writes an intrinsic reward, the error of a
 trained predictor against a fixed random network; ``RunningMeanStd`` keeps the running
-statistics it normalizes observations and rewards with.
+statistics it normalizes observations and rewards with; ``rnd_prediction_error`` is the error
+itself, shared by the transform and by :class:`~torchrl.objectives.RNDLoss` (which trains the
+predictor on it).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from torchrl.data.specs import Composite, Unbounded
 from torchrl.envs.transforms._utils import get, missing_key_error, set_
 from torchrl.envs.transforms.base import Transform
 
-__all__ = ["RNDTransform", "RunningMeanStd"]
+__all__ = ["RNDTransform", "RunningMeanStd", "rnd_prediction_error"]
 
 
 class RunningMeanStd(nn.Module):
@@ -96,6 +98,49 @@ class RunningMeanStd(nn.Module):
         return (x - self.mean) / (self.var + 1e-8).sqrt()
 
 
+def rnd_prediction_error(
+    predictor_network: nn.Module,
+    target_network: nn.Module,
+    observation: torch.Tensor,
+    batch_ndim: int = 1,
+    obs_rms: RunningMeanStd | None = None,
+    obs_clip: float = 5.0,
+) -> torch.Tensor:
+    """The per-sample squared error of an RND predictor against its fixed random target.
+
+    The observation is normalized with ``obs_rms`` (read, never updated) and clipped to
+    ``[-obs_clip, obs_clip]`` when ``obs_rms`` is given; the target runs without gradients, the
+    predictor with them, and the squared difference is averaged over the feature dims.
+
+    Args:
+        predictor_network: the trained network.
+        target_network: the fixed random network (same output shape).
+        observation: ``[*batch, *feature]`` (cast to the default float dtype when integral).
+        batch_ndim: how many leading dims of ``observation`` are batch dims.
+        obs_rms: running observation statistics (``None``: no normalization).
+        obs_clip: the clip of normalized observations.
+
+    Returns:
+        The error, shaped ``[*batch]``.
+
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> net = nn.Linear(3, 4)
+        >>> rnd_prediction_error(net, net, torch.randn(5, 3)).abs().max().item()
+        0.0
+    """
+    obs = observation
+    if not obs.is_floating_point():
+        obs = obs.to(torch.get_default_dtype())
+    if obs_rms is not None:
+        obs = obs_rms.normalize(obs).clamp(-obs_clip, obs_clip)
+    with torch.no_grad():
+        target = target_network(obs)
+    pred = predictor_network(obs)
+    return (pred - target).pow(2).reshape(*obs.shape[:batch_ndim], -1).mean(-1)
+
+
 class RNDTransform(Transform):
     """Random network distillation: an intrinsic reward that is high on unfamiliar states.
 
@@ -168,15 +213,16 @@ class RNDTransform(Transform):
         self.obs_rms: RunningMeanStd | None = None
         self.reward_rms = RunningMeanStd(shape=())
 
-    def _prepare(self, obs: torch.Tensor, batch_ndim: int, update: bool) -> torch.Tensor:
-        obs = obs.to(torch.get_default_dtype()) if not obs.is_floating_point() else obs
+    def _obs_rms(self, obs: torch.Tensor, batch_ndim: int, update: bool) -> RunningMeanStd | None:
+        """The observation statistics (made at the first observation), updated on request."""
         if not self.normalize_obs:
-            return obs
+            return None
         if self.obs_rms is None:
             self.obs_rms = RunningMeanStd(shape=obs.shape[batch_ndim:]).to(obs.device)
         if update:
-            self.obs_rms.update(obs)
-        return self.obs_rms.normalize(obs).clamp(-self.obs_clip, self.obs_clip)
+            floating = obs if obs.is_floating_point() else obs.to(torch.get_default_dtype())
+            self.obs_rms.update(floating)
+        return self.obs_rms
 
     def prediction_error(self, observation: torch.Tensor, batch_ndim: int = 1) -> torch.Tensor:
         """The per-sample squared error of the predictor (with gradients, for training it).
@@ -188,11 +234,14 @@ class RNDTransform(Transform):
         Returns:
             The error, shaped ``[*batch]``.
         """
-        obs = self._prepare(observation, batch_ndim, update=False)
-        with torch.no_grad():
-            target = self.target_network(obs)
-        pred = self.predictor_network(obs)
-        return (pred - target).pow(2).reshape(*obs.shape[:batch_ndim], -1).mean(-1)
+        return rnd_prediction_error(
+            self.predictor_network,
+            self.target_network,
+            observation,
+            batch_ndim,
+            self._obs_rms(observation, batch_ndim, update=False),
+            self.obs_clip,
+        )
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         in_key, out_key = self._pairs[0]
@@ -202,9 +251,11 @@ class RNDTransform(Transform):
         batch_ndim = next_tensordict.batch_dims
         update = self.training
         with torch.no_grad():
-            x = self._prepare(obs, batch_ndim, update)
-            err = (self.predictor_network(x) - self.target_network(x)).pow(2)
-            reward = err.reshape(*obs.shape[:batch_ndim], -1).mean(-1, keepdim=True)
+            rms = self._obs_rms(obs, batch_ndim, update)
+            err = rnd_prediction_error(
+                self.predictor_network, self.target_network, obs, batch_ndim, rms, self.obs_clip
+            )
+            reward = err.unsqueeze(-1)
             if self.normalize_reward:
                 if update:
                     self.reward_rms.update(reward)
