@@ -138,7 +138,17 @@ class GAILLoss(LossModule):
         return [(k, pairs[k]) for k in in_keys]
 
     def _compute_in_keys(self) -> list[NestedKey]:
-        return [k for pair in self._input_pairs() for k in pair]
+        # Lenient: a discriminator key that is not (yet) an expert key is listed as it is; the
+        # call raises until set_keys names it (construction must not, so set_keys can follow).
+        keys = self.tensor_keys
+        pairs = {
+            keys.expert_observation: keys.collector_observation,
+            keys.expert_action: keys.collector_action,
+        }
+        out: list[NestedKey] = []
+        for k in self.discriminator_network.in_keys:
+            out += [k, pairs[k]] if k in pairs else [k]
+        return out
 
     def _discriminate(self, inputs: TensorDictBase) -> Tensor:
         return self.discriminator_network(inputs).get(self.tensor_keys.discriminator_pred)
@@ -155,8 +165,8 @@ class GAILLoss(LossModule):
             A TensorDict with ``loss`` (including the penalty) and, with
             ``use_grad_penalty``, ``gp_loss`` (detached).
         """
-        self._check_inputs(tensordict)
         pairs = self._input_pairs()
+        self._check_inputs(tensordict)
         batch = tensordict.batch_size
         flat = tensordict.reshape(-1)
         n = flat.shape[0]
