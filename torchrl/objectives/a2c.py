@@ -10,6 +10,12 @@ from torch import Tensor, nn
 
 from torchrl._keys import ACTION, ADVANTAGE, DONE, REWARD, STATE_VALUE, TERMINATED, VALUE_TARGET
 from torchrl._types import NestedKey
+from torchrl.modules.models.value_norm import (
+    DecodedValueOperator,
+    ValueNorm,
+    ValueTransform,
+    encode_value,
+)
 from torchrl.objectives._helpers import (
     UNSET,
     action_log_prob,
@@ -48,6 +54,12 @@ class A2CLoss(LossModule):
         functional: unused (TorchRL compatibility).
         entropy_coeff: TorchRL's current name of ``entropy_coef`` (give one).
         critic_coeff: TorchRL's current name of ``critic_coef`` (give one).
+        value_norm: a :class:`~torchrl.modules.ValueNorm`: the critic predicts normalised
+            values, regresses the normalised targets (statistics updated by each training-mode
+            call) and the value estimator reads denormalised predictions.
+        value_transform: a :class:`~torchrl.modules.ValueTransform` applied to the targets
+            before ``value_norm`` (inverted for the value estimator). The ``"state_value"``
+            and ``"value_target"`` entries of the data are always real values.
 
     Examples:
         >>> import torch
@@ -105,6 +117,8 @@ class A2CLoss(LossModule):
         functional: bool = True,
         entropy_coeff: float = UNSET,
         critic_coeff: float | None = UNSET,
+        value_norm: ValueNorm | None = None,
+        value_transform: ValueTransform | None = None,
     ) -> None:
         super().__init__()
         entropy_coef = either_alias(
@@ -132,6 +146,8 @@ class A2CLoss(LossModule):
         self.separate_losses = separate_losses
         self.clip_value = None if clip_value is None else float(clip_value)
         self.reduction = check_reduction(reduction)
+        self.value_norm = value_norm
+        self.value_transform = value_transform
         sample_keys = list(getattr(actor_network, "dist_sample_keys", None) or [ACTION])
         if sample_keys != [ACTION]:
             self._tensor_keys.action = sample_keys[0]
@@ -160,7 +176,33 @@ class A2CLoss(LossModule):
         return self._value_target_keys(self.critic_network)
 
     def _estimator_value_network(self) -> nn.Module | None:
-        return self.critic_network
+        if self.critic_network is None or (
+            self.value_norm is None and self.value_transform is None
+        ):
+            return self.critic_network
+        return DecodedValueOperator(
+            self.critic_network,
+            value_norm=self.value_norm,
+            value_transform=self.value_transform,
+            value_key=self.tensor_keys.value,
+        )
+
+    def _scaled_critic_data(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """A shallow copy whose value target and old value are in the critic's prediction space."""
+        keys = self.tensor_keys
+        target = tensordict.get(keys.value_target, None)
+        if target is None:
+            return tensordict
+        data = tensordict.copy()
+        norm, transform = self.value_norm, self.value_transform
+        # statistics move first, so the target is normalised with what the critic is fit to
+        data.set(
+            keys.value_target, encode_value(target.detach(), norm, transform, update=self.training)
+        )
+        old_value = tensordict.get(keys.value, None)
+        if old_value is not None:
+            data.set(keys.value, encode_value(old_value, norm, transform))
+        return data
 
     def _estimator_actor_network(self) -> nn.Module | None:
         return self.actor_network
@@ -198,9 +240,12 @@ class A2CLoss(LossModule):
             out["entropy"] = entropy.detach().mean()
             out["loss_entropy"] = -self.entropy_coef * reduce_loss(entropy, self.reduction)
         if self.critic_network is not None and self.critic_coef is not None:
+            critic_data = tensordict
+            if self.value_norm is not None or self.value_transform is not None:
+                critic_data = self._scaled_critic_data(tensordict)
             loss, clip_fraction = critic_value_loss(
                 self,
-                tensordict,
+                critic_data,
                 "critic_network",
                 self.loss_critic_type,
                 self.clip_value,

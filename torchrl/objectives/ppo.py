@@ -22,6 +22,12 @@ from torchrl._keys import (
     paper_era_log_prob_key,
 )
 from torchrl._types import DeviceLike, NestedKey
+from torchrl.modules.models.value_norm import (
+    DecodedValueOperator,
+    ValueNorm,
+    ValueTransform,
+    encode_value,
+)
 from torchrl.objectives._helpers import (
     UNSET,
     action_log_prob,
@@ -77,6 +83,14 @@ class PPOLoss(LossModule):
         entropy_coeff: TorchRL's current name of ``entropy_coef`` (give one).
         critic_coeff: TorchRL's current name of ``critic_coef`` (give one).
         device: unused.
+        value_norm: a :class:`~torchrl.modules.ValueNorm` (e.g. ``PopArtValueNorm()``): the
+            critic then predicts normalised values; in training mode each call updates the
+            statistics with the value targets, the critic regresses the normalised targets,
+            and the value estimator sees denormalised predictions.
+        value_transform: a :class:`~torchrl.modules.ValueTransform` (e.g.
+            ``SymLogValueTransform()``) applied to the targets before ``value_norm``; its
+            inverse maps predictions back for the value estimator. ``"state_value"`` and
+            ``"value_target"`` in the data are always real (untransformed) values.
 
     Examples:
         >>> from tensordict.nn import TensorDictModule, NormalParamExtractor
@@ -133,6 +147,8 @@ class PPOLoss(LossModule):
         entropy_coeff: float = UNSET,
         critic_coeff: float | None = UNSET,
         device: DeviceLike = None,
+        value_norm: ValueNorm | None = None,
+        value_transform: ValueTransform | None = None,
     ) -> None:
         super().__init__()
         entropy_coef = either_alias(
@@ -164,6 +180,8 @@ class PPOLoss(LossModule):
             raise ValueError(f"clip_value must be positive, got {clip_value}")
         self.clip_value = None if clip_value is None else float(clip_value)
         self.reduction = check_reduction(reduction)
+        self.value_norm = value_norm
+        self.value_transform = value_transform
         self._action_keys = _sample_keys(actor_network)
         if self._action_keys != [ACTION]:
             self._tensor_keys.action = self._action_keys[0]
@@ -205,7 +223,16 @@ class PPOLoss(LossModule):
         return self._value_target_keys(self.critic_network)
 
     def _estimator_value_network(self) -> nn.Module | None:
-        return self.critic_network
+        if self.critic_network is None or (
+            self.value_norm is None and self.value_transform is None
+        ):
+            return self.critic_network
+        return DecodedValueOperator(
+            self.critic_network,
+            value_norm=self.value_norm,
+            value_transform=self.value_transform,
+            value_key=self.tensor_keys.value,
+        )
 
     def _estimator_actor_network(self) -> nn.Module | None:
         return self.actor_network
@@ -269,9 +296,28 @@ class PPOLoss(LossModule):
         # A trailing singleton feature dim ([*B, 1] vs [*B]) is reshaped away by as_batch.
         return as_batch(adv, like, "the advantage", type(self).__name__)
 
+    def _scaled_critic_data(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """A shallow copy whose value target and old value are in the critic's prediction space."""
+        keys = self.tensor_keys
+        target = tensordict.get(keys.value_target, None)
+        if target is None:
+            return tensordict
+        data = tensordict.copy()
+        norm, transform = self.value_norm, self.value_transform
+        # statistics move first, so the target is normalised with what the critic is fit to
+        data.set(
+            keys.value_target, encode_value(target.detach(), norm, transform, update=self.training)
+        )
+        old_value = tensordict.get(keys.value, None)
+        if old_value is not None:
+            data.set(keys.value, encode_value(old_value, norm, transform))
+        return data
+
     def _critic_terms(self, tensordict: TensorDictBase, out: dict[str, Tensor]) -> None:
         if self.critic_network is None or self.critic_coef is None:
             return
+        if self.value_norm is not None or self.value_transform is not None:
+            tensordict = self._scaled_critic_data(tensordict)
         loss, clip_fraction = critic_value_loss(
             self,
             tensordict,

@@ -34,6 +34,8 @@ __all__ = [
     "SymLogValueTransform",
     "ValueNorm",
     "ValueTransform",
+    "decode_value",
+    "encode_value",
 ]
 
 
@@ -434,8 +436,68 @@ class ComposeValueTransform(ValueTransform):
 
 
 # ------------------------------------------------------------------------------------------
-# A critic read in real scale
+# Between real values and the critic's prediction space
 # ------------------------------------------------------------------------------------------
+
+
+def encode_value(
+    value: torch.Tensor,
+    value_norm: ValueNorm | None = None,
+    value_transform: ValueTransform | None = None,
+    *,
+    update: bool = False,
+) -> torch.Tensor:
+    """Maps real values to the critic's prediction space: ``value_norm(value_transform(v))``.
+
+    Args:
+        value: real values ``[*B, *shape]``.
+        value_norm: the normaliser (skipped when ``None``).
+        value_transform: the transform applied first (skipped when ``None``).
+        update: fold the transformed values into ``value_norm``'s statistics first (what a
+            loss does with its value targets in training mode).
+
+    Returns:
+        The encoded values, same shape.
+
+    Examples:
+        >>> vn = RunningValueNorm()
+        >>> encode_value(torch.tensor([[1.0], [3.0]]), vn, update=True)
+        tensor([[-1.0000],
+                [ 1.0000]])
+    """
+    if value_transform is not None:
+        value = value_transform(value)
+    if value_norm is not None:
+        if update:
+            value_norm.update(value)
+        value = value_norm.normalize(value)
+    return value
+
+
+def decode_value(
+    prediction: torch.Tensor,
+    value_norm: ValueNorm | None = None,
+    value_transform: ValueTransform | None = None,
+) -> torch.Tensor:
+    """Inverse of :func:`encode_value`: ``value_transform.inverse(value_norm.denormalize(p))``.
+
+    Args:
+        prediction: values in the critic's prediction space.
+        value_norm: the normaliser (skipped when ``None``).
+        value_transform: the transform (skipped when ``None``).
+
+    Returns:
+        Real values, same shape.
+
+    Examples:
+        >>> decode_value(torch.tensor([0.0, 1.0]), None, SymLogValueTransform())
+        tensor([0.0000, 1.7183])
+    """
+    if value_norm is not None:
+        prediction = value_norm.denormalize(prediction)
+    if value_transform is not None:
+        prediction = value_transform.inverse(prediction)
+    return prediction
 
 
 class DecodedValueOperator(TensorDictModuleBase):
@@ -482,12 +544,8 @@ class DecodedValueOperator(TensorDictModuleBase):
         self.out_keys = list(critic.out_keys)
 
     def decode(self, prediction: torch.Tensor) -> torch.Tensor:
-        """Maps a prediction to a real value (denormalise, then invert the transform)."""
-        if self.value_norm is not None:
-            prediction = self.value_norm.denormalize(prediction)
-        if self.value_transform is not None:
-            prediction = self.value_transform.inverse(prediction)
-        return prediction
+        """Maps a prediction to a real value (see :func:`decode_value`)."""
+        return decode_value(prediction, self.value_norm, self.value_transform)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:  # type: ignore[override]
         """Runs the critic on ``tensordict`` and replaces its value entry by the real value."""
