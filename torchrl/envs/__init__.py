@@ -12,6 +12,7 @@ from torchrl.envs.custom import (
     FinancialRegimeEnv,
     HopperEnv,
     HumanoidEnv,
+    LLMHashingEnv,
     MujocoEnv,
     PendulumEnv,
     SatelliteEnv,
@@ -80,6 +81,7 @@ from torchrl.envs.transforms import (
     ObservationTransform,
     PermuteTransform,
     PinMemoryTransform,
+    R3MTransform,
     RandomCropTensorDict,
     RandomTruncationTransform,
     RemoveEmptySpecs,
@@ -90,6 +92,7 @@ from torchrl.envs.transforms import (
     RewardScaling,
     RewardSum,
     RNDTransform,
+    RobotMacroAction,
     RunningMeanStd,
     SelectTransform,
     SignTransform,
@@ -110,9 +113,14 @@ from torchrl.envs.transforms import (
     TransformedEnv,
     UnaryTransform,
     UnsqueezeTransform,
+    URScriptPrimitive,
+    URScriptPrimitiveTransform,
+    VC1Transform,
     VecGymEnvTransform,
     VecNorm,
     VecNormV2,
+    VIPRewardTransform,
+    VIPTransform,
     gSDENoise,
 )
 from torchrl.envs.utils import (
@@ -240,6 +248,7 @@ __all__ += [
     "HumanoidEnv",
     "MujocoEnv",
     "SatelliteEnv",
+    "LLMHashingEnv",
     "TicTacToeEnv",
     "Walker2dEnv",
 ]
@@ -267,3 +276,14 @@ __all__ += ["AsyncEnvPool", "ProcessorAsyncEnvPool", "ThreadingAsyncEnvPool"]
 
 # Sampled-transition rebuild and tokenization (issue 17).
 __all__ += ["NextStateReconstructor", "Tokenizer"]
+
+# Pretrained visual embeddings and URScript-style robot primitives (issue 17).
+__all__ += [
+    "R3MTransform",
+    "RobotMacroAction",
+    "URScriptPrimitive",
+    "URScriptPrimitiveTransform",
+    "VC1Transform",
+    "VIPRewardTransform",
+    "VIPTransform",
+]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from torchrl.envs.custom.chess import ChessEnv
+from torchrl.envs.custom.llm_hashing import LLMHashingEnv
 from torchrl.envs.custom.mujoco import (
     AntEnv,
     BallBowlEnv,
@@ -23,6 +24,7 @@ __all__ = [
     "FinancialRegimeEnv",
     "HopperEnv",
     "HumanoidEnv",
+    "LLMHashingEnv",
     "MujocoEnv",
     "PendulumEnv",
     "SatelliteEnv",

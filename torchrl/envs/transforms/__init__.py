@@ -69,6 +69,12 @@ from torchrl.envs.transforms.policy import (
     ModuleTransform,
     MultiAction,
 )
+from torchrl.envs.transforms.pretrained import (
+    R3MTransform,
+    VC1Transform,
+    VIPRewardTransform,
+    VIPTransform,
+)
 from torchrl.envs.transforms.rb import (
     BurnInTransform,
     MultiStepTransform,
@@ -95,6 +101,11 @@ from torchrl.envs.transforms.tracking import (
     TrajCounter,
 )
 from torchrl.envs.transforms.unary import UnaryTransform
+from torchrl.envs.transforms.ur_primitives import (
+    RobotMacroAction,
+    URScriptPrimitive,
+    URScriptPrimitiveTransform,
+)
 from torchrl.envs.transforms.vec_gym import VecGymEnvTransform
 
 __all__ = [
@@ -183,3 +194,14 @@ __all__ += [
 # Sampled-transition rebuild and tokenization (issue 17).
 __all__ += ["NextStateReconstructor", "Tokenizer"]
 __all__ += ["MultiStepTransform"]
+
+# Pretrained visual embeddings and URScript-style robot primitives (issue 17).
+__all__ += [
+    "R3MTransform",
+    "RobotMacroAction",
+    "URScriptPrimitive",
+    "URScriptPrimitiveTransform",
+    "VC1Transform",
+    "VIPRewardTransform",
+    "VIPTransform",
+]
