@@ -96,7 +96,7 @@ class OffPolicyTrainer(Trainer):
     def __init__(
         self,
         *,
-        collector: Iterable[TensorDictBase] | None,
+        collector: Iterable[TensorDictBase | None] | None,
         total_frames: int,
         frame_skip: int = 1,
         optim_steps_per_batch: int = 1,

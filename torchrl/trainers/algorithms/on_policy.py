@@ -90,7 +90,7 @@ class OnPolicyTrainer(Trainer):
     def __init__(
         self,
         *,
-        collector: Iterable[TensorDictBase],
+        collector: Iterable[TensorDictBase | None],
         total_frames: int,
         frame_skip: int = 1,
         optim_steps_per_batch: int | None = None,
@@ -130,8 +130,9 @@ class OnPolicyTrainer(Trainer):
         check_positive("batch_size", batch_size)
         if optim_steps_per_batch is None:
             optim_steps_per_batch = _steps_per_batch(collector, num_epochs, batch_size)
+        source: Any = collector
         super().__init__(
-            collector=collector,
+            collector=source,
             total_frames=total_frames,
             frame_skip=frame_skip,
             optim_steps_per_batch=optim_steps_per_batch,
