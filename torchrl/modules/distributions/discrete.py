@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
 
 import torch
 from tensordict.nn.distributions import OneHotCategorical as _OneHotCategorical
@@ -32,6 +33,26 @@ def _scatter_one_hot(index: torch.Tensor, num_categories: int) -> torch.Tensor:
     return torch.zeros(shape, dtype=torch.long, device=index.device).scatter_(-1, index, 1)
 
 
+class ReparamGradientStrategy(Enum):
+    """How :meth:`OneHotCategorical.rsample` passes gradients through a one-hot sample.
+
+    Both give one-hot (float) values; they differ in the gradient:
+
+    - ``PassThrough``: straight-through, ``sample + probs - probs.detach()`` (the gradient
+      of the probabilities, Bengio et al., 2013);
+    - ``RelaxedOneHot``: the gradient of a Gumbel-softmax sample
+      (:class:`torch.distributions.RelaxedOneHotCategorical`, temperature 1) whose argmax is
+      the returned one-hot value.
+
+    Examples:
+        >>> ReparamGradientStrategy.PassThrough.name
+        'PassThrough'
+    """
+
+    PassThrough = 1
+    RelaxedOneHot = 2
+
+
 class OneHotCategorical(_OneHotCategorical):
     """A categorical distribution with one-hot (long) values, tuned for small per-step batches.
 
@@ -45,6 +66,8 @@ class OneHotCategorical(_OneHotCategorical):
     Args:
         logits: unnormalised log-probabilities ``[*B, N]`` (a trailing size-1 dim is dropped).
         probs: probabilities ``[*B, N]``; pass ``logits`` or ``probs``.
+        grad_method: how :meth:`rsample` carries gradients (a
+            :class:`ReparamGradientStrategy`; default ``PassThrough``).
         validate_args: check the arguments (torch's default when ``None``).
 
     Examples:
@@ -61,8 +84,15 @@ class OneHotCategorical(_OneHotCategorical):
         self,
         logits: torch.Tensor | None = None,
         probs: torch.Tensor | None = None,
+        grad_method: ReparamGradientStrategy = ReparamGradientStrategy.PassThrough,
         validate_args: bool | None = None,
     ) -> None:
+        if not isinstance(grad_method, ReparamGradientStrategy):
+            raise TypeError(
+                "OneHotCategorical: grad_method must be a ReparamGradientStrategy, got "
+                f"{grad_method!r}"
+            )
+        self.grad_method = grad_method
         self._gumbel = False
         if logits is None or probs is not None:
             super().__init__(logits=logits, probs=probs, validate_args=validate_args)
@@ -90,6 +120,22 @@ class OneHotCategorical(_OneHotCategorical):
         # kernels than multinomial + one_hot.
         noise = torch.empty_like(logits).exponential_().log_()
         return _scatter_one_hot((logits - noise).argmax(-1, keepdim=True), self._num_events)
+
+    def rsample(self, sample_shape: ShapeLike | None = None) -> torch.Tensor:
+        """Draws one-hot float ``[*sample_shape, *B, N]`` samples that carry gradients.
+
+        The gradient follows :attr:`grad_method` (see :class:`ReparamGradientStrategy`).
+        """
+        shape = torch.Size(sample_shape or ())
+        if self.grad_method is ReparamGradientStrategy.RelaxedOneHot:
+            temperature = torch.ones((), dtype=self.logits.dtype, device=self.logits.device)
+            relaxed = D.RelaxedOneHotCategorical(temperature, logits=self.logits).rsample(shape)
+            index = relaxed.argmax(-1, keepdim=True)
+            hard = torch.zeros_like(relaxed).scatter_(-1, index, 1.0)
+            return hard + (relaxed - relaxed.detach())
+        probs = self.probs
+        hard = self.sample(shape).to(probs.dtype)
+        return hard + (probs - probs.detach())
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         """Log-probability ``[*B]`` of the category marked in the one-hot ``value [*B, N]``."""
