@@ -19,9 +19,10 @@ class OfflineToOnlineTrainer(SACTrainer):
     :meth:`train` first makes ``offline_steps`` gradient steps on batches sampled from
     ``replay_buffer`` (before any collection), then runs the usual off-policy loop. With an
     :class:`~torchrl.data.OfflineToOnlineReplayBuffer`, collected batches go to its online part
-    (restricted to the entries of the offline data) and its ``offline_fraction`` decays linearly
+    and its ``offline_fraction`` decays linearly
     from its initial value to 0 over ``anneal_frames`` collected frames. With a plain buffer
     (e.g. filled by :func:`~torchrl.data.prefill_replay_buffer`), collected data is added to it.
+    Collected items keep only the entries of the offline data.
 
     Args:
         collector: the online collector (``None``: offline only).
@@ -87,16 +88,20 @@ class OfflineToOnlineTrainer(SACTrainer):
             self.optim_steps_per_batch = saved
 
     def _process_collected(self, batch: TensorDictBase | None) -> TensorDictBase | None:
-        """Keeps the entries the offline data has, so both halves of a sample concatenate."""
-        if batch is None or not hasattr(self.replay_buffer, "offline_buffer"):
+        """Keeps the entries the offline data has: both halves of a mixed sample concatenate,
+        and a plain buffer's storage accepts the online items."""
+        if batch is None:
             return None
         if self._offline_keys is None:
-            offline = self.replay_buffer.offline_buffer
-            sample = (
-                offline[torch.arange(1)] if hasattr(offline, "__getitem__") else offline.sample(1)
-            )
+            offline = getattr(self.replay_buffer, "offline_buffer", self.replay_buffer)
+            if len(offline) == 0:
+                return None
+            # Indexing reads without drawing from the sampler's random stream.
+            has_index = hasattr(offline, "__getitem__")
+            sample = offline[torch.arange(1)] if has_index else offline.sample(1)
             self._offline_keys = list(sample.keys(include_nested=True, leaves_only=True))
-        missing = [k for k in self._offline_keys if k not in batch.keys(True, True)]
+        keys = batch.keys(include_nested=True, leaves_only=True)
+        missing = [k for k in self._offline_keys if k not in keys]
         if missing:
             raise KeyError(
                 f"OfflineToOnlineTrainer: collected batches lack the offline data's entries "
