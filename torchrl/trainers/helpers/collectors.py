@@ -253,11 +253,13 @@ def _make_collector(
 
     env_per_collector = int(get("env_per_collector"))
     num_collectors = max(int(get("num_workers")) // env_per_collector, 1)
+    max_frames = cfg_value(cfg, "max_frames_per_traj", EnvConfig)
     kwargs: dict[str, Any] = {
         "policy": actor_model_explore,
         "frames_per_batch": int(get("frames_per_batch")),
         "total_frames": int(get("total_frames")),
-        "max_frames_per_traj": cfg_value(cfg, "max_frames_per_traj", EnvConfig),
+        # <= 0 means no limit, as in EnvConfig
+        "max_frames_per_traj": int(max_frames) if max_frames and max_frames > 0 else None,
         "split_trajs": False,
         "device": get("collector_device"),
         "exploration_type": _exploration_type(str(get("exploration_mode"))),

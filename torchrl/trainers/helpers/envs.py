@@ -216,13 +216,18 @@ def _make_transformed_env(
             keys.append("reward")
         transforms.append(VecNorm(in_keys=keys, decay=0.9999))
     elif stats is not None or obs_norm_state_dict is not None:
-        stats = dict(stats or {})
-        norm = ObservationNorm(
-            loc=stats.get("loc"), scale=stats.get("scale"), in_keys=[obs_key], standard_normal=True
+        # A saved state wins over stats; unset (None) statistics are not buffers yet, so the
+        # state's tensors are passed to the constructor rather than loaded afterwards.
+        source = dict(stats or {})
+        source.update(obs_norm_state_dict or {})
+        transforms.append(
+            ObservationNorm(
+                loc=source.get("loc"),
+                scale=source.get("scale"),
+                in_keys=[obs_key],
+                standard_normal=True,
+            )
         )
-        if obs_norm_state_dict is not None:
-            norm.load_state_dict(obs_norm_state_dict)
-        transforms.append(norm)
     if action_dim_gsde is not None:
         transforms.append(gSDENoise(action_dim=action_dim_gsde, state_dim=state_dim_gsde))
     max_steps = _get(cfg, "max_frames_per_traj")
