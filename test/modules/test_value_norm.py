@@ -15,12 +15,15 @@ from torchrl.modules.models.value_norm import (
     ComposeValueTransform,
     DecodedValueOperator,
     IdentityValueTransform,
+    PercentileValueNorm,
     PopArtValueNorm,
     RunningValueNorm,
     SignedHyperbolicValueTransform,
     SymLogValueTransform,
     ValueNorm,
     ValueTransform,
+    decode_value,
+    encode_value,
 )
 
 
@@ -165,6 +168,63 @@ class TestPopArtValueNorm:
         other.load_state_dict(vn.state_dict())
         x = torch.randn(4, 1)
         torch.testing.assert_close(other.normalize(x), vn.normalize(x))
+
+
+class TestPercentileValueNorm:
+    def test_moving_quantiles_and_scale(self) -> None:
+        vn = PercentileValueNorm(quantiles=(0.1, 0.9), rate=0.5)
+        batch = torch.linspace(0.0, 1000.0, 1001).unsqueeze(-1)
+        vn.update(batch)
+        torch.testing.assert_close(vn.low, torch.tensor([50.0], dtype=torch.float64))
+        torch.testing.assert_close(vn.high, torch.tensor([450.0], dtype=torch.float64))
+        torch.testing.assert_close(vn.scale(), torch.tensor([400.0]))
+        torch.testing.assert_close(vn.loc(), torch.zeros(1))  # scale-only by default
+        x = torch.tensor([[800.0]])
+        torch.testing.assert_close(vn.normalize(x), torch.tensor([[2.0]]))
+        torch.testing.assert_close(vn.denormalize(vn.normalize(x)), x)
+
+    def test_min_scale_never_amplifies(self) -> None:
+        vn = PercentileValueNorm(rate=1.0, min_scale=1.0)
+        vn.update(torch.randn(100, 1) * 0.01)
+        torch.testing.assert_close(vn.scale(), torch.ones(1))
+        x = torch.tensor([[0.3]])
+        torch.testing.assert_close(vn.normalize(x), x)
+
+    def test_center_maps_range_to_unit_interval(self) -> None:
+        vn = PercentileValueNorm(quantiles=(0.0, 1.0), rate=1.0, center=True)
+        vn.update(torch.tensor([[10.0], [30.0], [20.0]]))
+        out = vn.normalize(torch.tensor([[10.0], [30.0]]))
+        torch.testing.assert_close(out, torch.tensor([[0.0], [1.0]]))
+
+    def test_arguments_are_checked(self) -> None:
+        with pytest.raises(ValueError, match="quantiles"):
+            PercentileValueNorm(quantiles=(0.9, 0.1))
+        with pytest.raises(ValueError, match="rate"):
+            PercentileValueNorm(rate=0.0)
+        with pytest.raises(ValueError, match="min_scale"):
+            PercentileValueNorm(min_scale=-1.0)
+
+    def test_state_dict(self) -> None:
+        vn = PercentileValueNorm(rate=0.3)
+        vn.update(torch.randn(50, 1) * 100)
+        other = PercentileValueNorm(rate=0.3)
+        other.load_state_dict(vn.state_dict())
+        torch.testing.assert_close(other.scale(), vn.scale())
+        assert set(vn.state_dict()) == {"low", "high"}
+
+
+def test_encode_decode_value() -> None:
+    vn = RunningValueNorm()
+    transform = SymLogValueTransform()
+    value = torch.tensor([[10.0], [1000.0]])
+    encoded = encode_value(value, vn, transform, update=True)
+    assert float(vn.count) == 2  # update=True folded the symlog'd values in first
+    torch.testing.assert_close(vn.loc(), F.symlog(value).mean(0))
+    torch.testing.assert_close(encoded, vn.normalize(F.symlog(value)))
+    torch.testing.assert_close(decode_value(encoded, vn, transform), value)
+    assert encode_value(value) is value and decode_value(value) is value
+    encode_value(value, vn)  # update defaults to False
+    assert float(vn.count) == 2
 
 
 def test_value_norm_base_is_an_interface() -> None:

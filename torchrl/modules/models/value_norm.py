@@ -28,6 +28,7 @@ __all__ = [
     "ComposeValueTransform",
     "DecodedValueOperator",
     "IdentityValueTransform",
+    "PercentileValueNorm",
     "PopArtValueNorm",
     "RunningValueNorm",
     "SignedHyperbolicValueTransform",
@@ -297,6 +298,87 @@ class PopArtValueNorm(ValueNorm):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, beta={self.beta}, layer={self.layer is not None}"
+
+
+class PercentileValueNorm(ValueNorm):
+    """DreamerV3's return normalisation: moving averages of a low and a high batch quantile.
+
+    ``scale = max(min_scale, high - low)``: large spans are scaled down, small (noisy) ones
+    are never blown up. By default nothing is subtracted (``loc = 0``: the recipe for
+    advantages, already centred); with ``center=True`` ``loc = low``, mapping the tracked
+    range to ``[0, 1]``. Both averages start at 0 and move by ``x <- x + rate (q_batch - x)``.
+
+    Args:
+        shape: per-element shape of the values (default ``1``).
+        quantiles: the ``(low, high)`` quantiles tracked (default ``(0.05, 0.95)``).
+        rate: step of the moving averages towards the batch quantiles (default ``0.01``).
+        min_scale: lower bound of the scale (default ``1.0``).
+        center: subtract the low quantile in :meth:`normalize`.
+        epsilon: floor of the scale (kept positive even with ``min_scale=0``).
+        device: device of the buffers ``low`` and ``high``.
+
+    Examples:
+        >>> vn = PercentileValueNorm(rate=1.0)
+        >>> vn.update(torch.linspace(0.0, 100.0, 101).unsqueeze(-1))
+        >>> vn.low, vn.high, vn.scale()
+        (tensor([5.], dtype=torch.float64), tensor([95.], dtype=torch.float64), tensor([90.]))
+    """
+
+    low: torch.Tensor
+    high: torch.Tensor
+
+    def __init__(
+        self,
+        *,
+        shape: int | Sequence[int] = 1,
+        quantiles: tuple[float, float] = (0.05, 0.95),
+        rate: float = 0.01,
+        min_scale: float = 1.0,
+        center: bool = False,
+        epsilon: float = 1e-5,
+        device: DeviceLike = None,
+    ) -> None:
+        super().__init__(shape=shape, epsilon=epsilon, device=device)
+        q_low, q_high = (float(q) for q in quantiles)
+        if not 0.0 <= q_low < q_high <= 1.0:
+            raise ValueError(
+                f"PercentileValueNorm: quantiles must satisfy 0 <= low < high <= 1, got {quantiles}"
+            )
+        if not 0.0 < rate <= 1.0:
+            raise ValueError(f"PercentileValueNorm: rate must lie in (0, 1], got {rate}")
+        if min_scale < 0:
+            raise ValueError(f"PercentileValueNorm: min_scale must be >= 0, got {min_scale}")
+        self.quantiles = (q_low, q_high)
+        self.rate = float(rate)
+        self.min_scale = float(min_scale)
+        self.center = bool(center)
+        self.register_buffer("low", torch.zeros(self.shape, dtype=torch.float64, device=device))
+        self.register_buffer("high", torch.zeros(self.shape, dtype=torch.float64, device=device))
+
+    @torch.no_grad()
+    def update(self, value_target: torch.Tensor) -> None:
+        """Moves ``low``/``high`` towards the batch's quantiles (over every leading dim)."""
+        batch = self._batch(value_target).to(self.low.device)
+        if batch.shape[0] == 0:
+            return
+        q = torch.tensor(self.quantiles, dtype=batch.dtype, device=batch.device)
+        q_low, q_high = torch.quantile(batch, q, dim=0)
+        self.low.lerp_(q_low, self.rate)
+        self.high.lerp_(q_high, self.rate)
+
+    def loc(self) -> torch.Tensor:
+        loc = self.low if self.center else torch.zeros_like(self.low)
+        return loc.to(torch.get_default_dtype())
+
+    def scale(self) -> torch.Tensor:
+        floor = max(self.min_scale, self.epsilon)
+        return (self.high - self.low).clamp_min(floor).to(torch.get_default_dtype())
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, quantiles={self.quantiles}, rate={self.rate}, "
+            f"min_scale={self.min_scale}, center={self.center}"
+        )
 
 
 # ------------------------------------------------------------------------------------------
