@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 from _loss_helpers import ConcatMLP, gaussian_actor, mlp, transition_batch
+from tensordict import TensorDict
 from torch import nn
 
 from torchrl.modules import Actor, QValueActor, ValueOperator
@@ -106,9 +107,25 @@ def test_ensemble_with_buffers_soft_update_copies_counters():
     assert torch.equal(target, counter)
 
 
-def test_lazy_modules_are_rejected():
-    with pytest.raises(ValueError, match="uninitialized"):
-        DQNLoss(QValueActor(nn.LazyLinear(3), action_space="categorical"))
+def test_lazy_modules_initialise_on_first_batch():
+    # (more cases in test_loss_extras.py)
+    loss = DQNLoss(QValueActor(nn.LazyLinear(3), action_space="categorical"), delay_value=True)
+    assert loss.target_network_names == []
+    td = TensorDict(
+        observation=torch.randn(4, 5),
+        action=torch.randint(0, 3, (4,)),
+        next=TensorDict(
+            observation=torch.randn(4, 5),
+            reward=torch.zeros(4, 1),
+            done=torch.zeros(4, 1, dtype=torch.bool),
+            terminated=torch.zeros(4, 1, dtype=torch.bool),
+            batch_size=[4],
+        ),
+        batch_size=[4],
+    )
+    loss(td)
+    assert loss.value_network.module[0].module.weight.shape == (3, 5)
+    assert loss.target_network_names == ["value_network"]
 
 
 def test_keys_and_estimators():

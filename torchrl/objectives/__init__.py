@@ -9,13 +9,19 @@ from __future__ import annotations
 
 from torchrl.objectives.a2c import A2CLoss
 from torchrl.objectives.bc import BCLoss
-from torchrl.objectives.common import LossModule, ParamSet
+from torchrl.objectives.common import (
+    AUTO_LOSS_MASK_KEYS,
+    RANDOM_MODULE_LIST,
+    LossModule,
+    ParamSet,
+    add_random_module,
+)
 from torchrl.objectives.cql import CQLLoss, DiscreteCQLLoss
 from torchrl.objectives.ddpg import DDPGLoss
 from torchrl.objectives.decision_transformer import DTLoss, OnlineDTLoss
 from torchrl.objectives.dqn import DistributionalDQNLoss, DQNLoss
 from torchrl.objectives.iql import DiscreteIQLLoss, IQLLoss
-from torchrl.objectives.multiagent import QMixerLoss
+from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss, MultiAgentGAE, QMixerLoss
 from torchrl.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
 from torchrl.objectives.redq import REDQLoss
 from torchrl.objectives.reinforce import ReinforceLoss
@@ -29,10 +35,22 @@ from torchrl.objectives.utils import (
     ValueEstimators,
     default_value_kwargs,
     distance_loss,
+    group_optimizers,
     hold_out_net,
+    hold_out_params,
+    next_state_value,
 )
 
 __all__ = [
+    "AUTO_LOSS_MASK_KEYS",
+    "IPPOLoss",
+    "MAPPOLoss",
+    "MultiAgentGAE",
+    "RANDOM_MODULE_LIST",
+    "add_random_module",
+    "group_optimizers",
+    "hold_out_params",
+    "next_state_value",
     "A2CLoss",
     "BCLoss",
     "CQLLoss",

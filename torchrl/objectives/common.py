@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -47,7 +48,95 @@ from torchrl.objectives.value.estimators import (
     next_key,
 )
 
-__all__ = ["LossModule", "ParamSet", "next_key"]
+__all__ = [
+    "AUTO_LOSS_MASK_KEYS",
+    "RANDOM_MODULE_LIST",
+    "LossModule",
+    "ParamSet",
+    "add_random_module",
+    "next_key",
+]
+
+#: The validity masks ``loss_mask_key="auto"`` looks for (all found are ANDed): the padding mask
+#: of sampled slices and the mask of positions whose next step is valid.
+AUTO_LOSS_MASK_KEYS: tuple[NestedKey, ...] = (("collector", "mask"), "shifted_valid")
+
+#: Module types whose forward draws random numbers: an ensemble holding one runs under
+#: ``torch.vmap(randomness="different")``, others under ``randomness="error"``.
+RANDOM_MODULE_LIST: list[type[nn.Module]] = [
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
+]
+
+
+def add_random_module(module: type[nn.Module]) -> None:
+    """Registers a module type as random, for the ensembles' ``vmap`` (see ``RANDOM_MODULE_LIST``).
+
+    Args:
+        module: a module class whose forward samples (e.g. a custom dropout).
+
+    Examples:
+        >>> from torch import nn
+        >>> from torchrl.objectives import RANDOM_MODULE_LIST, add_random_module
+        >>> class MyNoise(nn.Module):
+        ...     def forward(self, x):
+        ...         return x + torch.randn_like(x)
+        >>> add_random_module(MyNoise)
+        >>> MyNoise in RANDOM_MODULE_LIST
+        True
+    """
+    if not (isinstance(module, type) and issubclass(module, nn.Module)):
+        raise TypeError(f"add_random_module takes an nn.Module subclass, got {module!r}")
+    if module not in RANDOM_MODULE_LIST:
+        RANDOM_MODULE_LIST.append(module)
+
+
+def _find_loss_mask(loss: LossModule, tensordict: TensorDictBase) -> torch.Tensor | None:
+    """The AND of the loss's validity masks found in ``tensordict`` (``None``: none found)."""
+    key = loss.loss_mask_key
+    keys = AUTO_LOSS_MASK_KEYS if key == "auto" else () if key is None else (key,)
+    mask = None
+    for k in keys:
+        value = tensordict.get(k, None)
+        if value is None:
+            if key != "auto":
+                raise KeyError(
+                    f"{type(loss).__name__}: loss_mask_key {k!r} is not in the input; entries "
+                    f"present: {sorted(map(str, tensordict.keys(True, True)))}"
+                )
+            continue
+        batch = tensordict.batch_size
+        if value.shape != batch and value.shape != (*batch, 1):
+            raise ValueError(
+                f"{type(loss).__name__}: the loss mask {k!r} has shape {tuple(value.shape)}, "
+                f"expected the batch shape {tuple(batch)} (or with a trailing 1)"
+            )
+        value = value.reshape(batch).bool()
+        mask = value if mask is None else mask & value
+    return mask
+
+
+def _apply_loss_mask(
+    loss: LossModule, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """Forward pre-hook: selects the valid positions of the input (see ``loss_mask_key``)."""
+    if loss.loss_mask_key is None or not args or not isinstance(args[0], TensorDictBase):
+        return None
+    tensordict = args[0]
+    mask = _find_loss_mask(loss, tensordict)
+    if mask is None or bool(mask.all()):
+        return None
+    advantage = getattr(loss.tensor_keys, "advantage", None)
+    if tensordict.ndim > 1 and advantage is not None and advantage not in tensordict.keys(True):
+        # Advantages run along time: compute them on the whole sequences, then select.
+        with torch.no_grad():
+            loss.value_estimator(tensordict)
+    return (tensordict[mask], *args[1:]), kwargs
+
 
 _ESTIMATOR_CLASSES: dict[ValueEstimators, type[ValueEstimatorBase]] = {
     ValueEstimators.TD0: TD0Estimator,
@@ -92,13 +181,41 @@ class _LeavesCache(dict):
         return (_LeavesCache, ())
 
 
-def _check_initialized(module: nn.Module, name: str) -> None:
-    for pname, param in module.named_parameters():
-        if isinstance(param, nn.parameter.UninitializedParameter):
-            raise ValueError(
-                f"{name} has an uninitialized (lazy) parameter {pname!r}: run the network once "
-                "on example data before giving it to the loss"
-            )
+def _lazy_names(module: nn.Module) -> list[str]:
+    """The parameters and buffers of ``module`` that are still lazy (uninitialised)."""
+    return [
+        name
+        for name, tensor in itertools.chain(module.named_parameters(), module.named_buffers())
+        if isinstance(tensor, nn.parameter.UninitializedTensorMixin)  # type: ignore[attr-defined]
+    ]
+
+
+def _materialize_lazy_networks(
+    loss: LossModule, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """Forward pre-hook: runs each lazy network once on the first batch, then converts it."""
+    data = args[0] if args else kwargs.get("tensordict")
+    if not isinstance(data, TensorDictBase):
+        raise TypeError(
+            f"{type(loss).__name__} holds networks with lazy parameters "
+            f"({sorted(loss._pending_lazy)}): its first call must take a TensorDict, from which "
+            f"they are initialised"
+        )
+    with torch.no_grad():
+        for name, (module, expand_dim, target) in list(loss._pending_lazy.items()):
+            if _lazy_names(module):
+                module(data.copy())
+            left = _lazy_names(module)
+            if left:
+                raise ValueError(
+                    f"{type(loss).__name__}: running {name} on the first batch left lazy "
+                    f"parameters {left} uninitialised"
+                )
+            del loss._pending_lazy[name]
+            loss.convert_to_functional(module, name, expand_dim, target)
+    if loss._lazy_hook is not None:
+        loss._lazy_hook.remove()
+        loss._lazy_hook = None
 
 
 def _reset_parameters(module: nn.Module) -> bool:
@@ -164,6 +281,35 @@ class LossModule(nn.Module):
         self.in_keys: list[NestedKey] = []
         self._required_keys: tuple[NestedKey, ...] = ()
         self._estimator_keys: tuple[NestedKey, ...] = ()
+        # Networks with lazy parameters, converted on the first call (see convert_to_functional).
+        self._pending_lazy: dict[str, tuple[nn.Module, int | None, bool]] = {}
+        self._lazy_hook: Any = None
+        self._loss_mask_key: NestedKey | None = "auto"
+        self.register_forward_pre_hook(_apply_loss_mask, with_kwargs=True)
+
+    @property
+    def loss_mask_key(self) -> NestedKey | None:
+        """Which validity mask of the input selects the positions the loss averages over.
+
+        ``"auto"`` (default): every entry of ``AUTO_LOSS_MASK_KEYS`` found in the input,
+        ANDed; a key: that entry only (missing raises); ``None``: no masking. Masked positions
+        are left out of the loss (selected out, not zero-weighted), so non-finite values there
+        reach neither the loss nor the gradients. The selection flattens the batch; when the
+        loss computes advantages itself, they are computed on the whole sequences first.
+        """
+        return self._loss_mask_key
+
+    @loss_mask_key.setter
+    def loss_mask_key(self, key: NestedKey | None) -> None:
+        self._loss_mask_key = key
+
+    @property
+    def vmap_randomness(self) -> str:
+        """``"different"`` when a network holds a module of ``RANDOM_MODULE_LIST``, else ``"error"``."""
+        random = tuple(RANDOM_MODULE_LIST)
+        if any(isinstance(m, random) for m in self.modules()):
+            return "different"
+        return "error"
 
     # ---- keys --------------------------------------------------------------------------------
 
@@ -293,13 +439,27 @@ class LossModule(nn.Module):
                 :class:`~torchrl.objectives.HardUpdate`.
             compare_against: unused; parameters shared with other networks are handled by the
                 losses' ``separate_losses`` option.
+
+        A network with lazy parameters (``nn.LazyLinear``, ``MLP`` without ``in_features``)
+        is run once on the loss's first input, just before that call, and converted then;
+        build the optimizer after that first call when the network is an ensemble or has a
+        target (the stacked and target tensors are created there).
         """
         if not isinstance(module, nn.Module):
             raise TypeError(
                 f"{type(self).__name__}: {module_name} must be an nn.Module, got "
                 f"{type(module).__name__}"
             )
-        _check_initialized(module, module_name)
+        if _lazy_names(module):
+            # Lazy layers get their shapes from the first batch the loss sees: the network is
+            # registered as it is now and converted (targets, ensembles) just before that call.
+            setattr(self, module_name, module)
+            self._pending_lazy[module_name] = (module, expand_dim, create_target_params)
+            if self._lazy_hook is None:
+                self._lazy_hook = self.register_forward_pre_hook(
+                    _materialize_lazy_networks, with_kwargs=True
+                )
+            return
         if expand_dim is None:
             source = TensorDict.from_module(module)
             keys = [k if isinstance(k, tuple) else (k,) for k in source.keys(True, True)]
@@ -530,7 +690,7 @@ class LossModule(nn.Module):
         if loop:
             outs = [one([t[i] for t in tensors]) for i in range(members)]
             return [torch.stack(group) for group in zip(*outs)]
-        return list(torch.vmap(one, randomness="different")(list(tensors)))
+        return list(torch.vmap(one, randomness=self.vmap_randomness)(list(tensors)))
 
     # ---- value estimator ---------------------------------------------------------------------
 
@@ -574,10 +734,14 @@ class LossModule(nn.Module):
         kwargs.setdefault("value_network", self._estimator_value_network())
         if value_type is ValueEstimators.VTrace:
             kwargs.setdefault("actor_network", self._estimator_actor_network())
-        self._estimator.value = _ESTIMATOR_CLASSES[value_type](**kwargs)
+        self._estimator.value = self._estimator_class(value_type)(**kwargs)
         self.value_type = value_type
         self._sync_estimator_keys()
         return self
+
+    def _estimator_class(self, value_type: ValueEstimators) -> type[ValueEstimatorBase]:
+        """The estimator class built for ``value_type`` (subclasses may specialise one)."""
+        return _ESTIMATOR_CLASSES[value_type]
 
     def _estimator_value_network(self) -> nn.Module | None:
         """The network the estimator calls for ``V(s)`` (None: the loss gives the values)."""

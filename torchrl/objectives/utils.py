@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
+from tensordict import TensorDictBase
 from torch import Tensor, nn
 
+from torchrl._types import NestedKey
 from torchrl.objectives._params import ParamSet
 
 if TYPE_CHECKING:
@@ -22,7 +24,10 @@ __all__ = [
     "ValueEstimators",
     "default_value_kwargs",
     "distance_loss",
+    "group_optimizers",
     "hold_out_net",
+    "hold_out_params",
+    "next_state_value",
 ]
 
 LossFunction = Literal["l1", "l2", "smooth_l1"]
@@ -148,6 +153,123 @@ def hold_out_net(network: nn.Module) -> Iterator[None]:
             p.requires_grad_(True)
 
 
+@contextmanager
+def hold_out_params(params: Iterable[Tensor]) -> Iterator[tuple[Tensor, ...]]:
+    """Gives detached views of ``params`` inside the block (no gradient reaches the originals).
+
+    Args:
+        params: tensors (e.g. ``module.parameters()``).
+
+    Yields:
+        The detached tensors, in order; they share storage with ``params``.
+
+    Examples:
+        >>> net = nn.Linear(2, 1)
+        >>> with hold_out_params(net.parameters()) as (w, b):
+        ...     loss = (torch.ones(1, 2) @ w.T + b).sum()
+        >>> loss.requires_grad, w.data_ptr() == net.weight.data_ptr()
+        (False, True)
+    """
+    yield tuple(p.detach() for p in params)
+
+
+@torch.no_grad()
+def next_state_value(
+    tensordict: TensorDictBase,
+    operator: nn.Module | None = None,
+    next_val_key: NestedKey = "state_action_value",
+    gamma: float = 0.99,
+    pred_next_val: Tensor | None = None,
+    **kwargs: Any,
+) -> Tensor:
+    """The one-step target ``r + gamma ** n * (1 - terminated) * V(s')``, without gradient.
+
+    Reads the reward and the end flag under ``"next"`` (``"terminated"``, else ``"done"``;
+    root entries of the older layout are accepted too), and ``n`` from ``"steps_to_next_obs"``
+    when the data went through a multi-step transform (1 otherwise).
+
+    Args:
+        tensordict: the transitions.
+        operator: writes ``next_val_key`` when called on ``tensordict["next"]`` (not needed
+            with ``pred_next_val``).
+        next_val_key: the value the operator writes.
+        gamma: the discount.
+        pred_next_val: the next-state values, when already computed.
+        **kwargs: ``reward_key``, ``done_key`` and ``steps_to_next_key`` rename the entries.
+
+    Returns:
+        The targets, shaped like the reward.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict(
+        ...     next=TensorDict(reward=torch.ones(2, 1), terminated=torch.tensor([[False], [True]])),
+        ...     batch_size=[2],
+        ... )
+        >>> next_state_value(td, gamma=0.5, pred_next_val=torch.full((2, 1), 4.0)).squeeze(-1)
+        tensor([3., 1.])
+    """
+    nxt = tensordict.get("next", None)
+
+    def read(name: str, *defaults: str) -> Tensor | None:
+        for key in (kwargs.get(f"{name}_key"), *defaults):
+            if key is None:
+                continue
+            for source in (nxt, tensordict):
+                value = None if source is None else source.get(key, None)
+                if value is not None:
+                    return value
+        return None
+
+    reward = read("reward", "reward")
+    if reward is None:
+        raise KeyError("next_state_value: the input has no ('next', 'reward') entry")
+    done = read("done", "terminated", "done")
+    if pred_next_val is None:
+        if operator is None:
+            raise ValueError("next_state_value: give an operator or pred_next_val")
+        if nxt is None:
+            raise KeyError("next_state_value: the input has no 'next' entry for the operator")
+        pred_next_val = operator(nxt.copy()).get(next_val_key)
+    steps = read("steps_to_next", "steps_to_next_obs")
+    discount = gamma if steps is None else gamma ** steps.reshape(reward.shape).to(reward.dtype)
+    value = pred_next_val.reshape(reward.shape)
+    if done is not None:
+        value = value * (~done.reshape(reward.shape).bool())
+    return reward + discount * value
+
+
+def group_optimizers(*optimizers: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Merges optimizers of one class into one, keeping each one's parameter groups.
+
+    Args:
+        *optimizers: optimizers of the same class (their states must be empty).
+
+    Returns:
+        One optimizer stepping every group.
+
+    Examples:
+        >>> a, b = nn.Linear(2, 2), nn.Linear(2, 1)
+        >>> opt = group_optimizers(
+        ...     torch.optim.Adam(a.parameters(), lr=1e-3), torch.optim.Adam(b.parameters(), lr=1e-2)
+        ... )
+        >>> [g["lr"] for g in opt.param_groups]
+        [0.001, 0.01]
+    """
+    if not optimizers:
+        raise ValueError("group_optimizers: give at least one optimizer")
+    cls = type(optimizers[0])
+    if any(type(opt) is not cls for opt in optimizers):
+        raise TypeError(
+            f"group_optimizers: every optimizer must be a {cls.__name__}, got "
+            f"{[type(opt).__name__ for opt in optimizers]}"
+        )
+    if any(opt.state for opt in optimizers):
+        raise ValueError("group_optimizers: the optimizers must not have stepped yet")
+    groups = [group for opt in optimizers for group in opt.param_groups]
+    return cls(groups, **optimizers[0].defaults)
+
+
 class TargetNetUpdater:
     """Base of :class:`SoftUpdate` and :class:`HardUpdate`: pairs of online and target tensors.
 
@@ -157,7 +279,9 @@ class TargetNetUpdater:
 
     def __init__(self, loss_module: LossModule) -> None:
         names = loss_module.target_network_names
-        if not names:
+        # Lazy networks get their targets on the loss's first call; until then nothing moves.
+        pending = [n for n, (_, _, target) in loss_module._pending_lazy.items() if target]
+        if not names and not pending:
             raise ValueError(
                 f"{type(loss_module).__name__} has no target parameters to update: build it "
                 "with delay_value/delay_actor/delay_qvalue=True"

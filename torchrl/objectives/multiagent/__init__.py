@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from torchrl.objectives.multiagent.gae import MultiAgentGAE
+from torchrl.objectives.multiagent.mappo import IPPOLoss, MAPPOLoss
 from torchrl.objectives.multiagent.qmixer import QMixerLoss
 
-__all__ = ["MultiAgentGAE", "QMixerLoss"]
+__all__ = ["IPPOLoss", "MAPPOLoss", "MultiAgentGAE", "QMixerLoss"]

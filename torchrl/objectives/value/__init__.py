@@ -35,6 +35,7 @@ from torchrl.objectives.value.functional import (
 
 __all__ = [
     "GAE",
+    "MultiAgentGAE",
     "TD0Estimator",
     "TD1Estimator",
     "TDLambdaEstimator",
@@ -56,3 +57,13 @@ __all__ = [
     "vec_td_lambda_return_estimate",
     "vtrace_advantage_estimate",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # MultiAgentGAE lives with the multi-agent losses, which import this package: resolved on
+    # first access instead of at import (a cycle otherwise).
+    if name == "MultiAgentGAE":
+        from torchrl.objectives.multiagent.gae import MultiAgentGAE
+
+        return MultiAgentGAE
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
