@@ -170,7 +170,7 @@ def test_ppo_trainer_runs_and_registers_hooks() -> None:
     # 4 epochs (PPO's default) of 20 // 10 minibatches.
     assert trainer.num_epochs == 4 and trainer.optim_steps_per_batch == 8
     assert any(isinstance(op, UpdateWeights) for op in trainer.ops("post_steps"))
-    assert "optimizer" in trainer._modules
+    assert "optimizer" in trainer.state_dict()["modules"]
     trainer.train()
     assert trainer.collected_frames == 40 and trainer.optim_count == 16
     assert changed(before, actor)
@@ -304,11 +304,10 @@ def test_sac_trainer_buffer_and_soft_update() -> None:
         optimizer=adam(loss),
         replay_buffer=rb,
         batch_size=8,
-        tau=0.1,
+        target_net_updater=SoftUpdate(loss, tau=0.1),
         progress_bar=False,
     )
-    assert isinstance(trainer.target_net_updater, SoftUpdate)
-    assert trainer.target_net_updater.eps == pytest.approx(0.9)
+    assert trainer.target_net_updater.step in trainer.ops("post_optim")
     targets = loss.network_params("qvalue_network", target=True)
     before = [t.clone() for t in targets.values(True, True)]
     trainer.train()
@@ -353,15 +352,13 @@ def test_dqn_trainer_hard_update() -> None:
         optimizer=adam(loss),
         replay_buffer=TensorDictReplayBuffer(storage=LazyTensorStorage(100)),
         batch_size=8,
-        hard_update_interval=3,
+        target_net_updater=HardUpdate(loss, value_network_update_interval=3),
         progress_bar=False,
     )
-    assert isinstance(trainer.target_net_updater, HardUpdate)
-    assert trainer.target_net_updater.value_network_update_interval == 3
     trainer.train()
-    assert trainer.target_net_updater.counter == 4 % 3
-    with pytest.raises(ValueError, match="hard_update_interval"):
-        DQNTrainer(collector=None, total_frames=1, loss_module=loss, hard_update_interval=0)
+    assert trainer.optim_count == 4 and trainer.target_net_updater.counter == 4 % 3
+    with pytest.warns(UserWarning, match="target_net_updater"):
+        DQNTrainer(collector=collector(env, actor), total_frames=1, loss_module=loss)
 
 
 def test_ddpg_trainer() -> None:
@@ -377,9 +374,9 @@ def test_ddpg_trainer() -> None:
         optimizer=adam(loss),
         replay_buffer=TensorDictReplayBuffer(storage=LazyTensorStorage(100)),
         batch_size=8,
+        target_net_updater=SoftUpdate(loss, tau=0.01),
         progress_bar=False,
     )
-    assert isinstance(trainer.target_net_updater, SoftUpdate)
     trainer.train()
     assert trainer.optim_count == 4 and changed(before, actor)
 
@@ -400,6 +397,7 @@ def test_td3_trainer_delays_the_actor(steps: int, actor_moves: bool) -> None:
         replay_buffer=TensorDictReplayBuffer(storage=LazyTensorStorage(100)),
         batch_size=8,
         policy_delay=2,
+        target_net_updater=SoftUpdate(loss, tau=0.01),
         progress_bar=False,
     )
     trainer.train()
@@ -425,6 +423,7 @@ def test_offline_trainers(cls) -> None:
         optimizer=adam(loss),
         replay_buffer=rb,
         batch_size=16,
+        target_net_updater=SoftUpdate(loss, tau=0.01),
         progress_bar=False,
     )
     assert isinstance(trainer.collector, OfflineIterations)
@@ -453,6 +452,7 @@ def test_offline_to_online_pretrains_then_anneals() -> None:
         batch_size=8,
         offline_steps=7,
         anneal_frames=40,
+        target_net_updater=SoftUpdate(loss, tau=0.01),
         progress_bar=False,
     )
     trainer.register_op("post_steps", lambda: online_frames.append(rb.offline_fraction))
@@ -479,6 +479,7 @@ def test_offline_to_online_plain_buffer_and_errors() -> None:
         replay_buffer=rb,
         batch_size=8,
         offline_steps=3,
+        target_net_updater=SoftUpdate(loss, tau=0.01),
         progress_bar=False,
     )
     trainer.train()

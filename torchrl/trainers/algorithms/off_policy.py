@@ -1,13 +1,14 @@
 """Off-policy and offline trainers: a replay buffer, target-network updates, many small steps.
 
-Every trainer here is the same wiring (:class:`OffPolicyTrainer`) with the algorithm's usual
-target-network updater as default: a :class:`~torchrl.objectives.SoftUpdate` (SAC, DDPG, TD3,
-IQL, CQL) or a :class:`~torchrl.objectives.HardUpdate` (DQN). :class:`TD3Trainer` also delays
-the actor's updates.
+Every trainer here is the same wiring (:class:`OffPolicyTrainer`); each names its algorithm's
+loss and usual target-network updater (a :class:`~torchrl.objectives.SoftUpdate` or
+:class:`~torchrl.objectives.HardUpdate`, passed as ``target_net_updater``).
+:class:`TD3Trainer` also delays the actor's updates.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -77,9 +78,9 @@ class OffPolicyTrainer(Trainer):
             (``collector`` may be ``None``: offline).
         replay_buffer: where collected data goes and optimization batches come from.
         batch_size: items per optimization batch (``None``: the buffer's own).
-        target_net_updater: stepped after every optimizer step; ``None`` builds the class's
-            default for a loss with target parameters (``False``: no updater).
-        tau: the weight of the default ``SoftUpdate`` (SAC-like trainers).
+        target_net_updater: a ``SoftUpdate``/``HardUpdate`` of the loss, stepped after every
+            optimizer step. Without one, a loss with target parameters warns: its targets
+            would never move.
         enable_logging, log_rewards, log_actions, log_observations: logged statistics of the
             collected batches.
         reward_key, action_key, observation_key, done_key, episode_reward_key: their entries.
@@ -87,11 +88,20 @@ class OffPolicyTrainer(Trainer):
         hooks: objects with ``register(trainer)`` (e.g. ``Recorder``, ``EarlyStopping``).
 
     Examples:
-        >>> # see SACTrainer for a runnable example
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import LazyTensorStorage, ReplayBuffer
+        >>> data = ReplayBuffer(storage=LazyTensorStorage(100))
+        >>> _ = data.extend(TensorDict(x=torch.ones(100, 1), batch_size=[100]))
+        >>> w = torch.nn.Parameter(torch.zeros(1))
+        >>> trainer = OffPolicyTrainer(collector=None, total_frames=30, optim_steps_per_batch=10,
+        ...     loss_module=lambda td: TensorDict(loss_l2=((td["x"] - w) ** 2).mean()),
+        ...     optimizer=torch.optim.SGD([w], lr=0.1), replay_buffer=data, batch_size=16,
+        ...     progress_bar=False)
+        >>> trainer.train()  # offline: total_frames counts gradient steps
+        >>> trainer.optim_count, round(w.item(), 2)
+        (30, 1.0)
     """
-
-    #: the default target updater: ``"soft"`` or ``"hard"``.
-    default_target_update: str = "soft"
 
     def __init__(
         self,
@@ -113,7 +123,6 @@ class OffPolicyTrainer(Trainer):
         replay_buffer: Any = None,
         batch_size: int | None = None,
         target_net_updater: Any = None,
-        tau: float = 0.005,
         enable_logging: bool = True,
         log_rewards: bool = True,
         log_actions: bool = True,
@@ -163,10 +172,13 @@ class OffPolicyTrainer(Trainer):
             self.register_op("batch_process", _flatten)
             if batch_size is not None:
                 BatchSubSampler(batch_size=batch_size).register(self)
-        if target_net_updater is None:
-            target_net_updater = self._default_updater(loss_module, tau)
-        elif target_net_updater is False:
-            target_net_updater = None
+        if target_net_updater is None and getattr(loss_module, "target_network_names", None):
+            warnings.warn(
+                f"{type(self).__name__}: {type(loss_module).__name__} has target parameters but "
+                "no target_net_updater was given, so they never change; pass "
+                "target_net_updater=SoftUpdate(loss, tau=...) (or HardUpdate(...))",
+                stacklevel=2,
+            )
         if target_net_updater is not None:
             if not callable(getattr(target_net_updater, "step", None)):
                 raise TypeError(
@@ -198,28 +210,16 @@ class OffPolicyTrainer(Trainer):
         """Runs on every collected batch before it is stored (``None`` keeps it as it is)."""
         return None
 
-    def _default_updater(self, loss_module: Any, tau: float) -> Any:
-        if not getattr(loss_module, "target_network_names", None):
-            return None
-        from torchrl.objectives.utils import HardUpdate, SoftUpdate
-
-        if self.default_target_update == "hard":
-            return HardUpdate(loss_module, value_network_update_interval=self.hard_update_interval)
-        return SoftUpdate(loss_module, tau=tau)
-
-    #: steps between two copies of the default ``HardUpdate``.
-    hard_update_interval: int = 1000
-
 
 def _flatten(batch: TensorDictBase | None) -> TensorDictBase | None:
     return None if batch is None else valid_items(batch)
 
 
 class SACTrainer(OffPolicyTrainer):
-    """Soft Actor-Critic trainer: :class:`OffPolicyTrainer` with a ``SoftUpdate(tau)`` default.
+    """Soft Actor-Critic trainer: :class:`OffPolicyTrainer` for a :class:`~torchrl.objectives.SACLoss`.
 
-    Takes the keywords of :class:`OffPolicyTrainer`; the loss is a
-    :class:`~torchrl.objectives.SACLoss`.
+    Takes the keywords of :class:`OffPolicyTrainer`; the usual ``target_net_updater`` is a
+    ``SoftUpdate(loss, tau=0.005)``.
 
     Examples:
         >>> import torch
@@ -228,7 +228,7 @@ class SACTrainer(OffPolicyTrainer):
         >>> from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
         >>> from torchrl.envs import GymEnv
         >>> from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
-        >>> from torchrl.objectives import SACLoss
+        >>> from torchrl.objectives import SACLoss, SoftUpdate
         >>> env = GymEnv("Pendulum-v1")
         >>> actor = ProbabilisticActor(
         ...     TensorDictModule(torch.nn.Sequential(MLP(in_features=3, out_features=2),
@@ -242,7 +242,7 @@ class SACTrainer(OffPolicyTrainer):
         ...     total_frames=100, optim_steps_per_batch=2, loss_module=loss,
         ...     optimizer=torch.optim.Adam(loss.parameters(), lr=1e-3),
         ...     replay_buffer=TensorDictReplayBuffer(storage=LazyTensorStorage(1000)),
-        ...     batch_size=16, progress_bar=False)
+        ...     batch_size=16, target_net_updater=SoftUpdate(loss, tau=0.005), progress_bar=False)
         >>> trainer.train()
         >>> trainer.optim_count, len(trainer.replay_buffer)
         (4, 100)
@@ -250,36 +250,28 @@ class SACTrainer(OffPolicyTrainer):
 
 
 class DQNTrainer(OffPolicyTrainer):
-    """Deep Q-Network trainer: :class:`OffPolicyTrainer` with a ``HardUpdate`` default.
+    """Deep Q-Network trainer: :class:`OffPolicyTrainer` for a :class:`~torchrl.objectives.DQNLoss`.
 
-    Takes the keywords of :class:`OffPolicyTrainer`, plus ``hard_update_interval`` (optimizer
-    steps between two copies of the default ``HardUpdate``; default 1000). The loss is a
-    :class:`~torchrl.objectives.DQNLoss` with ``delay_value=True``. The collector's policy
-    usually includes an exploration module (e.g. ``EGreedyModule``), which the trainer
-    checkpoints with the run.
+    Takes the keywords of :class:`OffPolicyTrainer`; the usual ``target_net_updater`` is a
+    ``HardUpdate(loss, value_network_update_interval=...)``. The collector's policy usually
+    includes an exploration module (e.g. ``EGreedyModule``), which the trainer anneals through
+    the collector and checkpoints with the run.
 
     Examples:
-        >>> DQNTrainer.default_target_update
-        'hard'
+        >>> issubclass(DQNTrainer, OffPolicyTrainer)
+        True
     """
-
-    default_target_update = "hard"
-
-    def __init__(self, *, hard_update_interval: int = 1000, **kwargs: Any) -> None:
-        check_positive("hard_update_interval", hard_update_interval, allow_none=False)
-        self.hard_update_interval = int(hard_update_interval)
-        super().__init__(**kwargs)
 
 
 class DDPGTrainer(OffPolicyTrainer):
-    """Deep Deterministic Policy Gradient trainer (``SoftUpdate(tau)`` of actor and critic).
+    """Deep Deterministic Policy Gradient trainer, for a :class:`~torchrl.objectives.DDPGLoss`.
 
-    Takes the keywords of :class:`OffPolicyTrainer`; the loss is a
-    :class:`~torchrl.objectives.DDPGLoss`.
+    Takes the keywords of :class:`OffPolicyTrainer`; the usual ``target_net_updater`` is a
+    ``SoftUpdate`` of the target actor and critic.
 
     Examples:
-        >>> DDPGTrainer.default_target_update
-        'soft'
+        >>> issubclass(DDPGTrainer, OffPolicyTrainer)
+        True
     """
 
 
@@ -289,11 +281,11 @@ class TD3Trainer(OffPolicyTrainer):
     Takes the keywords of :class:`OffPolicyTrainer`, plus ``policy_delay`` (default 2). On the
     other steps the ``loss_actor`` term is left out of the backward pass, so one optimizer over
     all parameters leaves the actor unchanged (optimizers skip parameters without gradient).
-    The loss is a :class:`~torchrl.objectives.TD3Loss`.
+    The loss is a :class:`~torchrl.objectives.TD3Loss`, the usual updater a ``SoftUpdate``.
 
     Examples:
-        >>> TD3Trainer.default_target_update
-        'soft'
+        >>> issubclass(TD3Trainer, OffPolicyTrainer)
+        True
     """
 
     def __init__(self, *, policy_delay: int = 2, **kwargs: Any) -> None:
@@ -327,12 +319,12 @@ class IQLTrainer(OffPolicyTrainer):
     """Implicit Q-Learning trainer, offline (``collector=None``) or online.
 
     Takes the keywords of :class:`OffPolicyTrainer`; the loss is an
-    :class:`~torchrl.objectives.IQLLoss`. Offline, ``replay_buffer`` holds the dataset and
+    :class:`~torchrl.objectives.IQLLoss`, the usual updater a ``SoftUpdate``. Offline, ``replay_buffer`` holds the dataset and
     ``total_frames`` counts gradient steps.
 
     Examples:
-        >>> IQLTrainer.default_target_update
-        'soft'
+        >>> issubclass(IQLTrainer, OffPolicyTrainer)
+        True
     """
 
 
@@ -340,10 +332,10 @@ class CQLTrainer(OffPolicyTrainer):
     """Conservative Q-Learning trainer, offline (``collector=None``) or online.
 
     Takes the keywords of :class:`OffPolicyTrainer`; the loss is a
-    :class:`~torchrl.objectives.CQLLoss`. Offline, ``replay_buffer`` holds the dataset and
+    :class:`~torchrl.objectives.CQLLoss`, the usual updater a ``SoftUpdate``. Offline, ``replay_buffer`` holds the dataset and
     ``total_frames`` counts gradient steps.
 
     Examples:
-        >>> CQLTrainer.default_target_update
-        'soft'
+        >>> issubclass(CQLTrainer, OffPolicyTrainer)
+        True
     """

@@ -35,9 +35,19 @@ class OfflineToOnlineTrainer(SACTrainer):
         **kwargs: the keywords of :class:`~torchrl.trainers.algorithms.SACTrainer`.
 
     Examples:
-        >>> # see test/trainers/test_algorithm_trainers.py; the pretraining phase:
-        >>> OfflineToOnlineTrainer.offline_chunk
-        1000
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import LazyTensorStorage, ReplayBuffer
+        >>> data = ReplayBuffer(storage=LazyTensorStorage(100))
+        >>> _ = data.extend(TensorDict(x=torch.ones(100, 1), batch_size=[100]))
+        >>> w = torch.nn.Parameter(torch.zeros(1))
+        >>> trainer = OfflineToOnlineTrainer(collector=None, total_frames=10,
+        ...     optim_steps_per_batch=5, offline_steps=20, replay_buffer=data, batch_size=16,
+        ...     loss_module=lambda td: TensorDict(loss_l2=((td["x"] - w) ** 2).mean()),
+        ...     optimizer=torch.optim.SGD([w], lr=0.1), progress_bar=False)
+        >>> trainer.train()
+        >>> trainer.offline_steps_done, trainer.optim_count
+        (20, 30)
     """
 
     #: offline steps between two log writes during pretraining.

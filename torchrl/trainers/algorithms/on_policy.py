@@ -81,7 +81,17 @@ class OnPolicyTrainer(Trainer):
         hooks: objects with ``register(trainer)`` (e.g. ``Recorder``, ``EarlyStopping``).
 
     Examples:
-        >>> # see PPOTrainer for a runnable example
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> w = torch.nn.Parameter(torch.zeros(1))
+        >>> batches = [TensorDict(x=torch.ones(8, 1), batch_size=[8]) for _ in range(4)]
+        >>> trainer = OnPolicyTrainer(collector=batches, total_frames=32,
+        ...     loss_module=lambda td: TensorDict(loss_l2=((td["x"] - w) ** 2).mean()),
+        ...     optimizer=torch.optim.SGD([w], lr=0.1), add_gae=False, num_epochs=2,
+        ...     batch_size=4, optim_steps_per_batch=4, progress_bar=False)
+        >>> trainer.train()
+        >>> trainer.optim_count, round(w.item(), 2)
+        (16, 0.97)
     """
 
     #: passes over each batch when ``num_epochs`` is not given.
@@ -279,8 +289,6 @@ def _make_gae(loss_module: Any, gamma: float, lmbda: float) -> Callable[[TensorD
             f"add_gae=True needs a loss with a critic ({type(loss_module).__name__} has none): "
             "pass gae=<advantage module> or add_gae=False"
         )
-    from torchrl.objectives.utils import ValueEstimators
-
     # The loss's own estimator: it uses the loss's critic and key names.
-    loss_module.make_value_estimator(ValueEstimators.GAE, gamma=gamma, lmbda=lmbda)
+    loss_module.make_value_estimator("gae", gamma=gamma, lmbda=lmbda)
     return loss_module.value_estimator
