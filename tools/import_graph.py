@@ -44,6 +44,9 @@ LAYERS: dict[str, int] = {
     "torchrl.trainers": 3,
     "torchrl.checkpoint": 3,
     "torchrl.objectives": 4,
+    # The algorithm trainers and the builder helpers put losses into the generic trainer.
+    "torchrl.trainers.algorithms": 5,
+    "torchrl.trainers.helpers": 5,
     "torchrl": 5,
 }
 SHIM = "torchrl._td_compat"
