@@ -33,6 +33,13 @@ from torchrl.modules.qvalue import (
     QValueModule,
 )
 from torchrl.modules.recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode
+from torchrl.modules.tensordict_module.exploration_spec import set_exploration_modules_spec_from_env
+from torchrl.modules.tensordict_module.safe import (
+    SafeModule,
+    SafeProbabilisticModule,
+    SafeProbabilisticTensorDictSequential,
+    SafeSequential,
+)
 
 __all__ = [
     *_models_all,
@@ -63,4 +70,9 @@ __all__ = [
     "WorldModelWrapper",
     "recurrent_mode",
     "set_recurrent_mode",
+    "SafeModule",
+    "SafeProbabilisticModule",
+    "SafeProbabilisticTensorDictSequential",
+    "SafeSequential",
+    "set_exploration_modules_spec_from_env",
 ]

@@ -7,6 +7,7 @@ advantage estimates, as functions on tensors and as modules.
 
 from __future__ import annotations
 
+from torchrl.modules.functional import symexp, symlog
 from torchrl.objectives.a2c import A2CLoss
 from torchrl.objectives.bc import BCLoss
 from torchrl.objectives.common import (
@@ -42,6 +43,8 @@ from torchrl.objectives.utils import (
 )
 
 __all__ = [
+    "symexp",
+    "symlog",
     "AUTO_LOSS_MASK_KEYS",
     "IPPOLoss",
     "MAPPOLoss",

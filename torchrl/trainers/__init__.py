@@ -23,11 +23,23 @@ from torchrl.trainers.hooks import (
     ReplayBufferTrainer,
     RewardNormalizer,
     SelectKeys,
+    TrainerHookBase,
     UpdateWeights,
+)
+from torchrl.trainers.hooks_extra import (
+    LRSchedulerHook,
+    TargetNetUpdaterHook,
+    UTDRHook,
+    ValueEstimatorHook,
 )
 from torchrl.trainers.trainer import HOOK_POINTS, Trainer
 
 __all__ = [
+    "LRSchedulerHook",
+    "TargetNetUpdaterHook",
+    "TrainerHookBase",
+    "UTDRHook",
+    "ValueEstimatorHook",
     "HOOK_POINTS",
     "BatchSubSampler",
     "CSVLogger",

@@ -13,11 +13,23 @@ from torchrl.trainers.hooks import (
     ReplayBufferTrainer,
     RewardNormalizer,
     SelectKeys,
+    TrainerHookBase,
     UpdateWeights,
+)
+from torchrl.trainers.hooks_extra import (
+    LRSchedulerHook,
+    TargetNetUpdaterHook,
+    UTDRHook,
+    ValueEstimatorHook,
 )
 from torchrl.trainers.trainer import Trainer
 
 __all__ = [
+    "LRSchedulerHook",
+    "TargetNetUpdaterHook",
+    "TrainerHookBase",
+    "UTDRHook",
+    "ValueEstimatorHook",
     "BatchSubSampler",
     "ClearCudaCache",
     "CountFramesLog",

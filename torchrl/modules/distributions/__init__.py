@@ -22,6 +22,7 @@ from torchrl.modules.distributions.discrete import (
     OneHotCategorical,
     OneHotOrdinal,
     Ordinal,
+    ReparamGradientStrategy,
 )
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "OneHotCategorical",
     "OneHotOrdinal",
     "Ordinal",
+    "ReparamGradientStrategy",
     "TanhDelta",
     "TanhNormal",
     "TruncatedNormal",

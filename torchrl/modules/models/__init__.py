@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from torchrl.modules.models.batchrenorm import BatchRenorm1d
+from torchrl.modules.models.consistent_dropout import ConsistentDropout, ConsistentDropoutModule
 from torchrl.modules.models.conv import ConvNet, DuelingCnnDQNet
+from torchrl.modules.models.conv3d import Conv3dNet
+from torchrl.modules.models.cross_group import CrossCriticGroupSpec, CrossGroupCritic
+from torchrl.modules.models.ddpg import DdpgCnnActor, DdpgCnnQNet, DdpgMlpActor, DdpgMlpQNet
+from torchrl.modules.models.distributional import DistributionalDQNnet
 from torchrl.modules.models.mixers import Mixer, QMixer, VDNMixer
 from torchrl.modules.models.mlp import MLP
 from torchrl.modules.models.multiagent import MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase
 from torchrl.modules.models.noisy import NoisyLazyLinear, NoisyLinear, reset_noise
+from torchrl.modules.models.online_dt import OnlineDTActor
 from torchrl.modules.models.transformer import (
     CausalTransformer,
     DecisionTransformer,
@@ -15,6 +21,20 @@ from torchrl.modules.models.transformer import (
     DTConfig,
 )
 from torchrl.modules.models.utils import AddStateIndependentNormalScale, SquashDims, Squeeze2dLayer
+from torchrl.modules.models.value_norm import (
+    ComposeValueTransform,
+    DecodedValueOperator,
+    IdentityValueTransform,
+    PercentileValueNorm,
+    PopArtValueNorm,
+    RunningValueNorm,
+    SignedHyperbolicValueTransform,
+    SymLogValueTransform,
+    ValueNorm,
+    ValueTransform,
+    decode_value,
+    encode_value,
+)
 
 __all__ = [
     "MLP",
@@ -37,4 +57,32 @@ __all__ = [
     "Squeeze2dLayer",
     "VDNMixer",
     "reset_noise",
+]
+
+# Issue 18: DDPG and distributional nets, 3-d convolutions, online DT, cross-group critics,
+# consistent dropout, value normalisation and value transforms.
+__all__ += [
+    "ComposeValueTransform",
+    "ConsistentDropout",
+    "ConsistentDropoutModule",
+    "Conv3dNet",
+    "CrossCriticGroupSpec",
+    "CrossGroupCritic",
+    "DdpgCnnActor",
+    "DdpgCnnQNet",
+    "DdpgMlpActor",
+    "DdpgMlpQNet",
+    "DecodedValueOperator",
+    "DistributionalDQNnet",
+    "IdentityValueTransform",
+    "OnlineDTActor",
+    "PercentileValueNorm",
+    "PopArtValueNorm",
+    "RunningValueNorm",
+    "SignedHyperbolicValueTransform",
+    "SymLogValueTransform",
+    "ValueNorm",
+    "ValueTransform",
+    "decode_value",
+    "encode_value",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from torchrl.modules import RandomPolicy
+from torchrl.modules.models.consistent_dropout import ConsistentDropoutModule
 from torchrl.modules.tensordict_module.actors import (
     Actor,
     ActorCriticOperator,
@@ -24,11 +25,18 @@ from torchrl.modules.tensordict_module.exploration import (
     OrnsteinUhlenbeckProcessModule,
     OrnsteinUhlenbeckProcessWrapper,
 )
+from torchrl.modules.tensordict_module.exploration_spec import set_exploration_modules_spec_from_env
 from torchrl.modules.tensordict_module.rnn import (
     GRUModule,
     LSTMModule,
     recurrent_mode,
     set_recurrent_mode,
+)
+from torchrl.modules.tensordict_module.safe import (
+    SafeModule,
+    SafeProbabilisticModule,
+    SafeProbabilisticTensorDictSequential,
+    SafeSequential,
 )
 from torchrl.modules.tensordict_module.world_models import WorldModelWrapper
 
@@ -56,4 +64,10 @@ __all__ = [
     "WorldModelWrapper",
     "recurrent_mode",
     "set_recurrent_mode",
+    "ConsistentDropoutModule",
+    "SafeModule",
+    "SafeProbabilisticModule",
+    "SafeProbabilisticTensorDictSequential",
+    "SafeSequential",
+    "set_exploration_modules_spec_from_env",
 ]

@@ -10,8 +10,12 @@ from torchrl.modules.exploration import (
     OrnsteinUhlenbeckProcessModule,
     OrnsteinUhlenbeckProcessWrapper,
 )
+from torchrl.modules.models.consistent_dropout import ConsistentDropoutModule
+from torchrl.modules.tensordict_module.exploration_spec import set_exploration_modules_spec_from_env
 
 __all__ = [
+    "ConsistentDropoutModule",
+    "set_exploration_modules_spec_from_env",
     "AdditiveGaussianModule",
     "AdditiveGaussianWrapper",
     "EGreedyModule",
