@@ -125,7 +125,7 @@ def test_tqc_truncation_count():
             for key, p in loss.qvalue_network_params.items(True, True):
                 if key[-1] == "bias" and p.shape[-1] == N_QUANTILES:
                     p.add_(50.0)  # online atoms far above the target ones
-        losses.append(float(loss(_batch())["loss_qvalue"]))
+        losses.append(loss(_batch())["loss_qvalue"].detach().item())
     assert losses[0] < losses[1] < losses[2]
     with pytest.raises(ValueError, match="smaller than the number of quantiles"):
         _loss(drop=N_QUANTILES)[0](_batch())
