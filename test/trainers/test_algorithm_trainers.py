@@ -595,6 +595,20 @@ def test_run_with_config_without_hydra(tmp_path) -> None:
             run_with_config(print, PPOTrainerConfig, tmp_path / "c.json", [], use_hydra=True)
 
 
+@pytest.mark.skipif(not HAS_HYDRA, reason="hydra-core is not installed")
+def test_run_with_config_under_hydra(tmp_path, monkeypatch) -> None:
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    # Under Hydra the file is the whole schema: it lists every key.
+    full = config_to_dict(PPOTrainerConfig(env=EnvConfig(name="Pendulum-v1")))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(full))
+    got: list = []
+    run_dir = f"hydra.run.dir={tmp_path / 'run'}"
+    run_with_config(got.append, PPOTrainerConfig, tmp_path / "c.yaml", ["optim.lr=0.5", run_dir])
+    assert got[0].env.name == "Pendulum-v1" and got[0].optim.lr == 0.5
+
+
 @pytest.mark.skipif(not HAS_GYM, reason="gymnasium is not installed")
 def test_build_ppo_and_sac_from_config(tmp_path) -> None:
     tiny = [

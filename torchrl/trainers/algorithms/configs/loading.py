@@ -391,8 +391,9 @@ def run_with_config(
 
     With Hydra installed (and ``use_hydra`` not ``False``) Hydra reads the command line (all of
     its features work: ``--multirun``, sweeps, ``--cfg``); the composed config is then checked
-    into ``cls`` by :func:`config_from_dict`. Without Hydra, ``argv`` (default
-    ``sys.argv[1:]``) is read by :func:`parse_overrides`.
+    into ``cls`` by :func:`config_from_dict`. Hydra only knows the keys of the file, so the file
+    should list every field (the examples' files do); without Hydra, the dataclass defaults fill
+    in missing keys and ``argv`` (default ``sys.argv[1:]``) is read by :func:`parse_overrides`.
 
     Args:
         main: called with the config.
