@@ -76,8 +76,9 @@ class OnPolicyTrainer(Trainer):
         enable_logging, log_rewards, log_actions, log_observations: which statistics of the
             collected batches are logged (reward, finished-episode return and done share,
             action norm, observation norm).
-        reward_key, action_key, observation_key, done_key, terminated_key,
-            episode_reward_key: entries those statistics read.
+        reward_key, action_key, observation_key, done_key, episode_reward_key: entries those
+            statistics read; ``terminated_key`` is accepted for TorchRL compatibility (the
+            advantage module reads the loss's own keys).
         hooks: objects with ``register(trainer)`` (e.g. ``Recorder``, ``EarlyStopping``).
 
     Examples:
