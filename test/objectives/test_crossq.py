@@ -190,6 +190,12 @@ def test_crossq_reduction_none_and_renamed_keys():
     td["next", "r"] = td["next"].pop("reward")
     out = loss(td)
     assert out["loss_qvalue"].shape == (8, 1) and out["loss_actor"].shape == (8, 1)
+    # several batch dims: the normalisation runs over all of them, the halves split on the first
+    out = loss(td.reshape(4, 2))
+    assert out["loss_qvalue"].shape == (4, 2, 1) and out["loss_actor"].shape == (4, 2, 1)
+    torch.testing.assert_close(
+        out["loss_qvalue"].reshape(8, 1).mean(), loss(td)["loss_qvalue"].mean()
+    )
 
 
 def test_crossq_without_normalisation_runs():
