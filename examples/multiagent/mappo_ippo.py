@@ -4,9 +4,11 @@ Each agent's policy is a :class:`~torchrl.modules.MultiAgentMLP` reading its own
 (``("agents", "observation")``, ``[E, n_agents, obs]``) and writing a ``TanhNormal`` over its 2-D
 force. The critic is another ``MultiAgentMLP``: with ``--mappo true`` (MAPPO) every agent's value
 sees the observations of all agents (centralised critic), with ``--mappo false`` (IPPO) only its
-own. Advantages come from :class:`~torchrl.objectives.multiagent.MultiAgentGAE`, run once over
-all agents on the per-agent rewards and the per-env episode ends. All data stays in the group
-``"agents"``; every loss key is pointed at it with ``set_keys``.
+own. The loss is :class:`~torchrl.objectives.multiagent.MAPPOLoss` or
+:class:`~torchrl.objectives.multiagent.IPPOLoss`, whose value estimator is
+:class:`~torchrl.objectives.multiagent.MultiAgentGAE`: run once over all agents on the per-agent
+rewards and the per-env episode ends. All data stays in the group ``"agents"``; every loss key
+is pointed at it with ``set_keys`` (the estimator's follow).
 
 Usage: ``python examples/multiagent/mappo_ippo.py [--iters N] [--num-envs E] [--mappo B]``.
 Prints one line per iteration (frames, mean reward per agent-step, mean episode reward).
@@ -32,8 +34,7 @@ from torchrl.collectors import SyncDataCollector
 from torchrl.envs import RewardSum, TransformedEnv
 from torchrl.envs.libs.vmas import VmasEnv
 from torchrl.modules import MultiAgentMLP, ProbabilisticActor, TanhNormal
-from torchrl.objectives import ClipPPOLoss
-from torchrl.objectives.multiagent import MultiAgentGAE
+from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss
 
 GROUP = "agents"
 
@@ -141,7 +142,8 @@ def train(cfg: Config) -> dict:
     collector = SyncDataCollector(
         env, actor, frames_per_batch=frames_per_batch, total_frames=frames_per_batch * cfg.iters
     )
-    loss_fn = ClipPPOLoss(
+    loss_cls = MAPPOLoss if cfg.mappo else IPPOLoss
+    loss_fn = loss_cls(
         actor,
         critic,
         clip_epsilon=cfg.clip_epsilon,
@@ -158,13 +160,8 @@ def train(cfg: Config) -> dict:
         value_target=(GROUP, "value_target"),
     )
     # VMAS ends episodes per env: MultiAgentGAE broadcasts the root done flags over the agents
-    gae = MultiAgentGAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
-    gae.set_keys(
-        reward=(GROUP, "reward"),
-        value=(GROUP, "state_value"),
-        advantage=(GROUP, "advantage"),
-        value_target=(GROUP, "value_target"),
-    )
+    loss_fn.make_value_estimator(gamma=cfg.gamma, lmbda=cfg.gae_lambda)
+    gae = loss_fn.value_estimator
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr)
 
     curve: list[dict] = []
