@@ -147,12 +147,14 @@ def test_loss_reductions_keys_and_errors():
         DiffusionBCLoss(actor, reduction="max")
 
 
-def test_lazy_default_network_must_run_before_the_loss():
+def test_lazy_default_network_initialises_from_the_first_batch():
     actor = DiffusionActor(1, num_steps=3)
-    with pytest.raises(ValueError, match="uninitialized"):
-        DiffusionBCLoss(actor)
-    actor(_obs(2, dim=4))
-    assert DiffusionBCLoss(actor).in_keys == ["observation", "action"]
+    loss = DiffusionBCLoss(actor)
+    td = TensorDict(observation=torch.randn(5, 4), action=torch.randn(5, 1), batch_size=[5])
+    loss(td)["loss_diffusion_bc"].backward()
+    first = next(iter(actor.score_network.parameters()))
+    assert first.shape == (256, 1 + 4 + 16)  # action, observation, step embedding
+    assert first.grad is not None
 
 
 def _bimodal(n: int) -> TensorDict:
@@ -196,3 +198,13 @@ def test_diffusion_fits_a_bimodal_expert_where_mse_bc_averages():
     # ... while the MSE regression predicts their mean, an action the expert never takes.
     assert near_mode(regressed) < 0.05
     assert regressed.abs().max() < 0.3
+
+
+def test_batched_spec_bounds_are_read_once_and_must_agree():
+    spec = Bounded(-2.0, 2.0, (4, 1))  # the action spec of 4 batched envs
+    actor = DiffusionActor(1, obs_dim=3, num_steps=2, spec=spec)
+    torch.testing.assert_close(actor.module.high, torch.tensor([2.0]))
+    assert actor(_obs(7))["action"].abs().max() <= 2.0
+    uneven = Bounded(torch.tensor([[-1.0], [-2.0]]), torch.tensor([[1.0], [2.0]]), (2, 1))
+    with pytest.raises(ValueError, match="differ"):
+        DiffusionActor(1, obs_dim=3, spec=uneven)

@@ -192,6 +192,18 @@ def _bounds(spec: Any, key: NestedKey) -> tuple[Tensor | None, Tensor | None]:
     high = torch.as_tensor(high, dtype=torch.float32).clone()
     if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
         return None, None
+    if low.ndim > 1:
+        # A batched env's spec repeats the bounds over its batch dims: keep one row.
+        rows_low, rows_high = low.reshape(-1, low.shape[-1]), high.reshape(-1, high.shape[-1])
+        if not (
+            torch.equal(rows_low, rows_low[:1].expand_as(rows_low))
+            and torch.equal(rows_high, rows_high[:1].expand_as(rows_high))
+        ):
+            raise ValueError(
+                f"DiffusionActor: the action bounds of {key!r} differ across the spec's batch "
+                "dims; pass the spec of one env"
+            )
+        low, high = rows_low[0], rows_high[0]
     return low, high
 
 
