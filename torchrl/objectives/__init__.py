@@ -18,17 +18,22 @@ from torchrl.objectives.common import (
     add_random_module,
 )
 from torchrl.objectives.cql import CQLLoss, DiscreteCQLLoss
+from torchrl.objectives.crossq import CrossQLoss
 from torchrl.objectives.ddpg import DDPGLoss
 from torchrl.objectives.decision_transformer import DTLoss, OnlineDTLoss
+from torchrl.objectives.diffusion_bc import DiffusionBCLoss
 from torchrl.objectives.dqn import DistributionalDQNLoss, DQNLoss
+from torchrl.objectives.gail import GAILLoss
 from torchrl.objectives.iql import DiscreteIQLLoss, IQLLoss
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss, MultiAgentGAE, QMixerLoss
 from torchrl.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
 from torchrl.objectives.redq import REDQLoss
 from torchrl.objectives.reinforce import ReinforceLoss
+from torchrl.objectives.rnd import RNDLoss
 from torchrl.objectives.sac import DiscreteSACLoss, SACLoss
 from torchrl.objectives.td3 import TD3Loss
 from torchrl.objectives.td3_bc import TD3BCLoss
+from torchrl.objectives.tqc import TQCLoss
 from torchrl.objectives.utils import (
     HardUpdate,
     SoftUpdate,
@@ -43,6 +48,11 @@ from torchrl.objectives.utils import (
 )
 
 __all__ = [
+    "CrossQLoss",
+    "DiffusionBCLoss",
+    "GAILLoss",
+    "RNDLoss",
+    "TQCLoss",
     "symexp",
     "symlog",
     "AUTO_LOSS_MASK_KEYS",
