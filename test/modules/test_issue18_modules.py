@@ -300,7 +300,13 @@ def test_online_dt_actor_in_online_dt_loss():
 
 
 def _two_groups(detach=None, share_params=False):
-    from torchrl.modules.models.cross_group import CrossCriticGroupSpec, CrossGroupCritic
+    from torchrl.modules.models.cross_group import (
+        CrossCriticGroupSpec,
+        CrossGroupCritic,
+        CrossGroupCriticSpec,
+    )
+
+    assert CrossGroupCriticSpec is CrossCriticGroupSpec  # the spelling
 
     group_map = {
         "red": CrossCriticGroupSpec(3, 2, ("red", "observation"), ("red", "state_value")),

@@ -6,7 +6,11 @@ from torchrl.modules.models.batchrenorm import BatchRenorm1d
 from torchrl.modules.models.consistent_dropout import ConsistentDropout, ConsistentDropoutModule
 from torchrl.modules.models.conv import ConvNet, DuelingCnnDQNet
 from torchrl.modules.models.conv3d import Conv3dNet
-from torchrl.modules.models.cross_group import CrossCriticGroupSpec, CrossGroupCritic
+from torchrl.modules.models.cross_group import (
+    CrossCriticGroupSpec,
+    CrossGroupCritic,
+    CrossGroupCriticSpec,
+)
 from torchrl.modules.models.ddpg import DdpgCnnActor, DdpgCnnQNet, DdpgMlpActor, DdpgMlpQNet
 from torchrl.modules.models.distributional import DistributionalDQNnet
 from torchrl.modules.models.mixers import Mixer, QMixer, VDNMixer
@@ -68,6 +72,7 @@ __all__ += [
     "Conv3dNet",
     "CrossCriticGroupSpec",
     "CrossGroupCritic",
+    "CrossGroupCriticSpec",
     "DdpgCnnActor",
     "DdpgCnnQNet",
     "DdpgMlpActor",

@@ -19,7 +19,7 @@ from torchrl._types import DeviceLike, NestedKey
 from torchrl.modules._spec_utils import module_keys
 from torchrl.modules.models.mlp import MLP
 
-__all__ = ["CrossCriticGroupSpec", "CrossGroupCritic"]
+__all__ = ["CrossCriticGroupSpec", "CrossGroupCritic", "CrossGroupCriticSpec"]
 
 
 @dataclasses.dataclass
@@ -44,6 +44,10 @@ class CrossCriticGroupSpec:
     n_agents: int
     obs_key: NestedKey
     value_key: NestedKey
+
+
+#: The same class under the name the issue tracker and some TorchRL examples use.
+CrossGroupCriticSpec = CrossCriticGroupSpec
 
 
 class _CrossGroupNet(nn.Module):

@@ -5,9 +5,11 @@ from __future__ import annotations
 from torchrl.modules.models.cross_group import (
     CrossCriticGroupSpec,
     CrossGroupCritic,
+    CrossGroupCriticSpec,
 )
 
 __all__ = [
     "CrossCriticGroupSpec",
     "CrossGroupCritic",
+    "CrossGroupCriticSpec",
 ]
