@@ -2,15 +2,21 @@
 
 Three stages. (1) An expert is trained with PPO on the true reward (the agent of
 ``ppo_cartpole.py``) until its deterministic evaluation reaches ``expert_target``. (2) The
-expert acts (deterministically) for ``expert_frames`` frames; its ``(observation, action)``
-pairs go to a replay buffer, and its evaluation return is the expert score. (3) A fresh PPO
-agent learns from the GAIL reward only: every batch, the discriminator ``D(s, a)`` (the
-probability that a transition is the learner's) takes ``disc_steps`` steps of
-:class:`~torchrl.objectives.GAILLoss` (gradient penalty on) against as many expert transitions,
-then the batch's rewards are replaced by ``log(1 - D) - log D`` (``GAILLoss.reward``, "logit":
-no constant bonus for staying alive, so the learner cannot solve CartPole just by surviving
-on a positive reward) and PPO takes its usual steps. Training stops when a (confirmed)
-deterministic evaluation on the true reward reaches ``target_fraction`` of the expert score.
+expert acts (sampling its actions, which covers more states than its most likely action) for
+``expert_frames`` frames; its ``(observation, action)`` pairs go to a replay buffer, and its
+deterministic evaluation return is the expert score. (3) A fresh PPO agent learns from the GAIL
+reward only: every batch, the discriminator ``D(s, a)`` (the probability that a transition is
+the learner's) takes ``disc_steps`` steps of :class:`~torchrl.objectives.GAILLoss` (gradient
+penalty on) against as many expert transitions, then the batch's rewards are replaced by
+``-log D`` (``GAILLoss.reward``, the paper's reward) and PPO takes its usual steps. Training
+stops when a (confirmed) deterministic evaluation on the true reward reaches
+``target_fraction`` of the expert score.
+
+A positive reward per step would solve CartPole by itself (surviving is the task), so with
+``bootstrap_terminal`` (the default) the end of an episode is treated as a truncation: the
+critic's value of the last state stands in for the rest, falling neither ends the rewards nor
+stops them, and only looking like the expert pays. ``--reward-kind constant`` is the control:
+reward 1 everywhere under the same rule, which does not learn (seed 0: 22 after 102k frames).
 
 Usage: ``python examples/gail_cartpole.py [--gail-frames N] [--seed S] [--out DIR]``.
 """
@@ -18,8 +24,8 @@ Usage: ``python examples/gail_cartpole.py [--gail-frames N] [--seed S] [--out DI
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from _common import episode_returns, evaluate, evaluate_confirmed, parse_config, plot_curve
@@ -45,7 +51,7 @@ class Config:
     expert_frames_max: int = 102_400  # PPO budget of the expert (stops once it is good)
     expert_target: float = 475.0
     expert_frames: int = 4096  # demonstrations stored
-    deterministic_expert: bool = True  # demonstrations of the most likely action
+    deterministic_expert: bool = False  # demonstrations of the most likely action
     gail_frames: int = 102_400  # upper bound of the imitation stage
     num_envs: int = 8
     steps_per_env: int = 32
@@ -65,7 +71,8 @@ class Config:
     eval_episodes: int = 4
     final_eval_episodes: int = 10
     target_fraction: float = 0.8
-    reward_kind: str = "logit"  # GAILLoss.reward's kind: "logit" or "neg_log"
+    # GAILLoss.reward's kind ("neg_log", "logit"), or "constant" (1 per step: the control)
+    reward_kind: str = "neg_log"
     bootstrap_terminal: bool = True
     seed: int = 0
     out: str = "outputs"
@@ -216,11 +223,15 @@ def train(cfg: Config) -> dict:
             loss.backward()
             disc_optim.step()
             disc_log.append(loss.item())
-        batch["next", "reward"] = gail.reward(batch, kind=cfg.reward_kind)
+        if cfg.reward_kind == "constant":
+            batch["next", "reward"] = torch.ones_like(batch["next", "reward"])
+        else:
+            kind = cfg.reward_kind
+            batch["next", "reward"] = gail.reward(batch, kind=kind)  # type: ignore[arg-type]
         if cfg.bootstrap_terminal:
-            # The imitation reward is not defined past the end of an episode: treating a
-            # termination as a truncation (bootstrap with the critic) keeps falling from being
-            # a free escape from negative rewards.
+            # The imitation reward is not defined past the end of an episode: bootstrapping
+            # with the critic there makes the episode's end neither a loss of future positive
+            # rewards (a survival bonus) nor an escape from negative ones.
             batch["next", "terminated"] = torch.zeros_like(batch["next", "terminated"])
 
     target = cfg.target_fraction * expert_return
