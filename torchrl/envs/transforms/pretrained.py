@@ -346,7 +346,29 @@ def _resnet(owner: str, model_name: str, choices: Sequence[str], download: Any, 
     return net
 
 
-class R3MTransform(_PretrainedEmbedding):
+class _ResNetEmbedding(_PretrainedEmbedding):
+    """The constructor shared by the ResNet-based embeddings (R3M, VIP)."""
+
+    def __init__(
+        self,
+        model_name: str = "resnet50",
+        in_keys: NestedKey | Sequence[NestedKey] | None = None,
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+        size: int = 244,
+        stack_images: bool = True,
+        download: Any = False,
+        download_path: str | None = None,
+        tensor_pixels_keys: Any = None,
+        *,
+        weights_path: str | Path | None = None,
+        del_keys: bool = True,
+    ) -> None:
+        net = _resnet(self._owner, model_name, list(_RESNETS), download, weights_path)
+        super().__init__(net, in_keys, out_keys, size, stack_images, del_keys)
+        self.model_name = model_name
+
+
+class R3MTransform(_ResNetEmbedding):
     """R3M's visual embedding (Nair et al. 2022): images -> ResNet features (``"r3m_vec"``).
 
     Args:
@@ -378,40 +400,13 @@ class R3MTransform(_PretrainedEmbedding):
     _default_out = "r3m_vec"
     _owner = "R3MTransform"
 
-    def __init__(
-        self,
-        model_name: str = "resnet50",
-        in_keys: NestedKey | Sequence[NestedKey] | None = None,
-        out_keys: NestedKey | Sequence[NestedKey] | None = None,
-        size: int = 244,
-        stack_images: bool = True,
-        download: Any = False,
-        download_path: str | None = None,
-        tensor_pixels_keys: Any = None,
-        *,
-        weights_path: str | Path | None = None,
-        del_keys: bool = True,
-    ) -> None:
-        net = _resnet(self._owner, model_name, list(_RESNETS), download, weights_path)
-        super().__init__(net, in_keys, out_keys, size, stack_images, del_keys)
-        self.model_name = model_name
 
-
-class VIPTransform(_PretrainedEmbedding):
+class VIPTransform(_ResNetEmbedding):
     """VIP's visual embedding (Ma et al. 2023): images -> ResNet-50 features (``"vip_vec"``).
 
-    Args:
-        model_name: ``"resnet50"`` (2048 features; ``"resnet18"``/``"resnet34"`` are accepted
-            for small, randomly initialised encoders).
-        in_keys: the image entries (default ``["pixels"]``).
-        out_keys: where the embeddings go (default ``["vip_vec"]``).
-        size: the side of the square image fed to the backbone (default 244).
-        stack_images: with several in_keys, embed them together into one entry.
-        download: downloading is not supported here (raises); use ``weights_path``.
-        download_path: ignored (kept for compatibility).
-        tensor_pixels_keys: ignored (kept for compatibility).
-        weights_path: a local state dict for the backbone (``weights_only=True``).
-        del_keys: remove the images once embedded (default ``True``).
+    Takes the keywords of :class:`R3MTransform`; ``model_name`` is ``"resnet50"`` (2048
+    features) for VIP's published weights, ``"resnet18"``/``"resnet34"`` give small encoders.
+    The embeddings go to ``"vip_vec"`` by default.
 
     Examples:
         >>> import torch
@@ -426,24 +421,6 @@ class VIPTransform(_PretrainedEmbedding):
     _default_out = "vip_vec"
     _owner = "VIPTransform"
 
-    def __init__(
-        self,
-        model_name: str = "resnet50",
-        in_keys: NestedKey | Sequence[NestedKey] | None = None,
-        out_keys: NestedKey | Sequence[NestedKey] | None = None,
-        size: int = 244,
-        stack_images: bool = True,
-        download: Any = False,
-        download_path: str | None = None,
-        tensor_pixels_keys: Any = None,
-        *,
-        weights_path: str | Path | None = None,
-        del_keys: bool = True,
-    ) -> None:
-        net = _resnet(self._owner, model_name, list(_RESNETS), download, weights_path)
-        super().__init__(net, in_keys, out_keys, size, stack_images, del_keys)
-        self.model_name = model_name
-
 
 class VIPRewardTransform(VIPTransform):
     """VIP embeddings plus VIP's goal-reaching reward.
@@ -455,10 +432,10 @@ class VIPRewardTransform(VIPTransform):
     the env's reward).
 
     Args:
-        model_name, in_keys, out_keys, size, stack_images, download, download_path,
-            tensor_pixels_keys, weights_path, del_keys: as :class:`VIPTransform`.
+        *args: the arguments of :class:`VIPTransform` (``model_name``, ``in_keys``, ...).
         goal_key: the reset entry holding the goal image.
         reward_key: where the reward is written.
+        **kwargs: the keywords of :class:`VIPTransform`.
 
     Examples:
         >>> import torch
@@ -474,32 +451,12 @@ class VIPRewardTransform(VIPTransform):
 
     def __init__(
         self,
-        model_name: str = "resnet50",
-        in_keys: NestedKey | Sequence[NestedKey] | None = None,
-        out_keys: NestedKey | Sequence[NestedKey] | None = None,
-        size: int = 244,
-        stack_images: bool = True,
-        download: Any = False,
-        download_path: str | None = None,
-        tensor_pixels_keys: Any = None,
-        *,
-        weights_path: str | Path | None = None,
-        del_keys: bool = True,
+        *args: Any,
         goal_key: NestedKey = "goal_image",
         reward_key: NestedKey = "reward",
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            model_name,
-            in_keys,
-            out_keys,
-            size,
-            stack_images,
-            download,
-            download_path,
-            tensor_pixels_keys,
-            weights_path=weights_path,
-            del_keys=del_keys,
-        )
+        super().__init__(*args, **kwargs)
         self.goal_key = goal_key
         self.reward_key = reward_key
         self.goal_embedding_key = "goal_embedding"
