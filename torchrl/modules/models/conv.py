@@ -50,6 +50,11 @@ class ConvNet(nn.Module):
         torch.Size([4, 5, 784])
     """
 
+    # The convolution of each layer and the spatial dims it reads (Conv3dNet changes them).
+    _conv: type[nn.Module] = nn.Conv2d
+    _lazy_conv: type[nn.Module] = nn.LazyConv2d
+    _input_dims = "C, H, W"
+
     def __init__(
         self,
         in_features: int | None = None,
@@ -92,13 +97,15 @@ class ConvNet(nn.Module):
             }
             n_in = in_features if i == 0 else cells[i - 1]
             if n_in is None:
-                layers.append(create_on_device(nn.LazyConv2d, device, cells[i], **conv_kwargs))
+                layers.append(create_on_device(self._lazy_conv, device, cells[i], **conv_kwargs))
             else:
-                layers.append(create_on_device(nn.Conv2d, device, n_in, cells[i], **conv_kwargs))
+                layers.append(create_on_device(self._conv, device, n_in, cells[i], **conv_kwargs))
             if norm_class is not None:
                 layers.append(create_on_device(norm_class, device, **nrm_kwargs[i]))
             layers.append(create_on_device(activation_class, device, **act_kwargs[i]))
         if aggregator_class is not None:
+            if aggregator_class is SquashDims and aggregator_kwargs is None:
+                aggregator_kwargs = {"ndims_in": self._n_input_dims}
             layers.append(aggregator_class(**(aggregator_kwargs or {})))
         self.layers = nn.Sequential(*layers)
         self.in_features = in_features
@@ -106,14 +113,20 @@ class ConvNet(nn.Module):
         self.num_cells = cells
         self.squeeze_output = squeeze_output
 
+    @property
+    def _n_input_dims(self) -> int:
+        return len(self._input_dims.split(","))
+
     def forward(self, value: torch.Tensor) -> torch.Tensor:
-        if value.ndim < 3:
+        n = self._n_input_dims
+        if value.ndim < n:
             raise ValueError(
-                f"ConvNet expects [*B, C, H, W] inputs, got shape {tuple(value.shape)}"
+                f"{type(self).__name__} expects [*B, {self._input_dims}] inputs, got shape "
+                f"{tuple(value.shape)}"
             )
-        batch = value.shape[:-3]
-        # Conv2d takes exactly one batch dim: fold the leading dims, unfold them afterwards.
-        out = self.layers(value.reshape(-1, *value.shape[-3:]))
+        batch = value.shape[:-n]
+        # A convolution takes exactly one batch dim: fold the leading dims, unfold them after.
+        out = self.layers(value.reshape(-1, *value.shape[-n:]))
         out = out.reshape(*batch, *out.shape[1:])
         if self.squeeze_output:
             while out.ndim > len(batch) and out.shape[-1] == 1:
