@@ -39,8 +39,9 @@ class ACTModel(nn.Module):
         dim_feedforward: hidden size of the feed-forward blocks (default ``4 * embed_dim``).
         dropout: dropout inside the transformer layers.
 
-    Inputs ``observation [*B, obs_dim]`` and optionally ``action_chunk [*B, k, action_dim]``;
-    outputs ``(action_pred [*B, k, action_dim], mu [*B, latent_dim], log_var [*B, latent_dim])``.
+    Inputs ``observation [*B, obs_dim]``, optionally ``action_chunk [*B, k, action_dim]`` and
+    its padding mask ``action_is_pad [*B, k]`` (steps past an episode's end, hidden from the
+    encoder); outputs ``(action_pred [*B, k, action_dim], mu [*B, latent_dim], log_var [*B, latent_dim])``.
     With an ``action_chunk``, ``z`` is drawn from the posterior ``N(mu, exp(log_var))`` in
     training mode and is ``mu`` in eval mode; without one, ``z = mu = log_var = 0``.
 
@@ -111,17 +112,28 @@ class ACTModel(nn.Module):
         for p in (self.cls_token, self.posterior_pos, self.memory_pos, self.queries):
             nn.init.normal_(p, std=0.02)
 
-    def encode(self, observation: Tensor, action_chunk: Tensor) -> tuple[Tensor, Tensor]:
-        """The posterior's ``(mu, log_var)``, each ``[N, latent_dim]`` (flat batch ``N``)."""
+    def encode(
+        self, observation: Tensor, action_chunk: Tensor, action_is_pad: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """The posterior's ``(mu, log_var)``, each ``[N, latent_dim]`` (flat batch ``N``).
+
+        ``action_is_pad`` (``[N, chunk_size]``, ``True`` for steps past the episode's end) hides
+        those actions from the encoder's attention.
+        """
+        n = observation.shape[0]
         tokens = torch.cat(
             [
-                self.cls_token.expand(observation.shape[0], -1, -1),
+                self.cls_token.expand(n, -1, -1),
                 self.posterior_obs(observation).unsqueeze(1),
                 self.posterior_action(action_chunk),
             ],
             1,
         )
-        cls = self.posterior(tokens + self.posterior_pos)[:, 0]
+        mask = None
+        if action_is_pad is not None:
+            seen = torch.zeros(n, 2, dtype=torch.bool, device=action_is_pad.device)
+            mask = torch.cat([seen, action_is_pad.bool()], 1)
+        cls = self.posterior(tokens + self.posterior_pos, src_key_padding_mask=mask)[:, 0]
         mu, log_var = self.latent_head(cls).chunk(2, -1)
         return mu, log_var
 
@@ -133,7 +145,10 @@ class ACTModel(nn.Module):
         return self.action_head(self.decoder(queries, memory))
 
     def forward(
-        self, observation: Tensor, action_chunk: Tensor | None = None
+        self,
+        observation: Tensor,
+        action_chunk: Tensor | None = None,
+        action_is_pad: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         if observation.shape[-1] != self.obs_dim:
             raise ValueError(
@@ -153,7 +168,8 @@ class ACTModel(nn.Module):
                     f"ACTModel: action_chunk has shape {tuple(action_chunk.shape)}, expected "
                     f"{expected} (batch, chunk_size, action_dim)"
                 )
-            mu, log_var = self.encode(obs, action_chunk.reshape(-1, *expected[-2:]))
+            pad = None if action_is_pad is None else action_is_pad.reshape(-1, self.chunk_size)
+            mu, log_var = self.encode(obs, action_chunk.reshape(-1, *expected[-2:]), pad)
             z = mu
             if self.training:
                 z = mu + (0.5 * log_var).exp() * torch.randn_like(mu)
