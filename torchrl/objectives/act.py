@@ -26,7 +26,8 @@ class ACTLoss(LossModule):
     ``"log_var"`` (``[*B, latent]``): :class:`~torchrl.modules.ACTModel` in a
     :class:`~tensordict.nn.TensorDictModule`. The L1 error is averaged over the chunk's steps
     and action dims (steps flagged in an optional ``"action_is_pad"`` mask ``[*B, k]`` are left
-    out); the KL to ``N(0, I)`` is summed over the latent dims.
+    out; an actor that also reads that mask hides them from its encoder); the KL to
+    ``N(0, I)`` is summed over the latent dims. The actor's other in-keys are read from the data.
 
     Returns ``loss_act`` (the training loss) and, detached for logging, ``loss_reconstruction``
     and ``loss_kl`` (so summing every ``loss_*`` entry still gives the right gradient).
