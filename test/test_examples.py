@@ -132,6 +132,15 @@ EXAMPLE_ARGS = {
         "--final-eval-episodes",
         "2",
     ],
+    "ppo_cartpole_hydra.py": ["collector.total_frames=512", "eval.every=256", "eval.episodes=2"],
+    "sac_pendulum_hydra.py": [
+        "collector.total_frames=400",
+        "collector.frames_per_batch=100",
+        "collector.init_random_frames=200",
+        "replay_buffer.batch_size=32",
+        "eval.every=200",
+        "eval.episodes=2",
+    ],
 }
 # Examples that need the MuJoCo simulator: skipped when it is not installed.
 MUJOCO_EXAMPLES = {"sac_mujoco.py", "ppo_mujoco.py"}
