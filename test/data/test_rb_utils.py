@@ -18,6 +18,7 @@ from torchrl.data import (
     OfflineToOnlineReplayBuffer,
     ReplayBuffer,
     TED2Flat,
+    TensorDictReplayBuffer,
     Trajectory,
     TrajectoryPredicate,
     filter_trajectories,
@@ -341,6 +342,16 @@ class TestOfflineToOnline:
         assert rb.split(7) == (2, 5)
         assert len(rb) == 70 and len(rb.online_buffer) == 20
         assert len(offline) == 50  # the offline data is never written to
+
+    def test_tensordict_replay_buffer_dataset(self):
+        # Its samples carry "index" (into the dataset's storage): dropped from mixed batches.
+        offline = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+        offline.extend(TensorDict(obs=torch.zeros(10, 3), batch_size=[10]))
+        rb = OfflineToOnlineReplayBuffer(offline, online_capacity=10, offline_fraction=0.5)
+        rb.extend(TensorDict(obs=torch.ones(4, 3), batch_size=[4]))
+        batch = rb.sample(4)
+        assert batch["obs"][:, 0].tolist() == [0.0, 0.0, 1.0, 1.0]
+        assert "index" not in batch.keys()
 
     def test_empty_online_and_annealing(self):
         rb = OfflineToOnlineReplayBuffer(_buffer(10, 0), online_capacity=10, batch_size=4)

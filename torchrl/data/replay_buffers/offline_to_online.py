@@ -210,6 +210,8 @@ class OfflineToOnlineReplayBuffer:
         if n_online:
             parts.append(_flatten(self._online.sample(n_online), "online"))
         if len(parts) == 2:
+            # Sample indices point into two different storages: meaningless once mixed.
+            parts = [p.exclude("index") if "index" in p.keys() else p for p in parts]
             keys = [set(p.keys(include_nested=True, leaves_only=True)) for p in parts]
             if keys[0] != keys[1]:
                 only_off = sorted(map(nested_key_str, keys[0] - keys[1]))
