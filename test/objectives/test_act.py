@@ -154,7 +154,7 @@ def test_loss_decreases_and_act_fits_the_chunks_of_a_deterministic_trajectory():
         2,
         4,
         latent_dim=4,
-        embed_dim=32,
+        embed_dim=16,
         num_heads=2,
         num_encoder_layers=1,
         num_decoder_layers=1,
@@ -162,7 +162,7 @@ def test_loss_decreases_and_act_fits_the_chunks_of_a_deterministic_trajectory():
     loss = ACTLoss(TensorDictModule(model, *TRAIN_KEYS), kl_weight=1.0)
     optim = torch.optim.Adam(loss.parameters(), lr=3e-3)
     history = []
-    for _ in range(300):
+    for _ in range(200):
         out = loss(data)
         optim.zero_grad()
         out["loss_act"].backward()
