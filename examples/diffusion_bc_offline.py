@@ -16,7 +16,6 @@ Usage: ``python examples/diffusion_bc_offline.py [--steps N] [--seed S] [--out D
 
 from __future__ import annotations
 
-import copy
 import os
 import time
 from collections.abc import Callable
@@ -41,14 +40,13 @@ from torchrl.objectives.diffusion_bc import DiffusionBCLoss
 class Config:
     env_name: str = "Pendulum-v1"
     dataset_episodes: int = 50  # of 200 steps each
-    steps: int = 6000  # gradient steps
+    steps: int = 10_000  # gradient steps
     batch_size: int = 256
     lr: float = 3e-3
     hidden: int = 256
     num_steps: int = 20  # denoising steps per action
     beta_end: float = 0.2  # with 20 steps, prod(1 - beta) ~ 0.1: the chain starts near noise
-    ema: float = 0.999  # decay of the weight average the policy acts with (0: the raw weights)
-    eval_every: int = 1500  # gradient steps
+    eval_every: int = 2500  # gradient steps
     eval_episodes: int = 10
     final_eval_episodes: int = 50
     compare_mse: bool = True  # also train an MSE-BC actor on the same data
@@ -106,7 +104,6 @@ def fit(
     buffer: TensorDictReplayBuffer,
     evaluate: Callable[[], float],
     name: str,
-    after_step: Callable[[int], None] | None = None,
 ) -> dict:
     """Adam with a cosine-decayed rate on ``loss_fn``; evaluates every ``cfg.eval_every`` steps."""
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr)
@@ -120,8 +117,6 @@ def fit(
         loss.backward()
         optim.step()
         schedule.step()
-        if after_step is not None:
-            after_step(step)
         if step % cfg.eval_every == 0 or step == cfg.steps:
             history["eval"].append((step, evaluate()))
             bar.set_postfix(eval_return=str(history["eval"][-1][1]))
@@ -149,29 +144,14 @@ def train(cfg: Config) -> dict:
         spec=action_spec,
         num_cells=(cfg.hidden, cfg.hidden),
     )
-    # Acting with an exponential moving average of the weights, as Diffusion Policy does: the
-    # sampled actions are only as precise as the noise predictions, which SGD noise blurs.
-    policy = copy.deepcopy(actor).requires_grad_(False) if cfg.ema > 0 else actor
-
-    @torch.no_grad()
-    def update_average(step: int) -> None:
-        decay = min(cfg.ema, (1 + step) / (10 + step))
-        for avg, new in zip(policy.parameters(), actor.parameters()):
-            avg.lerp_(new, 1.0 - decay)
-
     start = time.perf_counter()
     history = fit(
-        cfg,
-        DiffusionBCLoss(actor),
-        buffer,
-        lambda: mean_return(eval_env, policy),
-        "DiffusionBC",
-        update_average if cfg.ema > 0 else None,
+        cfg, DiffusionBCLoss(actor), buffer, lambda: mean_return(eval_env, actor), "DiffusionBC"
     )
     history["wall"] = time.perf_counter() - start
     history["expert_return"] = expert_return
     final_env.set_seed(cfg.seed + 20_000)
-    history["final_return"] = mean_return(final_env, policy)
+    history["final_return"] = mean_return(final_env, actor)
     final_env.set_seed(cfg.seed + 20_000)
     history["random_return"] = mean_return(final_env, RandomPolicy(final_env.action_spec))
     if cfg.compare_mse:
