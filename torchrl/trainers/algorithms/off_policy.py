@@ -69,13 +69,11 @@ class OffPolicyTrainer(Trainer):
     the collected batch (the whole batch when ``batch_size`` is ``None``). With
     ``collector=None`` the trainer runs offline on the buffer: each iteration makes
     ``optim_steps_per_batch`` steps and counts them as frames, so ``total_frames`` is the number
-    of gradient steps.
+    of gradient steps. The keywords not listed below (``collector``, ``total_frames``,
+    ``optim_steps_per_batch``, ``loss_module``, ``optimizer``, ``logger``, ...) are the
+    :class:`~torchrl.trainers.Trainer`'s.
 
     Args:
-        collector, total_frames, frame_skip, optim_steps_per_batch, loss_module, optimizer,
-            logger, clip_grad_norm, clip_norm, progress_bar, seed, save_trainer_interval,
-            log_interval, save_trainer_file: as in :class:`~torchrl.trainers.Trainer`
-            (``collector`` may be ``None``: offline).
         replay_buffer: where collected data goes and optimization batches come from.
         batch_size: items per optimization batch (``None``: the buffer's own).
         target_net_updater: a ``SoftUpdate``/``HardUpdate`` of the loss, stepped after every

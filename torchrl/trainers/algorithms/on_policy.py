@@ -57,9 +57,6 @@ class OnPolicyTrainer(Trainer):
     collector after every batch. All other keywords are the :class:`~torchrl.trainers.Trainer`'s.
 
     Args:
-        collector, total_frames, frame_skip, loss_module, optimizer, logger, clip_grad_norm,
-            clip_norm, progress_bar, seed, save_trainer_interval, log_interval,
-            save_trainer_file: as in :class:`~torchrl.trainers.Trainer`.
         optim_steps_per_batch: gradient steps per batch; ``None`` (default) makes it
             ``num_epochs * (frames_per_batch // batch_size)`` (``num_epochs`` without
             ``batch_size``), with ``frames_per_batch`` read from the collector.
