@@ -33,6 +33,8 @@ from torchrl.modules.qvalue import (
     QValueModule,
 )
 from torchrl.modules.recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode
+from torchrl.modules.tensordict_module.action_chunk import ActionChunkExecutor
+from torchrl.modules.tensordict_module.diffusion import DiffusionActor
 from torchrl.modules.tensordict_module.exploration_spec import set_exploration_modules_spec_from_env
 from torchrl.modules.tensordict_module.safe import (
     SafeModule,
@@ -70,6 +72,8 @@ __all__ = [
     "WorldModelWrapper",
     "recurrent_mode",
     "set_recurrent_mode",
+    "ActionChunkExecutor",
+    "DiffusionActor",
     "SafeModule",
     "SafeProbabilisticModule",
     "SafeProbabilisticTensorDictSequential",

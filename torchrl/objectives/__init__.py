@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from torchrl.modules.functional import symexp, symlog
 from torchrl.objectives.a2c import A2CLoss
+from torchrl.objectives.act import ACTLoss
 from torchrl.objectives.bc import BCLoss
 from torchrl.objectives.common import (
     AUTO_LOSS_MASK_KEYS,
@@ -48,6 +49,7 @@ from torchrl.objectives.utils import (
 )
 
 __all__ = [
+    "ACTLoss",
     "CrossQLoss",
     "DiffusionBCLoss",
     "GAILLoss",

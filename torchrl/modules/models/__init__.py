@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from torchrl.modules.models.act import ACTModel
 from torchrl.modules.models.batchrenorm import BatchRenorm1d
 from torchrl.modules.models.consistent_dropout import ConsistentDropout, ConsistentDropoutModule
 from torchrl.modules.models.conv import ConvNet, DuelingCnnDQNet
@@ -66,6 +67,7 @@ __all__ = [
 # Issue 18: DDPG and distributional nets, 3-d convolutions, online DT, cross-group critics,
 # consistent dropout, value normalisation and value transforms.
 __all__ += [
+    "ACTModel",
     "ComposeValueTransform",
     "ConsistentDropout",
     "ConsistentDropoutModule",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torchrl.modules import RandomPolicy
 from torchrl.modules.models.consistent_dropout import ConsistentDropoutModule
+from torchrl.modules.tensordict_module.action_chunk import ActionChunkExecutor
 from torchrl.modules.tensordict_module.actors import (
     Actor,
     ActorCriticOperator,
@@ -17,6 +18,7 @@ from torchrl.modules.tensordict_module.actors import (
     TanhModule,
     ValueOperator,
 )
+from torchrl.modules.tensordict_module.diffusion import DiffusionActor
 from torchrl.modules.tensordict_module.exploration import (
     AdditiveGaussianModule,
     AdditiveGaussianWrapper,
@@ -64,7 +66,9 @@ __all__ = [
     "WorldModelWrapper",
     "recurrent_mode",
     "set_recurrent_mode",
+    "ActionChunkExecutor",
     "ConsistentDropoutModule",
+    "DiffusionActor",
     "SafeModule",
     "SafeProbabilisticModule",
     "SafeProbabilisticTensorDictSequential",
