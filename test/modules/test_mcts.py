@@ -10,6 +10,7 @@ from tensordict.nn import TensorDictModule
 
 from torchrl.data import Categorical, Composite, OneHot, Unbounded
 from torchrl.envs import EnvBase, PendulumEnv, TicTacToeEnv
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules.mcts import (
     AlphaGoPolicy,
     AlphaStarPolicy,
@@ -408,6 +409,21 @@ def test_alphastar_samples_legal_moves_and_wins_greedily():
         seed=0,
     )
     assert greedy(_position(env, (0, 3, 1, 4)))["action"].tolist() == [2]
+
+
+def test_deterministic_exploration_type_plays_greedily_without_noise():
+    env = TicTacToeEnv(seed=0)
+    td = _position(env, (0, 4))
+    policy = AlphaStarPolicy(env, _constant_logits(), num_simulations=24, turn_key="turn", seed=0)
+    with set_exploration_type(ExplorationType.DETERMINISTIC):
+        stats = policy.search(td)
+        # no root noise: the network's uniform priors over the 7 free cells
+        torch.testing.assert_close(stats["prior_prob"][td["mask"]], torch.full((7,), 1 / 7))
+        for _ in range(3):
+            out = policy(td.clone())
+            # temperature 1 is ignored: the move is the most visited child of the search
+            visited = out["search_policy"]
+            assert visited[out["action"]].item() == visited.max().item()
 
 
 # ---------------------------------------------------------------------------------- MuZero

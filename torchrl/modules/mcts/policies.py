@@ -31,7 +31,7 @@ from tensordict.nn import TensorDictModuleBase
 from torchrl._keys import ACTION, DONE, LOGITS, MASK, NEXT, REWARD, STATE_VALUE
 from torchrl._types import NestedKey, TensorDictModuleLike
 from torchrl.envs.utils import step_mdp
-from torchrl.modules._spec_utils import module_keys, spec_kind
+from torchrl.modules._spec_utils import exploring, module_keys, spec_kind
 from torchrl.modules.mcts.scores import EXP3Score, MCTSScore, PUCTScore, UCBScore
 
 if TYPE_CHECKING:
@@ -153,7 +153,9 @@ class MCTSPolicyBase(TensorDictModuleBase):
             ("virtual loss") so that the others of the batch explore elsewhere (default ``1``).
         gamma: discount of the returns along the tree.
         temperature: ``0`` plays the most visited child; ``T > 0`` samples a child with
-            probability proportional to ``visits ** (1 / T)``.
+            probability proportional to ``visits ** (1 / T)``. Sampling and root noise only
+            apply while exploring: ``set_exploration_type(ExplorationType.DETERMINISTIC)``
+            (or ``MODE``, ...) plays the most visited child without noise.
         dirichlet_alpha: with ``exploration_fraction > 0``, the root priors are mixed with
             ``Dirichlet(dirichlet_alpha)`` noise (AlphaZero's root exploration).
         exploration_fraction: the weight of that noise (default ``0.0``: none).
@@ -255,6 +257,10 @@ class MCTSPolicyBase(TensorDictModuleBase):
                 f"{type(self).__name__}.search takes one state (batch []), got batch "
                 f"{list(tensordict.batch_size)}; call the policy itself on batches"
             )
+        with torch.no_grad():
+            return self._search(tensordict)
+
+    def _search(self, tensordict: TensorDictBase) -> TensorDictBase:
         self._value_bounds = [float("inf"), float("-inf")]
         state = self._root_state(tensordict)
         root = _Node(state, self._player(state, None))
@@ -276,7 +282,8 @@ class MCTSPolicyBase(TensorDictModuleBase):
     def _open(self, node: _Node, is_root: bool = False) -> None:
         expansion = self._expand(node)
         prior = expansion.prior
-        if is_root and self.exploration_fraction > 0 and bool(expansion.legal.any()):
+        noisy = is_root and self.exploration_fraction > 0 and exploring()
+        if noisy and bool(expansion.legal.any()):
             concentration = torch.full((int(expansion.legal.sum()),), self.dirichlet_alpha)
             noise = torch.zeros_like(prior)
             # torch's Dirichlet takes no generator: this noise follows the global one.
@@ -453,7 +460,7 @@ class MCTSPolicyBase(TensorDictModuleBase):
         legal = stats.get("legal")
         if not bool(legal.any()):
             raise ValueError(f"{type(self).__name__}: the state has no legal action")
-        if self.temperature > 0:
+        if self.temperature > 0 and exploring():
             weights = visits.clamp_min(0) ** (1.0 / self.temperature) * legal
             if float(weights.sum()) <= 0:
                 weights = legal.float()
@@ -636,9 +643,7 @@ class MCTSPolicy(MCTSPolicyBase):
         num_simulations: simulations per move (default ``100``).
         simulation_batch_size: new leaves rolled out together, as one batch (default ``8``;
             see :class:`MCTSPolicyBase`).
-        score: the child score (default ``UCBScore(c=0.7)``: with UCB's ``sqrt(N) / (1 + n)``
-            bonus and returns in ``[-1, 1]``, the usual ``sqrt(2)`` explores too much to block
-            threats on a small budget).
+        score: the child score (default ``UCBScore(c=0.7)``).
         rollout_policy: plays the rollouts (default ``env.rand_action``).
         num_rollouts: rollouts per new leaf, run as one batch (default ``1``).
         max_rollout_steps: rollout length cap (default ``100``).
@@ -689,6 +694,8 @@ class MCTSPolicy(MCTSPolicyBase):
         super().__init__(
             action_spec=model.action_spec,
             num_players=len(model.reward_keys),
+            # With UCB's sqrt(N) / (1 + n) bonus and returns in [-1, 1], the usual sqrt(2)
+            # explores too much to see (and block) threats on a budget of tens of simulations.
             score=score if score is not None else UCBScore(c=0.7),
             num_simulations=num_simulations,
             simulation_batch_size=simulation_batch_size,
@@ -983,21 +990,17 @@ class AlphaStarPolicy(MCTSPolicyBase):
 
 
 class MuZeroPolicy(MCTSPolicyBase):
-    """MuZero-style search in a learned model: no env, three networks.
+    """MuZero-style search in a learned model (no env): representation, dynamics, prediction.
 
-    ``representation_network`` maps the observation to a latent state; ``dynamics_network``
-    maps a latent state and an action to the next latent state and the reward;
-    ``prediction_network`` maps a latent state to ``logits`` (the children's priors) and a
-    ``state_value``. The search scores children by PUCT on min-max normalised mean returns, as
-    MuZero does. The networks read and write TensorDicts; the dynamics gets batches ``[A]``
-    (all actions of a node at once, formatted by ``action_spec``) and must write the next
-    latent state under the same keys, plus ``reward_key`` (``[A]`` or ``[A, 1]``). The legal
-    moves at the root come from ``action_mask_key`` of the observation; deeper, from the same
-    key in the dynamics output if written there (else all moves), and a ``done_key`` written
-    by the dynamics marks terminal children.
-
-    With ``num_players=2`` (board games) the players alternate: rewards and values are seen by
-    the player who moved and the player to move, and count negatively for the other.
+    ``representation_network`` maps an observation to a latent state; ``dynamics_network`` maps
+    a batch ``[A]`` of latent states and actions (all moves of a node, formatted by
+    ``action_spec``) to the next latent states (same keys) and ``reward_key``;
+    ``prediction_network`` maps latent states to ``prior_key`` logits and ``value_key``.
+    Children are scored by PUCT on min-max normalised mean returns, as in MuZero. Legal moves
+    come from ``action_mask_key``: in the observation at the root, in the dynamics output
+    deeper (all moves when absent); a ``done_key`` in the dynamics output ends a branch. With
+    ``num_players=2`` the players alternate, and rewards and values (seen by the player who
+    moved, resp. the player to move) count negatively for the other one.
 
     Args:
         representation_network, dynamics_network, prediction_network: the learned model.
@@ -1017,26 +1020,18 @@ class MuZeroPolicy(MCTSPolicyBase):
 
     Examples:
         >>> import torch
-        >>> from tensordict.nn import TensorDictModule
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule as Mod
         >>> from torchrl.data import Categorical
-        >>> # A chain of 3 cells: action 1 moves right, action 0 stays; cell 2 pays 1.
-        >>> represent = TensorDictModule(lambda x: x.float(), ["observation"], ["latent"])
-        >>> dynamics = TensorDictModule(
-        ...     lambda z, a: ((z + a.float()).clamp(max=2), (z + a.float() == 2).float()),
-        ...     ["latent", "action"],
-        ...     ["latent", "reward"],
-        ... )
-        >>> predict = TensorDictModule(
-        ...     lambda z: (torch.zeros(*z.shape[:-1], 2), torch.zeros(z.shape)),
-        ...     ["latent"],
-        ...     ["logits", "state_value"],
+        >>> represent = Mod(lambda x: x.float(), ["observation"], ["latent"])
+        >>> dynamics = Mod(lambda z, a: (z, a.float()), ["latent", "action"], ["latent", "reward"])
+        >>> predict = Mod(
+        ...     lambda z: (z * 0 + torch.zeros(2), z * 0), ["latent"], ["logits", "state_value"]
         ... )
         >>> policy = MuZeroPolicy(
-        ...     represent, dynamics, predict, action_spec=Categorical(2, shape=(1,)),
-        ...     num_simulations=30, gamma=0.9, seed=0,
+        ...     represent, dynamics, predict, action_spec=Categorical(2, shape=(1,)), seed=0
         ... )
-        >>> from tensordict import TensorDict
-        >>> policy(TensorDict(observation=torch.tensor([1])))["action"]
+        >>> policy(TensorDict(observation=torch.zeros(1)))["action"]  # action 1 pays 1
         tensor([1])
     """
 
