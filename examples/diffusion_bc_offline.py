@@ -9,7 +9,12 @@ again (``LazyMemmapStorage.open``) and a :class:`~torchrl.modules.DiffusionActor
 them alone with :class:`~torchrl.objectives.DiffusionBCLoss` (noise prediction, Chi et al.,
 2023). (4) The policy samples its actions through the reverse chain and is evaluated on fresh
 episodes, next to the expert, a uniformly random policy and (``compare_mse``) an MSE-BC actor
-trained on the same data. Seeds 0-2, defaults: see ``test/test_learning_offline_bc.py``.
+trained on the same data. Seeds 0-2 with the defaults, mean return over 50 final episodes:
+diffusion -144.7 / -149.3 / -148.9, expert -139.6 / -139.4 / -145.9, random -1191 / -1221 /
+-1179, MSE-BC -147.4 / -149.8 / -148.4 (about 70 s of training each on one CPU thread). This
+expert is a deterministic function of the state, so MSE-BC fits it too; the case where it
+cannot, a multi-modal expert, is ``test_diffusion_fits_a_bimodal_expert_where_mse_bc_averages``
+in ``test/objectives/test_diffusion_bc.py``.
 
 Usage: ``python examples/diffusion_bc_offline.py [--steps N] [--seed S] [--out DIR]``.
 """
