@@ -141,7 +141,8 @@ class MCTSPolicyBase(TensorDictModuleBase):
 
     A subclass says how to expand a node (:meth:`_expand`: the children's states, rewards, done
     flags, legal moves and priors), how to evaluate a new leaf (:meth:`_evaluate`: one value per
-    player) and who plays at a state (:meth:`_player`).
+    player) and who plays at a state (:meth:`_player`). A move that ends the game gets one visit
+    with its exact return as soon as its node is opened (its statistics count it).
 
     Args:
         action_spec: the spec of one action (``Categorical`` or ``OneHot``, no batch dims).
