@@ -172,6 +172,12 @@ class MCTSPolicyBase(TensorDictModuleBase):
             AlphaZero trains on) is written; ``None`` writes nothing.
         seed: seed of the search's own generator (ties, sampling); by default drawn from
             torch's global generator, which also draws the root noise.
+
+    Examples:
+        >>> import torch
+        >>> from torchrl.data import OneHot
+        >>> MCTSPolicyBase(action_spec=OneHot(3)).format_actions(torch.tensor(1))
+        tensor([False,  True, False])
     """
 
     def __init__(
