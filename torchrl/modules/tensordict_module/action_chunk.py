@@ -37,6 +37,9 @@ class ActionChunkExecutor(TensorDictModuleBase):
         action_key: where the executor writes the action of the step.
         init_key: the episode-start flag (``[*B, 1]``); ignored when absent from the input.
 
+    Attributes:
+        num_queries: how many times the policy has been called (on any number of sub-envs).
+
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
