@@ -233,6 +233,20 @@ def test_mcts_never_loses_against_a_random_player():
     assert sum(r > 0 for r in results) >= 15, results
 
 
+def test_mcts_self_play_through_env_rollout():
+    env = TicTacToeEnv(seed=0)
+    policy = _mcts(env, num_simulations=40, simulation_batch_size=4)
+    rollout = env.rollout(9, policy)
+    steps = rollout.batch_size[0]
+    assert rollout["next", "done"][-1].item()
+    played = rollout["action"].squeeze(-1)
+    assert rollout["mask"].gather(-1, played.unsqueeze(-1)).all()  # every move was legal
+    assert rollout["search_policy"].shape == (steps, 9)
+    # Both sides play well enough not to lose: a draw on a full board.
+    assert steps == 9
+    assert rollout["next", "player0", "reward"][-1].item() == 0
+
+
 def test_mcts_temperature_samples_visited_legal_moves():
     env = TicTacToeEnv(seed=0)
     td = _position(env, (0, 4))
