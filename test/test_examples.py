@@ -100,6 +100,8 @@ EXAMPLE_ARGS = {
         "2",
     ],
     "ddpg_pendulum.py": OFF_POLICY_TINY,
+    "crossq_pendulum.py": [*OFF_POLICY_TINY, "--critic-hidden", "32"],
+    "tqc_pendulum.py": OFF_POLICY_TINY,
     "td3_pendulum.py": OFF_POLICY_TINY,
     "sac_mujoco.py": [
         *OFF_POLICY_TINY,
