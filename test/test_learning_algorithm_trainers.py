@@ -1,0 +1,207 @@
+"""Learning tests of the algorithm trainers against the plain examples' targets (slow).
+
+Each test builds the env, networks, loss, hyper-parameters and evaluation of one plain example
+(``examples/a2c_cartpole.py``, ``reinforce_cartpole.py``, ``dqn_cartpole.py``,
+``td3_pendulum.py``, ``ddpg_pendulum.py``, ``iql_pendulum_offline.py``,
+``cql_pendulum_offline.py``), importing its builders and its ``Config`` defaults, but trains
+through the matching trainer of ``torchrl.trainers.algorithms`` instead of the example's own
+loop, and asserts the target ``test_learning.py`` applies to the example: a deterministic
+evaluation return >= 475 on CartPole-v1, a final 10-episode mean >= -200 on Pendulum-v1, or an
+offline policy that beats the behaviour policy. Seed 0 only; ``pytest -s`` shows frames, wall
+time and returns.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("gymnasium")
+
+from torchrl.collectors import SyncDataCollector  # noqa: E402
+from torchrl.envs import GymEnv, RewardSum, TransformedEnv  # noqa: E402
+from torchrl.objectives import A2CLoss, ReinforceLoss  # noqa: E402
+from torchrl.objectives.value import GAE, TD1Estimator  # noqa: E402
+from torchrl.trainers.algorithms import A2CTrainer, ReinforceTrainer  # noqa: E402
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+SEED = 0
+
+
+def _import_example(name: str, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, ModuleType]:
+    """The example module and the examples' ``_common`` helpers."""
+    monkeypatch.syspath_prepend(EXAMPLES)
+    torch.set_num_threads(1)
+    return importlib.import_module(name), importlib.import_module("_common")
+
+
+class _EvalUntilSolved:
+    """A ``post_steps`` op: the example's periodic evaluation and stopping rule.
+
+    Every ``every`` collected frames it runs the examples' ``evaluate`` (``evaluate_confirmed``
+    with ``confirm``) on ``env``; after ``passes`` evaluations in a row reach ``target`` it
+    records the frame count in ``solved_at`` and asks the trainer to stop.
+    """
+
+    def __init__(
+        self,
+        common: ModuleType,
+        env: Any,
+        policy: Any,
+        every: int,
+        max_steps: int,
+        target: float,
+        confirm: bool = False,
+        passes: int = 1,
+    ) -> None:
+        self.common = common
+        self.env = env
+        self.policy = policy
+        self.every = every
+        self.max_steps = max_steps
+        self.target = target
+        self.confirm = confirm
+        self.passes = passes
+        self.trainer: Any = None
+        self.next_eval = every
+        self.streak = 0
+        self.evals: list[tuple[int, float]] = []
+        self.solved_at: int | None = None
+
+    def register(self, trainer: Any) -> None:
+        self.trainer = trainer
+        trainer.register_op("post_steps", self)
+
+    def __call__(self) -> None:
+        frames = self.trainer.collected_frames
+        if frames < self.next_eval:
+            return
+        self.next_eval += self.every
+        ret = self.common.evaluate_confirmed(
+            self.env, self.policy, self.max_steps, self.target, self.confirm
+        )
+        self.evals.append((frames, ret))
+        self.streak = self.streak + 1 if ret >= self.target else 0
+        if self.streak >= self.passes:
+            self.solved_at = frames
+            self.trainer.request_stop("solved")
+
+
+def _final_return(common: ModuleType, cfg: Any, policy: Any, max_steps: int) -> float:
+    """The examples' final evaluation: ``final_eval_episodes`` fresh episodes, seed + 20000."""
+    env = GymEnv(cfg.env_name, num_envs=cfg.final_eval_episodes)
+    env.set_seed(cfg.seed + 20_000)
+    ret = common.evaluate(env, policy, max_steps=max_steps)
+    env.close()
+    return ret
+
+
+def _train(trainer: Any, stopper: _EvalUntilSolved, name: str) -> float:
+    start = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - start
+    print(
+        f"\n{name} seed {SEED}: {trainer.collected_frames} frames, {wall:.1f} s, solved at "
+        f"{stopper.solved_at}; evaluations {stopper.evals}",
+        file=sys.stderr,
+    )
+    return wall
+
+
+def _cartpole_envs(cfg: Any) -> tuple[TransformedEnv, GymEnv]:
+    env = TransformedEnv(GymEnv(cfg.env_name, num_envs=cfg.num_envs), RewardSum())
+    env.set_seed(cfg.seed)
+    eval_env = GymEnv(cfg.env_name, num_envs=cfg.eval_episodes)
+    eval_env.set_seed(cfg.seed + 10_000)
+    return env, eval_env
+
+
+@pytest.mark.slow
+def test_a2c_trainer_solves_cartpole(monkeypatch: pytest.MonkeyPatch) -> None:
+    example, common = _import_example("a2c_cartpole", monkeypatch)
+    cfg = example.Config(seed=SEED, progress=False)
+    torch.manual_seed(cfg.seed)
+    env, eval_env = _cartpole_envs(cfg)
+    actor, critic = example.make_agent(env, cfg.hidden)
+    collector = SyncDataCollector(
+        env, actor, frames_per_batch=cfg.num_envs * cfg.steps_per_env, total_frames=cfg.frames
+    )
+    loss_fn = A2CLoss(
+        actor,
+        critic,
+        entropy_coef=cfg.entropy_coef,
+        entropy_bonus=cfg.entropy_coef > 0,
+        critic_coef=0.5,
+        loss_critic_type="l2",
+    )
+    trainer = A2CTrainer(
+        collector=collector,
+        total_frames=cfg.frames,
+        loss_module=loss_fn,
+        optimizer=torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr),
+        clip_norm=0.5,
+        progress_bar=False,
+        seed=cfg.seed,
+        # The example's estimator: GAE with the advantages standardised over the batch.
+        gae=GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic, average_gae=True),
+    )
+    stopper = _EvalUntilSolved(common, eval_env, actor, cfg.eval_every, 500, cfg.target_return)
+    stopper.register(trainer)
+    _train(trainer, stopper, "A2CTrainer")
+    eval_env.close()
+    print(f"final return {_final_return(common, cfg, actor, 500):.1f}", file=sys.stderr)
+    assert stopper.solved_at is not None, (
+        f"A2CTrainer did not reach {cfg.target_return} in {trainer.collected_frames} frames; "
+        f"evaluations: {stopper.evals}"
+    )
+
+
+def _standardised_td1(estimator: TD1Estimator):
+    """The example's advantage: Monte-Carlo (TD(1)) returns minus the baseline, standardised."""
+
+    def advantage(batch: Any) -> None:
+        estimator(batch)
+        adv = batch["advantage"]
+        batch["advantage"] = (adv - adv.mean()) / adv.std().clamp_min(1e-6)
+
+    return advantage
+
+
+@pytest.mark.slow
+def test_reinforce_trainer_solves_cartpole(monkeypatch: pytest.MonkeyPatch) -> None:
+    example, common = _import_example("reinforce_cartpole", monkeypatch)
+    cfg = example.Config(seed=SEED, progress=False)
+    torch.manual_seed(cfg.seed)
+    env, eval_env = _cartpole_envs(cfg)
+    actor, critic = example.make_agent(env, cfg.hidden)
+    collector = SyncDataCollector(
+        env, actor, frames_per_batch=cfg.num_envs * cfg.steps_per_env, total_frames=cfg.frames
+    )
+    loss_fn = ReinforceLoss(actor, critic, loss_critic_type="l2")
+    estimator = TD1Estimator(gamma=cfg.gamma, value_network=critic, average_rewards=False)
+    trainer = ReinforceTrainer(
+        collector=collector,
+        total_frames=cfg.frames,
+        loss_module=loss_fn,
+        optimizer=torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr),
+        clip_norm=0.5,
+        progress_bar=False,
+        seed=cfg.seed,
+        gae=_standardised_td1(estimator),
+    )
+    stopper = _EvalUntilSolved(common, eval_env, actor, cfg.eval_every, 500, cfg.target_return)
+    stopper.register(trainer)
+    _train(trainer, stopper, "ReinforceTrainer")
+    eval_env.close()
+    print(f"final return {_final_return(common, cfg, actor, 500):.1f}", file=sys.stderr)
+    assert stopper.solved_at is not None, (
+        f"ReinforceTrainer did not reach {cfg.target_return} in {trainer.collected_frames} "
+        f"frames; evaluations: {stopper.evals}"
+    )
