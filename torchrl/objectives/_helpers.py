@@ -29,6 +29,7 @@ __all__ = [
     "as_batch",
     "check_action_shape",
     "check_loss_function",
+    "check_probabilistic_actor",
     "check_reduction",
     "clamped_alpha",
     "critic_value_loss",
@@ -337,19 +338,35 @@ def action_bounds(
     return low_t, high_t
 
 
+def check_probabilistic_actor(loss: str, actor: Any) -> None:
+    """Raises a ``TypeError`` unless ``actor`` has ``get_dist()`` (a probabilistic actor)."""
+    if not hasattr(actor, "get_dist"):
+        raise TypeError(
+            f"{loss}: actor_network must be a probabilistic actor with get_dist() (e.g. "
+            f"ProbabilisticActor), got {type(actor).__name__}"
+        )
+
+
 def resolve_target_entropy(
     loss: str,
     target_entropy: str | float,
     action_spec: TensorSpec | None,
     actor: nn.Module,
     action_key: NestedKey,
+    fixed_alpha: bool = False,
 ) -> float:
-    """``target_entropy``, or ``-prod(action shape)`` for ``"auto"``."""
+    """``target_entropy``, or ``-prod(action shape)`` for ``"auto"``.
+
+    With ``fixed_alpha`` an unknown action shape gives 0.0: a fixed temperature never reads the
+    target entropy.
+    """
     if target_entropy != "auto":
         return float(target_entropy)
     leaf = _leaf_action_spec(action_spec, actor, action_key)
     shape = getattr(leaf, "shape", None) if leaf is not None else None
     if shape is None:
+        if fixed_alpha:
+            return 0.0
         raise ValueError(
             f"{loss}: target_entropy='auto' needs the action's shape; pass an action_spec or a "
             "number"

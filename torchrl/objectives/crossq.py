@@ -32,6 +32,7 @@ from torchrl.objectives._helpers import (
     alpha_loss,
     check_action_shape,
     check_loss_function,
+    check_probabilistic_actor,
     check_reduction,
     clamped_alpha,
     reduce_loss,
@@ -156,11 +157,7 @@ class CrossQLoss(LossModule):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        if not hasattr(actor_network, "get_dist"):
-            raise TypeError(
-                f"{name}: actor_network must be a probabilistic actor with get_dist() (e.g. "
-                f"ProbabilisticActor), got {type(actor_network).__name__}"
-            )
+        check_probabilistic_actor(name, actor_network)
         sample_keys = list(getattr(actor_network, "dist_sample_keys", None) or [ACTION])
         self._tensor_keys.action = sample_keys[0]
         self.convert_to_functional(actor_network, "actor_network")
@@ -173,15 +170,9 @@ class CrossQLoss(LossModule):
         self.reduction = check_reduction(reduction)
         self.deactivate_vmap = deactivate_vmap
         register_log_alpha(self, alpha_init, fixed_alpha, min_alpha, max_alpha)
-        try:
-            self.target_entropy = resolve_target_entropy(
-                name, target_entropy, action_spec, actor_network, sample_keys[0]
-            )
-        except ValueError:
-            if not fixed_alpha:
-                raise
-            # A fixed temperature never reads the target entropy.
-            self.target_entropy = 0.0
+        self.target_entropy = resolve_target_entropy(
+            name, target_entropy, action_spec, actor_network, sample_keys[0], fixed_alpha
+        )
         self.out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
         self._refresh_keys()
 

@@ -25,6 +25,7 @@ from torchrl._types import NestedKey
 from torchrl.objectives._helpers import (
     action_log_prob,
     check_loss_function,
+    check_probabilistic_actor,
     check_reduction,
     gather_action_values,
     reduce_loss,
@@ -114,11 +115,7 @@ class IQLLoss(LossModule):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        if not hasattr(actor_network, "get_dist"):
-            raise TypeError(
-                f"{name}: actor_network must be a probabilistic actor with get_dist(), got "
-                f"{type(actor_network).__name__}"
-            )
+        check_probabilistic_actor(name, actor_network)
         if not 0.0 < expectile < 1.0:
             raise ValueError(f"{name}: expectile must lie in (0, 1), got {expectile}")
         sample_keys = list(getattr(actor_network, "dist_sample_keys", None) or [ACTION])

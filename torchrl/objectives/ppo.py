@@ -33,6 +33,7 @@ from torchrl.objectives._helpers import (
     action_log_prob,
     as_batch,
     check_loss_function,
+    check_probabilistic_actor,
     check_reduction,
     critic_value_loss,
     dist_entropy,
@@ -157,11 +158,7 @@ class PPOLoss(LossModule):
         critic_coef = either_alias(
             type(self).__name__, "critic_coef", critic_coef, "critic_coeff", critic_coeff, 1.0
         )
-        if not hasattr(actor_network, "get_dist"):
-            raise TypeError(
-                f"{type(self).__name__}: actor_network must be a probabilistic actor with "
-                f"get_dist() (e.g. ProbabilisticActor), got {type(actor_network).__name__}"
-            )
+        check_probabilistic_actor(type(self).__name__, actor_network)
         self.convert_to_functional(actor_network, "actor_network")
         if critic_network is not None:
             self.convert_to_functional(critic_network, "critic_network")

@@ -28,6 +28,7 @@ from torchrl.objectives._helpers import (
     alpha_loss,
     check_action_shape,
     check_loss_function,
+    check_probabilistic_actor,
     check_reduction,
     clamped_alpha,
     gather_action_values,
@@ -47,14 +48,6 @@ if TYPE_CHECKING:
 __all__ = ["DiscreteSACLoss", "SACLoss"]
 
 _TD_ESTIMATORS = (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
-
-
-def _check_actor(loss: str, actor: Any) -> None:
-    if not hasattr(actor, "get_dist"):
-        raise TypeError(
-            f"{loss}: actor_network must be a probabilistic actor with get_dist() (e.g. "
-            f"ProbabilisticActor), got {type(actor).__name__}"
-        )
 
 
 class SACLoss(LossModule):
@@ -157,7 +150,7 @@ class SACLoss(LossModule):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        _check_actor(name, actor_network)
+        check_probabilistic_actor(name, actor_network)
         sample_keys = list(getattr(actor_network, "dist_sample_keys", None) or [ACTION])
         self._tensor_keys.action = sample_keys[0]
         self.convert_to_functional(actor_network, "actor_network", create_target_params=delay_actor)
@@ -183,15 +176,9 @@ class SACLoss(LossModule):
         self.reduction = check_reduction(reduction)
         self.deactivate_vmap = deactivate_vmap
         register_log_alpha(self, alpha_init, fixed_alpha, min_alpha, max_alpha)
-        try:
-            self.target_entropy = resolve_target_entropy(
-                name, target_entropy, action_spec, actor_network, sample_keys[0]
-            )
-        except ValueError:
-            if not fixed_alpha:
-                raise
-            # A fixed temperature never reads the target entropy.
-            self.target_entropy = 0.0
+        self.target_entropy = resolve_target_entropy(
+            name, target_entropy, action_spec, actor_network, sample_keys[0], fixed_alpha
+        )
         self.out_keys = ["loss_actor", "loss_qvalue"]
         if value_network is not None:
             self.out_keys.append("loss_value")
@@ -391,7 +378,7 @@ class DiscreteSACLoss(LossModule):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        _check_actor(name, actor_network)
+        check_probabilistic_actor(name, actor_network)
         self.action_space = resolve_action_space(name, action_space, actor_network)
         sample_keys = list(getattr(actor_network, "dist_sample_keys", None) or [ACTION])
         self._tensor_keys.action = sample_keys[0]
