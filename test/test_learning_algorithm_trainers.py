@@ -25,11 +25,29 @@ import torch
 
 pytest.importorskip("gymnasium")
 
+from tensordict.nn import TensorDictSequential  # noqa: E402
+
 from torchrl.collectors import SyncDataCollector  # noqa: E402
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer  # noqa: E402
 from torchrl.envs import GymEnv, RewardSum, TransformedEnv  # noqa: E402
-from torchrl.objectives import A2CLoss, ReinforceLoss  # noqa: E402
+from torchrl.modules import MLP, AdditiveGaussianModule, EGreedyModule, QValueActor  # noqa: E402
+from torchrl.objectives import (  # noqa: E402
+    A2CLoss,
+    DDPGLoss,
+    DQNLoss,
+    HardUpdate,
+    ReinforceLoss,
+    SoftUpdate,
+    TD3Loss,
+)
 from torchrl.objectives.value import GAE, TD1Estimator  # noqa: E402
-from torchrl.trainers.algorithms import A2CTrainer, ReinforceTrainer  # noqa: E402
+from torchrl.trainers.algorithms import (  # noqa: E402
+    A2CTrainer,
+    DDPGTrainer,
+    DQNTrainer,
+    ReinforceTrainer,
+    TD3Trainer,
+)
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 SEED = 0
@@ -204,4 +222,57 @@ def test_reinforce_trainer_solves_cartpole(monkeypatch: pytest.MonkeyPatch) -> N
     assert stopper.solved_at is not None, (
         f"ReinforceTrainer did not reach {cfg.target_return} in {trainer.collected_frames} "
         f"frames; evaluations: {stopper.evals}"
+    )
+
+
+@pytest.mark.slow
+def test_dqn_trainer_solves_cartpole(monkeypatch: pytest.MonkeyPatch) -> None:
+    example, common = _import_example("dqn_cartpole", monkeypatch)
+    cfg = example.Config(seed=SEED, progress=False)
+    torch.manual_seed(cfg.seed)
+    env, eval_env = _cartpole_envs(cfg)
+    n_obs = env.observation_spec["observation"].shape[-1]
+    n_act = env.action_spec.shape[-1]
+    qnet = MLP(in_features=n_obs, out_features=n_act, num_cells=[cfg.hidden, cfg.hidden])
+    greedy = QValueActor(qnet, in_keys=["observation"], spec=env.action_spec)
+    egreedy = EGreedyModule(
+        env.action_spec, eps_init=1.0, eps_end=cfg.eps_end, annealing_num_steps=cfg.eps_frames
+    )
+    loss_fn = DQNLoss(greedy, delay_value=True, double_dqn=True, loss_function="smooth_l1")
+    loss_fn.make_value_estimator(gamma=cfg.gamma)
+    collector = SyncDataCollector(
+        env,
+        TensorDictSequential(greedy, egreedy),
+        frames_per_batch=cfg.frames_per_batch,
+        total_frames=cfg.frames,
+        init_random_frames=cfg.init_random_frames,
+    )
+    trainer = DQNTrainer(
+        collector=collector,
+        total_frames=cfg.frames,
+        optim_steps_per_batch=cfg.updates_per_batch,
+        loss_module=loss_fn,
+        optimizer=torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr),
+        clip_norm=10.0,
+        progress_bar=False,
+        seed=cfg.seed,
+        replay_buffer=TensorDictReplayBuffer(
+            storage=LazyTensorStorage(cfg.buffer_size), batch_size=cfg.batch_size
+        ),
+        batch_size=cfg.batch_size,
+        target_net_updater=HardUpdate(
+            loss_fn, value_network_update_interval=cfg.target_update_interval
+        ),
+    )
+    # The trainer does not anneal the exploration: epsilon moves once per collected batch, as
+    # in the example.
+    trainer.register_op("post_steps", egreedy.step, frames=cfg.frames_per_batch)
+    stopper = _EvalUntilSolved(common, eval_env, greedy, cfg.eval_every, 500, cfg.target_return)
+    stopper.register(trainer)
+    _train(trainer, stopper, "DQNTrainer")
+    eval_env.close()
+    print(f"final return {_final_return(common, cfg, greedy, 500):.1f}", file=sys.stderr)
+    assert stopper.solved_at is not None, (
+        f"DQNTrainer did not reach {cfg.target_return} in {trainer.collected_frames} frames; "
+        f"evaluations: {stopper.evals}"
     )
