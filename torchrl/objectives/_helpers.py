@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torch import Tensor, nn
 
 from torchrl._keys import paper_era_log_prob_key
@@ -40,6 +40,7 @@ __all__ = [
     "get_log_prob",
     "masked_argmax",
     "reduce_loss",
+    "soft_actor_critic_terms",
     "register_log_alpha",
     "resolve_action_space",
     "resolve_target_entropy",
@@ -434,6 +435,31 @@ def alpha_loss(loss: AlphaOwner, log_prob: Tensor) -> Tensor:
     if loss.fixed_alpha:
         return torch.zeros_like(log_prob)
     return -loss.log_alpha * (log_prob.detach() + loss.target_entropy)
+
+
+class _SoftActorCritic(AlphaOwner, Protocol):
+    reduction: Reduction
+
+
+def soft_actor_critic_terms(
+    loss: _SoftActorCritic,
+    loss_actor: Tensor,
+    loss_qvalue: Tensor,
+    log_prob: Tensor,
+    alpha: Tensor,
+) -> TensorDict:
+    """The output of the SAC family: reduced actor, critic and temperature losses, ``alpha``
+    and the entropy estimate ``-mean(log_prob)`` (detached)."""
+    return TensorDict(
+        {
+            "loss_actor": reduce_loss(loss_actor, loss.reduction),
+            "loss_qvalue": reduce_loss(loss_qvalue, loss.reduction),
+            "loss_alpha": reduce_loss(alpha_loss(loss, log_prob), loss.reduction),
+            "alpha": alpha,
+            "entropy": -log_prob.detach().mean(),
+        },
+        batch_size=[],
+    )
 
 
 # ------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -39,6 +39,7 @@ from torchrl.objectives._helpers import (
     register_log_alpha,
     resolve_target_entropy,
     rsample_and_log_prob,
+    soft_actor_critic_terms,
     td_error_priority,
 )
 from torchrl.objectives.common import LossModule, ParamSet, next_key
@@ -328,11 +329,4 @@ class CrossQLoss(LossModule):
         alpha = self.alpha
         loss_qvalue, _ = self._qvalue_terms(tensordict, alpha)
         loss_actor, log_prob = self._actor_terms(tensordict, alpha)
-        out: dict[str, Any] = {
-            "loss_actor": reduce_loss(loss_actor, self.reduction),
-            "loss_qvalue": reduce_loss(loss_qvalue, self.reduction),
-            "loss_alpha": self.alpha_loss(log_prob),
-            "alpha": alpha,
-            "entropy": -log_prob.detach().mean(),
-        }
-        return TensorDict(out, batch_size=[])
+        return soft_actor_critic_terms(self, loss_actor, loss_qvalue, log_prob, alpha)

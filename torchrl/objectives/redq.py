@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, dispatch
 
 from torchrl._keys import NEXT
 from torchrl._types import NestedKey
-from torchrl.objectives._helpers import alpha_loss, reduce_loss, td_error_priority
+from torchrl.objectives._helpers import soft_actor_critic_terms, td_error_priority
 from torchrl.objectives.common import ParamSet
 from torchrl.objectives.sac import SACLoss
 from torchrl.objectives.utils import distance_loss
@@ -143,13 +143,4 @@ class REDQLoss(SACLoss):
         tensordict.set(
             self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
         )
-        return TensorDict(
-            {
-                "loss_actor": reduce_loss(loss_actor, self.reduction),
-                "loss_qvalue": reduce_loss(loss_qvalue, self.reduction),
-                "loss_alpha": reduce_loss(alpha_loss(self, log_prob), self.reduction),
-                "alpha": alpha,
-                "entropy": -log_prob.detach().mean(),
-            },
-            batch_size=[],
-        )
+        return soft_actor_critic_terms(self, loss_actor, loss_qvalue, log_prob, alpha)
