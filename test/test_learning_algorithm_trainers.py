@@ -276,3 +276,127 @@ def test_dqn_trainer_solves_cartpole(monkeypatch: pytest.MonkeyPatch) -> None:
         f"DQNTrainer did not reach {cfg.target_return} in {trainer.collected_frames} frames; "
         f"evaluations: {stopper.evals}"
     )
+
+
+def _pendulum_setup(example: ModuleType, cfg: Any) -> tuple[Any, ...]:
+    """The env, eval env, actor, critic and noisy exploration policy of the TD3/DDPG examples."""
+    torch.manual_seed(cfg.seed)
+    env = TransformedEnv(GymEnv(cfg.env_name), RewardSum())
+    env.set_seed(cfg.seed)
+    eval_env = GymEnv(cfg.env_name, num_envs=cfg.eval_episodes)
+    eval_env.set_seed(cfg.seed + 10_000)
+    actor, critic = example.make_agent(env, cfg.hidden)
+    noise = AdditiveGaussianModule(
+        env.action_spec, sigma_init=cfg.noise_sigma, sigma_end=cfg.noise_sigma
+    )
+    return env, eval_env, actor, critic, TensorDictSequential(actor, noise)
+
+
+def _off_policy_kwargs(cfg: Any, env: Any, policy: Any) -> dict[str, Any]:
+    """Collector, buffer and step count of the Pendulum examples (one update per frame)."""
+    return {
+        "collector": SyncDataCollector(
+            env,
+            policy,
+            frames_per_batch=cfg.frames_per_batch,
+            total_frames=cfg.frames,
+            init_random_frames=cfg.init_random_frames,
+        ),
+        "total_frames": cfg.frames,
+        "optim_steps_per_batch": int(cfg.frames_per_batch * cfg.updates_per_frame),
+        "replay_buffer": TensorDictReplayBuffer(
+            storage=LazyTensorStorage(cfg.buffer_size), batch_size=cfg.batch_size
+        ),
+        "batch_size": cfg.batch_size,
+        "clip_norm": None,
+        "progress_bar": False,
+        "seed": cfg.seed,
+    }
+
+
+@pytest.mark.slow
+def test_td3_trainer_solves_pendulum(monkeypatch: pytest.MonkeyPatch) -> None:
+    example, common = _import_example("td3_pendulum", monkeypatch)
+    cfg = example.Config(seed=SEED, progress=False)
+    env, eval_env, actor, critic, policy = _pendulum_setup(example, cfg)
+    loss_fn = TD3Loss(
+        actor,
+        critic,
+        action_spec=env.action_spec,
+        num_qvalue_nets=2,
+        policy_noise=cfg.policy_noise,
+        noise_clip=cfg.noise_clip,
+        loss_function="l2",
+    )
+    loss_fn.make_value_estimator(gamma=cfg.gamma)
+    # One optimizer over the actor and the critic ensemble held by the loss; on the steps
+    # without an actor update the trainer leaves loss_actor out, so the actor has no gradient.
+    actor_ids = {id(p) for p in actor.parameters()}
+    critic_params = [p for p in loss_fn.parameters() if id(p) not in actor_ids]
+    optim = torch.optim.Adam(
+        [
+            {"params": list(actor.parameters()), "lr": cfg.actor_lr},
+            {"params": critic_params, "lr": cfg.critic_lr},
+        ]
+    )
+    trainer = TD3Trainer(
+        loss_module=loss_fn,
+        optimizer=optim,
+        policy_delay=cfg.policy_delay,
+        target_net_updater=SoftUpdate(loss_fn, tau=cfg.tau),
+        **_off_policy_kwargs(cfg, env, policy),
+    )
+    stopper = _EvalUntilSolved(
+        common,
+        eval_env,
+        actor,
+        cfg.eval_every,
+        200,
+        cfg.target_return,
+        confirm=cfg.confirm,
+        passes=cfg.passes_to_stop,
+    )
+    stopper.register(trainer)
+    _train(trainer, stopper, "TD3Trainer")
+    eval_env.close()
+    final = _final_return(common, cfg, actor, 200)
+    print(f"final return {final:.1f}", file=sys.stderr)
+    assert final >= cfg.target_return, (
+        f"TD3Trainer: final evaluation {final:.1f} over {cfg.final_eval_episodes} episodes is "
+        f"below {cfg.target_return} after {trainer.collected_frames} frames; evaluations: "
+        f"{stopper.evals}"
+    )
+
+
+@pytest.mark.slow
+def test_ddpg_trainer_solves_pendulum(monkeypatch: pytest.MonkeyPatch) -> None:
+    example, common = _import_example("ddpg_pendulum", monkeypatch)
+    cfg = example.Config(seed=SEED, progress=False)
+    env, eval_env, actor, critic, policy = _pendulum_setup(example, cfg)
+    loss_fn = DDPGLoss(actor, critic, delay_actor=True, delay_value=True, loss_function="l2")
+    loss_fn.make_value_estimator(gamma=cfg.gamma)
+    optim = torch.optim.Adam(
+        [
+            {"params": actor.parameters(), "lr": cfg.actor_lr},
+            {"params": critic.parameters(), "lr": cfg.critic_lr},
+        ]
+    )
+    trainer = DDPGTrainer(
+        loss_module=loss_fn,
+        optimizer=optim,
+        target_net_updater=SoftUpdate(loss_fn, tau=cfg.tau),
+        **_off_policy_kwargs(cfg, env, policy),
+    )
+    stopper = _EvalUntilSolved(
+        common, eval_env, actor, cfg.eval_every, 200, cfg.target_return, confirm=cfg.confirm
+    )
+    stopper.register(trainer)
+    _train(trainer, stopper, "DDPGTrainer")
+    eval_env.close()
+    final = _final_return(common, cfg, actor, 200)
+    print(f"final return {final:.1f}", file=sys.stderr)
+    assert final >= cfg.target_return, (
+        f"DDPGTrainer: final evaluation {final:.1f} over {cfg.final_eval_episodes} episodes is "
+        f"below {cfg.target_return} after {trainer.collected_frames} frames; evaluations: "
+        f"{stopper.evals}"
+    )
