@@ -189,8 +189,10 @@ def test_copies_start_with_empty_cache_and_share_parameters():
     assert trained._kv_cache is None and trained.transformer is module.transformer
 
 
-def test_rollout_with_init_tracker_replays_in_window_mode():
-    env = TransformedEnv(CountingEnv(batch_size=[2], max_steps=[3, 4]), InitTracker())
+@pytest.mark.parametrize("batch_size", [[2], []])
+def test_rollout_with_init_tracker_replays_in_window_mode(batch_size):
+    max_steps = [3, 4] if batch_size else 3
+    env = TransformedEnv(CountingEnv(batch_size=batch_size, max_steps=max_steps), InitTracker())
     policy = TensorDictSequential(
         TransformerModule(
             1, 8, num_heads=2, max_seq_len=8, in_key="observation", out_key="features"
@@ -202,9 +204,9 @@ def test_rollout_with_init_tracker_replays_in_window_mode():
         ),
     )
     rollout = env.rollout(10, policy, break_when_any_done=False)
-    assert rollout.batch_size == (2, 10)
-    is_init = rollout["is_init"].squeeze(-1)
-    assert is_init[:, 1:].any(), "the rollout must cross an episode start"
+    assert rollout.batch_size == (*batch_size, 10)
+    is_init = rollout["is_init"].reshape(-1, 10)
+    # the first sub-env ends every 3 steps: the rollout crosses episode starts
     assert torch.equal(is_init[0].nonzero().squeeze(-1), torch.tensor([0, 3, 6, 9]))
     with set_recurrent_mode(True):
         replay = policy(rollout.exclude("features", "action", "next"))

@@ -459,17 +459,15 @@ class CausalTransformer(nn.Module):
 class TransformerModule(TensorDictModuleBase):
     """A causal transformer policy block: the attention counterpart of ``LSTMModule``.
 
-    Reads ``in_key`` (``[*B, input_size]``) and ``"is_init"``; writes ``out_key``
-    (``[*B, hidden_size]``). Step mode (collection) attends to the previous steps of each
-    env's episode through a key/value cache owned by the module, one stream per batch
-    element: rows with ``is_init`` are cleared, a new batch shape or changed parameters
-    (optimizer step, ``load_state_dict``) drop the cache, copies and pickles start empty, and
-    :meth:`reset_cache` releases it. Nothing but observations and features goes into the
-    TensorDict. Recurrent mode (:class:`~torchrl.modules.set_recurrent_mode`) runs
-    ``[*B, T]`` windows, which must start at an episode start, with
-    :func:`positions_from_is_init` and :func:`segment_causal_mask_from_is_init`; both modes
-    give the same outputs; only windows backpropagate through attention to past steps. Needs
-    an ``InitTracker`` on the env; episodes are at most ``max_seq_len`` steps.
+    Reads ``in_key`` ``[*B, input_size]`` and ``"is_init"`` (from an ``InitTracker``); writes
+    ``out_key`` ``[*B, hidden_size]``. Step mode (collection) attends to the earlier steps of
+    each env's episode through a key/value cache the module owns (one stream per batch row,
+    cleared where ``is_init``; dropped on a new batch shape, changed parameters or
+    :meth:`reset_cache`; empty in copies and pickles): no state goes into the TensorDict.
+    Recurrent mode (``set_recurrent_mode(True)``) runs ``[*B, T]`` windows that start an
+    episode, with :func:`positions_from_is_init` and :func:`segment_causal_mask_from_is_init`;
+    both modes give the same outputs, and only windows backpropagate into past steps.
+    Episodes are at most ``max_seq_len`` steps.
 
     Args:
         input_size: input features (or pass ``transformer``).
