@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from torchrl._keys import paper_era_log_prob_key
 from torchrl._types import NestedKey
+from torchrl.modules.models.value_norm import DecodedValueOperator, encode_value
 from torchrl.objectives.utils import LossFunction, Reduction, distance_loss
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ __all__ = [
     "alpha_loss",
     "as_batch",
     "check_action_shape",
+    "decoded_critic",
+    "encoded_critic_data",
     "check_loss_function",
     "check_probabilistic_actor",
     "check_reduction",
@@ -460,6 +463,49 @@ def soft_actor_critic_terms(
         },
         batch_size=[],
     )
+
+
+# ------------------------------------------------------------------------------------------
+# Critics trained on normalised / transformed values (PPO, A2C)
+# ------------------------------------------------------------------------------------------
+
+
+def decoded_critic(loss: Any) -> nn.Module | None:
+    """The critic as the value estimator should call it: real-scale values.
+
+    ``loss.critic_network`` itself without ``value_norm``/``value_transform``; otherwise a
+    :class:`~torchrl.modules.DecodedValueOperator` around it.
+    """
+    critic = loss.critic_network
+    if critic is None or (loss.value_norm is None and loss.value_transform is None):
+        return critic
+    return DecodedValueOperator(
+        critic,
+        value_norm=loss.value_norm,
+        value_transform=loss.value_transform,
+        value_key=loss.tensor_keys.value,
+    )
+
+
+def encoded_critic_data(loss: Any, tensordict: TensorDictBase) -> TensorDictBase:
+    """A shallow copy whose value target and old value are in the critic's prediction space.
+
+    In training mode the normaliser's statistics move first (with the targets), so the targets
+    are normalised with the statistics the critic is fit to.
+    """
+    keys = loss.tensor_keys
+    target = tensordict.get(keys.value_target, None)
+    if target is None:
+        return tensordict
+    data = tensordict.copy()
+    norm, transform = loss.value_norm, loss.value_transform
+    data.set(
+        keys.value_target, encode_value(target.detach(), norm, transform, update=loss.training)
+    )
+    old_value = tensordict.get(keys.value, None)
+    if old_value is not None:
+        data.set(keys.value, encode_value(old_value, norm, transform))
+    return data
 
 
 # ------------------------------------------------------------------------------------------

@@ -11,10 +11,8 @@ from torch import Tensor, nn
 from torchrl._keys import ACTION, ADVANTAGE, DONE, REWARD, STATE_VALUE, TERMINATED, VALUE_TARGET
 from torchrl._types import NestedKey
 from torchrl.modules.models.value_norm import (
-    DecodedValueOperator,
     ValueNorm,
     ValueTransform,
-    encode_value,
 )
 from torchrl.objectives._helpers import (
     UNSET,
@@ -24,8 +22,10 @@ from torchrl.objectives._helpers import (
     check_probabilistic_actor,
     check_reduction,
     critic_value_loss,
+    decoded_critic,
     dist_entropy,
     either_alias,
+    encoded_critic_data,
     reduce_loss,
 )
 from torchrl.objectives.common import LossModule, next_key
@@ -173,33 +173,7 @@ class A2CLoss(LossModule):
         return self._value_target_keys(self.critic_network)
 
     def _estimator_value_network(self) -> nn.Module | None:
-        if self.critic_network is None or (
-            self.value_norm is None and self.value_transform is None
-        ):
-            return self.critic_network
-        return DecodedValueOperator(
-            self.critic_network,
-            value_norm=self.value_norm,
-            value_transform=self.value_transform,
-            value_key=self.tensor_keys.value,
-        )
-
-    def _scaled_critic_data(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """A shallow copy whose value target and old value are in the critic's prediction space."""
-        keys = self.tensor_keys
-        target = tensordict.get(keys.value_target, None)
-        if target is None:
-            return tensordict
-        data = tensordict.copy()
-        norm, transform = self.value_norm, self.value_transform
-        # statistics move first, so the target is normalised with what the critic is fit to
-        data.set(
-            keys.value_target, encode_value(target.detach(), norm, transform, update=self.training)
-        )
-        old_value = tensordict.get(keys.value, None)
-        if old_value is not None:
-            data.set(keys.value, encode_value(old_value, norm, transform))
-        return data
+        return decoded_critic(self)
 
     def _estimator_actor_network(self) -> nn.Module | None:
         return self.actor_network
@@ -239,7 +213,7 @@ class A2CLoss(LossModule):
         if self.critic_network is not None and self.critic_coef is not None:
             critic_data = tensordict
             if self.value_norm is not None or self.value_transform is not None:
-                critic_data = self._scaled_critic_data(tensordict)
+                critic_data = encoded_critic_data(self, tensordict)
             loss, clip_fraction = critic_value_loss(
                 self,
                 critic_data,

@@ -23,10 +23,8 @@ from torchrl._keys import (
 )
 from torchrl._types import DeviceLike, NestedKey
 from torchrl.modules.models.value_norm import (
-    DecodedValueOperator,
     ValueNorm,
     ValueTransform,
-    encode_value,
 )
 from torchrl.objectives._helpers import (
     UNSET,
@@ -36,8 +34,10 @@ from torchrl.objectives._helpers import (
     check_probabilistic_actor,
     check_reduction,
     critic_value_loss,
+    decoded_critic,
     dist_entropy,
     either_alias,
+    encoded_critic_data,
     get_log_prob,
     reduce_loss,
 )
@@ -220,16 +220,7 @@ class PPOLoss(LossModule):
         return self._value_target_keys(self.critic_network)
 
     def _estimator_value_network(self) -> nn.Module | None:
-        if self.critic_network is None or (
-            self.value_norm is None and self.value_transform is None
-        ):
-            return self.critic_network
-        return DecodedValueOperator(
-            self.critic_network,
-            value_norm=self.value_norm,
-            value_transform=self.value_transform,
-            value_key=self.tensor_keys.value,
-        )
+        return decoded_critic(self)
 
     def _estimator_actor_network(self) -> nn.Module | None:
         return self.actor_network
@@ -293,28 +284,11 @@ class PPOLoss(LossModule):
         # A trailing singleton feature dim ([*B, 1] vs [*B]) is reshaped away by as_batch.
         return as_batch(adv, like, "the advantage", type(self).__name__)
 
-    def _scaled_critic_data(self, tensordict: TensorDictBase) -> TensorDictBase:
-        """A shallow copy whose value target and old value are in the critic's prediction space."""
-        keys = self.tensor_keys
-        target = tensordict.get(keys.value_target, None)
-        if target is None:
-            return tensordict
-        data = tensordict.copy()
-        norm, transform = self.value_norm, self.value_transform
-        # statistics move first, so the target is normalised with what the critic is fit to
-        data.set(
-            keys.value_target, encode_value(target.detach(), norm, transform, update=self.training)
-        )
-        old_value = tensordict.get(keys.value, None)
-        if old_value is not None:
-            data.set(keys.value, encode_value(old_value, norm, transform))
-        return data
-
     def _critic_terms(self, tensordict: TensorDictBase, out: dict[str, Tensor]) -> None:
         if self.critic_network is None or self.critic_coef is None:
             return
         if self.value_norm is not None or self.value_transform is not None:
-            tensordict = self._scaled_critic_data(tensordict)
+            tensordict = encoded_critic_data(self, tensordict)
         loss, clip_fraction = critic_value_loss(
             self,
             tensordict,
