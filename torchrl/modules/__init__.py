@@ -42,6 +42,15 @@ from torchrl.modules.tensordict_module.safe import (
     SafeProbabilisticTensorDictSequential,
     SafeSequential,
 )
+from torchrl.modules.transformer_module import (
+    CausalTransformer,
+    TransformerModule,
+    canonicalize_rnn_subset,
+    get_recurrent_matmul_precision,
+    positions_from_is_init,
+    segment_causal_mask_from_is_init,
+    set_recurrent_matmul_precision,
+)
 
 __all__ = [
     *_models_all,
@@ -74,7 +83,14 @@ __all__ = [
     "set_recurrent_mode",
     "ActionChunkExecutor",
     "DiffusionActor",
+    "CausalTransformer",
     "SafeModule",
+    "TransformerModule",
+    "canonicalize_rnn_subset",
+    "get_recurrent_matmul_precision",
+    "positions_from_is_init",
+    "segment_causal_mask_from_is_init",
+    "set_recurrent_matmul_precision",
     "SafeProbabilisticModule",
     "SafeProbabilisticTensorDictSequential",
     "SafeSequential",

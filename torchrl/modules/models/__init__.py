@@ -20,10 +20,10 @@ from torchrl.modules.models.multiagent import MultiAgentConvNet, MultiAgentMLP, 
 from torchrl.modules.models.noisy import NoisyLazyLinear, NoisyLinear, reset_noise
 from torchrl.modules.models.online_dt import OnlineDTActor
 from torchrl.modules.models.transformer import (
-    CausalTransformer,
     DecisionTransformer,
     DTActor,
     DTConfig,
+    GPTBackbone,
 )
 from torchrl.modules.models.utils import AddStateIndependentNormalScale, SquashDims, Squeeze2dLayer
 from torchrl.modules.models.value_norm import (
@@ -45,7 +45,7 @@ __all__ = [
     "MLP",
     "AddStateIndependentNormalScale",
     "BatchRenorm1d",
-    "CausalTransformer",
+    "GPTBackbone",
     "ConvNet",
     "DTActor",
     "DTConfig",

@@ -73,15 +73,18 @@ class _Block(nn.Module):
         return value + self.mlp(self.ln_2(value))
 
 
-class CausalTransformer(nn.Module):
+class GPTBackbone(nn.Module):
     """A GPT-2 style stack of pre-norm causal self-attention blocks with learned positions.
+
+    The trunk of :class:`DecisionTransformer` (TorchRL's ``CausalTransformer`` is the backbone
+    of :class:`~torchrl.modules.TransformerModule`, a different network).
 
     Args:
         config: sizes (a :class:`DTConfig` or a dict of its fields).
         device: device of the parameters.
 
     Examples:
-        >>> net = CausalTransformer(DTConfig(n_embd=16, n_layer=2, n_head=2, n_inner=32))
+        >>> net = GPTBackbone(DTConfig(n_embd=16, n_layer=2, n_head=2, n_inner=32))
         >>> net(torch.zeros(3, 7, 16)).shape
         torch.Size([3, 7, 16])
     """
@@ -146,7 +149,7 @@ class DecisionTransformer(nn.Module):
         self.embed_state = nn.Linear(state_dim, cfg.n_embd, device=device)
         self.embed_action = nn.Linear(action_dim, cfg.n_embd, device=device)
         self.embed_ln = nn.LayerNorm(cfg.n_embd, device=device)
-        self.transformer = CausalTransformer(cfg, device=device)
+        self.transformer = GPTBackbone(cfg, device=device)
 
     def forward(
         self, observation: torch.Tensor, action: torch.Tensor, return_to_go: torch.Tensor
