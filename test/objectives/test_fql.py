@@ -34,12 +34,18 @@ def _critic(obs_dim=OBS, act_dim=ACT):
     )
 
 
-def _zero_critic(obs_dim=OBS, act_dim=ACT):
-    """Q = 0 everywhere: the actor loss is then the distillation alone."""
-    linear = MLP(in_features=obs_dim + act_dim, out_features=1, depth=0)
-    for p in linear.parameters():
-        nn.init.zeros_(p)
-    return ValueOperator(linear, in_keys=["observation", "action"])
+def _zero_critics(obs_dim=OBS, act_dim=ACT):
+    """Two critics with Q = 0 everywhere: the actor loss is then the distillation alone.
+
+    (A single critic would be copied with freshly drawn weights for the second member.)
+    """
+    critics = []
+    for _ in range(2):
+        linear = MLP(in_features=obs_dim + act_dim, out_features=1, depth=0)
+        for p in linear.parameters():
+            nn.init.zeros_(p)
+        critics.append(ValueOperator(linear, in_keys=["observation", "action"]))
+    return critics
 
 
 def _bimodal_batch(n, generator, obs_dim=OBS):
@@ -72,7 +78,7 @@ def trained_bimodal():
     """Flow trained by BC on bimodal data, then a one-step student distilled from it."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
-    loss = FQLLoss(_flow(), _actor(), _zero_critic(), alpha=1.0)
+    loss = FQLLoss(_flow(), _actor(), _zero_critics(), alpha=1.0)
     flow_opt = torch.optim.Adam(loss.flow_policy.parameters(), lr=3e-3)
     for _ in range(600):
         out = loss.flow_loss(_bimodal_batch(256, g)).mean()
@@ -294,3 +300,63 @@ def test_loss_argument_errors():
         FQLLoss(_flow(), _actor(), _critic(), q_aggregation="max")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="reduction"):
         FQLLoss(_flow(), _actor(), _critic(), reduction="avg")
+
+
+def _linear_critics(weight_on_action: float, n: int = 2):
+    """``n`` critics ``Q(s, a) = weight_on_action * a`` (the actor's loss does not train them)."""
+    return [_linear_critic(weight_on_action) for _ in range(n)]
+
+
+def _linear_critic(weight_on_action: float):
+    linear = MLP(in_features=OBS + ACT, out_features=1, depth=0)
+    with torch.no_grad():
+        linear[0].weight.zero_()
+        linear[0].weight[0, OBS:] = weight_on_action
+        linear[0].bias.zero_()
+    return ValueOperator(linear, in_keys=["observation", "action"])
+
+
+def test_actor_maximises_q_within_the_behaviour_support(trained_bimodal):
+    # The behaviour data has two modes; a critic preferring large actions should move the
+    # student onto the upper mode rather than spreading it between the two.
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    flow = trained_bimodal.flow_policy
+    loss = FQLLoss(flow, _actor(), _linear_critics(3.0), alpha=1.0)
+    optim = torch.optim.Adam(loss.actor_network.parameters(), lr=3e-3)
+    for _ in range(300):
+        out, _ = loss.actor_loss(_bimodal_batch(256, g))
+        optim.zero_grad()
+        out.mean().backward()
+        optim.step()
+    with torch.no_grad():
+        actions = loss.actor_network.module(torch.zeros(2000, OBS))
+    _, minus, _ = _mode_fractions(actions)
+    assert minus < 0.05, minus
+    assert actions.mean() > 0.4
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_actor_loss_combines_distillation_and_q(normalize):
+    torch.manual_seed(0)
+    in_keys = ("observation", "noise")
+    loss = FQLLoss(
+        _flow(cells=8, in_keys=in_keys),
+        _actor(cells=8, in_keys=in_keys),
+        _linear_critics(2.0),
+        alpha=3.0,
+        normalize_q_loss=normalize,
+    )
+    data = _data(noise=True)
+    out = loss(data.clone())
+    flow: FlowMatchingModel = loss.flow_policy.module
+    actor: OneStepModel = loss.actor_network.module
+    with torch.no_grad():
+        raw = actor(data["observation"], data["noise"], clamp=False)
+        teacher = flow(data["observation"], data["noise"])
+    q = 2.0 * raw.clamp(-1, 1)
+    distill = (raw - teacher).pow(2).mean()
+    q_term = -q.mean() / q.abs().mean() if normalize else -q.mean()
+    torch.testing.assert_close(out["distillation"], distill)
+    torch.testing.assert_close(out["state_action_value_actor"], q.mean())
+    torch.testing.assert_close(out["loss_actor"], 3.0 * distill + q_term)
