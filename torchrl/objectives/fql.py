@@ -21,18 +21,11 @@ from torchrl.objectives.utils import ValueEstimators
 __all__ = ["FQLLoss"]
 
 
-def _split_policy(
-    name: str, policy: nn.Module, model_class: type[nn.Module]
-) -> tuple[list[nn.Module], Any]:
-    """``(encoders, head)``: the tensordict modules before the last one, and the last one.
-
-    The head must be a tensordict module whose ``.module`` is a ``model_class``.
-    """
+def _check_policy(name: str, policy: nn.Module, model_class: type[nn.Module]) -> None:
+    """Raises unless ``policy`` (or its last module) wraps a ``model_class`` with 1-2 in_keys."""
+    head: Any = policy
     if isinstance(policy, TensorDictSequential):
-        modules = list(policy.module)  # type: ignore[arg-type]
-        encoders, head = modules[:-1], modules[-1]
-    else:
-        encoders, head = [], policy
+        head = list(policy.module)[-1]  # type: ignore[arg-type]
     if not isinstance(getattr(head, "module", None), model_class):
         raise TypeError(
             f"FQLLoss: {name} must be a tensordict module wrapping a {model_class.__name__} "
@@ -44,7 +37,6 @@ def _split_policy(
             f"FQLLoss: the {name} head reads the observation and optionally the noise "
             f"(one or two in_keys), got {in_keys}"
         )
-    return encoders, head
 
 
 class FQLLoss(LossModule):
@@ -132,8 +124,8 @@ class FQLLoss(LossModule):
             )
         if alpha < 0:
             raise ValueError(f"FQLLoss: alpha must be >= 0, got {alpha}")
-        _split_policy("flow_policy", flow_policy, FlowMatchingModel)
-        _split_policy("actor_network", actor_network, OneStepModel)
+        _check_policy("flow_policy", flow_policy, FlowMatchingModel)
+        _check_policy("actor_network", actor_network, OneStepModel)
         critics = list(qvalue_network) if isinstance(qvalue_network, Sequence) else None
         if critics is not None:
             if not critics:
