@@ -24,6 +24,7 @@ from torchrl.objectives.ddpg import DDPGLoss
 from torchrl.objectives.decision_transformer import DTLoss, OnlineDTLoss
 from torchrl.objectives.diffusion_bc import DiffusionBCLoss
 from torchrl.objectives.dqn import DistributionalDQNLoss, DQNLoss
+from torchrl.objectives.fql import FQLLoss
 from torchrl.objectives.gail import GAILLoss
 from torchrl.objectives.iql import DiscreteIQLLoss, IQLLoss
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss, MultiAgentGAE, QMixerLoss
@@ -51,6 +52,7 @@ from torchrl.objectives.utils import (
 __all__ = [
     "ACTLoss",
     "CrossQLoss",
+    "FQLLoss",
     "DiffusionBCLoss",
     "GAILLoss",
     "RNDLoss",

@@ -14,6 +14,7 @@ from torchrl.modules.models.cross_group import (
 )
 from torchrl.modules.models.ddpg import DdpgCnnActor, DdpgCnnQNet, DdpgMlpActor, DdpgMlpQNet
 from torchrl.modules.models.distributional import DistributionalDQNnet
+from torchrl.modules.models.flow import FlowMatchingModel, OneStepModel
 from torchrl.modules.models.mixers import Mixer, QMixer, VDNMixer
 from torchrl.modules.models.mlp import MLP
 from torchrl.modules.models.multiagent import MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase
@@ -81,6 +82,8 @@ __all__ += [
     "DdpgMlpQNet",
     "DecodedValueOperator",
     "DistributionalDQNnet",
+    "FlowMatchingModel",
+    "OneStepModel",
     "IdentityValueTransform",
     "OnlineDTActor",
     "PercentileValueNorm",
