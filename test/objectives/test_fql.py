@@ -360,3 +360,35 @@ def test_actor_loss_combines_distillation_and_q(normalize):
     torch.testing.assert_close(out["distillation"], distill)
     torch.testing.assert_close(out["state_action_value_actor"], q.mean())
     torch.testing.assert_close(out["loss_actor"], 3.0 * distill + q_term)
+
+
+def test_fql_trainer_offline():
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+    from torchrl.trainers.algorithms import FQLTrainer, OfflineIterations
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    loss = FQLLoss(_flow(cells=16), _actor(cells=16), _critic(), alpha=10.0)
+    data = _bimodal_batch(256, g)
+    data["observation"] = torch.randn(256, OBS, generator=g)
+    data["next", "observation"] = torch.randn(256, OBS, generator=g)
+    dataset = ReplayBuffer(storage=LazyTensorStorage(256))
+    dataset.extend(data)
+    before = [p.detach().clone() for p in loss.flow_policy.parameters()]
+    trainer = FQLTrainer(
+        collector=None,
+        total_frames=8,
+        optim_steps_per_batch=4,
+        loss_module=loss,
+        optimizer=torch.optim.Adam(loss.parameters(), lr=1e-3),
+        replay_buffer=dataset,
+        batch_size=32,
+        target_net_updater=SoftUpdate(loss, tau=0.05),
+        progress_bar=False,
+    )
+    assert isinstance(trainer.collector, OfflineIterations)
+    trainer.train()
+    assert len(dataset) == 256  # the dataset is only read
+    moved = [not torch.equal(a, b) for a, b in zip(before, loss.flow_policy.parameters())]
+    assert any(moved)
+    assert {"loss_flow", "loss_actor", "loss_qvalue"} <= set(trainer.latest_logs)

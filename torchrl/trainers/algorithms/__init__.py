@@ -2,8 +2,8 @@
 
 On-policy (:class:`PPOTrainer`, :class:`A2CTrainer`, :class:`ReinforceTrainer`, built on
 :class:`OnPolicyTrainer`), off-policy and offline (:class:`SACTrainer`, :class:`DQNTrainer`,
-:class:`DDPGTrainer`, :class:`TD3Trainer`, :class:`IQLTrainer`, :class:`CQLTrainer`, built on
-:class:`OffPolicyTrainer`) and :class:`OfflineToOnlineTrainer`. Building them from YAML files
+:class:`DDPGTrainer`, :class:`TD3Trainer`, :class:`IQLTrainer`, :class:`CQLTrainer`,
+:class:`FQLTrainer`, built on :class:`OffPolicyTrainer`) and :class:`OfflineToOnlineTrainer`. Building them from YAML files
 and ``key=value`` overrides: :mod:`torchrl.trainers.algorithms.configs`.
 """
 
@@ -13,6 +13,7 @@ from torchrl.trainers.algorithms.off_policy import (
     CQLTrainer,
     DDPGTrainer,
     DQNTrainer,
+    FQLTrainer,
     IQLTrainer,
     OfflineIterations,
     OffPolicyTrainer,
@@ -32,6 +33,7 @@ __all__ = [
     "CQLTrainer",
     "DDPGTrainer",
     "DQNTrainer",
+    "FQLTrainer",
     "IQLTrainer",
     "OffPolicyTrainer",
     "OfflineIterations",

@@ -28,6 +28,7 @@ __all__ = [
     "CQLTrainer",
     "DDPGTrainer",
     "DQNTrainer",
+    "FQLTrainer",
     "IQLTrainer",
     "OffPolicyTrainer",
     "SACTrainer",
@@ -335,5 +336,19 @@ class CQLTrainer(OffPolicyTrainer):
 
     Examples:
         >>> issubclass(CQLTrainer, OffPolicyTrainer)
+        True
+    """
+
+
+class FQLTrainer(OffPolicyTrainer):
+    """Flow Q-Learning trainer, offline (``collector=None``) or online.
+
+    Takes the keywords of :class:`OffPolicyTrainer`; the loss is a
+    :class:`~torchrl.objectives.FQLLoss` (the flow policy, the one-step policy and the critics
+    in one optimizer), the usual updater a ``SoftUpdate`` of its critics. Offline,
+    ``replay_buffer`` holds the dataset and ``total_frames`` counts gradient steps.
+
+    Examples:
+        >>> issubclass(FQLTrainer, OffPolicyTrainer)
         True
     """
