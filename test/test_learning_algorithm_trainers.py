@@ -30,12 +30,20 @@ from tensordict.nn import TensorDictSequential  # noqa: E402
 from torchrl.collectors import SyncDataCollector  # noqa: E402
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer  # noqa: E402
 from torchrl.envs import GymEnv, RewardSum, TransformedEnv  # noqa: E402
-from torchrl.modules import MLP, AdditiveGaussianModule, EGreedyModule, QValueActor  # noqa: E402
+from torchrl.modules import (  # noqa: E402
+    MLP,
+    AdditiveGaussianModule,
+    EGreedyModule,
+    QValueActor,
+    ValueOperator,
+)
 from torchrl.objectives import (  # noqa: E402
     A2CLoss,
+    CQLLoss,
     DDPGLoss,
     DQNLoss,
     HardUpdate,
+    IQLLoss,
     ReinforceLoss,
     SoftUpdate,
     TD3Loss,
@@ -43,8 +51,10 @@ from torchrl.objectives import (  # noqa: E402
 from torchrl.objectives.value import GAE, TD1Estimator  # noqa: E402
 from torchrl.trainers.algorithms import (  # noqa: E402
     A2CTrainer,
+    CQLTrainer,
     DDPGTrainer,
     DQNTrainer,
+    IQLTrainer,
     ReinforceTrainer,
     TD3Trainer,
 )
@@ -399,4 +409,102 @@ def test_ddpg_trainer_solves_pendulum(monkeypatch: pytest.MonkeyPatch) -> None:
         f"DDPGTrainer: final evaluation {final:.1f} over {cfg.final_eval_episodes} episodes is "
         f"below {cfg.target_return} after {trainer.collected_frames} frames; evaluations: "
         f"{stopper.evals}"
+    )
+
+
+def _train_offline(
+    trainer_cls: type, cfg: Any, common: ModuleType, loss_fn: Any, actor: Any, buffer: Any
+) -> float:
+    """``train_offline`` of ``iql_pendulum_offline.py`` through an offline trainer.
+
+    Adam on every loss term, the cosine decay of the rate over the offline steps, soft target
+    updates; one gradient step per trainer iteration (so the scheduler, stepped once per
+    iteration, decays per step as in the example) and ``total_frames`` counting steps.
+    Returns the final deterministic return over ``cfg.final_eval_episodes`` fresh episodes.
+    """
+    optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr)
+    schedule = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(optim, cfg.offline_steps)
+        if cfg.cosine_lr
+        else None
+    )
+    trainer = trainer_cls(
+        collector=None,
+        total_frames=cfg.offline_steps,
+        optim_steps_per_batch=1,
+        loss_module=loss_fn,
+        optimizer=optim,
+        replay_buffer=buffer,
+        batch_size=cfg.batch_size,
+        target_net_updater=SoftUpdate(loss_fn, tau=cfg.tau),
+        lr_scheduler=schedule,
+        clip_norm=None,
+        progress_bar=False,
+        seed=cfg.seed,
+    )
+    start = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - start
+    final = _final_return(common, cfg, actor, 200)
+    print(
+        f"\n{trainer_cls.__name__} seed {SEED}: {trainer.optim_count} gradient steps, "
+        f"{wall:.1f} s offline, final return {final:.1f}",
+        file=sys.stderr,
+    )
+    return final
+
+
+@pytest.mark.slow
+def test_iql_trainer_beats_behaviour(monkeypatch: pytest.MonkeyPatch) -> None:
+    example, common = _import_example("iql_pendulum_offline", monkeypatch)
+    cfg = example.Config(seed=SEED, progress=False)
+    torch.manual_seed(cfg.seed)
+    buffer, behaviour_return = example.make_dataset(cfg)
+    env = GymEnv(cfg.env_name)
+    actor, qvalue = example.sac_pendulum.make_agent(env, cfg.hidden)
+    n_obs = env.observation_spec["observation"].shape[-1]
+    value = ValueOperator(
+        MLP(n_obs, 1, num_cells=[cfg.hidden, cfg.hidden], activation_class=torch.nn.ReLU),
+        in_keys=["observation"],
+    )
+    loss_fn = IQLLoss(
+        actor,
+        qvalue,
+        value,
+        num_qvalue_nets=2,
+        loss_function="l2",
+        expectile=cfg.expectile,
+        temperature=cfg.temperature,
+    )
+    loss_fn.make_value_estimator(gamma=cfg.gamma)
+    final = _train_offline(IQLTrainer, cfg, common, loss_fn, actor, buffer)
+    print(f"behaviour return {behaviour_return:.1f}", file=sys.stderr)
+    assert final > behaviour_return, (
+        f"IQLTrainer: final return {final:.1f} does not beat the behaviour policy's "
+        f"{behaviour_return:.1f}"
+    )
+
+
+@pytest.mark.slow
+def test_cql_trainer_beats_behaviour(monkeypatch: pytest.MonkeyPatch) -> None:
+    example, common = _import_example("cql_pendulum_offline", monkeypatch)
+    offline = importlib.import_module("iql_pendulum_offline")
+    cfg = example.Config(seed=SEED, progress=False)
+    torch.manual_seed(cfg.seed)
+    buffer, behaviour_return = offline.make_dataset(cfg)
+    env = GymEnv(cfg.env_name)
+    actor, qvalue = example.sac_pendulum.make_agent(env, cfg.hidden)
+    loss_fn = CQLLoss(
+        actor,
+        qvalue,
+        action_spec=env.action_spec,
+        loss_function="l2",
+        min_q_weight=cfg.min_q_weight,
+    )
+    loss_fn.make_value_estimator(gamma=cfg.gamma)
+    final = _train_offline(CQLTrainer, cfg, common, loss_fn, actor, buffer)
+    print(f"behaviour return {behaviour_return:.1f}", file=sys.stderr)
+    assert final > behaviour_return, (
+        f"CQLTrainer: final return {final:.1f} does not beat the behaviour policy's "
+        f"{behaviour_return:.1f}"
     )
