@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import time
 from typing import Any, TypeVar
 
 import torch
@@ -144,3 +145,71 @@ def report(
         when = f"solved at {solved} frames" if solved is not None else "not solved"
         head += f" (target {target:g}); {when}"
     print(f"{head}; {history['frames']} frames in {history['wall']:.1f} s")
+
+
+def train_from_config(cfg: Any, final_eval_episodes: int = 10) -> dict:
+    """Builds the trainer ``cfg`` describes, trains it, then evaluates on fresh episodes.
+
+    Args:
+        cfg: a ``PPOTrainerConfig``/``SACTrainerConfig`` (see
+            :mod:`torchrl.trainers.algorithms.configs`).
+        final_eval_episodes: episodes of the final deterministic evaluation.
+
+    Returns:
+        The history: evaluations, frames, wall time, ``solved_at`` and ``final_return``.
+    """
+    from torchrl.envs import GymEnv
+    from torchrl.trainers.algorithms.configs import build
+
+    built = build(cfg)
+    history: dict = {"train": [], "eval": built.eval_history, "solved_at": None}
+    start = time.perf_counter()
+    built.trainer.train()
+    history["wall"] = time.perf_counter() - start
+    history["frames"] = built.trainer.collected_frames
+    if built.stopper is not None and built.stopper.stopped:
+        history["solved_at"] = built.trainer.collected_frames
+    if built.eval_env is not None:
+        built.eval_env.close()
+    final_env = GymEnv(cfg.env.name, num_envs=final_eval_episodes)
+    final_env.set_seed(cfg.trainer.seed + 20_000)
+    history["final_return"] = evaluate(final_env, built.actor, max_steps=cfg.eval.max_steps)
+    final_env.close()
+    return history
+
+
+def split_script_flags(argv: list[str]) -> list[str]:
+    """Turns ``--out DIR`` and ``--no-progress`` into config overrides; keeps the other arguments."""
+    args, out = list(argv), []
+    if "--no-progress" in args:
+        args.remove("--no-progress")
+        out.append("trainer.progress_bar=false")
+    if "--out" in args:
+        i = args.index("--out")
+        out.append(f"logger.log_dir={args[i + 1]}")
+        del args[i : i + 2]
+    return args + out
+
+
+def run_config_example(config_cls: type, config_file: str, name: str, title: str) -> None:
+    """The ``__main__`` of a config-driven example: parse overrides, train, plot, report.
+
+    Args:
+        config_cls: the config dataclass (e.g. ``PPOTrainerConfig``).
+        config_file: the YAML file with the example's defaults.
+        name: the plot's file name (without ``.png``).
+        title: the plot's and the report's title.
+    """
+    import sys
+
+    from torchrl.trainers.algorithms.configs import run_with_config
+
+    def main(cfg: Any) -> None:
+        torch.set_num_threads(1)  # small networks: more threads only add overhead
+        history = train_from_config(cfg)
+        target = cfg.eval.target_return
+        plot_curve(history, f"{cfg.logger.log_dir}/{name}.png", title, target)
+        report(title, history, target, history["final_return"])
+
+    sys.argv = [sys.argv[0], *split_script_flags(sys.argv[1:])]
+    run_with_config(main, config_cls, config_file)
