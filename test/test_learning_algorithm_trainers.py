@@ -273,10 +273,8 @@ def test_dqn_trainer_solves_cartpole(monkeypatch: pytest.MonkeyPatch) -> None:
         target_net_updater=HardUpdate(
             loss_fn, value_network_update_interval=cfg.target_update_interval
         ),
+        greedy_module=egreedy,  # annealed once per collected batch, as in the example
     )
-    # The trainer does not anneal the exploration: epsilon moves once per collected batch, as
-    # in the example.
-    trainer.register_op("post_steps", egreedy.step, frames=cfg.frames_per_batch)
     stopper = _EvalUntilSolved(common, eval_env, greedy, cfg.eval_every, 500, cfg.target_return)
     stopper.register(trainer)
     _train(trainer, stopper, "DQNTrainer")

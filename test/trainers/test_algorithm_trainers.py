@@ -338,14 +338,17 @@ def test_off_policy_without_buffer_uses_the_batch_and_no_updater() -> None:
 @pytest.mark.skipif(not HAS_GYM, reason="gymnasium is not installed")
 def test_dqn_trainer_hard_update() -> None:
     from torchrl.envs import GymEnv
-    from torchrl.modules import QValueActor
+    from torchrl.modules import EGreedyModule, QValueActor
     from torchrl.objectives import DQNLoss
 
     env = GymEnv("CartPole-v1")
     actor = QValueActor(MLP(4, 2, num_cells=[8]), in_keys=["observation"], spec=env.action_spec)
+    egreedy = EGreedyModule(env.action_spec, eps_init=1.0, eps_end=0.1, annealing_num_steps=64)
     loss = DQNLoss(actor, delay_value=True)
     trainer = DQNTrainer(
-        collector=collector(env, actor, frames_per_batch=16, total=32),
+        collector=collector(
+            env, TensorDictSequential(actor, egreedy), frames_per_batch=16, total=32
+        ),
         total_frames=32,
         optim_steps_per_batch=2,
         loss_module=loss,
@@ -353,10 +356,14 @@ def test_dqn_trainer_hard_update() -> None:
         replay_buffer=TensorDictReplayBuffer(storage=LazyTensorStorage(100)),
         batch_size=8,
         target_net_updater=HardUpdate(loss, value_network_update_interval=3),
+        greedy_module=egreedy,
         progress_bar=False,
     )
     trainer.train()
     assert trainer.optim_count == 4 and trainer.target_net_updater.counter == 4 % 3
+    # two batches of 16 frames: epsilon went half way from 1.0 to 0.1
+    assert egreedy.eps.item() == pytest.approx(0.55)
+    assert trainer.state_dict()["exploration"]  # checkpointed with the collector's policy
     with pytest.warns(UserWarning, match="target_net_updater"):
         DQNTrainer(collector=collector(env, actor), total_frames=1, loss_module=loss)
 

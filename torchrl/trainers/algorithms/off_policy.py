@@ -251,15 +251,30 @@ class SACTrainer(OffPolicyTrainer):
 class DQNTrainer(OffPolicyTrainer):
     """Deep Q-Network trainer: :class:`OffPolicyTrainer` for a :class:`~torchrl.objectives.DQNLoss`.
 
-    Takes the keywords of :class:`OffPolicyTrainer`; the usual ``target_net_updater`` is a
-    ``HardUpdate(loss, value_network_update_interval=...)``. The collector's policy usually
-    includes an exploration module (e.g. ``EGreedyModule``), which the trainer anneals through
-    the collector and checkpoints with the run.
+    Takes the keywords of :class:`OffPolicyTrainer`, plus ``greedy_module``: the collector
+    policy's exploration module (e.g. an ``EGreedyModule``), annealed by ``step(frames)`` with
+    the frame count of every collected batch (the trainer's checkpoints hold the exploration
+    modules of the collector's policy). The usual
+    ``target_net_updater`` is a ``HardUpdate(loss, value_network_update_interval=...)``.
 
     Examples:
         >>> issubclass(DQNTrainer, OffPolicyTrainer)
         True
     """
+
+    def __init__(self, *, greedy_module: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.greedy_module = greedy_module
+        if greedy_module is not None:
+            if not callable(getattr(greedy_module, "step", None)):
+                raise TypeError(
+                    "DQNTrainer: greedy_module must have a step(frames) method (e.g. an "
+                    f"EGreedyModule), got {type(greedy_module).__name__}"
+                )
+            self.register_op("batch_process", self._anneal)
+
+    def _anneal(self, batch: TensorDictBase) -> None:
+        self.greedy_module.step(batch.numel())
 
 
 class DDPGTrainer(OffPolicyTrainer):
