@@ -14,8 +14,8 @@ chunks alone with :class:`~torchrl.objectives.ACTLoss` (L1 + ``kl_weight`` * KL)
 :class:`~torchrl.envs.InitTracker`); it is evaluated on fresh episodes next to the expert and a
 uniformly random policy on the same initial states. Seeds 0-2 with the defaults, mean return
 over 50 final episodes: ACT -149.7 / -150.0 / -274.8 (seed 2 fails a few swing-ups), expert
--144.8 / -147.2 / -145.9, random -1239 / -1211 / -1216 (3000 gradient steps, 345-424 s on
-one thread of a busy 2-core machine). On seed 2, ``--execute-steps 1`` gives -307.8 and
+-144.8 / -147.2 / -145.9, random -1239 / -1211 / -1216 (3000 gradient steps, 188 s on one
+CPU thread, 345-424 s on a busy 2-core machine). On seed 2, ``--execute-steps 1`` gives -307.8 and
 ``--steps 5000`` -220.4.
 
 Usage: ``python examples/act_pendulum_offline.py [--steps N] [--seed S] [--out DIR]``.
