@@ -99,7 +99,10 @@ class BatchRenorm1d(nn.Module):
         x_hat = x_hat * r + d
         with torch.no_grad():
             n = flat.shape[0]
-            self.running_mean.lerp_(batch_mean.detach(), self.momentum)
-            self.running_var.lerp_(batch_var.detach() * n / (n - 1), self.momentum)
+            # a + m * (b - a), as lerp_, written with ops torch.vmap batches (ensembles of
+            # critics run under vmap; lerp_ there takes torch's slow per-member fallback).
+            self.running_mean.add_(self.momentum * (batch_mean.detach() - self.running_mean))
+            unbiased = batch_var.detach() * n / (n - 1)
+            self.running_var.add_(self.momentum * (unbiased - self.running_var))
             self.num_batches_tracked += 1
         return x_hat * self.weight + self.bias
