@@ -39,7 +39,8 @@ class MacroPrimitive(IntEnum):
     MOVE = 1
 
 
-def _long(value: int | torch.Tensor, batch: torch.Size) -> torch.Tensor:
+def long_column(value: int | torch.Tensor, batch: torch.Size) -> torch.Tensor:
+    """``value`` as a long ``[*batch, 1]`` entry: how macro actions store modes and durations."""
     return torch.as_tensor(value, dtype=torch.long).expand(*batch, 1).clone()
 
 
@@ -113,9 +114,9 @@ class MacroAction(TensorDict):
         """
         batch = torch.Size(batch_size)
         return MacroAction(
-            mode=_long(int(MacroPrimitive.WAIT), batch),
-            steps=_long(steps, batch),
-            settle_steps=_long(settle_steps, batch),
+            mode=long_column(int(MacroPrimitive.WAIT), batch),
+            steps=long_column(steps, batch),
+            settle_steps=long_column(settle_steps, batch),
             batch_size=batch,
         )
 
@@ -182,9 +183,9 @@ class TargetMacroAction(MacroAction):
         """
         batch = target.shape[:-1]
         return TargetMacroAction(
-            mode=_long(int(MacroPrimitive.MOVE), batch),
-            steps=_long(steps, batch),
-            settle_steps=_long(settle_steps, batch),
+            mode=long_column(int(MacroPrimitive.MOVE), batch),
+            steps=long_column(steps, batch),
+            settle_steps=long_column(settle_steps, batch),
             target=target,
             batch_size=batch,
         )

@@ -258,13 +258,10 @@ class _Embed(ObservationTransform):
 
         map_output_specs(self, output_spec, spec, pairs=pairs)
         if self.del_keys:
+            observations = output_spec["full_observation_spec"]
             for key in self.in_keys:
-                if key in self.vec_keys:
-                    continue
-                for name in ("full_observation_spec",):
-                    sub = output_spec.get(name, None)
-                    if sub is not None and key in sub.keys(True, True):
-                        del sub[key]
+                if key not in self.vec_keys and key in observations.keys(True, True):
+                    del observations[key]
         return output_spec
 
 

@@ -21,7 +21,7 @@ from torchrl._keys import ACTION
 from torchrl._types import NestedKey
 from torchrl.data.specs import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs.transforms._utils import get, missing_key_error, unravel_key
-from torchrl.envs.transforms.macro import MacroAction, MacroPrimitiveTransform, _long
+from torchrl.envs.transforms.macro import MacroAction, MacroPrimitiveTransform, long_column
 
 __all__ = ["RobotMacroAction", "URScriptPrimitive", "URScriptPrimitiveTransform"]
 
@@ -95,9 +95,9 @@ class RobotMacroAction(MacroAction):
         }
         fields.update({k: v.to(torch.get_default_dtype()) for k, v in args.items()})
         return cls(
-            _long(int(mode), batch),
-            _long(steps, batch),
-            _long(settle_steps, batch),
+            long_column(int(mode), batch),
+            long_column(steps, batch),
+            long_column(settle_steps, batch),
             batch_size=batch,
             **fields,
         )
