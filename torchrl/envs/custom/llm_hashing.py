@@ -8,7 +8,6 @@ search or a replay buffer can key nodes on the observation alone and spot repeat
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -19,14 +18,16 @@ from torchrl._keys import ACTION, DONE, REWARD, TERMINATED, TRUNCATED
 from torchrl._types import DeviceLike, NestedKey, ShapeLike
 from torchrl.data.specs import Categorical, Composite, NonTensor, Unbounded
 from torchrl.envs.common import EnvBase
+from torchrl.envs.transforms.hashing import Hash
 
 __all__ = ["LLMHashingEnv", "row_hash"]
 
 
 def row_hash(rows: torch.Tensor) -> torch.Tensor:
-    """Hashes each row of a ``[N, L]`` integer tensor into one int64 (BLAKE2b, 8 bytes).
+    """Hashes each row of a ``[N, L]`` integer tensor into one int64.
 
-    The result does not depend on the process or the run (unlike Python's ``hash``).
+    The first word of :meth:`~torchrl.envs.transforms.Hash.reproducible_hash` (SHA-256) of the
+    row: the same in every process and run (unlike Python's ``hash``).
 
     Examples:
         >>> import torch
@@ -35,14 +36,9 @@ def row_hash(rows: torch.Tensor) -> torch.Tensor:
         >>> bool(h[0] == h[1]), bool(h[0] == h[2])
         (True, False)
     """
-    data = rows.detach().to("cpu", torch.int64).contiguous()
-    out = [
-        int.from_bytes(
-            hashlib.blake2b(row.numpy().tobytes(), digest_size=8).digest(), "little", signed=True
-        )
-        for row in data
-    ]
-    return torch.tensor(out, dtype=torch.int64, device=rows.device)
+    data = rows.detach().to("cpu", torch.int64)
+    out = [Hash.reproducible_hash(row)[0] for row in data]
+    return torch.stack(out).to(rows.device) if out else torch.zeros(0, dtype=torch.int64)
 
 
 class LLMHashingEnv(EnvBase):
