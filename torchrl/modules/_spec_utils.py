@@ -28,6 +28,15 @@ def as_composite(spec: Any, keys: Sequence[NestedKey]) -> Any:
     return Composite({cast(Any, keys[0]): spec})
 
 
+def key_list(keys: NestedKey | Iterable[NestedKey] | None) -> list[NestedKey]:
+    """``keys`` as a list: one key (a string or a tuple) becomes ``[key]``, ``None`` ``[]``."""
+    if keys is None:
+        return []
+    if isinstance(keys, (str, tuple)):
+        return [keys]
+    return list(keys)
+
+
 def module_keys(keys: Iterable[NestedKey]) -> list[Any]:
     """``keys`` as a list for ``TensorDictModuleBase.in_keys`` / ``out_keys``.
 

@@ -30,6 +30,7 @@ from tensordict.nn import TensorDictModuleBase
 
 from torchrl._keys import ACTION, DONE, LOGITS, MASK, NEXT, REWARD, STATE_VALUE
 from torchrl._types import NestedKey, TensorDictModuleLike
+from torchrl.envs._key_paths import key_tuple
 from torchrl.envs.utils import step_mdp
 from torchrl.modules._spec_utils import exploring, module_keys, spec_kind
 from torchrl.modules.mcts.scores import EXP3Score, MCTSScore, PUCTScore, UCBScore
@@ -558,13 +559,13 @@ class _EnvModel:
     def rewards(self, stepped: TensorDictBase) -> torch.Tensor:
         n = stepped.batch_size[0]
         columns = [
-            stepped.get((NEXT, *_as_tuple(k))).reshape(n, -1).sum(-1) for k in self.reward_keys
+            stepped.get((NEXT, *key_tuple(k))).reshape(n, -1).sum(-1) for k in self.reward_keys
         ]
         return torch.stack(columns, -1).float().cpu()
 
     def done(self, stepped: TensorDictBase) -> torch.Tensor:
         n = stepped.batch_size[0]
-        flags = [stepped.get((NEXT, *_as_tuple(k))).reshape(n, -1).any(-1) for k in self.done_keys]
+        flags = [stepped.get((NEXT, *key_tuple(k))).reshape(n, -1).any(-1) for k in self.done_keys]
         return torch.stack(flags, -1).any(-1).cpu()
 
     def next_states(self, stepped: TensorDictBase) -> TensorDictBase:
@@ -630,10 +631,6 @@ class _EnvModel:
                 alive = alive[going]
             discount *= gamma
         return returns.reshape(k, num_rollouts, -1).mean(1)
-
-
-def _as_tuple(key: NestedKey) -> tuple[str, ...]:
-    return (key,) if isinstance(key, str) else tuple(key)
 
 
 class MCTSPolicy(MCTSPolicyBase):

@@ -9,13 +9,9 @@ from tensordict.nn import TensorDictModuleBase
 
 from torchrl._keys import ACTION_VALUE
 from torchrl._types import NestedKey
-from torchrl.modules._spec_utils import module_keys
+from torchrl.modules._spec_utils import key_list, module_keys
 
 __all__ = ["DistributionalDQNnet"]
-
-
-def _key_list(keys: NestedKey | Sequence[NestedKey]) -> list[NestedKey]:
-    return [keys] if isinstance(keys, (str, tuple)) else list(keys)
 
 
 class DistributionalDQNnet(TensorDictModuleBase):
@@ -44,8 +40,8 @@ class DistributionalDQNnet(TensorDictModuleBase):
         out_keys: NestedKey | Sequence[NestedKey] | None = None,
     ) -> None:
         super().__init__()
-        keys_in = _key_list(ACTION_VALUE if in_keys is None else in_keys)
-        keys_out = keys_in if out_keys is None else _key_list(out_keys)
+        keys_in = key_list(ACTION_VALUE if in_keys is None else in_keys)
+        keys_out = keys_in if out_keys is None else key_list(out_keys)
         if len(keys_in) != len(keys_out):
             raise ValueError(
                 f"DistributionalDQNnet: in_keys {keys_in} and out_keys {keys_out} differ in length"

@@ -19,11 +19,11 @@ from tensordict.nn import (
     TensorDictModuleBase,
     TensorDictSequential,
 )
-from tensordict.utils import unravel_key
 from torch import nn
 
 from torchrl._types import NestedKey
-from torchrl.modules._spec_utils import as_composite, module_keys, project_keys
+from torchrl.envs._key_paths import key_tuple
+from torchrl.modules._spec_utils import as_composite, key_list, module_keys, project_keys
 
 if TYPE_CHECKING:
     from torchrl.data.specs.base import TensorSpec
@@ -36,19 +36,6 @@ __all__ = [
 ]
 
 
-def _key_list(keys: NestedKey | Sequence[NestedKey] | None) -> list[NestedKey]:
-    if keys is None:
-        return []
-    if isinstance(keys, (str, tuple)):
-        return [keys]
-    return list(keys)
-
-
-def _as_tuple(key: NestedKey) -> tuple[str, ...]:
-    key = unravel_key(key)
-    return key if isinstance(key, tuple) else (key,)
-
-
 def _output_spec(spec: Any, out_keys: Sequence[NestedKey], safe: bool, owner: str) -> Any:
     """``spec`` as a ``Composite`` over ``out_keys`` (a leaf describes the first), checked."""
     if safe and spec is None:
@@ -56,9 +43,9 @@ def _output_spec(spec: Any, out_keys: Sequence[NestedKey], safe: bool, owner: st
     composite = as_composite(spec, out_keys)
     if composite is None:
         return None
-    written = [_as_tuple(k) for k in out_keys]
+    written = [key_tuple(k) for k in out_keys]
     for key in composite.keys(True, True):
-        parts = _as_tuple(key)
+        parts = key_tuple(key)
         # A leaf of the spec names an output, or an entry inside an output tensordict.
         if not any(parts[: len(w)] == w for w in written):
             raise KeyError(
@@ -121,8 +108,8 @@ class SafeModule(TensorDictModule):
         safe: bool = False,
         **kwargs: Any,
     ) -> None:
-        keys_in = in_keys if isinstance(in_keys, Mapping) else module_keys(_key_list(in_keys))
-        keys_out = module_keys(_key_list(out_keys))
+        keys_in = in_keys if isinstance(in_keys, Mapping) else module_keys(key_list(in_keys))
+        keys_out = module_keys(key_list(out_keys))
         super().__init__(module, in_keys=cast(Any, keys_in), out_keys=keys_out, **kwargs)
         self.spec = _output_spec(spec, keys_out, safe, str(type(self).__name__))
         self.safe = safe
@@ -172,8 +159,8 @@ class SafeProbabilisticModule(ProbabilisticTensorDictModule):
         safe: bool = False,
         **kwargs: Any,
     ) -> None:
-        keys_in = in_keys if isinstance(in_keys, Mapping) else module_keys(_key_list(in_keys))
-        keys_out = module_keys(_key_list(out_keys)) if out_keys is not None else None
+        keys_in = in_keys if isinstance(in_keys, Mapping) else module_keys(key_list(in_keys))
+        keys_out = module_keys(key_list(out_keys)) if out_keys is not None else None
         super().__init__(in_keys=cast(Any, keys_in), out_keys=keys_out, **kwargs)
         self.spec = _output_spec(
             spec, list(cast(Any, self.dist_sample_keys)), safe, str(type(self).__name__)
