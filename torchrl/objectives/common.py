@@ -95,6 +95,11 @@ def add_random_module(module: type[nn.Module]) -> None:
         RANDOM_MODULE_LIST.append(module)
 
 
+def _vmap_randomness(module: nn.Module) -> str:
+    random = tuple(RANDOM_MODULE_LIST)
+    return "different" if any(isinstance(m, random) for m in module.modules()) else "error"
+
+
 def _find_loss_mask(loss: LossModule, tensordict: TensorDictBase) -> torch.Tensor | None:
     """The AND of the loss's validity masks found in ``tensordict`` (``None``: none found)."""
     key = loss.loss_mask_key
@@ -306,10 +311,7 @@ class LossModule(nn.Module):
     @property
     def vmap_randomness(self) -> str:
         """``"different"`` when a network holds a module of ``RANDOM_MODULE_LIST``, else ``"error"``."""
-        random = tuple(RANDOM_MODULE_LIST)
-        if any(isinstance(m, random) for m in self.modules()):
-            return "different"
-        return "error"
+        return _vmap_randomness(self)
 
     # ---- keys --------------------------------------------------------------------------------
 
@@ -690,7 +692,8 @@ class LossModule(nn.Module):
         if loop:
             outs = [one([t[i] for t in tensors]) for i in range(members)]
             return [torch.stack(group) for group in zip(*outs)]
-        return list(torch.vmap(one, randomness=self.vmap_randomness)(list(tensors)))
+        # Only the vmapped network's own modules decide (not the whole loss).
+        return list(torch.vmap(one, randomness=_vmap_randomness(module))(list(tensors)))
 
     # ---- value estimator ---------------------------------------------------------------------
 
