@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from torchrl.objectives.multiagent.gae import MultiAgentGAE
 from torchrl.objectives.multiagent.mappo import IPPOLoss, MAPPOLoss
 from torchrl.objectives.multiagent.qmixer import QMixerLoss
+from torchrl.objectives.value.multiagent import MultiAgentGAE
 
 __all__ = ["IPPOLoss", "MAPPOLoss", "MultiAgentGAE", "QMixerLoss"]

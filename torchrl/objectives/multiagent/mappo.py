@@ -15,10 +15,10 @@ from typing import Any
 
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase
 
-from torchrl.objectives.multiagent.gae import MultiAgentGAE
 from torchrl.objectives.ppo import ClipPPOLoss
 from torchrl.objectives.utils import ValueEstimators
 from torchrl.objectives.value.estimators import GAE, ValueEstimatorBase
+from torchrl.objectives.value.multiagent import MultiAgentGAE
 
 __all__ = ["IPPOLoss", "MAPPOLoss"]
 

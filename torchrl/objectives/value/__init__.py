@@ -32,6 +32,7 @@ from torchrl.objectives.value.functional import (
     vec_td_lambda_return_estimate,
     vtrace_advantage_estimate,
 )
+from torchrl.objectives.value.multiagent import MultiAgentGAE
 
 __all__ = [
     "GAE",
@@ -57,13 +58,3 @@ __all__ = [
     "vec_td_lambda_return_estimate",
     "vtrace_advantage_estimate",
 ]
-
-
-def __getattr__(name: str) -> object:
-    # MultiAgentGAE lives with the multi-agent losses, which import this package: resolved on
-    # first access instead of at import (a cycle otherwise).
-    if name == "MultiAgentGAE":
-        from torchrl.objectives.multiagent.gae import MultiAgentGAE
-
-        return MultiAgentGAE
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
