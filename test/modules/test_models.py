@@ -435,3 +435,17 @@ class TestAddStateIndependentNormalScale:
             AddStateIndependentNormalScale(3)(torch.zeros(2, 4))
         with pytest.raises(ValueError, match="scale_lb must be >= 0"):
             AddStateIndependentNormalScale(3, scale_lb=-1.0)
+
+
+def test_causal_transformer_old_name_builds_gpt_backbone():
+    import warnings
+
+    from torchrl.modules.models import CausalTransformer, DTConfig, GPTBackbone
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        net = CausalTransformer(DTConfig(n_embd=8, n_layer=1, n_head=2, n_inner=16))
+    assert isinstance(net, GPTBackbone)
+    assert net(torch.zeros(2, 3, 8)).shape == (2, 3, 8)
+    # warn_once: the first construction in the process warns (an earlier one may have)
+    assert all(issubclass(w.category, FutureWarning) for w in seen)

@@ -21,6 +21,7 @@ from torchrl.modules.models.multiagent import MultiAgentConvNet, MultiAgentMLP, 
 from torchrl.modules.models.noisy import NoisyLazyLinear, NoisyLinear, reset_noise
 from torchrl.modules.models.online_dt import OnlineDTActor
 from torchrl.modules.models.transformer import (
+    CausalTransformer,
     DecisionTransformer,
     DTActor,
     DTConfig,
@@ -46,6 +47,7 @@ __all__ = [
     "MLP",
     "AddStateIndependentNormalScale",
     "BatchRenorm1d",
+    "CausalTransformer",
     "GPTBackbone",
     "ConvNet",
     "DTActor",

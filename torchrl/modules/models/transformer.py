@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from torchrl._types import DeviceLike
+from torchrl._utils import warn_once
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
@@ -112,6 +113,32 @@ class GPTBackbone(nn.Module):
         for block in self.blocks:
             value = block(value)
         return self.ln_f(value)
+
+
+class CausalTransformer(GPTBackbone):
+    """Former name of :class:`GPTBackbone` (kept one minor release; warns once per process).
+
+    Renamed because TorchRL's ``torchrl.modules.CausalTransformer`` is the backbone of
+    :class:`~torchrl.modules.TransformerModule`, which ``torchrl.modules`` now exports.
+
+    Examples:
+        >>> import warnings
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     net = CausalTransformer(DTConfig(n_embd=8, n_layer=1, n_head=2, n_inner=16))
+        >>> isinstance(net, GPTBackbone)
+        True
+    """
+
+    def __init__(self, config: DTConfig | dict[str, Any], device: DeviceLike = None) -> None:
+        warn_once(
+            "torchrl.modules.models.CausalTransformer is now GPTBackbone; the old name goes in "
+            "the next minor release (torchrl.modules.CausalTransformer is TransformerModule's "
+            "backbone)",
+            FutureWarning,
+            stacklevel=3,
+        )
+        super().__init__(config, device)
 
 
 class DecisionTransformer(nn.Module):
