@@ -21,7 +21,9 @@ from torchrl.modules.models.multiagent import MultiAgentConvNet, MultiAgentMLP, 
 from torchrl.modules.models.noisy import NoisyLazyLinear, NoisyLinear, reset_noise
 from torchrl.modules.models.online_dt import OnlineDTActor
 from torchrl.modules.models.transformer import (
-    CausalTransformer,
+    CausalTransformer as CausalTransformer,  # old name of GPTBackbone, kept out of __all__
+)
+from torchrl.modules.models.transformer import (
     DecisionTransformer,
     DTActor,
     DTConfig,
@@ -47,7 +49,6 @@ __all__ = [
     "MLP",
     "AddStateIndependentNormalScale",
     "BatchRenorm1d",
-    "CausalTransformer",
     "GPTBackbone",
     "ConvNet",
     "DTActor",
