@@ -80,7 +80,7 @@ class SharedFlag:
         self._array_pid = -1
 
 
-def _send_error(conn: Connection, err: BaseException) -> None:
+def send_error(conn: Connection, err: BaseException) -> None:
     text = traceback.format_exc()
     try:
         payload = pickle.dumps(err)
@@ -170,7 +170,7 @@ def worker_main(
     except (KeyboardInterrupt, BrokenPipeError, EOFError):
         pass
     except BaseException as err:  # noqa: BLE001 - every failure goes to the parent
-        _send_error(conn, err)
+        send_error(conn, err)
     finally:
         if collector is not None:
             try:
