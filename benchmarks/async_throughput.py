@@ -1,0 +1,433 @@
+"""Asynchronous APPO, ours vs Sample Factory 2.1.1: training frames/s and time to 475 on CartPole.
+
+Protocol. Each run trains one library on one task in its own process (started in a new session,
+so that on a timeout the whole process tree is killed and no process outlives the run); the
+libraries alternate run by run (their order flips every seed), so load changes on the shared
+machine hit both alike. Tasks:
+
+- ``cartpole``: CartPole-v1 until the average training return reaches ``--target-return`` (475)
+  or ``--cartpole-frames`` / ``--cartpole-seconds`` run out.
+- ``halfcheetah``: HalfCheetah for a fixed budget of ``--halfcheetah-frames`` frames (or
+  ``--halfcheetah-seconds``, whichever ends first). Ours runs HalfCheetah-v5 (gymnasium 1.x);
+  Sample Factory's venv has gymnasium 0.29, which stops at HalfCheetah-v4 (same dynamics, same
+  observation and action spaces): its rows say which ``env_id`` ran.
+
+Ours is ``train(**config)`` of ``examples/appo_cartpole.py`` / ``examples/appo_mujoco.py``
+(asynchronous collector with an inference server), called with ``total_frames``, ``seed``,
+``target_return`` and ``stop_at_target``. Sample Factory is APPO from ``sample-factory==2.1.1``
+run by ``benchmarks/_peers/sf_async.py`` in its own venv with ``--num_workers 2
+--num_envs_per_worker 8 --device cpu``, a 2x64 tanh MLP encoder, no RNN and separate actor and
+critic encoders (``--actor_critic_share_weights False``), as our 2x64 tanh actor and critic; the
+other hyper-parameters are SF's own (its CartPole example's for CartPole, its MuJoCo defaults
+for HalfCheetah); each row records the full SF command line.
+
+What is measured, the same for both:
+
+- ``frames``: env frames trained on; ``wall_s``: wall time from the start of training (ours: the
+  example's own clock; SF: its event loop's start, i.e. after the Python and torch imports, with
+  its worker start-up inside) to the last training iteration; ``frames_per_s = frames / wall_s``
+  (collection and learning together). ``process_wall_s`` is the whole process, start-up and
+  shutdown included; SF rows also give ``wall_s_with_startup`` and ``steady_frames_per_s``
+  (from its first training iteration on), plus SF's own printed fps (``sf_fps_10s_median``).
+- ``reached_target``: frames and seconds (same clock as ``wall_s``) when the running average
+  training return first reached the target (SF: the mean of its last 100 training episodes,
+  what it prints as "Avg episode reward"); ``final_avg_return``.
+- ``policy_lag``: min/mean/max lag of the trained data behind the learner's policy. Units
+  differ: SF bumps its policy version after every SGD step; ours counts weight updates pushed to
+  the inference server.
+- ``load_before``/``load_after``: ``os.getloadavg()`` around each run (the machine is shared).
+
+Output: one JSON object per run, then one summary object: medians per library and task, and per
+task the ratios ours/SF of frames/s (target: >= 3) and of the time to the target (target: < 0.5).
+Torch runs with 1 thread in our process (``torch.set_num_threads(1)``); SF sets its own (1).
+
+Setting up the Sample Factory venv (it pins gymnasium < 1 and its package clash-free venv keeps
+our ``torchrl`` out of its path)::
+
+    python3 -m venv /work/sf-venv && /work/sf-venv/bin/pip install torch==2.13.0 \\
+        && /work/sf-venv/bin/pip install sample-factory==2.1.1 "gymnasium[mujoco]<1"
+
+``SF_PYTHON`` overrides the interpreter (default ``/work/sf-venv/bin/python``); without it the SF
+rows say ``skipped``. Usage::
+
+    python benchmarks/async_throughput.py [--seeds 3] [--tasks cartpole,halfcheetah]
+        [--libs ours,sample_factory] [--cartpole-frames 1000000] [--halfcheetah-frames 300000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SF_SCRIPT = os.path.join(ROOT, "benchmarks", "_peers", "sf_async.py")
+DEFAULT_SF_PYTHON = "/work/sf-venv/bin/python"
+TASKS = ("cartpole", "halfcheetah")
+LIBS = ("ours", "sample_factory")
+EXAMPLE = {"cartpole": "appo_cartpole", "halfcheetah": "appo_mujoco"}
+# Extra seconds a run's process gets beyond its training budget (imports, start-up, shutdown).
+STARTUP_SLACK_S = 180.0
+
+
+def sf_python() -> str:
+    """The Sample Factory venv's interpreter (``SF_PYTHON`` or ``/work/sf-venv/bin/python``)."""
+    return os.environ.get("SF_PYTHON", DEFAULT_SF_PYTHON)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parses and checks the driver's flags.
+
+    Examples:
+        >>> args = parse_args(["--tasks", "cartpole", "--libs", "sample_factory", "--seeds", "2"])
+        >>> args.tasks, args.libs, args.seeds
+        (['cartpole'], ['sample_factory'], 2)
+    """
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per lib and task")
+    parser.add_argument(
+        "--tasks", default=",".join(TASKS), help="comma-separated: " + ",".join(TASKS)
+    )
+    parser.add_argument("--libs", default=",".join(LIBS), help="comma-separated: " + ",".join(LIBS))
+    parser.add_argument("--target-return", type=float, default=475.0)
+    parser.add_argument("--cartpole-frames", type=int, default=1_000_000)
+    parser.add_argument("--cartpole-seconds", type=float, default=400.0)
+    parser.add_argument("--halfcheetah-frames", type=int, default=300_000)
+    parser.add_argument("--halfcheetah-seconds", type=float, default=150.0)
+    parser.add_argument(
+        "--sf-flag",
+        action="append",
+        default=[],
+        help="extra Sample Factory flag, e.g. --sf-flag=--batch_size=1024 (repeatable)",
+    )
+    parser.add_argument("--log-dir", default=None, help="keep each run's stdout/stderr here")
+    # Internal: the child process that runs our example (see ``run_ours``).
+    parser.add_argument("--child-ours", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.tasks = _split_choice(args.tasks, TASKS, "--tasks")
+    args.libs = _split_choice(args.libs, LIBS, "--libs")
+    if args.seeds < 1:
+        raise ValueError(f"--seeds: expected a positive number of seeds, got {args.seeds}")
+    for name in ("cartpole_frames", "halfcheetah_frames"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')}: expected > 0, got {getattr(args, name)}")
+    return args
+
+
+def _split_choice(value: str, allowed: Sequence[str], flag: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [v for v in items if v not in allowed]
+    if not items or unknown:
+        raise ValueError(
+            f"{flag}: expected a comma-separated subset of {list(allowed)}, got {value!r}"
+        )
+    return items
+
+
+def budget(args: argparse.Namespace, task: str) -> tuple[int, float, bool]:
+    """``(max_frames, max_seconds, stop_at_target)`` of ``task``."""
+    if task == "cartpole":
+        return args.cartpole_frames, args.cartpole_seconds, True
+    return args.halfcheetah_frames, args.halfcheetah_seconds, False
+
+
+def run_isolated(cmd: list[str], timeout: float, cwd: str, env: dict, log_path: str) -> dict:
+    """Runs ``cmd`` in a new session; on timeout (or error) kills its whole process group.
+
+    Returns ``{"rc", "timed_out", "process_wall_s", "strays_killed"}``; ``strays_killed`` says
+    whether processes of the group were still alive after the main one exited.
+    """
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+        finally:
+            if proc.poll() is None:  # KeyboardInterrupt or another error while waiting
+                _kill_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+            wall = time.perf_counter() - t0
+            strays = _kill_group(proc.pid, signal.SIGKILL)
+    return {
+        "rc": proc.returncode,
+        "timed_out": timed_out,
+        "process_wall_s": round(wall, 2),
+        "strays_killed": strays,
+    }
+
+
+def _kill_group(pgid: int, sig: int) -> bool:
+    """Sends ``sig`` to process group ``pgid``; False when no process of it was left."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _log_path(args: argparse.Namespace, tmp: str, lib: str, task: str, seed: int) -> str:
+    folder = args.log_dir or tmp
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"{lib}_{task}_seed{seed}.log")
+
+
+def _tail(path: str, lines: int = 5) -> str:
+    with open(path, errors="replace") as f:
+        return "\n".join(f.read().splitlines()[-lines:])
+
+
+def run_sf(args: argparse.Namespace, task: str, seed: int) -> dict:
+    """One Sample Factory run through ``_peers/sf_async.py`` in the SF venv."""
+    row: dict[str, Any] = {"lib": "sample_factory", "task": task, "seed": seed}
+    python = sf_python()
+    if not os.path.exists(python):
+        return {**row, "skipped": f"no Sample Factory python at {python} (set SF_PYTHON)"}
+    frames, seconds, stop = budget(args, task)
+    with tempfile.TemporaryDirectory(prefix="async_throughput_sf_") as tmp:
+        out = os.path.join(tmp, "result.json")
+        cmd = [python, SF_SCRIPT, f"--task={task}", f"--seed={seed}", f"--out={out}"]
+        cmd += [f"--target-return={args.target_return}", f"--max-frames={frames}"]
+        cmd += [f"--max-seconds={seconds}"] + (["--stop-at-target"] if stop else [])
+        if args.sf_flag:
+            cmd += ["--", *args.sf_flag]
+        # Our package is also called torchrl: keep this repo off the peer's import path.
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        log_path = _log_path(args, tmp, "sample_factory", task, seed)
+        load_before = _load()
+        proc = run_isolated(cmd, seconds + STARTUP_SLACK_S, tmp, env, log_path)
+        row.update(proc, load_before=load_before, load_after=_load())
+        if proc["rc"] != 0 or not os.path.exists(out):
+            return {**row, "error": _tail(log_path)}
+        with open(out) as f:
+            result = json.load(f)
+    result.update(row)
+    return result
+
+
+def run_ours(args: argparse.Namespace, task: str, seed: int) -> dict:
+    """One run of our example, in a child process (same isolation as Sample Factory's)."""
+    row: dict[str, Any] = {"lib": "ours", "task": task, "seed": seed}
+    frames, seconds, stop = budget(args, task)
+    config = {
+        "total_frames": frames,
+        "seed": seed,
+        "target_return": args.target_return,
+        "stop_at_target": stop,
+    }
+    with tempfile.TemporaryDirectory(prefix="async_throughput_ours_") as tmp:
+        out = os.path.join(tmp, "result.json")
+        spec = json.dumps({"task": task, "config": config, "out": out})
+        cmd = [sys.executable, os.path.abspath(__file__), "--child-ours", spec]
+        log_path = _log_path(args, tmp, "ours", task, seed)
+        load_before = _load()
+        # MuJoCo writes MUJOCO_LOG.TXT into the working directory: run in the temp dir.
+        proc = run_isolated(cmd, seconds + STARTUP_SLACK_S, tmp, dict(os.environ), log_path)
+        row.update(proc, load_before=load_before, load_after=_load())
+        if proc["rc"] != 0 or not os.path.exists(out):
+            return {**row, "error": _tail(log_path)}
+        with open(out) as f:
+            result = json.load(f)
+    return {**normalize_ours(result, task, seed, args.target_return), **row}
+
+
+def child_ours(spec_json: str) -> None:
+    """Child process: imports the example, calls ``train(**config)``, writes the raw result."""
+    import torch
+
+    torch.set_num_threads(1)
+    spec = json.loads(spec_json)
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    module = __import__(EXAMPLE[spec["task"]])
+    accepted = inspect.signature(module.train).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    config = {k: v for k, v in spec["config"].items() if takes_any or k in accepted}
+    t0 = time.perf_counter()
+    result = dict(module.train(**config))
+    result["_call_wall_s"] = time.perf_counter() - t0
+    result["_config"] = config
+    tmp = spec["out"] + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, default=_to_json)
+    os.replace(tmp, spec["out"])
+
+
+def _to_json(value: Any) -> Any:
+    if hasattr(value, "tolist"):  # tensors and numpy values
+        return value.tolist()
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return repr(value)
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def normalize_ours(result: dict, task: str, seed: int, target_return: float) -> dict:
+    """Maps our example's ``train`` result onto the row format of the Sample Factory runs.
+
+    Args:
+        result: what ``train(**config)`` returned (JSON-decoded).
+        task: ``"cartpole"`` or ``"halfcheetah"``.
+        seed: the run's seed.
+        target_return: the average training return the run aimed at.
+
+    Returns:
+        A row with ``frames``, ``wall_s``, ``frames_per_s``, ``reached_target`` (``{"frames",
+        "wall_s"}`` or None), ``final_avg_return``, ``return_curve`` and ``policy_lag``.
+
+    Examples:
+        >>> row = normalize_ours(
+        ...     {"frames": 1000, "wall_s": 2.0, "frames_per_s": 500.0,
+        ...      "return_curve": [(500, 1.0, 20.0), (1000, 2.0, 480.0)],
+        ...      "reached_target": (1000, 2.0),
+        ...      "policy_lag": {"min": 0, "mean": 0.5, "max": 1}},
+        ...     "cartpole", 0, 475.0)
+        >>> row["reached_target"], row["final_avg_return"], row["policy_lag"]["mean"]
+        ({'frames': 1000, 'wall_s': 2.0}, 480.0, 0.5)
+    """
+    for key in ("frames", "wall_s"):
+        if key not in result:
+            raise KeyError(f"our train() result lacks {key!r}; it has {sorted(result)}")
+    frames, wall = int(result["frames"]), float(result["wall_s"])
+    curve = [tuple(p) for p in result.get("return_curve") or []]
+    reached = result.get("reached_target")
+    if isinstance(reached, dict):
+        reached = {"frames": int(reached["frames"]), "wall_s": float(reached["wall_s"])}
+    elif reached is not None:
+        reached = {"frames": int(reached[0]), "wall_s": float(reached[1])}
+    lag = result.get("policy_lag")
+    if lag is None:
+        lag = {k[len("policy_lag_") :]: v for k, v in result.items() if k.startswith("policy_lag_")}
+    fps = result.get("frames_per_s")
+    return {
+        "lib": "ours",
+        "task": task,
+        "seed": seed,
+        "env_id": result.get("env_id", "CartPole-v1" if task == "cartpole" else "HalfCheetah-v5"),
+        "frames": frames,
+        "wall_s": round(wall, 3),
+        "frames_per_s": round(float(fps) if fps is not None else frames / wall, 1),
+        "target_return": target_return,
+        "reached_target": reached,
+        "final_avg_return": round(float(curve[-1][2]), 3) if curve else None,
+        "return_curve": curve,
+        "policy_lag": lag or None,
+        "call_wall_s": round(float(result.get("_call_wall_s", wall)), 3),
+        "config": result.get("_config"),
+    }
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Medians per library and task, and per task the ratios ours / Sample Factory.
+
+    Examples:
+        >>> rows = [
+        ...     {"lib": "ours", "task": "cartpole", "frames": 9e4, "wall_s": 10.0,
+        ...      "frames_per_s": 9000.0, "reached_target": {"frames": 9e4, "wall_s": 10.0}},
+        ...     {"lib": "sample_factory", "task": "cartpole", "frames": 3e5, "wall_s": 100.0,
+        ...      "frames_per_s": 3000.0, "reached_target": {"frames": 3e5, "wall_s": 100.0}},
+        ... ]
+        >>> ratio = summarize(rows)["ratios"]["cartpole"]
+        >>> ratio["frames_per_s"], ratio["time_to_target"], ratio["meets_issue_targets"]
+        (3.0, 0.1, True)
+    """
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["lib"], row["task"]), [])
+        if "frames_per_s" in row:
+            groups[(row["lib"], row["task"])].append(row)
+    per_lib: dict[str, dict[str, dict]] = {}
+    for (lib, task), done in groups.items():
+        reached = [r["reached_target"] for r in done if r.get("reached_target")]
+        lag_means = [
+            r["policy_lag"]["mean"]
+            for r in done
+            if (r.get("policy_lag") or {}).get("mean") is not None
+        ]
+        per_lib.setdefault(lib, {})[task] = {
+            "runs": len(done),
+            "reached_target": len(reached),
+            "median_frames_per_s": _median([r["frames_per_s"] for r in done]),
+            "median_frames": _median([r["frames"] for r in done]),
+            "median_wall_s": _median([r["wall_s"] for r in done]),
+            "median_time_to_target_s": _median([x["wall_s"] for x in reached]),
+            "median_frames_to_target": _median([x["frames"] for x in reached]),
+            "median_final_avg_return": _median(
+                [r["final_avg_return"] for r in done if r.get("final_avg_return") is not None]
+            ),
+            "median_policy_lag_mean": _median(lag_means),
+            "policy_lag_max": max(
+                (
+                    r["policy_lag"]["max"]
+                    for r in done
+                    if (r.get("policy_lag") or {}).get("max") is not None
+                ),
+                default=None,
+            ),
+        }
+    ratios: dict[str, dict] = {}
+    for task in sorted({task for _, task in groups}):
+        ours = per_lib.get("ours", {}).get(task)
+        peer = per_lib.get("sample_factory", {}).get(task)
+        if not ours or not peer:
+            continue
+        fps = _ratio(ours["median_frames_per_s"], peer["median_frames_per_s"])
+        ttt = _ratio(ours["median_time_to_target_s"], peer["median_time_to_target_s"])
+        # Issue targets: >= 3x SF's frames/s on every task, and CartPole's 475 in < half SF's time.
+        meets = fps is not None and fps >= 3.0
+        if task == "cartpole":
+            meets = meets and ttt is not None and ttt < 0.5
+        ratios[task] = {"frames_per_s": fps, "time_to_target": ttt, "meets_issue_targets": meets}
+    return {"summary": True, "per_lib": per_lib, "ratios": ratios, "load_avg": _load()}
+
+
+def _ratio(ours: float | None, peer: float | None) -> float | None:
+    if ours is None or peer is None or peer == 0:
+        return None
+    return round(ours / peer, 3)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.child_ours is not None:
+        child_ours(args.child_ours)
+        return
+    rows: list[dict] = []
+    for seed in range(args.seeds):
+        # Alternate the libraries run by run, flipping their order every seed.
+        libs = args.libs if seed % 2 == 0 else args.libs[::-1]
+        for task in args.tasks:
+            for lib in libs:
+                row = run_ours(args, task, seed) if lib == "ours" else run_sf(args, task, seed)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    print(json.dumps(summarize(rows)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
