@@ -8,7 +8,16 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase, dispatch
 from torch import Tensor, nn
 
-from torchrl._keys import ACTION, ADVANTAGE, DONE, REWARD, STATE_VALUE, TERMINATED, VALUE_TARGET
+from torchrl._keys import (
+    ACTION,
+    ACTION_LOG_PROB,
+    ADVANTAGE,
+    DONE,
+    REWARD,
+    STATE_VALUE,
+    TERMINATED,
+    VALUE_TARGET,
+)
 from torchrl._types import NestedKey
 from torchrl.modules.models.value_norm import (
     ValueNorm,
@@ -38,7 +47,10 @@ class A2CLoss(LossModule):
     """A2C: ``-E[log pi(a|s) A]`` plus a critic loss and an entropy bonus.
 
     The advantage is read at ``"advantage"`` or computed by the value estimator (GAE by default)
-    and written into the input.
+    and written into the input. With ``make_value_estimator(ValueEstimators.VTrace)`` this is
+    IMPALA's loss on off-policy data: the advantage is ``rho_t (r_t + gamma v_{t+1} - V(s_t))``,
+    the critic regresses the V-trace targets, and the behaviour log-probabilities are read at
+    ``"action_log_prob"`` (``set_keys(sample_log_prob=...)`` renames it).
 
     Args:
         actor_network: a probabilistic actor (``get_dist``).
@@ -90,6 +102,8 @@ class A2CLoss(LossModule):
         reward: NestedKey = REWARD
         done: NestedKey = DONE
         terminated: NestedKey = TERMINATED
+        # the behaviour policy's log-probabilities: read by the V-trace estimator only
+        sample_log_prob: NestedKey = ACTION_LOG_PROB
 
     default_keys = _AcceptedKeys
     actor_network: ProbabilisticTensorDictSequential

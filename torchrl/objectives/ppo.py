@@ -61,7 +61,9 @@ class PPOLoss(LossModule):
     computed by the value estimator (GAE by default) and written into the input.
     ``"action_log_prob"`` (what a ``ProbabilisticActor`` with ``return_log_prob=True`` writes;
     the paper-era ``"sample_log_prob"`` is read when the data has only that) must hold the
-    log-probabilities of the data-collecting policy.
+    log-probabilities of the data-collecting policy. With
+    ``make_value_estimator(ValueEstimators.VTrace)`` this is APPO (asynchronous PPO): the ratio
+    is taken against the behaviour policy, and the advantages and critic targets are V-trace's.
 
     Args:
         actor_network: a probabilistic actor (``get_dist``), e.g.
