@@ -1,0 +1,91 @@
+"""A TensorDict policy module that asks an inference server for its outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+
+from torchrl.modules.inference_server._transport import InferenceTransport
+
+__all__ = ["PolicyClientModule"]
+
+
+def _leaf_keys(td: TensorDictBase | None) -> list[NestedKey]:
+    if td is None:
+        return []
+    return list(td.keys(include_nested=True, leaves_only=True))
+
+
+class PolicyClientModule(TensorDictModuleBase):
+    """A policy whose forward sends the TensorDict to an inference server client.
+
+    ``module(td)`` sends ``td`` through the client, writes the entries of the response
+    (``out_keys``, or all of them when ``out_keys`` is not given) into ``td`` and returns
+    ``td``, like a local ``TensorDictModule`` would. It holds no weights.
+
+    Args:
+        client: an :class:`InferenceClient` (or any callable mapping a TensorDict to the
+            response), or a transport, whose :meth:`~InferenceTransport.client` is then used.
+
+    Keyword Args:
+        in_keys: the keys the module reads (default: the client's request layout, if fixed).
+        out_keys: the keys written back (default: the client's response layout, if fixed,
+            else every entry of each response).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules.inference_server import (
+        ...     InferenceServer, PolicyClientModule, ThreadingTransport)
+        >>> policy = TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["action"])
+        >>> transport = ThreadingTransport()
+        >>> remote = PolicyClientModule(transport, in_keys=["observation"], out_keys=["action"])
+        >>> with InferenceServer(policy, transport):
+        ...     td = remote(TensorDict(observation=torch.zeros(3)))
+        >>> sorted(td.keys())
+        ['action', 'observation']
+    """
+
+    def __init__(
+        self,
+        client: Callable[[TensorDictBase], TensorDictBase] | InferenceTransport,
+        *,
+        in_keys: Sequence[NestedKey] | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(client, InferenceTransport):
+            client = client.client()
+        if not callable(client):
+            raise TypeError(
+                f"client must be an InferenceClient, a callable or a transport, got "
+                f"{type(client).__name__}"
+            )
+        self.client = client
+        self._all_out = out_keys is None and getattr(client, "response", None) is None
+        if in_keys is None:
+            in_keys = _leaf_keys(getattr(client, "request", None))
+        if out_keys is None:
+            out_keys = _leaf_keys(getattr(client, "response", None))
+        self.in_keys = list(in_keys)  # type: ignore[arg-type]
+        self.out_keys = list(out_keys)  # type: ignore[arg-type]
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Sends ``tensordict`` to the server and writes the response's entries into it.
+
+        Args:
+            tensordict: the request.
+
+        Returns:
+            ``tensordict``, with the response entries written in.
+        """
+        response = self.client(tensordict)
+        if self._all_out:
+            return tensordict.update(response)
+        for key in self.out_keys:
+            tensordict.set(key, response.get(key))
+        return tensordict
