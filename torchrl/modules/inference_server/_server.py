@@ -120,6 +120,8 @@ class InferenceServer:
     client its own rows. With ``policy_version_key`` set, each response carries an int64
     entry (the request's batch shape) holding the version of the weights that computed it.
 
+    The serving thread uses as many torch threads as the thread that called :meth:`start`.
+
     :meth:`update_weights` swaps weights between two batches and bumps :attr:`policy_version`;
     a ``weight_sync`` scheme is polled between batches (see the docs page). A failing model
     call fails the requests of that batch only. :meth:`shutdown` (or leaving the ``with``
@@ -251,8 +253,14 @@ class InferenceServer:
             raise RuntimeError("this InferenceServer was shut down; build a new one")
         if self._thread is not None:
             raise RuntimeError("the InferenceServer is already started")
+        # OpenMP keeps its thread count per thread: a new thread would run the model with the
+        # default count (all cores), 10-100x slower for small models on a busy machine
+        num_threads = torch.get_num_threads()
         self._thread = threading.Thread(
-            target=self._serve_forever, name="torchrl-inference-server", daemon=True
+            target=self._serve_forever,
+            args=(num_threads,),
+            name="torchrl-inference-server",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -467,7 +475,9 @@ class InferenceServer:
             for piece, td in zip(pieces, requests, strict=True)
         ]
 
-    def _serve_forever(self) -> None:
+    def _serve_forever(self, num_threads: int | None = None) -> None:
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
         transport = self.transport
         error: BaseException | None = None
         idle_wait = 0.05 if self.weight_sync is not None else 1.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import select
 import threading
 import time
 from array import array
@@ -168,7 +169,17 @@ class SharedMemoryClient(InferenceClient):
         self._poll_interval = poll_interval
         self._id_bytes = array("i", [client_id]).tobytes()
         self._in_flight = False
+        self._setup()
+
+    def _setup(self) -> None:
+        # what a process rebuilds after unpickling: a poller and views (cheaper than tensors)
         self._handle = SharedMemoryHandle(self)
+        self._state_view = self._state.numpy()
+        self._submit_fd = self._submit_conn.fileno()
+        self._response_fd = self._response_conn.fileno()
+        self._poller = select.poll()
+        self._poller.register(self._response_fd, select.POLLIN)
+        self._checks = [(key, slot, slot.shape, slot.dtype) for key, slot in self._request_leaves]
 
     def __getstate__(self) -> dict[str, Any]:
         if self.response is None:
@@ -180,12 +191,13 @@ class SharedMemoryClient(InferenceClient):
         state = self.__dict__.copy()
         state["transport"] = None  # the server's side stays with the server
         state["_in_flight"] = False
-        state.pop("_handle")
+        for name in ("_handle", "_state_view", "_poller", "_checks", "_submit_fd", "_response_fd"):
+            state.pop(name)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._handle = SharedMemoryHandle(self)
+        self._setup()
 
     def submit(self, td: TensorDictBase) -> SharedMemoryHandle:
         """Copies ``td`` into the request slot and signals the server.
@@ -204,29 +216,29 @@ class SharedMemoryClient(InferenceClient):
             )
         if not isinstance(td, TensorDictBase):
             raise TypeError(f"a request must be a TensorDictBase, got {type(td).__name__}")
-        for key, slot in self._request_leaves:
+        for key, slot, shape, dtype in self._checks:
             value = td.get(key, None)
             if value is None:
                 raise KeyError(
                     f"the request lacks {key!r}: SharedMemoryTransport client "
                     f"{self.client_id} expects the keys {[k for k, _ in self._request_leaves]}"
                 )
-            if value.shape != slot.shape or value.dtype != slot.dtype:
+            if value.shape != shape or value.dtype != dtype:
                 raise ValueError(
                     f"request entry {key!r}: SharedMemoryTransport client {self.client_id} "
                     f"expects shape {tuple(slot.shape)} and {slot.dtype}, got shape "
                     f"{tuple(value.shape)} and {value.dtype}"
                 )
             slot.copy_(value)
-        if int(self._state[0]) == _STOPPED:
+        if self._state_view[0] == _STOPPED:
             raise ServerGoneError(self._stopped_message())
-        os.write(self._submit_conn.fileno(), self._id_bytes)
+        os.write(self._submit_fd, self._id_bytes)
         self._in_flight = True
         return self._handle
 
     def response_ready(self) -> bool:
         """Whether the response to the request in flight is there."""
-        return self._in_flight and self._response_conn.poll(0)
+        return self._in_flight and bool(self._poller.poll(0))
 
     def wait_response(self, timeout: float | None = None) -> TensorDictBase:
         """Blocks until the response to the request in flight is there; see :meth:`submit`.
@@ -240,13 +252,12 @@ class SharedMemoryClient(InferenceClient):
         if not self._in_flight:
             raise RuntimeError(f"SharedMemoryTransport client {self.client_id} has no request")
         deadline = None if timeout is None else time.monotonic() + timeout
-        conn = self._response_conn
         while True:
             wait = self._poll_interval
             if deadline is not None:
                 wait = max(0.0, min(wait, deadline - time.monotonic()))
-            if conn.poll(wait):
-                code = os.read(conn.fileno(), 1)
+            if self._poller.poll(wait * 1000):
+                code = os.read(self._response_fd, 1)
                 self._in_flight = False
                 if code == _OK:
                     assert self.response is not None
@@ -265,8 +276,8 @@ class SharedMemoryClient(InferenceClient):
                 )
 
     def _check_server(self) -> None:
-        state, pid = int(self._state[0]), int(self._state[1])
-        if state == _STOPPED and not self._response_conn.poll(0):
+        state, pid = int(self._state_view[0]), int(self._state_view[1])
+        if state == _STOPPED and not self._poller.poll(0):
             self._in_flight = False
             raise ServerGoneError(self._stopped_message())
         if not pid_alive(pid):
@@ -349,10 +360,16 @@ class SharedMemoryTransport(InferenceTransport):
         self._clients: list[SharedMemoryClient] = []
         self._probe: Callable[[TensorDictBase], TensorDictBase] | None = None
         self._probed: dict[tuple, TensorDictBase] = {}
+        self._setup()
+
+    def _setup(self) -> None:
+        self._requests_fd = self._requests_in.fileno()
+        self._poller = select.poll()
+        self._poller.register(self._requests_fd, select.POLLIN)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_clients", "_probe", "_probed", "_lock"):
+        for name in ("_clients", "_probe", "_probed", "_lock", "_poller", "_requests_fd"):
             state.pop(name)
         return state
 
@@ -362,6 +379,7 @@ class SharedMemoryTransport(InferenceTransport):
         self._probe = None
         self._probed = {}
         self._lock = threading.Lock()
+        self._setup()
 
     @property
     def num_clients(self) -> int:
@@ -487,7 +505,7 @@ class SharedMemoryTransport(InferenceTransport):
         )
 
     def _read_ids(self) -> None:
-        data = os.read(self._requests_in.fileno(), _ID_BYTES * _READ_IDS)
+        data = os.read(self._requests_fd, _ID_BYTES * _READ_IDS)
         for client_id in array("i", data):
             if client_id != _WAKE:
                 self._pending.append(client_id)
@@ -495,12 +513,12 @@ class SharedMemoryTransport(InferenceTransport):
     def wait_for_work(self, timeout: float) -> bool:  # noqa: D102
         if self._pending:
             return True
-        if self._requests_in.poll(timeout):
+        if self._poller.poll(timeout * 1000):
             self._read_ids()
         return bool(self._pending)
 
     def drain(self, max_items: int) -> tuple[list[TensorDictBase], list[Any]]:  # noqa: D102
-        if self._requests_in.poll(0):
+        if self._poller.poll(0):
             self._read_ids()
         requests: list[TensorDictBase] = []
         ids: list[int] = []
@@ -566,7 +584,7 @@ class SharedMemoryTransport(InferenceTransport):
         if self._closed:
             return
         # the requests read but not served, and those still in the pipe, fail at once
-        while self._requests_in.poll(0):
+        while self._poller.poll(0):
             self._read_ids()
         while self._pending:
             self._respond(self._slots[self._pending.popleft()], _GONE)
