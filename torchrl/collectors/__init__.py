@@ -18,6 +18,7 @@ from torchrl.collectors._options import (
 )
 from torchrl.collectors._pool import WorkerError
 from torchrl.collectors._worker import RemoteTraceback
+from torchrl.collectors.async_batched import AsyncBatchedCollector
 from torchrl.collectors.evaluator import Evaluator
 from torchrl.collectors.multi import (
     MultiaSyncDataCollector,
@@ -33,10 +34,14 @@ from torchrl.envs.utils import RandomPolicy
 Collector = SyncDataCollector
 MultiSyncCollector = MultiSyncDataCollector
 MultiAsyncCollector = MultiaSyncDataCollector
+#: TorchRL's current name of the collector running one SyncDataCollector in a process.
+AsyncCollector = aSyncDataCollector
 #: TorchRL's current name of the collectors' base class.
 BaseCollector = DataCollectorBase
 
 __all__ = [
+    "AsyncBatchedCollector",
+    "AsyncCollector",
     "BaseCollector",
     "Collector",
     "CollectorOptions",
