@@ -78,3 +78,20 @@ def serve_then_hang(transport) -> None:
     server = InferenceServer(make_policy(), transport).start()
     time.sleep(60)
     server.shutdown()
+
+
+def policy_factory(scale: float = 1.0) -> TensorDictModule:
+    """A module-level (picklable) factory for ProcessInferenceServer."""
+    return make_policy(scale)
+
+
+def free_layout_worker(client, worker: int, steps: int) -> None:
+    """Sends requests whose batch size changes each step; exit code 0 if all are right."""
+    torch.set_num_threads(1)
+    for step in range(steps):
+        rows = 1 + (step + worker) % 3
+        obs = obs_for(worker, step, rows)
+        out = client(TensorDict(observation=obs, batch_size=[rows]))
+        if not torch.equal(out["action"], expected_action(obs, out["policy_version"])):
+            os._exit(3)
+    os._exit(0)

@@ -8,7 +8,10 @@ server's process), :class:`SharedMemoryTransport` (worker processes, shared-memo
 actors). :class:`ProcessInferenceServer` runs the server in its own process.
 """
 
+from torchrl.modules.inference_server._mp import MPClient, MPTransport
 from torchrl.modules.inference_server._policy_client import PolicyClientModule
+from torchrl.modules.inference_server._process import ProcessInferenceServer
+from torchrl.modules.inference_server._ray import RayClient, RayTransport
 from torchrl.modules.inference_server._server import (
     InferenceDeviceConfig,
     InferenceServer,
@@ -31,7 +34,12 @@ __all__ = [
     "InferenceServer",
     "InferenceServerConfig",
     "InferenceTransport",
+    "MPClient",
+    "MPTransport",
     "PolicyClientModule",
+    "ProcessInferenceServer",
+    "RayClient",
+    "RayTransport",
     "ServerGoneError",
     "SharedMemoryClient",
     "SharedMemoryTransport",
