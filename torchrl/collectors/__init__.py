@@ -26,6 +26,7 @@ from torchrl.collectors.multi import (
     MultiSyncDataCollector,
     aSyncDataCollector,
 )
+from torchrl.collectors.policy_lag import policy_lag_stats
 from torchrl.collectors.sync import SyncDataCollector
 from torchrl.collectors.utils import split_trajectories
 from torchrl.envs.utils import RandomPolicy
@@ -59,5 +60,6 @@ __all__ = [
     "SyncDataCollector",
     "WorkerError",
     "aSyncDataCollector",
+    "policy_lag_stats",
     "split_trajectories",
 ]

@@ -69,6 +69,7 @@ from torchrl.envs.transforms.policy import (
     ModuleTransform,
     MultiAction,
 )
+from torchrl.envs.transforms.policy_age import PolicyAgeFilter
 from torchrl.envs.transforms.pretrained import (
     R3MTransform,
     VC1Transform,
@@ -205,3 +206,6 @@ __all__ += [
     "VIPRewardTransform",
     "VIPTransform",
 ]
+
+# Policy lag of asynchronously collected data (issue 19).
+__all__ += ["PolicyAgeFilter"]
