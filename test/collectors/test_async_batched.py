@@ -296,3 +296,26 @@ def test_policy_map_must_keep_groups_whole():
             num_workers=1,
             num_splits=2,
         )
+
+
+def test_dead_server_is_reported_within_seconds():
+    before = child_pids()
+    collector = AsyncBatchedCollector(
+        [functools.partial(counting_env, max_steps=1000)] * 2,
+        policy=count_policy(),
+        frames_per_batch=4,
+        num_workers=1,
+        num_splits=2,
+        seed=0,
+    )
+    it = iter(collector)
+    next(it)
+    collector._servers[0].shutdown()  # noqa: SLF001 - the server stops under the workers' feet
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="server"):
+        for _ in range(100_000):
+            next(it)
+    assert time.monotonic() - start < 10
+    collector.shutdown()
+    time.sleep(0.2)
+    assert child_pids() <= before
