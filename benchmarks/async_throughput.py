@@ -73,7 +73,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SF_SCRIPT = os.path.join(ROOT, "benchmarks", "_peers", "sf_async.py")
 DEFAULT_SF_PYTHON = "/work/sf-venv/bin/python"
 TASKS = ("cartpole", "halfcheetah")
-LIBS = ("ours", "sample_factory")
+LIBS = ("ours", "sample_factory", "sample_factory_sfnet")
+DEFAULT_LIBS = "ours,sample_factory"
+PEERS = {"sample_factory": "matched", "sample_factory_sfnet": "sf_default"}
 EXAMPLE = {"cartpole": "appo_cartpole", "halfcheetah": "appo_mujoco"}
 # Extra seconds a run's process gets beyond its training budget (imports, start-up, shutdown).
 STARTUP_SLACK_S = 180.0
@@ -97,7 +99,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--tasks", default=",".join(TASKS), help="comma-separated: " + ",".join(TASKS)
     )
-    parser.add_argument("--libs", default=",".join(LIBS), help="comma-separated: " + ",".join(LIBS))
+    parser.add_argument("--libs", default=DEFAULT_LIBS, help="comma-separated: " + ",".join(LIBS))
     parser.add_argument("--target-return", type=float, default=475.0)
     parser.add_argument("--cartpole-frames", type=int, default=1_000_000)
     parser.add_argument("--cartpole-seconds", type=float, default=400.0)
@@ -196,9 +198,9 @@ def _tail(path: str, lines: int = 5) -> str:
         return "\n".join(f.read().splitlines()[-lines:])
 
 
-def run_sf(args: argparse.Namespace, task: str, seed: int) -> dict:
+def run_sf(args: argparse.Namespace, task: str, seed: int, lib: str = "sample_factory") -> dict:
     """One Sample Factory run through ``_peers/sf_async.py`` in the SF venv."""
-    row: dict[str, Any] = {"lib": "sample_factory", "task": task, "seed": seed}
+    row: dict[str, Any] = {"lib": lib, "task": task, "seed": seed}
     python = sf_python()
     if not os.path.exists(python):
         return {**row, "skipped": f"no Sample Factory python at {python} (set SF_PYTHON)"}
@@ -207,12 +209,13 @@ def run_sf(args: argparse.Namespace, task: str, seed: int) -> dict:
         out = os.path.join(tmp, "result.json")
         cmd = [python, SF_SCRIPT, f"--task={task}", f"--seed={seed}", f"--out={out}"]
         cmd += [f"--target-return={args.target_return}", f"--max-frames={frames}"]
-        cmd += [f"--max-seconds={seconds}"] + (["--stop-at-target"] if stop else [])
+        cmd += [f"--max-seconds={seconds}", f"--network={PEERS[lib]}"]
+        cmd += ["--stop-at-target"] if stop else []
         if args.sf_flag:
             cmd += ["--", *args.sf_flag]
         # Our package is also called torchrl: keep this repo off the peer's import path.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        log_path = _log_path(args, tmp, "sample_factory", task, seed)
+        log_path = _log_path(args, tmp, lib, task, seed)
         load_before = _load()
         proc = run_isolated(cmd, seconds + STARTUP_SLACK_S, tmp, env, log_path)
         row.update(proc, load_before=load_before, load_after=_load())
@@ -310,7 +313,7 @@ def normalize_ours(result: dict, task: str, seed: int, target_return: float) -> 
         if key not in result:
             raise KeyError(f"our train() result lacks {key!r}; it has {sorted(result)}")
     frames, wall = int(result["frames"]), float(result["wall_s"])
-    curve = [tuple(p) for p in result.get("return_curve") or []]
+    curve = thin_curve([tuple(p) for p in result.get("return_curve") or []])
     reached = result.get("reached_target")
     if isinstance(reached, dict):
         reached = {"frames": int(reached["frames"]), "wall_s": float(reached["wall_s"])}
@@ -330,7 +333,7 @@ def normalize_ours(result: dict, task: str, seed: int, target_return: float) -> 
         "frames_per_s": round(float(fps) if fps is not None else frames / wall, 1),
         "target_return": target_return,
         "reached_target": reached,
-        "final_avg_return": round(float(curve[-1][2]), 3) if curve else None,
+        "final_avg_return": _final_return(result, curve),
         "return_curve": curve,
         "policy_lag": lag or None,
         "call_wall_s": round(float(result.get("_call_wall_s", wall)), 3),
@@ -338,12 +341,33 @@ def normalize_ours(result: dict, task: str, seed: int, target_return: float) -> 
     }
 
 
+def _final_return(result: dict, curve: list) -> float | None:
+    final = result.get("final_avg_return")
+    if final is None and curve:
+        final = curve[-1][2]
+    return None if final is None else round(float(final), 3)
+
+
+def thin_curve(curve: list[tuple], every_s: float = 1.0) -> list[tuple]:
+    """Keeps one ``(frames, wall_s, avg_return)`` point per ``every_s`` seconds, and the last.
+
+    Examples:
+        >>> thin_curve([(1, 0.1, 5.0), (2, 0.5, 6.0), (3, 1.2, 7.0), (4, 1.3, 8.0)])
+        [(1, 0.1, 5.0), (3, 1.2, 7.0), (4, 1.3, 8.0)]
+    """
+    kept: list[tuple] = []
+    for i, point in enumerate(curve):
+        if not kept or point[1] - kept[-1][1] >= every_s or i == len(curve) - 1:
+            kept.append(point)
+    return kept
+
+
 def _median(values: list[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Medians per library and task, and per task the ratios ours / Sample Factory.
+    """Medians per library and task, and per peer and task the ratios ours / peer.
 
     Examples:
         >>> rows = [
@@ -352,7 +376,7 @@ def summarize(rows: list[dict]) -> dict:
         ...     {"lib": "sample_factory", "task": "cartpole", "frames": 3e5, "wall_s": 100.0,
         ...      "frames_per_s": 3000.0, "reached_target": {"frames": 3e5, "wall_s": 100.0}},
         ... ]
-        >>> ratio = summarize(rows)["ratios"]["cartpole"]
+        >>> ratio = summarize(rows)["ratios"]["sample_factory"]["cartpole"]
         >>> ratio["frames_per_s"], ratio["time_to_target"], ratio["meets_issue_targets"]
         (3.0, 0.1, True)
     """
@@ -390,19 +414,24 @@ def summarize(rows: list[dict]) -> dict:
                 default=None,
             ),
         }
-    ratios: dict[str, dict] = {}
-    for task in sorted({task for _, task in groups}):
-        ours = per_lib.get("ours", {}).get(task)
-        peer = per_lib.get("sample_factory", {}).get(task)
-        if not ours or not peer:
-            continue
-        fps = _ratio(ours["median_frames_per_s"], peer["median_frames_per_s"])
-        ttt = _ratio(ours["median_time_to_target_s"], peer["median_time_to_target_s"])
-        # Issue targets: >= 3x SF's frames/s on every task, and CartPole's 475 in < half SF's time.
-        meets = fps is not None and fps >= 3.0
-        if task == "cartpole":
-            meets = meets and ttt is not None and ttt < 0.5
-        ratios[task] = {"frames_per_s": fps, "time_to_target": ttt, "meets_issue_targets": meets}
+    ratios: dict[str, dict[str, dict]] = {}
+    for peer in PEERS:
+        for task in sorted({task for _, task in groups}):
+            ours = per_lib.get("ours", {}).get(task)
+            theirs = per_lib.get(peer, {}).get(task)
+            if not ours or not theirs:
+                continue
+            fps = _ratio(ours["median_frames_per_s"], theirs["median_frames_per_s"])
+            ttt = _ratio(ours["median_time_to_target_s"], theirs["median_time_to_target_s"])
+            # Issue targets: >= 3x SF's frames/s on every task, CartPole's 475 in < half its time.
+            meets = fps is not None and fps >= 3.0
+            if task == "cartpole":
+                meets = meets and ttt is not None and ttt < 0.5
+            ratios.setdefault(peer, {})[task] = {
+                "frames_per_s": fps,
+                "time_to_target": ttt,
+                "meets_issue_targets": meets,
+            }
     return {"summary": True, "per_lib": per_lib, "ratios": ratios, "load_avg": _load()}
 
 
@@ -423,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         libs = args.libs if seed % 2 == 0 else args.libs[::-1]
         for task in args.tasks:
             for lib in libs:
-                row = run_ours(args, task, seed) if lib == "ours" else run_sf(args, task, seed)
+                row = run_ours(args, task, seed) if lib == "ours" else run_sf(args, task, seed, lib)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     print(json.dumps(summarize(rows)), flush=True)

@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SF_SCRIPT = os.path.join(ROOT, "benchmarks", "_peers", "sf_async.py")
@@ -49,6 +50,7 @@ class TestParseArgs:
         args = bench.parse_args([])
         assert args.tasks == ["cartpole", "halfcheetah"]
         assert args.libs == ["ours", "sample_factory"]
+        assert bench.parse_args(["--libs", "sample_factory_sfnet"]).libs == ["sample_factory_sfnet"]
         assert args.seeds == 1 and args.target_return == 475.0
         assert bench.budget(args, "cartpole")[2] is True
         assert bench.budget(args, "halfcheetah") == (300_000, 150.0, False)
@@ -129,15 +131,29 @@ class TestSummarize:
         assert ours["median_final_avg_return"] == 480.0
         assert ours["median_policy_lag_mean"] == 1.0 and ours["policy_lag_max"] == 4
         assert summary["per_lib"]["sample_factory"]["halfcheetah"]["runs"] == 1
-        assert summary["ratios"]["cartpole"] == {
+        assert summary["ratios"]["sample_factory"]["cartpole"] == {
             "frames_per_s": 4.0,
             "time_to_target": 0.25,
             "meets_issue_targets": True,
         }
         # HalfCheetah has no target return: only the 3x frames/s counts (2x here).
-        assert summary["ratios"]["halfcheetah"]["frames_per_s"] == 2.0
-        assert summary["ratios"]["halfcheetah"]["meets_issue_targets"] is False
+        assert summary["ratios"]["sample_factory"]["halfcheetah"]["frames_per_s"] == 2.0
+        assert summary["ratios"]["sample_factory"]["halfcheetah"]["meets_issue_targets"] is False
         json.dumps(summary)
+
+    def test_each_peer_has_its_ratios(self):
+        rows = [
+            _row("ours", "cartpole", 6000.0, tt=40.0),
+            _row("sample_factory", "cartpole", 3000.0),  # never reached the target
+            _row("sample_factory_sfnet", "cartpole", 1500.0, tt=100.0),
+        ]
+        ratios = bench.summarize(rows)["ratios"]
+        assert ratios["sample_factory"]["cartpole"]["time_to_target"] is None
+        assert ratios["sample_factory_sfnet"]["cartpole"] == {
+            "frames_per_s": 4.0,
+            "time_to_target": 0.4,
+            "meets_issue_targets": True,
+        }
 
     def test_time_target_unmet_or_missing_peer(self):
         rows = [
@@ -146,16 +162,16 @@ class TestSummarize:
             _row("ours", "halfcheetah", 5000.0),
         ]
         summary = bench.summarize(rows)
-        assert summary["ratios"]["cartpole"]["time_to_target"] == 0.6
-        assert summary["ratios"]["cartpole"]["meets_issue_targets"] is False
-        assert "halfcheetah" not in summary["ratios"]  # no SF row to compare with
+        assert summary["ratios"]["sample_factory"]["cartpole"]["time_to_target"] == 0.6
+        assert summary["ratios"]["sample_factory"]["cartpole"]["meets_issue_targets"] is False
+        assert "halfcheetah" not in summary["ratios"]["sample_factory"]  # no SF row to compare
 
     def test_ours_never_reached(self):
         rows = [
             _row("ours", "cartpole", 12000.0),
             _row("sample_factory", "cartpole", 3000.0, tt=90.0),
         ]
-        ratio = bench.summarize(rows)["ratios"]["cartpole"]
+        ratio = bench.summarize(rows)["ratios"]["sample_factory"]["cartpole"]
         assert ratio["time_to_target"] is None and ratio["meets_issue_targets"] is False
 
 
@@ -165,6 +181,32 @@ def test_sf_absent_is_skipped(monkeypatch, capsys):
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert "no Sample Factory python at /nonexistent/python" in lines[0]["skipped"]
     assert lines[-1]["summary"] is True and lines[-1]["ratios"] == {}
+    assert len(lines) == 2
+
+
+def test_child_ours_calls_train_with_its_keywords(tmp_path, monkeypatch):
+    # A stand-in example: the child passes only the keywords ``train`` takes and writes its
+    # result (tensors turned into lists) for the parent to read.
+    (tmp_path / "fake_appo.py").write_text(
+        "import torch\n"
+        "def train(total_frames, seed):\n"
+        "    return {'frames': total_frames, 'wall_s': 2.0, 'lag': torch.tensor([1, 2])}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(bench.EXAMPLE, "cartpole", "fake_appo")
+    out = tmp_path / "result.json"
+    config = {"total_frames": 64, "seed": 3, "target_return": 475.0, "stop_at_target": True}
+    spec = {"task": "cartpole", "config": config, "out": str(out)}
+    threads = torch.get_num_threads()
+    try:
+        bench.child_ours(json.dumps(spec))
+    finally:
+        torch.set_num_threads(threads)
+    result = json.loads(out.read_text())
+    assert result["frames"] == 64 and result["lag"] == [1, 2]
+    assert result["_config"] == {"total_frames": 64, "seed": 3}
+    row = bench.normalize_ours(result, "cartpole", 3, 475.0)
+    assert row["frames_per_s"] == 32.0 and row["reached_target"] is None
 
 
 def test_run_isolated_kills_process_tree(tmp_path):
@@ -223,6 +265,9 @@ def test_sf_config_matches_our_network():
         "    out[task] = [env_id, list(cfg.encoder_mlp_layers), cfg.nonlinearity,\n"
         "                 cfg.actor_critic_share_weights, cfg.use_rnn, cfg.num_workers,\n"
         "                 cfg.num_envs_per_worker, cfg.device, cfg.async_rl, cfg.seed]\n"
+        "cfg, _, _ = sf_async.make_cfg('cartpole', 0, '/tmp/unused', 10, [], 'sf_default')\n"
+        "out['sf_default'] = [list(cfg.encoder_mlp_layers), cfg.nonlinearity,\n"
+        "                     cfg.actor_critic_share_weights]\n"
         "print(json.dumps(out))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -235,3 +280,4 @@ def test_sf_config_matches_our_network():
     assert out["cartpole"] == ["CartPole-v1", *common]
     assert out["halfcheetah"][0] in ("HalfCheetah-v5", "HalfCheetah-v4")
     assert out["halfcheetah"][1:] == common
+    assert out["sf_default"] == [[512, 512], "elu", True]

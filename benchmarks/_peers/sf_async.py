@@ -5,14 +5,16 @@ package is also called ``torchrl``, so the driver starts this script with a work
 outside our repository). Usage::
 
     python sf_async.py --task cartpole --seed 0 --out result.json [--target-return 475]
-        [--stop-at-target] [--max-frames N] [--max-seconds S] [-- EXTRA_SF_FLAGS...]
+        [--stop-at-target] [--max-frames N] [--max-seconds S] [--network matched|sf_default]
+        [-- EXTRA_SF_FLAGS...]
 
 Every figure comes from Sample Factory's own bookkeeping, read while it trains:
 
 - frames: the runner's ``env_steps[0]``, the env steps the learner has consumed (what SF prints
   as "Total num frames").
 - average training return: the mean of the runner's ``policy_avg_stats["reward"][0]``, the last
-  ``--stats_avg`` (100) finished training episodes; SF prints it as "Avg episode reward".
+  ``--stats_avg`` (100) finished training episodes; SF prints it as "Avg episode reward". The
+  target counts once that window is full (as in our examples).
 - policy lag: the learner's ``version_diff_min/avg/max`` train statistics (current policy version
   minus the version that collected each sample of a minibatch; one version per SGD step), caught
   from every train-stats message the runner receives (SF prints the latest as "Policy #0 lag").
@@ -66,6 +68,15 @@ COMMON_FLAGS = [
     "--save_every_sec=1000000",
     "--save_best_every_sec=1000000",
 ]
+# ``--network sf_default``: SF's own default MLP encoder (2x512 ELU, one encoder shared by actor
+# and critic) instead of our network: the network SF's CartPole example trains with.
+SF_DEFAULT_NETWORK_FLAGS = [
+    "--encoder_mlp_layers",
+    "512",
+    "512",
+    "--nonlinearity=elu",
+    "--actor_critic_share_weights=True",
+]
 # CartPole: the settings of SF's own CartPole example (sf_examples/train_gym_env.py docstring),
 # except the worker layout above.
 CARTPOLE_FLAGS = [
@@ -96,8 +107,17 @@ def make_gym_env(full_env_name, cfg=None, env_config=None, render_mode=None):
     return gym.make(full_env_name, render_mode=render_mode)
 
 
-def make_cfg(task: str, seed: int, train_dir: str, max_frames: int, extra: list[str]):
+def make_cfg(
+    task: str,
+    seed: int,
+    train_dir: str,
+    max_frames: int,
+    extra: list[str],
+    network: str = "matched",
+):
     """Registers the env with SF and parses SF's full config for ``task``."""
+    if network not in ("matched", "sf_default"):
+        raise ValueError(f"network: expected 'matched' or 'sf_default', got {network!r}")
     from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args
     from sample_factory.envs.env_utils import register_env
 
@@ -112,6 +132,8 @@ def make_cfg(task: str, seed: int, train_dir: str, max_frames: int, extra: list[
         raise ValueError(f"--task: expected 'cartpole' or 'halfcheetah', got {task!r}")
 
     register_env(env_id, make_gym_env)
+    if network == "sf_default":
+        argv += SF_DEFAULT_NETWORK_FLAGS
     argv += [
         f"--seed={seed}",
         f"--train_dir={train_dir}",
@@ -158,7 +180,9 @@ def train(args: argparse.Namespace) -> dict:
     from sample_factory.utils.utils import log
 
     train_dir = tempfile.mkdtemp(prefix="sf_async_")
-    cfg, env_id, argv = make_cfg(args.task, args.seed, train_dir, args.max_frames, args.extra)
+    cfg, env_id, argv = make_cfg(
+        args.task, args.seed, train_dir, args.max_frames, args.extra, args.network
+    )
     clock = time.perf_counter
     catcher = SFLogCatcher(clock)
     log.addHandler(catcher)
@@ -193,7 +217,9 @@ def train(args: argparse.Namespace) -> dict:
             rewards = runner.policy_avg_stats.get("reward", [[]])[0]
             avg = float(sum(rewards) / len(rewards)) if len(rewards) else None
             state["steps"].append((now, int(frames), avg, len(rewards)))
-            if avg is not None and avg >= args.target_return and state["reached"] is None:
+            # As our examples, count the target only once the average covers a full window.
+            full = len(rewards) >= runner.cfg.stats_avg
+            if full and avg >= args.target_return and state["reached"] is None:
                 state["reached"] = (int(frames), now)
                 if args.stop_at_target:
                     state["stop_reason"] = "target"
@@ -240,6 +266,7 @@ def summarize(args, state, catcher, t_exit, status, cfg, env_id, argv) -> dict:
         "lib": "sample_factory",
         "task": args.task,
         "env_id": env_id,
+        "network": args.network,
         "seed": args.seed,
         "status": status,
         "stop_reason": state["stop_reason"] or "max_frames",
@@ -301,6 +328,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="path of the JSON result")
     parser.add_argument("--target-return", type=float, default=475.0)
     parser.add_argument("--stop-at-target", action="store_true")
+    parser.add_argument(
+        "--network",
+        default="matched",
+        choices=["matched", "sf_default"],
+        help="matched: our 2x64 tanh actor and critic; sf_default: SF's 2x512 ELU shared encoder",
+    )
     parser.add_argument("--max-frames", type=int, default=2_000_000)
     parser.add_argument("--max-seconds", type=float, default=600.0)
     parser.add_argument("extra", nargs="*", help="extra Sample Factory flags (after --)")
