@@ -545,8 +545,56 @@ def test_process_factory_error_is_reported():
     def broken(hparams, seed):
         raise RuntimeError("cannot build")
 
-    with pytest.raises(PBTMemberError, match="(?s)member 0: start failed.*cannot build"):
+    with pytest.raises(PBTMemberError, match="(?s)member [01]: start failed.*cannot build"):
         PBT(broken, SPACE, population_size=2, ready_interval=1, backend="process")
+
+
+def _orphaning_main(conn) -> None:
+    # runs in a forked child that plays the main process; the test then SIGKILLs it
+    pbt = _pbt(backend="process", population_size=2, start_method="fork")
+    pbt.step()
+    conn.send((pbt._backend.tmpdir, [p.pid for p in pbt._backend.procs]))
+    time.sleep(60)
+
+
+def test_process_workers_end_when_the_main_process_is_killed():
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    parent_conn, child_conn = ctx.Pipe()
+    # not a daemon: daemonic processes may not start processes
+    main = ctx.Process(target=_orphaning_main, args=(child_conn,))
+    main.start()
+    try:
+        mp.connection.wait([parent_conn, main.sentinel], 30.0)
+        assert parent_conn.poll(), f"the stand-in main process failed ({main.exitcode})"
+        tmpdir, pids = parent_conn.recv()
+        assert os.path.isdir(tmpdir) and len(pids) == 2
+    finally:
+        main.kill()
+        main.join()
+    deadline = time.monotonic() + 5.0
+    alive = pids
+    while time.monotonic() < deadline:
+        alive = [pid for pid in pids if _pid_alive(pid)]
+        if not alive and not os.path.exists(tmpdir):
+            break
+        time.sleep(0.05)
+    assert alive == [], "member processes outlived the killed main process"
+    assert not os.path.exists(tmpdir)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (ended, not yet reaped by init) counts as gone
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 # -- ray backend -------------------------------------------------------------------------------------

@@ -132,8 +132,10 @@ def _worker_main(
     seed: int,
     parent_pid: int,
     num_threads: int,
+    tmpdir: str,
 ) -> None:
-    watch_parent(parent_pid)
+    # a parent killed outright cannot remove its temp dir: the first worker to see it gone does
+    watch_parent(parent_pid, cleanup=(tmpdir,))
     torch.set_num_threads(num_threads)
     member = None
     try:
@@ -227,6 +229,7 @@ class ProcessBackend:
                         seed,
                         os.getpid(),
                         num_threads,
+                        self.tmpdir,
                     ),
                     name=f"torchrl-pbt-member-{index}",
                     daemon=True,
