@@ -220,26 +220,28 @@ def ray_session():
     ray.shutdown()
 
 
-def _ray_worker(client, worker):
-    from test_inference_workers import expected_action as expected
-    from test_inference_workers import obs_for as make_obs
-
-    ok = True
-    for step in range(5):
-        obs = make_obs(worker, step, 2)
-        out = client(TensorDict(observation=obs, batch_size=[2]))
-        ok &= bool(torch.equal(out["action"], expected(obs, out["policy_version"])))
-    return ok
-
-
 @pytest.mark.slow  # ray.init takes 5-40 s on this machine
 def test_ray_transport_round_trip(ray_session):
     from torchrl.modules.inference_server import RayTransport
 
     ray = ray_session
+
+    def ray_worker(client, worker):
+        # defined here so that Ray ships it by value: the test modules are not importable there
+        import torch
+        from tensordict import TensorDict
+
+        ok = True
+        for step in range(5):
+            obs = torch.full((2, 4), float(worker * 100 + step)) + torch.arange(4.0)
+            out = client(TensorDict(observation=obs, batch_size=[2]))
+            expected = obs.sum(-1, keepdim=True).expand(2, 2) * (out["policy_version"][:, None] + 1)
+            ok &= bool(torch.equal(out["action"], expected))
+        return ok
+
     transport = RayTransport(poll_interval=0.1)
     clients = [transport.client() for _ in range(2)]
-    remote = ray.remote(_ray_worker)
+    remote = ray.remote(ray_worker)
     with InferenceServer(make_policy(), transport):
         assert ray.get([remote.remote(c, i) for i, c in enumerate(clients)], timeout=120) == [
             True,
@@ -249,3 +251,22 @@ def test_ray_transport_round_trip(ray_session):
         assert local(TensorDict(observation=torch.ones(OBS_DIM)))["action"].tolist() == [4.0] * 2
     with pytest.raises(ServerGoneError):
         local(TensorDict(observation=torch.ones(OBS_DIM)))
+
+
+@pytest.mark.slow  # the spawned server process imports torch: 4 s of CPU, often 15 s here
+def test_process_server_spawn():
+    transport = SharedMemoryTransport(poll_interval=0.2)
+    client = transport.client(example=example(2))
+    with ProcessInferenceServer(
+        policy_factory=functools.partial(policy_factory, 2.0),
+        transport=transport,
+        mp_context="spawn",
+        startup_timeout=120,
+    ) as server:
+        out = client(TensorDict(observation=torch.ones(2, OBS_DIM), batch_size=[2]))
+        server.update_weights(set_scale(None, 1.0))
+        again = client(TensorDict(observation=torch.ones(2, OBS_DIM), batch_size=[2]))
+    assert out["action"].tolist() == [[8.0] * ACT_DIM] * 2
+    assert again["action"].tolist() == [[4.0] * ACT_DIM] * 2
+    assert again["policy_version"].tolist() == [1, 1]
+    assert not mp.active_children()

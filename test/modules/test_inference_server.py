@@ -410,3 +410,15 @@ def test_shared_memory_model_error_reaches_client():
         with pytest.raises(RuntimeError, match="negative only"):
             client(TensorDict(observation=torch.ones(1, OBS_DIM), batch_size=[1]))
         assert client(example(1))["action"].shape == (1, 2)
+
+
+def test_multi_dim_batches_keep_their_shape():
+    transport = ThreadingTransport()
+    with InferenceServer(make_policy(), transport, timeout=0.05, min_batch_size=5):
+        client = transport.client()
+        a = client.submit(TensorDict(observation=torch.ones(3, 2, OBS_DIM), batch_size=[3, 2]))
+        b = client.submit(TensorDict(observation=torch.ones(2, 2, OBS_DIM), batch_size=[2, 2]))
+        out_a, out_b = a.result(timeout=5), b.result(timeout=5)
+    assert out_a.batch_size == (3, 2) and out_b.batch_size == (2, 2)
+    assert out_a["policy_version"].shape == (3, 2)
+    assert out_a["action"].shape == (3, 2, ACT_DIM)
