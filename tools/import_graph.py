@@ -38,6 +38,8 @@ LAYERS: dict[str, int] = {
     "torchrl.record.loggers": 0,
     "torchrl.data": 1,
     "torchrl.envs": 2,
+    # Weight sync schemes: used by the collectors, the inference server and the trainers.
+    "torchrl.weight_update": 2,
     "torchrl.record": 2,
     "torchrl.modules": 3,
     "torchrl.collectors": 3,

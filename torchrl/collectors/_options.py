@@ -155,6 +155,7 @@ class CollectorOptions:
     replay_buffer: ReplayBufferLike | None = None
     trust_policy: bool | None = None
     extend_buffer: bool = True
+    track_policy_version: bool = False
     owner: str = field(default="SyncDataCollector", compare=False)
 
     def __post_init__(self) -> None:
@@ -188,6 +189,7 @@ class CollectorOptions:
             "use_buffers": True,
             "trust_policy": False,
             "extend_buffer": True,
+            "track_policy_version": False,
         }
         for name, default in flags.items():
             put(self, name, _flag(getattr(self, name), owner, name, default))

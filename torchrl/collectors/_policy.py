@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -14,9 +14,14 @@ from torch import nn
 from torchrl._td_compat import entries, set_unchecked
 from torchrl.envs.common import EnvBase
 from torchrl.envs.utils import RandomPolicy
+from torchrl.weight_update.weights import (
+    WeightsLike,
+    bind_weights,
+    copy_weights,
+    named_weights,
+    share_weights,
+)
 
-#: New policy weights: a module, a state dict, or a TensorDict of weights (keys joined by dots).
-WeightsLike = nn.Module | Mapping[str, torch.Tensor] | TensorDictBase
 #: A collector's policy: TensorDict in, TensorDict out (or written in place and ``None``).
 PolicyLike = Callable[[TensorDictBase], "TensorDictBase | None"]
 
@@ -113,70 +118,6 @@ class DevicePolicy:
         if self.env_device is not None:
             out = out.to(self.env_device)
         return td.update(out)
-
-
-def named_weights(module: nn.Module) -> dict[str, torch.Tensor]:
-    """The parameters and buffers of ``module`` by name (tied tensors once)."""
-    out: dict[str, torch.Tensor] = {}
-    for name, p in module.named_parameters():
-        out[name] = p
-    for name, b in module.named_buffers():
-        if b is not None:
-            out[name] = b
-    return out
-
-
-def share_weights(module: nn.Module) -> dict[str, torch.Tensor]:
-    """Copies the weights of ``module`` into fresh CPU shared-memory tensors."""
-    with torch.no_grad():
-        return {
-            name: t.detach().to("cpu", copy=True).share_memory_()
-            for name, t in named_weights(module).items()
-        }
-
-
-def bind_weights(module: nn.Module, weights: dict[str, torch.Tensor]) -> None:
-    """Makes ``module`` read its parameters and buffers from ``weights`` (no copy).
-
-    Only tensors on the same device as the weights are bound; others get a copy.
-    """
-    current = named_weights(module)
-    missing = sorted(set(weights) - set(current))
-    if missing:
-        raise KeyError(f"collector: the worker's policy has no weights named {missing}")
-    with torch.no_grad():
-        for name, tensor in current.items():
-            source = weights.get(name)
-            if source is None:
-                continue
-            if tensor.device == source.device and tensor.dtype == source.dtype:
-                tensor.data = source
-            else:
-                tensor.copy_(source)
-
-
-def copy_weights(dest: dict[str, torch.Tensor], source: WeightsLike) -> None:
-    """Copies weights in place into ``dest`` from a module, a state dict or a TensorDict."""
-    if isinstance(source, nn.Module):
-        items = named_weights(source)
-    elif isinstance(source, TensorDictBase):
-        items = {
-            ".".join(k) if isinstance(k, tuple) else k: cast(torch.Tensor, v)
-            for k, v in source.items(True, True)
-        }
-    elif isinstance(source, Mapping):
-        items = dict(source)
-    else:
-        raise TypeError(
-            f"update_policy_weights_ takes a module, a state dict or a TensorDict of weights, "
-            f"got {type(source).__name__}"
-        )
-    unknown = sorted(set(items) - set(dest))
-    if unknown:
-        raise KeyError(f"update_policy_weights_: the policy has no weights named {unknown}")
-    with torch.no_grad():
-        for name, value in items.items():
-            dest[name].copy_(value.detach())
 
 
 class DirectModuleCall:

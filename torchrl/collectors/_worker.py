@@ -3,13 +3,17 @@
 A worker builds its env and a :class:`~torchrl.collectors.SyncDataCollector`, whose batch
 buffers live in shared memory. It sends each buffer to the parent once (the pickle carries a
 file descriptor, not the data); after that a batch is announced by a small message naming the
-buffer and how many steps it holds. The policy reads its weights from shared-memory tensors
-that the parent updates in place.
+buffer and how many steps it holds. New weights arrive through the worker's receiver-side
+:class:`~torchrl.weight_update.WeightSyncScheme`: by default the policy reads its weights
+from shared-memory tensors that the parent updates in place
+(:class:`~torchrl.weight_update.SharedMemWeightSyncScheme`); with
+:class:`~torchrl.weight_update.MultiProcessWeightSyncScheme` they come as a ``"weights"``
+message.
 
 Messages from the parent: ``("collect", None)`` (sync mode), ``("release", slot)`` (async
 mode: the parent is done reading a buffer), ``("seed", (seed, static))``, ``("state_dict",
-None)``, ``("load_state_dict", sd)``, ``("update", None)``, ``("reset", None)``, ``("close",
-None)``. Messages to the parent: ``("ready", info)``, ``("batch", (slot, steps, buffer or
+None)``, ``("load_state_dict", sd)``, ``("update", None)``, ``("weights", (weights,
+version))``, ``("reset", None)``, ``("close", None)``. Messages to the parent: ``("ready", info)``, ``("batch", (slot, steps, buffer or
 None))``, ``("reply", value)``, ``("error", (exception or None, traceback text))``.
 """
 
@@ -27,8 +31,8 @@ import torch
 
 from torchrl._processes import exit_worker, parent_gone, use_temp_dir, watch_parent
 from torchrl.collectors._options import CollectorOptions
-from torchrl.collectors._policy import bind_weights
 from torchrl.collectors.sync import SyncDataCollector
+from torchrl.weight_update import WeightSyncScheme
 
 __all__ = ["RemoteTraceback", "SharedFlag", "WorkerSpec", "worker_main"]
 
@@ -103,7 +107,8 @@ class WorkerSpec:
         create_env_fn: an env or a callable returning one.
         create_env_kwargs: keyword arguments for ``create_env_fn``.
         policy: the policy (``None`` for random actions).
-        weights: shared-memory weights the policy reads (``None`` for a policy without any).
+        scheme: the receiver side of the collector's ``"policy"`` weight sync scheme (not yet
+            initialised; the worker calls ``init_on_receiver``).
         options: the options of the worker's ``SyncDataCollector`` (the stop flag is its
             ``interruptor``).
         num_threads: torch threads in the worker.
@@ -118,7 +123,7 @@ class WorkerSpec:
     create_env_fn: Any
     create_env_kwargs: dict[str, Any] | None
     policy: Any
-    weights: dict[str, torch.Tensor] | None
+    scheme: WeightSyncScheme
     options: CollectorOptions
     num_threads: int
     num_slots: int
@@ -154,8 +159,11 @@ def worker_main(
     torch.manual_seed(spec.seed)
     collector = None
     try:
-        if spec.weights is not None:
-            bind_weights(spec.policy, spec.weights)
+        scheme = spec.scheme
+        scheme.init_on_receiver(
+            spec.policy if isinstance(spec.policy, torch.nn.Module) else None,
+            worker_idx=spec.index,
+        )
         collector = SyncDataCollector.from_options(
             spec.create_env_fn,
             spec.policy,
@@ -164,6 +172,7 @@ def worker_main(
             worker_index=spec.index,
             num_workers=spec.num_workers,
             shared_slots=spec.num_slots,
+            weight_sync_schemes={"policy": scheme},
         )
         conn.send(("ready", {"pid": os.getpid(), "batch_size": tuple(collector.env.batch_size)}))
         _serve(conn, collector, spec)
@@ -231,9 +240,12 @@ def _command(collector: SyncDataCollector, spec: WorkerSpec, cmd: str, arg: Any)
         return None
     if cmd == "update":
         # Weights on another device than the shared ones are copies: refresh them.
-        if spec.weights is not None:
-            bind_weights(spec.policy, spec.weights)
-        return None
+        spec.scheme.receive()
+        return spec.scheme.version
+    if cmd == "weights":
+        weights, version = arg
+        spec.scheme.receive(weights=weights, version=version)
+        return spec.scheme.version
     if cmd == "reset":
         collector.reset()
         return None

@@ -25,13 +25,19 @@ from torchrl._types import DeviceLike, ReplayBufferLike
 from torchrl._utils import warn_once
 from torchrl.collectors._base import DataCollectorBase, check_frames
 from torchrl.collectors._options import MultiCollectorOptions
-from torchrl.collectors._policy import WeightsLike, copy_weights, device_of, share_weights
+from torchrl.collectors._policy import WeightsLike, device_of
 from torchrl.collectors._pool import WAIT_SLICE_S, WorkerError, WorkerPool
 from torchrl.collectors._worker import SharedFlag, WorkerSpec, worker_main
-from torchrl.collectors.sync import PolicyLike, extend_replay_buffer
+from torchrl.collectors.sync import PolicyLike, check_weight_sync_schemes, extend_replay_buffer
 from torchrl.collectors.utils import split_trajectories
 from torchrl.envs.common import EnvBase
 from torchrl.envs.utils import ExplorationType
+from torchrl.weight_update import (
+    MultiProcessWeightSyncScheme,
+    NoWeightSyncScheme,
+    SharedMemWeightSyncScheme,
+    WeightSyncScheme,
+)
 
 __all__ = [
     "MultiCollector",
@@ -117,6 +123,9 @@ class MultiCollector(DataCollectorBase):
         cat_results: str | int | None = None,
         mp_start_method: str | None = None,
         timeout: float | None = 600.0,
+        weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
+        weight_updater: Any = None,
+        track_policy_version: bool = False,
     ) -> None:
         if sync is not None and sync != self._sync:
             raise ValueError(
@@ -151,8 +160,12 @@ class MultiCollector(DataCollectorBase):
             cat_results=cat_results,
             mp_start_method=mp_start_method,
             timeout=timeout,
+            track_policy_version=track_policy_version,
         )
-        self._setup(create_env_fn, policy, options, create_env_kwargs)
+        self._setup(
+            create_env_fn, policy, options, create_env_kwargs,
+            weight_sync_schemes=weight_sync_schemes, weight_updater=weight_updater,
+        )  # fmt: skip
 
     @classmethod
     def from_options(
@@ -187,6 +200,8 @@ class MultiCollector(DataCollectorBase):
         policy: PolicyLike | None,
         options: MultiCollectorOptions,
         create_env_kwargs: Sequence[dict[str, Any]] | dict[str, Any] | None,
+        weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
+        weight_updater: Any = None,
     ) -> None:
         self._init_base()
         self.options = options
@@ -213,10 +228,13 @@ class MultiCollector(DataCollectorBase):
             per_worker, -(-cast(int, local.init_random_frames) // n), self._flag
         )
         self._policy = policy
-        self._weights = share_weights(policy) if isinstance(policy, nn.Module) else None
+        scheme = self._init_weight_sync(weight_sync_schemes, weight_updater, policy)
+        module = policy if isinstance(policy, nn.Module) else None
         dev = local.policy_device or local.device
         self._update_by_message = bool(
-            self._weights
+            isinstance(scheme, SharedMemWeightSyncScheme)
+            and module is not None
+            and _has_weights(module)
             and (
                 (dev is not None and torch.device(dev).type != "cpu")
                 or (device_of(policy) or torch.device("cpu")).type != "cpu"
@@ -231,7 +249,7 @@ class MultiCollector(DataCollectorBase):
                 create_env_fn=fns[i],
                 create_env_kwargs=kwargs[i],
                 policy=policy,
-                weights=self._weights,
+                scheme=scheme.receiver_copy(),
                 options=worker_options,
                 num_threads=options.num_sub_threads,
                 num_slots=1 if self._sync else 2,
@@ -249,6 +267,12 @@ class MultiCollector(DataCollectorBase):
             self._bg_stop,
             self.timeout,
         )
+        if isinstance(scheme, MultiProcessWeightSyncScheme) and scheme.role is None:
+            scheme.init_on_sender(
+                module,
+                context=self,
+                transports=[_PoolTransport(self._pool, i) for i in range(n)],
+            )
         infos = [self._pool.expect(i, "ready") for i in range(n)]
         sizes = [math.prod(info["batch_size"]) for info in infos]
         self._worker_frames = [-(-per_worker // s) * s for s in sizes]
@@ -298,21 +322,72 @@ class MultiCollector(DataCollectorBase):
         return batch
 
     # --------------------------------------------------------------------------------- controls
-    def update_policy_weights_(self, policy_or_weights: WeightsLike | None = None) -> None:
-        """Copies new weights into the shared memory every worker's policy reads.
+    def _init_weight_sync(
+        self, schemes: dict[str, WeightSyncScheme] | None, updater: Any, policy: Any
+    ) -> WeightSyncScheme:
+        name = self.options.owner
+        self.weight_sync_schemes = check_weight_sync_schemes(schemes, name)
+        scheme = self.weight_sync_schemes.get("policy")
+        if scheme is None:
+            scheme = self.weight_sync_schemes["policy"] = SharedMemWeightSyncScheme()
+        if not isinstance(
+            scheme, (SharedMemWeightSyncScheme, MultiProcessWeightSyncScheme, NoWeightSyncScheme)
+        ):
+            raise ValueError(
+                f"{name}: weight_sync_schemes['policy'] must be a SharedMemWeightSyncScheme, "
+                f"a MultiProcessWeightSyncScheme or a NoWeightSyncScheme (workers are local "
+                f"processes), got {type(scheme).__name__}"
+            )
+        if scheme.role is not None:
+            raise ValueError(
+                f"{name}: weight_sync_schemes['policy'] is already initialised (as the "
+                f"{scheme.role}); give the collector a fresh scheme, it sets both ends up"
+            )
+        module = policy if isinstance(policy, nn.Module) else None
+        if isinstance(scheme, SharedMemWeightSyncScheme):
+            scheme.init_on_sender(module, context=self, weights=None if module else {})
+        elif isinstance(scheme, NoWeightSyncScheme):
+            scheme.init_on_sender(module, context=self)
+        # (a MultiProcessWeightSyncScheme gets the worker pipes once they exist)
+        self._policy_scheme = scheme
+        if updater is not None:
+            if not callable(getattr(updater, "push_weights", None)):
+                raise TypeError(
+                    f"{name}: weight_updater must be a WeightUpdaterBase (with push_weights), "
+                    f"got {type(updater).__name__}"
+                )
+            register = getattr(updater, "register_collector", None)
+            if callable(register):
+                register(self)
+        self.weight_updater = updater
+        return scheme
 
-        The copy is in place (no pickling): workers use the new weights from their next step
-        (a sync collector's workers are idle between batches, so a batch never mixes weights).
+    @property
+    def policy_version(self) -> int:
+        """The version of the weights sent to the workers (updates so far)."""
+        return self._policy_scheme.version
+
+    def update_policy_weights_(self, policy_or_weights: WeightsLike | None = None) -> None:
+        """Sends new weights to every worker through the ``"policy"`` scheme.
+
+        With the default :class:`~torchrl.weight_update.SharedMemWeightSyncScheme` the copy is
+        in place (no pickling): workers use the new weights from their next step (a sync
+        collector's workers are idle between batches, so a batch never mixes weights). With
+        :class:`~torchrl.weight_update.MultiProcessWeightSyncScheme` each worker gets a copy
+        and acknowledges it. Either way the policy version is incremented.
 
         Args:
             policy_or_weights: a module, a state dict or a TensorDict of weights; by default
                 the policy given at construction.
         """
         self._check_open()
-        if self._weights is None:
+        if self.weight_updater is not None:
+            self.weight_updater.push_weights(policy_or_weights)
             return
-        source = policy_or_weights if policy_or_weights is not None else self._policy
-        copy_weights(self._weights, cast(nn.Module, source))  # (weights: the policy is a module)
+        scheme = self._policy_scheme
+        if not isinstance(self._policy, nn.Module):
+            policy_or_weights = {}  # nothing to copy; the version still counts
+        scheme.send(policy_or_weights)
         if self._update_by_message:
             for i in range(self.num_workers):
                 self._pool.ask(i, "update")
@@ -374,6 +449,31 @@ class MultiCollector(DataCollectorBase):
             f"{type(self).__name__}(num_workers={self.num_workers}, frames_per_batch="
             f"{self.frames_per_batch}, total_frames={self.total_frames}, frames={self.frames})"
         )
+
+
+class _PoolTransport:
+    """Sends weights to one worker of a :class:`~torchrl.collectors._pool.WorkerPool` as a
+    ``"weights"`` message and waits for its reply (a dead worker raises ``WorkerError``)."""
+
+    def __init__(self, pool: WorkerPool, index: int) -> None:
+        self.pool = pool
+        self.index = index
+
+    def send_weights(self, weights: Any, version: int) -> None:
+        with torch.no_grad():
+            payload = {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
+        self.pool.ask(self.index, "weights", (payload, int(version)))
+
+    def receive_weights(self, timeout: float | None = None) -> None:
+        return None
+
+    def check_connection(self) -> bool:
+        return not self.pool.closed
+
+
+def _has_weights(module: nn.Module) -> bool:
+    """Whether ``module`` has any parameter or buffer."""
+    return any(True for _ in module.parameters()) or any(True for _ in module.buffers())
 
 
 def _env_constructors(

@@ -27,7 +27,6 @@ from torchrl.collectors._policy import (
     DirectModuleCall,
     PolicyLike,
     WeightsLike,
-    copy_weights,
     device_of,
     direct_call,
     named_weights,
@@ -38,8 +37,22 @@ from torchrl.collectors._trajectories import TrajectoryIds
 from torchrl.collectors.utils import split_trajectories
 from torchrl.envs.common import EnvBase
 from torchrl.envs.utils import ExplorationType, RandomPolicy, set_exploration_type, step_mdp
+from torchrl.weight_update import (
+    NoWeightSyncScheme,
+    SharedMemWeightSyncScheme,
+    WeightSyncScheme,
+)
 
-__all__ = ["SyncDataCollector", "extend_replay_buffer", "make_env"]
+__all__ = [
+    "POLICY_VERSION_KEY",
+    "SyncDataCollector",
+    "check_weight_sync_schemes",
+    "extend_replay_buffer",
+    "make_env",
+]
+
+#: The entry of every collected step that holds the version of the weights that produced it.
+POLICY_VERSION_KEY = "policy_version"
 
 #: What a collector is given as its env: an env, a callable building one, or a one-element list.
 EnvSource = EnvBase | Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]]
@@ -128,6 +141,15 @@ class SyncDataCollector(DataCollectorBase):
         replay_buffer: extend this buffer with every batch; the iterator then yields ``None``.
         trust_policy: use the policy as given, without wrapping it.
         extend_buffer: kept for TorchRL compatibility; batches are always written whole.
+        weight_sync_schemes: ``{model_id: scheme}``; the ``"policy"`` scheme carries the
+            weights of :meth:`update_policy_weights_` (default: a
+            :class:`~torchrl.weight_update.SharedMemWeightSyncScheme` writing into the policy
+            the loop runs). Schemes for other models must come initialised.
+        weight_updater: a legacy :class:`~torchrl.collectors.WeightUpdaterBase`; when given,
+            :meth:`update_policy_weights_` calls its ``push_weights``.
+        track_policy_version: write a ``"policy_version"`` entry (int64, the env's batch
+            shape) into every step: the version of the weights that produced it, incremented
+            by each :meth:`update_policy_weights_` (see :attr:`policy_version`).
 
     Examples:
         >>> from torchrl.collectors import SyncDataCollector
@@ -170,6 +192,9 @@ class SyncDataCollector(DataCollectorBase):
         replay_buffer: ReplayBufferLike | None = None,
         trust_policy: bool | None = None,
         extend_buffer: bool = True,
+        weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
+        weight_updater: Any = None,
+        track_policy_version: bool = False,
     ) -> None:
         options = CollectorOptions(
             frames_per_batch=frames_per_batch,
@@ -192,9 +217,13 @@ class SyncDataCollector(DataCollectorBase):
             replay_buffer=replay_buffer,
             trust_policy=trust_policy,
             extend_buffer=extend_buffer,
+            track_policy_version=track_policy_version,
             owner=type(self).__name__,
         )
-        self._setup(create_env_fn, policy, options, create_env_kwargs)
+        self._setup(
+            create_env_fn, policy, options, create_env_kwargs,
+            weight_sync_schemes=weight_sync_schemes, weight_updater=weight_updater,
+        )  # fmt: skip
 
     @classmethod
     def from_options(
@@ -207,6 +236,7 @@ class SyncDataCollector(DataCollectorBase):
         worker_index: int = 0,
         num_workers: int = 1,
         shared_slots: int = 0,
+        weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
     ) -> SyncDataCollector:
         """Builds a collector from validated options (what workers of other collectors do).
 
@@ -220,6 +250,8 @@ class SyncDataCollector(DataCollectorBase):
             num_workers: how many workers that collector runs.
             shared_slots: batch buffers in shared memory a worker fills in turn (``0``: one
                 buffer in this process's memory).
+            weight_sync_schemes: as for the constructor; a worker passes its receiver-side
+                ``"policy"`` scheme (its versions are then the sender's).
 
         Returns:
             The collector.
@@ -235,7 +267,7 @@ class SyncDataCollector(DataCollectorBase):
         collector = cls.__new__(cls)
         collector._setup(
             create_env_fn, policy, options, create_env_kwargs, worker_index, num_workers,
-            shared_slots,
+            shared_slots, weight_sync_schemes=weight_sync_schemes,
         )  # fmt: skip
         return collector
 
@@ -248,6 +280,8 @@ class SyncDataCollector(DataCollectorBase):
         worker_index: int = 0,
         num_workers: int = 1,
         shared_slots: int = 0,
+        weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
+        weight_updater: Any = None,
     ) -> None:
         self._init_base()
         self.options = options
@@ -287,6 +321,8 @@ class SyncDataCollector(DataCollectorBase):
         self._policy_call = direct_call(call)
         self._random_call = random_policy(env)
         self._uses_random_policy = isinstance(policy, RandomPolicy)
+        self._init_weight_sync(weight_sync_schemes, weight_updater)
+        self._track_version = bool(options.track_policy_version)
 
         self._step_fn = env.step_and_maybe_reset if options.reset_when_done else self._step_no_reset
         self._carrier: TensorDictBase | None = None
@@ -474,10 +510,13 @@ class SyncDataCollector(DataCollectorBase):
         steps = self._steps
         # The loop does the policy call, the env step and one copy per key: trajectory ids are
         # derived from the done flags once per batch (see TrajectoryIds.assign).
+        stamp = self._stamp_version if self._track_version else None
         for t in range(start, steps):
             if stop is not None and stop.collection_stopped():
                 steps = t
                 break
+            if stamp is not None:
+                stamp(td)
             out = policy(td)
             if out is not None:
                 td = out
@@ -490,6 +529,8 @@ class SyncDataCollector(DataCollectorBase):
         return steps
 
     def _first_step(self, td: TensorDictBase, policy: Callable, random: bool) -> TensorDictBase:
+        if self._track_version:
+            self._stamp_version(td)
         probe = td.clone() if random else None
         out = policy(td)
         if out is not None:
@@ -588,9 +629,12 @@ class SyncDataCollector(DataCollectorBase):
         stop = self.interruptor
         done_keys = [(NEXT, *_as_tuple(k)) for k in self.env.done_keys if _as_tuple(k)[-1] == DONE]
         tds = []
+        stamp = self._stamp_version if self._track_version else None
         for t in range(self._steps):
             if stop is not None and stop.collection_stopped():
                 break
+            if stamp is not None:
+                stamp(td)
             out = policy(td)
             if out is not None:
                 td = out
@@ -643,11 +687,73 @@ class SyncDataCollector(DataCollectorBase):
         if self._step_count is not None:
             self._step_count.masked_fill_(mask, 0)
 
+    # ---------------------------------------------------------------------------- weights
+    def _init_weight_sync(self, schemes: dict[str, WeightSyncScheme] | None, updater: Any) -> None:
+        name = self.options.owner
+        self.weight_sync_schemes = check_weight_sync_schemes(schemes, name)
+        scheme = self.weight_sync_schemes.get("policy")
+        if scheme is None:
+            scheme = self.weight_sync_schemes["policy"] = SharedMemWeightSyncScheme()
+        running = self.policy if isinstance(self.policy, nn.Module) else None
+        if scheme.role is None:
+            source = self._policy_source if self._policy_source is not None else running
+            if isinstance(scheme, SharedMemWeightSyncScheme):
+                # in-process: the "shared" tensors are those the loop's policy reads
+                weights = named_weights(running) if running is not None else {}
+                scheme.init_on_sender(source, context=self, weights=weights)
+            elif isinstance(scheme, NoWeightSyncScheme):
+                scheme.init_on_sender(source, context=self)
+            else:
+                raise ValueError(
+                    f"{name}: weight_sync_schemes['policy'] is a {type(scheme).__name__} that "
+                    "was not initialised; this collector runs its policy in this process: use "
+                    "SharedMemWeightSyncScheme or NoWeightSyncScheme, or call init_on_sender "
+                    "on the scheme first"
+                )
+        elif scheme.role == "receiver":
+            # a worker's collector: received weights go into the policy the loop runs
+            scheme.model = running
+        self._policy_scheme = scheme
+        if updater is not None:
+            push = getattr(updater, "push_weights", None)
+            if not callable(push):
+                raise TypeError(
+                    f"{name}: weight_updater must be a WeightUpdaterBase (with push_weights), "
+                    f"got {type(updater).__name__}"
+                )
+            register = getattr(updater, "register_collector", None)
+            if callable(register):
+                register(self)
+        self.weight_updater = updater
+
+    @property
+    def policy_version(self) -> int:
+        """The version of the weights the policy holds (updates so far).
+
+        Examples:
+            >>> from torchrl.collectors import SyncDataCollector
+            >>> from torchrl.envs import PendulumEnv
+            >>> collector = SyncDataCollector(PendulumEnv(), frames_per_batch=4)
+            >>> collector.update_policy_weights_()
+            >>> collector.policy_version
+            1
+        """
+        return self._policy_scheme.version
+
+    def _stamp_version(self, td: TensorDictBase) -> None:
+        # a fresh tensor per step: stacked (use_buffers=False) steps keep their own
+        version = self._policy_scheme.version
+        td.set(
+            POLICY_VERSION_KEY,
+            torch.full(self.env.batch_size, version, dtype=torch.int64, device=td.device),
+        )
+
     def update_policy_weights_(self, policy_or_weights: WeightsLike | None = None) -> None:
-        """Makes the collecting policy use new weights.
+        """Makes the collecting policy use new weights, through the ``"policy"`` scheme.
 
         Without an argument, copies the weights of the policy given at construction into the
-        copy the collector runs (when it runs one on another device; else nothing to do).
+        copy the collector runs (when it runs one on another device; else nothing to copy).
+        Either way the policy version is incremented.
 
         Args:
             policy_or_weights: a module, a state dict or a TensorDict of weights to load.
@@ -664,14 +770,16 @@ class SyncDataCollector(DataCollectorBase):
             Parameter containing:
             tensor([1.], requires_grad=True)
         """
-        if not isinstance(self.policy, nn.Module):
+        if self.weight_updater is not None:
+            self.weight_updater.push_weights(policy_or_weights)
             return
-        dest = named_weights(self.policy)
-        if policy_or_weights is None:
-            if self._policy_source is None:
-                return  # the collector runs the user's policy itself
-            policy_or_weights = self._policy_source
-        copy_weights(dest, policy_or_weights)
+        scheme = self._policy_scheme
+        if scheme.role == "receiver":
+            scheme.receive(weights=policy_or_weights)
+            return
+        if not isinstance(self.policy, nn.Module):
+            policy_or_weights = {}  # nothing to copy; the version still counts
+        scheme.send(policy_or_weights)
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seeds the env; returns the seed for the next env of a chain.
@@ -734,6 +842,32 @@ class SyncDataCollector(DataCollectorBase):
             f"{type(self).__name__}(env={type(self.env).__name__}, frames_per_batch="
             f"{self.frames_per_batch}, total_frames={self.total_frames}, frames={self.frames})"
         )
+
+
+def check_weight_sync_schemes(schemes: object, owner: str) -> dict[str, WeightSyncScheme]:
+    """A collector's ``weight_sync_schemes`` keyword, checked: ``{model_id: scheme}``.
+
+    Args:
+        schemes: what the user gave (``None``: no scheme yet).
+        owner: the collector's name, for messages.
+
+    Returns:
+        A new dict (the collector adds its default ``"policy"`` scheme to it).
+    """
+    if schemes is None:
+        return {}
+    if not isinstance(schemes, dict):
+        raise TypeError(
+            f"{owner}: weight_sync_schemes must be a dict {{model_id: WeightSyncScheme}}, got "
+            f"{type(schemes).__name__}"
+        )
+    for key, value in schemes.items():
+        if not isinstance(key, str) or not isinstance(value, WeightSyncScheme):
+            raise TypeError(
+                f"{owner}: weight_sync_schemes[{key!r}] must map a model name (str) to a "
+                f"WeightSyncScheme, got {type(value).__name__}"
+            )
+    return dict(schemes)
 
 
 def extend_replay_buffer(replay_buffer: ReplayBufferLike, batch: TensorDictBase) -> None:

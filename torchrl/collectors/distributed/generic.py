@@ -13,6 +13,7 @@ process or job state, so that a dead worker becomes an error naming it.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import math
@@ -56,8 +57,18 @@ from torchrl.collectors.distributed.utils import (
     verify_entry,
     worker_options,
 )
-from torchrl.collectors.sync import PolicyLike, SyncDataCollector, extend_replay_buffer
+from torchrl.collectors.sync import (
+    PolicyLike,
+    SyncDataCollector,
+    check_weight_sync_schemes,
+    extend_replay_buffer,
+)
 from torchrl.collectors.utils import split_trajectories
+from torchrl.weight_update import (
+    DistributedTransport,
+    DistributedWeightSyncScheme,
+    WeightSyncScheme,
+)
 
 __all__ = [
     "DELAYED_FOLDER_ENV",
@@ -159,6 +170,7 @@ def _run_worker(
     create_env_kwargs: dict[str, Any] | None,
     num_threads: int | None,
     key: bytes,
+    weight_sync_scheme: WeightSyncScheme | None = None,
     parent_pid: int | None = None,
     temp_dir: str | None = None,
     cleanup: tuple[str, ...] = (),
@@ -171,7 +183,8 @@ def _run_worker(
     trainer's death, whatever it is doing (idle on its socket or inside an env step; see
     :func:`torchrl._processes.watch_parent`), and removes ``temp_dir`` (its multiprocessing
     temp dir, made by the trainer) and the ``cleanup`` paths. Every error it reports names
-    its rank and pid.
+    its rank and pid. New weights come through ``weight_sync_scheme`` (the receiver side of
+    the trainer's :class:`~torchrl.weight_update.DistributedWeightSyncScheme`) over the group.
     """
     if temp_dir is not None:
         use_temp_dir(temp_dir)
@@ -205,7 +218,9 @@ def _run_worker(
         name = f"layout{rank}"
         store.set(name, cast(Any, sign_entry(key, name, _encode_layout(batch, keys))))
         group = _gloo_group(store, rank, world_size, _local_address(host, port), timeout)
-        names = sorted(policy_weights(policy))
+        core.use_weight_sync_scheme(
+            weight_sync_scheme or DistributedWeightSyncScheme(), group=group, src=0
+        )
         cmd = torch.zeros(2, dtype=torch.int64)
         pending: TensorDictBase | None = batch
         while True:
@@ -222,13 +237,7 @@ def _run_worker(
                     group.send([out.get(k).contiguous()], 0, 0).wait()
                 pending = None
             elif op == _WEIGHTS:
-                current = core.weights()
-                for weight in names:
-                    if cmd[1] == 1:  # broadcast to every worker at once
-                        group.broadcast(current[weight], 0).wait()
-                    else:
-                        group.recv([current[weight]], 0, 0).wait()
-                core.update_weights(current)
+                core.update_weights()  # pulls header and tensors from the group
     except BaseException as err:
         name = f"error{rank}"
         text = f"{who} failed:\n{traceback.format_exc()}"
@@ -293,7 +302,8 @@ class DistributedDataCollector(DataCollectorBase):
     are JSON or text signed with HMAC-SHA256 under a random key made for each collector and
     given to the workers with their launch arguments (with submitit, inside the job folder:
     keep it private); an unsigned entry raises a ``RuntimeError`` and is never decoded.
-    Batches and weights are raw tensors received into preallocated buffers, never unpickled.
+    Batches and weights are raw tensors received into preallocated buffers, never unpickled
+    (weights through a :class:`~torchrl.weight_update.DistributedWeightSyncScheme`).
     A process that can reach ``host`` can still disturb a run (fail it, or feed it wrong
     tensors); see ``docs/scaling_out.rst``.
 
@@ -326,6 +336,10 @@ class DistributedDataCollector(DataCollectorBase):
             Keep the default (loopback) when the workers run on this machine; on a cluster
             give the address of the interface the jobs reach (e.g. ``"10.0.0.12"``), which
             exposes the ports to that network. ``"0.0.0.0"`` listens on every interface.
+        weight_sync_schemes: ``{"policy": DistributedWeightSyncScheme()}`` (the default); the
+            collector sets both ends up over its group. Its ``version`` counts the updates.
+        weight_updater: a legacy ``DistributedWeightUpdater``; :meth:`update_policy_weights_`
+            then calls its ``push_weights``.
 
     Examples:
         >>> from torchrl.collectors.distributed import DistributedDataCollector
@@ -361,6 +375,8 @@ class DistributedDataCollector(DataCollectorBase):
         timeout: float = 600.0,
         num_threads: int | None = 1,
         host: str = "127.0.0.1",
+        weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
+        weight_updater: Any = None,
     ) -> None:
         self._init_base()
         self._workers: list[Any] = []
@@ -382,6 +398,22 @@ class DistributedDataCollector(DataCollectorBase):
                 f"{name}: num_workers_per_collector must be 1; give each worker a batched env "
                 "or a multi-process collector_class instead"
             )
+        self.weight_sync_schemes = check_weight_sync_schemes(weight_sync_schemes, name)
+        scheme = self.weight_sync_schemes.setdefault("policy", DistributedWeightSyncScheme())
+        if not isinstance(scheme, DistributedWeightSyncScheme) or scheme.role is not None:
+            raise ValueError(
+                f"{name}: weight_sync_schemes['policy'] must be a DistributedWeightSyncScheme "
+                f"not yet initialised (the collector sets both ends up), got {scheme!r}"
+            )
+        if weight_updater is not None and not callable(
+            getattr(weight_updater, "push_weights", None)
+        ):
+            raise TypeError(
+                f"{name}: weight_updater must be a WeightUpdaterBase (with push_weights), got "
+                f"{type(weight_updater).__name__}"
+            )
+        self._policy_scheme = scheme
+        self.weight_updater = weight_updater
         self.options = opts = RemoteCollectorOptions.build(
             name,
             workers_keyword="num_workers",
@@ -415,13 +447,15 @@ class DistributedDataCollector(DataCollectorBase):
             worker_options(collector_class, kw) for kw in opts.worker_kwargs(collector_kwargs)
         ]
 
+        receiver = scheme.receiver_copy()
         payloads = [
             (collector_class, env_fns[i], policy, *workers[i], opts.num_threads) for i in range(n)
         ]
-        self._start(host, tcp_port, backend, payloads, dict(slurm_kwargs or {}))
-        self._weight_names = sorted(policy_weights(policy))
+        self._start(host, tcp_port, backend, payloads, dict(slurm_kwargs or {}), receiver)
         self._stale = [False] * n
         self._since_update = [0] * n
+        if weight_updater is not None:
+            weight_updater.register_collector(self)
 
     # ------------------------------------------------------------------------------- launching
     def _start(
@@ -431,9 +465,11 @@ class DistributedDataCollector(DataCollectorBase):
         backend: str,
         payloads: list[tuple[Any, ...]],
         slurm_kwargs: dict[str, Any],
+        receiver: WeightSyncScheme | None = None,
     ) -> None:
-        """Opens the rendezvous, launches the workers, reads their layouts, joins the group
-        and starts one receiver thread per worker (everything is shut down on a failure)."""
+        """Opens the rendezvous, launches the workers, reads their layouts, joins the group,
+        sets the weight sync scheme up and starts one receiver thread per worker (everything
+        is shut down on a failure)."""
         n = len(payloads)
         world = n + 1
         td = timedelta(seconds=self.timeout)
@@ -445,7 +481,7 @@ class DistributedDataCollector(DataCollectorBase):
         self._key = secrets.token_bytes(32)
         try:
             args = [
-                (i + 1, world, host, port, backend, self.timeout, *payload, self._key)
+                (i + 1, world, host, port, backend, self.timeout, *payload, self._key, receiver)
                 for i, payload in enumerate(payloads)
             ]
             self._launch(args, slurm_kwargs)
@@ -453,6 +489,17 @@ class DistributedDataCollector(DataCollectorBase):
             self.pids = [layout["pid"] for layout in layouts]
             self._group = _gloo_group(self._store, 0, world, host, td)
             self._joined = True
+            # each send first tells the worker to receive weights
+            self._policy_scheme.init_on_sender(
+                self.policy if isinstance(self.policy, torch.nn.Module) else None,
+                context=self,
+                transports=[
+                    DistributedTransport(
+                        self._group, i + 1, preamble=functools.partial(self._command, i, _WEIGHTS)
+                    )
+                    for i in range(n)
+                ],
+            )
             self._buffers = [_allocate(layout) for layout in layouts]
             self._requests: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(n)]
             self._results: queue.SimpleQueue = queue.SimpleQueue()
@@ -678,39 +725,41 @@ class DistributedDataCollector(DataCollectorBase):
         return batch
 
     # --------------------------------------------------------------------------------- weights
-    def _send_weights(self, workers: Sequence[int], broadcast: bool = False) -> None:
+    @property
+    def policy_version(self) -> int:
+        """The version of the latest weights (updates so far)."""
+        return self._policy_scheme.version
+
+    def _send_weights(self, workers: Sequence[int]) -> None:
+        """Sends the policy's current weights, under the current version, to ``workers``."""
         weights = policy_weights(self.policy)
-        if broadcast:
-            for i in workers:
-                self._command(i, _WEIGHTS, 1)
-            for name in self._weight_names:
-                self._group.broadcast(weights[name], 0).wait()
-        else:
-            for i in workers:
-                self._command(i, _WEIGHTS, 0)
-                for name in self._weight_names:
-                    self._group.send([weights[name]], i + 1, 0).wait()
         for i in workers:
+            try:
+                self._policy_scheme.connect(worker_idx=i, weights=weights)
+            except RuntimeError as err:
+                self._fail(i, self._dead(i) or repr(err), "receiving weights")
             self._stale[i] = False
             self._since_update[i] = 0
 
     def update_policy_weights_(self, policy_or_weights: WeightsLike | None = None) -> None:
-        """Sends the policy's current weights to the workers.
+        """Sends the policy's current weights to the workers (and increments the version).
 
-        With ``sync=True`` (workers idle between batches) the weights are broadcast from rank 0
-        at once; with ``sync=False`` each worker receives them before its next batch request.
+        With ``sync=True`` (workers idle between batches) every worker gets them at once;
+        with ``sync=False`` each worker receives them before its next batch request.
 
         Args:
             policy_or_weights: a state dict of weights to load into the policy first (default:
                 the policy's current weights).
         """
         self._check_open()
+        if self.weight_updater is not None:
+            self.weight_updater.push_weights(policy_or_weights)
+            return
         if policy_or_weights is not None:
             copy_weights(named_weights(cast(Any, self.policy)), policy_or_weights)
-        if not self._weight_names:
-            return
+        self._policy_scheme.send({}, worker_ids=[])  # the version moves now
         if self.sync:
-            self._send_weights(range(self.num_workers), broadcast=True)
+            self._send_weights(range(self.num_workers))
         else:
             self._stale = [True] * self.num_workers
 

@@ -3,7 +3,8 @@
 Every worker is a Ray actor holding a local collector (a ``SyncDataCollector``, or a
 multi-process one). The trainer asks each actor for batches and waits on the answers with
 ``ray.wait`` and a timeout, so that a dead actor or a stuck worker turns into an error that names
-the worker instead of a hang. New policy weights go into the Ray object store once
+the worker instead of a hang. New policy weights travel through a
+:class:`~torchrl.weight_update.RayWeightSyncScheme`: they go into the Ray object store once
 (``ray.put``) and every actor reads them from there.
 """
 
@@ -30,7 +31,13 @@ from torchrl.collectors.distributed.utils import (
     worker_options,
 )
 from torchrl.collectors.multi import MultiaSyncDataCollector, MultiSyncDataCollector
-from torchrl.collectors.sync import PolicyLike, SyncDataCollector, extend_replay_buffer
+from torchrl.collectors.sync import (
+    PolicyLike,
+    SyncDataCollector,
+    check_weight_sync_schemes,
+    extend_replay_buffer,
+)
+from torchrl.weight_update import RayTransport, RayWeightSyncScheme, WeightSyncScheme
 
 __all__ = ["DEFAULT_REMOTE_CLASS_CONFIG", "RayCollector"]
 
@@ -91,6 +98,10 @@ class RayCollector(DataCollectorBase):
             :class:`~torchrl.collectors.distributed.RayReplayBuffer` in ``collector_kwargs``.)
         timeout: seconds to wait for any answer from the workers before raising.
         num_threads: torch threads in each worker.
+        weight_sync_schemes: ``{"policy": RayWeightSyncScheme(...)}`` (the default); the
+            scheme is set up here on both ends. Its ``version`` counts the updates.
+        weight_updater: a legacy ``RayWeightUpdater``; :meth:`update_policy_weights_` then
+            calls its ``push_weights``.
 
     Examples:
         >>> import os
@@ -125,6 +136,8 @@ class RayCollector(DataCollectorBase):
         replay_buffer: ReplayBufferLike | None = None,
         timeout: float = 600.0,
         num_threads: int | None = 1,
+        weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
+        weight_updater: Any = None,
     ) -> None:
         self._init_base()
         self._actors: list[Any] = []
@@ -154,6 +167,22 @@ class RayCollector(DataCollectorBase):
         self.max_weight_update_interval = opts.max_weight_update_interval
         self.replay_buffer = opts.replay_buffer
         self.policy = policy
+        self.weight_sync_schemes = check_weight_sync_schemes(weight_sync_schemes, name)
+        scheme = self.weight_sync_schemes.setdefault("policy", RayWeightSyncScheme(sync=False))
+        if not isinstance(scheme, RayWeightSyncScheme) or scheme.role is not None:
+            raise ValueError(
+                f"{name}: weight_sync_schemes['policy'] must be a RayWeightSyncScheme not yet "
+                f"initialised (the collector sets both ends up), got {scheme!r}"
+            )
+        self._policy_scheme = scheme
+        self.weight_updater = weight_updater
+        if weight_updater is not None and not callable(
+            getattr(weight_updater, "push_weights", None)
+        ):
+            raise TypeError(
+                f"{name}: weight_updater must be a WeightUpdaterBase (with push_weights), got "
+                f"{type(weight_updater).__name__}"
+            )
         self.collector_class = _resolve_class(collector_class)
         self.frames_per_batch, self.total_frames = check_frames(
             name, opts.frames_per_batch, opts.total_frames, 1
@@ -172,8 +201,15 @@ class RayCollector(DataCollectorBase):
         self._connect(ray, dict(ray_init_config or {}))
         self._start_actors(ray, env_fns, policy, workers, remote_list)
         self._since_update = [0] * n
-        self._weights_ref: Any = None
-        self._pending_updates: list[Any] = []
+        self._last_weights: dict[str, torch.Tensor] | None = None
+        scheme.init_on_sender(
+            policy if isinstance(policy, torch.nn.Module) else None,
+            context=self,
+            actors=self._actors,
+            method="update_weights",
+        )
+        if weight_updater is not None:
+            weight_updater.register_collector(self)
 
     # ------------------------------------------------------------------------------- cluster
     def _start_actors(
@@ -199,6 +235,7 @@ class RayCollector(DataCollectorBase):
                     n,
                     self.options.num_threads,
                     env_kwargs,
+                    self._policy_scheme.receiver_copy(),
                 )
                 self._actors.append(actor)
             # Fail early (with the worker's error) when an actor cannot start or build its
@@ -318,13 +355,29 @@ class RayCollector(DataCollectorBase):
         return batch
 
     # --------------------------------------------------------------------------------- weights
-    def _push_weights(self, workers: Sequence[int]) -> list[Any]:
-        if self._weights_ref is None:
-            self._weights_ref = _ray().put(policy_weights(self.policy))
-        refs = [self._actors[i].update_weights.remote(self._weights_ref) for i in workers]
+    @property
+    def policy_version(self) -> int:
+        """The version of the latest weights sent (updates so far)."""
+        return self._policy_scheme.version
+
+    def _pending_refs(self, workers: Sequence[int]) -> list[Any]:
+        refs = []
         for i in workers:
-            self._since_update[i] = 0
+            transport = self._policy_scheme.transports[i]
+            if isinstance(transport, RayTransport):
+                refs += transport.pending
+                transport.pending = []
         return refs
+
+    def _push_weights(self, workers: Sequence[int]) -> list[Any]:
+        """Sends the latest weights again (same version) to ``workers``."""
+        weights = self._last_weights
+        if weights is None:
+            weights = policy_weights(self.policy)
+        for i in workers:
+            self._policy_scheme.connect(worker_idx=i, weights=weights)
+            self._since_update[i] = 0
+        return self._pending_refs(workers)
 
     def update_policy_weights_(
         self, policy_or_weights: WeightsLike | None = None, worker_ids: Sequence[int] | None = None
@@ -342,23 +395,17 @@ class RayCollector(DataCollectorBase):
             worker_ids: the workers to update (default: all).
         """
         self._check_open()
-        ray = _ray()
-        if policy_or_weights is None:
-            weights = policy_weights(self.policy)
-        elif isinstance(policy_or_weights, torch.nn.Module):
-            weights = policy_weights(policy_or_weights)
-        else:
-            weights = {
-                (".".join(k) if isinstance(k, tuple) else k): cast(torch.Tensor, v).detach().cpu()
-                for k, v in (
-                    policy_or_weights.items(True, True)
-                    if isinstance(policy_or_weights, TensorDictBase)
-                    else policy_or_weights.items()
-                )
-            }
-        self._weights_ref = ray.put(weights)
-        workers = range(self.num_collectors) if worker_ids is None else worker_ids
-        refs = self._push_weights(list(workers))
+        if self.weight_updater is not None:
+            self.weight_updater.push_weights(policy_or_weights, worker_ids=worker_ids)
+            return
+        source = self.policy if policy_or_weights is None else policy_or_weights
+        weights = policy_weights(source)
+        self._last_weights = weights
+        workers = list(range(self.num_collectors) if worker_ids is None else worker_ids)
+        self._policy_scheme.send(weights, workers)
+        for i in workers:
+            self._since_update[i] = 0
+        refs = self._pending_refs(workers)
         if self.sync:
             self._get(refs, "loading new weights")
 

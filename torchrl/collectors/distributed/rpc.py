@@ -42,8 +42,14 @@ from torchrl.collectors.distributed.rpc_replay import (
     rpc_initialized,
 )
 from torchrl.collectors.distributed.utils import WorkerCore, policy_weights, worker_options
-from torchrl.collectors.sync import PolicyLike, SyncDataCollector, extend_replay_buffer
+from torchrl.collectors.sync import (
+    PolicyLike,
+    SyncDataCollector,
+    check_weight_sync_schemes,
+    extend_replay_buffer,
+)
 from torchrl.collectors.utils import split_trajectories
+from torchrl.weight_update import RPCTransport, RPCWeightSyncScheme, WeightSyncScheme
 
 __all__ = ["RPCCollector", "RPCDataCollector"]
 
@@ -69,8 +75,8 @@ def _rpc_collect() -> tuple[TensorDictBase, int]:
     return batch.clone(), frames
 
 
-def _rpc_update(weights: dict[str, torch.Tensor]) -> None:
-    _CORE["core"].update_weights(weights)
+def _rpc_update(weights: dict[str, torch.Tensor], version: int | None = None) -> int:
+    return _CORE["core"].update_weights(weights, version)
 
 
 def _rpc_stop() -> None:
@@ -91,6 +97,7 @@ def _rpc_worker_main(
     parent_pid: int,
     temp_dir: str,
     error_path: str,
+    weight_sync_scheme: WeightSyncScheme | None = None,
 ) -> None:
     """A worker process: build the collector, join the group, serve until told to stop.
 
@@ -111,6 +118,7 @@ def _rpc_worker_main(
             num_workers=world_size - 1,
             num_threads=num_threads,
             create_env_kwargs=create_env_kwargs,
+            weight_sync_scheme=weight_sync_scheme,
         )
     except BaseException:
         with open(error_path, "w") as f:
@@ -165,6 +173,10 @@ class RPCCollector(DataCollectorBase):
         replay_buffer: extend it with every batch; the iterator then yields ``None``.
         timeout: the longest wait, in seconds, for a worker (start-up or batch).
         num_threads: torch threads of each worker.
+        weight_sync_schemes: ``{"policy": RPCWeightSyncScheme(...)}`` (the default); the
+            collector sets both ends up. Its ``version`` counts the updates.
+        weight_updater: a legacy ``RPCWeightUpdater``; :meth:`update_policy_weights_` then
+            calls its ``push_weights``.
         **collector_keywords: ``device``, ``storing_device``, ``env_device``,
             ``policy_device``, ``max_frames_per_traj``, ``init_random_frames``,
             ``reset_at_each_iter``, ``exploration_type`` (passed to every worker's collector).
@@ -201,6 +213,8 @@ class RPCCollector(DataCollectorBase):
         replay_buffer: ReplayBufferLike | None = None,
         timeout: float = 600.0,
         num_threads: int | None = 1,
+        weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
+        weight_updater: Any = None,
         **collector_keywords: Any,
     ) -> None:
         self._init_base()
@@ -227,6 +241,22 @@ class RPCCollector(DataCollectorBase):
             collector_kwargs = merge_collector_kwargs(name, collector_kwargs, given)
         if postproc is not None and not callable(postproc):
             raise TypeError(f"{name}: postproc must be callable, got {postproc!r}")
+        self.weight_sync_schemes = check_weight_sync_schemes(weight_sync_schemes, name)
+        scheme = self.weight_sync_schemes.setdefault("policy", RPCWeightSyncScheme(sync=False))
+        if not isinstance(scheme, RPCWeightSyncScheme) or scheme.role is not None:
+            raise ValueError(
+                f"{name}: weight_sync_schemes['policy'] must be an RPCWeightSyncScheme not yet "
+                f"initialised (the collector sets both ends up), got {scheme!r}"
+            )
+        if weight_updater is not None and not callable(
+            getattr(weight_updater, "push_weights", None)
+        ):
+            raise TypeError(
+                f"{name}: weight_updater must be a WeightUpdaterBase (with push_weights), got "
+                f"{type(weight_updater).__name__}"
+            )
+        self._policy_scheme = scheme
+        self.weight_updater = weight_updater
         if _RAN["rpc"]:
             raise RuntimeError(
                 f"{name}: an RPCCollector already ran torch.distributed.rpc in this process, and "
@@ -276,9 +306,17 @@ class RPCCollector(DataCollectorBase):
         try:
             self._launch(collector_class, env_fns, policy, workers, opts.num_threads)
             self._join()
+            scheme.init_on_sender(
+                policy if isinstance(policy, torch.nn.Module) else None,
+                context=self,
+                worker_names=[f"collector{i + 1}" for i in range(n)],
+                receive_fn=_rpc_update,
+            )
         except BaseException:
             self.shutdown()
             raise
+        if weight_updater is not None:
+            weight_updater.register_collector(self)
 
     # ------------------------------------------------------------------------------- launching
     def _launch(
@@ -315,6 +353,7 @@ class RPCCollector(DataCollectorBase):
                     os.getpid(),
                     temp_dir,
                     os.path.join(self._error_dir, f"worker{i}.txt"),
+                    self._policy_scheme.receiver_copy(),
                 ),
                 daemon=True,
                 name=f"RPCCollector-{i}",
@@ -479,18 +518,24 @@ class RPCCollector(DataCollectorBase):
         return batch
 
     # --------------------------------------------------------------------------------- weights
-    def _send_weights(self, workers: Sequence[int]) -> None:
-        from torch.distributed import rpc
+    @property
+    def policy_version(self) -> int:
+        """The version of the latest weights (updates so far)."""
+        return self._policy_scheme.version
 
+    def _send_weights(self, workers: Sequence[int]) -> None:
+        """Sends the policy's current weights, under the current version, to ``workers``."""
         weights = policy_weights(self.policy)
-        futures = [
-            (i, rpc.rpc_async(f"collector{i + 1}", _rpc_update, args=(weights,))) for i in workers
-        ]
-        for i, future in futures:
+        scheme = self._policy_scheme
+        for i in workers:
+            scheme.connect(worker_idx=i, weights=weights)
+        for i in workers:
+            transport = scheme.transports[i]
             try:
-                future.wait()
-            except Exception as err:
-                self._fail(i, self._dead(i) or repr(err), "receiving weights")
+                if isinstance(transport, RPCTransport):
+                    transport.wait()
+            except RuntimeError as err:
+                self._fail(i, self._dead(i) or repr(err.__cause__ or err), "receiving weights")
             self._stale[i] = False
             self._since_update[i] = 0
 
@@ -505,10 +550,14 @@ class RPCCollector(DataCollectorBase):
                 current weights).
         """
         self._check_open()
+        if self.weight_updater is not None:
+            self.weight_updater.push_weights(policy_or_weights)
+            return
         if policy_or_weights is not None:
             copy_weights(named_weights(cast(Any, self.policy)), policy_or_weights)
-        if not policy_weights(self.policy):
-            return
+        # the version moves now; the weights travel now (sync) or before each worker's next
+        # batch (async)
+        self._policy_scheme.send({}, worker_ids=[])
         if self.sync:
             self._send_weights(range(self.num_workers))
         else:

@@ -23,10 +23,12 @@ from torch import nn
 from torchrl.collectors._base import DataCollectorBase
 from torchrl.collectors._buffer import TRAJ_KEY
 from torchrl.collectors._options import CollectorOptions, MultiCollectorOptions, WorkerOptions
-from torchrl.collectors._policy import PolicyLike, copy_weights, named_weights
+from torchrl.collectors._policy import PolicyLike
 from torchrl.collectors.multi import MultiaSyncDataCollector, MultiSyncDataCollector
 from torchrl.collectors.sync import EnvSource, SyncDataCollector
 from torchrl.data.replay_buffers.ray_buffer import start_local_ray
+from torchrl.weight_update import MultiProcessWeightSyncScheme, WeightSyncScheme
+from torchrl.weight_update.weights import policy_weights
 
 __all__ = [
     "WorkerCore",
@@ -90,29 +92,6 @@ def verify_entry(key: bytes, name: str, message: bytes, who: str) -> bytes:
     return payload
 
 
-def policy_weights(policy: object) -> dict[str, torch.Tensor]:
-    """Detached CPU copies of a policy's parameters and buffers, by name.
-
-    Args:
-        policy: an ``nn.Module`` (anything else has no weights: an empty dict comes back).
-
-    Returns:
-        ``{name: tensor}``, the tensors contiguous on the CPU, safe to send to other processes.
-
-    Examples:
-        >>> import torch
-        >>> sorted(policy_weights(torch.nn.Linear(2, 1)))
-        ['bias', 'weight']
-    """
-    if not isinstance(policy, nn.Module):
-        return {}
-    with torch.no_grad():
-        return {
-            name: t.detach().to("cpu", copy=True).contiguous()
-            for name, t in named_weights(policy).items()
-        }
-
-
 def worker_options(
     collector_class: Callable[..., DataCollectorBase], kwargs: Mapping[str, Any]
 ) -> tuple[WorkerOptions, dict[str, Any] | None]:
@@ -174,6 +153,10 @@ class WorkerCore:
         num_workers: how many workers there are.
         num_threads: torch threads in this worker (small machines suffer from more).
         create_env_kwargs: keyword arguments of ``create_env_fn`` (with options).
+        weight_sync_scheme: the receiver side of the collector's ``"policy"`` scheme (as the
+            trainer's scheme pickles), set up here on ``policy``; one that needs arguments
+            known only later is set with :meth:`use_weight_sync_scheme`. By default weights
+            pushed to :meth:`update_weights` are applied as they come.
 
     Examples:
         >>> from torchrl.collectors import CollectorOptions, SyncDataCollector
@@ -196,6 +179,7 @@ class WorkerCore:
         num_workers: int,
         num_threads: int | None = 1,
         create_env_kwargs: dict[str, Any] | None = None,
+        weight_sync_scheme: WeightSyncScheme | None = None,
     ) -> None:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
@@ -226,6 +210,30 @@ class WorkerCore:
         self.index = index
         self.num_workers = num_workers
         self._iter: Any = None
+        self.weight_sync_scheme: WeightSyncScheme | None = None
+        if weight_sync_scheme is None:
+            # a receiver of weights pushed by the trainer (a Ray or RPC call), nothing more
+            weight_sync_scheme = MultiProcessWeightSyncScheme(sync=False)
+        self.use_weight_sync_scheme(weight_sync_scheme)
+
+    def use_weight_sync_scheme(self, scheme: WeightSyncScheme, **receiver_kwargs: Any) -> None:
+        """Sets ``scheme`` up as this worker's receiver of the policy's weights.
+
+        Args:
+            scheme: a scheme not initialised yet (what the trainer's scheme pickles to); it
+                replaces the scheme set up before.
+            **receiver_kwargs: what its ``init_on_receiver`` needs (e.g. a process group).
+        """
+        model = self.policy if isinstance(self.policy, nn.Module) else None
+        scheme.init_on_receiver(model, worker_idx=self.index, **receiver_kwargs)
+        old, self.weight_sync_scheme = self.weight_sync_scheme, scheme
+        if old is not None:
+            old.shutdown()
+
+    @property
+    def policy_version(self) -> int:
+        """The version of the weights this worker's policy holds."""
+        return self.weight_sync_scheme.version if self.weight_sync_scheme is not None else 0
 
     def next_batch(self) -> tuple[TensorDictBase | None, int]:
         """Collects one batch.
@@ -245,11 +253,24 @@ class WorkerCore:
             frames = batch.numel()
         return batch, frames
 
-    def update_weights(self, weights: dict[str, torch.Tensor] | None) -> None:
-        """Loads new weights into the worker's policy, then into the collector's copy of it."""
-        if weights and isinstance(self.policy, nn.Module):
-            copy_weights(named_weights(self.policy), weights)
+    def update_weights(
+        self, weights: dict[str, torch.Tensor] | None = None, version: int | None = None
+    ) -> int:
+        """Takes new weights through the worker's scheme, then updates the collector's copy.
+
+        Args:
+            weights: weights pushed to this worker (``None``: pull them from the scheme's
+                transport, e.g. a process group).
+            version: their version (default: one more than the version held).
+
+        Returns:
+            The version this worker holds now.
+        """
+        scheme = self.weight_sync_scheme
+        assert scheme is not None
+        scheme.receive(weights=weights, version=version)
         self.collector.update_policy_weights_()
+        return scheme.version
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The worker policy's current weights (CPU copies)."""
