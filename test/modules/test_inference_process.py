@@ -175,6 +175,16 @@ def test_process_server_bad_input():
         assert server.policy_version == 0
 
 
+def test_process_server_dropped_without_shutdown_is_stopped():
+    transport = SharedMemoryTransport()
+    transport.client(example=example(1))
+    server = ProcessInferenceServer(policy_factory=policy_factory, transport=transport).start()
+    assert len(mp.active_children()) == 1
+    del server
+    gc.collect()
+    assert not mp.active_children()
+
+
 # ---------------------------------------------------------------- PolicyClientModule
 def test_policy_client_module_with_shared_memory_client():
     transport = SharedMemoryTransport()

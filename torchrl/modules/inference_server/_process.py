@@ -6,6 +6,7 @@ import multiprocessing as mp
 import os
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
@@ -83,6 +84,21 @@ def _server_process(
             conn.send(("stopped", None))
         except (OSError, ValueError):
             pass
+
+
+def _stop_server_process(proc: Any, conn: Connection, timeout: float) -> None:
+    """Asks the server process to stop, then joins it (terminating it if it does not stop)."""
+    if proc.is_alive():
+        try:
+            conn.send("stop")
+            deadline = time.monotonic() + timeout
+            while proc.is_alive() and time.monotonic() < deadline:
+                if conn.poll(0.1) and conn.recv()[0] == "stopped":
+                    break
+        except (OSError, EOFError, ValueError):
+            pass
+    stop_processes([proc], 5.0)
+    conn.close()
 
 
 class ProcessInferenceServer:
@@ -231,6 +247,10 @@ class ProcessInferenceServer:
         )
         self._proc.start()
         child_conn.close()
+        # stops the process if this object is dropped without shutdown()
+        self._finalizer = weakref.finalize(
+            self, _stop_server_process, self._proc, parent_conn, 10.0
+        )
         try:
             kind, payload = self._receive(self.startup_timeout, "start")
         except BaseException:
@@ -348,6 +368,9 @@ class ProcessInferenceServer:
             stop_processes([self._proc], 5.0)
         if self._conn is not None:
             self._conn.close()
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer.detach()
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stops the server process and closes the transport. Idempotent.
@@ -358,14 +381,7 @@ class ProcessInferenceServer:
         if self._closed:
             return
         self._closed = True
-        if self._proc is not None and self._proc.is_alive() and self._conn is not None:
-            try:
-                self._conn.send("stop")
-                deadline = time.monotonic() + timeout
-                while self._proc.is_alive() and time.monotonic() < deadline:
-                    if self._conn.poll(0.1) and self._conn.recv()[0] == "stopped":
-                        break
-            except (OSError, EOFError):
-                pass
-        self._stop_process()
+        if self._proc is not None and self._conn is not None:
+            self._finalizer.detach()
+            _stop_server_process(self._proc, self._conn, timeout)
         self.transport.close()
