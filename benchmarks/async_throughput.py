@@ -14,18 +14,25 @@ machine hit both alike. Tasks:
 
 Ours is ``train(**config)`` of ``examples/appo_cartpole.py`` / ``examples/appo_mujoco.py``
 (asynchronous collector with an inference server), called with ``total_frames``, ``seed``,
-``target_return`` and ``stop_at_target``. Sample Factory is APPO from ``sample-factory==2.1.1``
-run by ``benchmarks/_peers/sf_async.py`` in its own venv with ``--num_workers 2
---num_envs_per_worker 8 --device cpu``, a 2x64 tanh MLP encoder, no RNN and separate actor and
-critic encoders (``--actor_critic_share_weights False``), as our 2x64 tanh actor and critic; the
-other hyper-parameters are SF's own (its CartPole example's for CartPole, its MuJoCo defaults
-for HalfCheetah); each row records the full SF command line.
+``target_return`` and ``stop_at_target`` (only the keywords its ``train`` takes), in a child
+process of this script. Sample Factory is APPO from ``sample-factory==2.1.1`` run by
+``benchmarks/_peers/sf_async.py`` in its own venv with ``--num_workers 2 --num_envs_per_worker 8
+--device cpu``, no RNN, and (lib ``sample_factory``) a 2x64 tanh MLP encoder for the actor and
+a separate one for the critic (``--actor_critic_share_weights False``), as our 2x64 tanh actor
+and critic; SF's heads are single linear layers on them, as ours. The other hyper-parameters are
+SF's own: its CartPole example's (``--batch_size 512 --reward_scale 0.1 --with_vtrace False``)
+for CartPole, its MuJoCo defaults (which already use a 2x64 tanh encoder) for HalfCheetah; each
+row records the full SF command line (``sf_config``). Lib ``sample_factory_sfnet`` is the same
+run with SF's default network for the task instead, one encoder shared by actor and critic
+(2x512 ELU on CartPole, 2x64 tanh on HalfCheetah): a reference for the time to 475 when SF does
+not reach it with the small network. ``--sf-flag`` passes more SF flags to both.
 
 What is measured, the same for both:
 
-- ``frames``: env frames trained on; ``wall_s``: wall time from the start of training (ours: the
-  example's own clock; SF: its event loop's start, i.e. after the Python and torch imports, with
-  its worker start-up inside) to the last training iteration; ``frames_per_s = frames / wall_s``
+- ``frames``: env frames trained on; ``wall_s``: wall time from the start of training to the
+  last training iteration (ours: the example's own clock, started before its collector is
+  built; SF: ``AlgoObserver.on_start``, right after SF launched its worker processes, so their
+  imports and set-up are inside); ``frames_per_s = frames / wall_s``
   (collection and learning together). ``process_wall_s`` is the whole process, start-up and
   shutdown included; SF rows also give ``wall_s_with_startup`` and ``steady_frames_per_s``
   (from its first training iteration on), plus SF's own printed fps (``sf_fps_10s_median``).
@@ -37,12 +44,13 @@ What is measured, the same for both:
   the inference server.
 - ``load_before``/``load_after``: ``os.getloadavg()`` around each run (the machine is shared).
 
-Output: one JSON object per run, then one summary object: medians per library and task, and per
-task the ratios ours/SF of frames/s (target: >= 3) and of the time to the target (target: < 0.5).
-Torch runs with 1 thread in our process (``torch.set_num_threads(1)``); SF sets its own (1).
+Output: one JSON object per run, then one summary object: medians per library and task, and for
+each SF lib and task the ratios ours/SF of frames/s (target: >= 3) and of the time to the target
+(target: < 0.5), with ``meets_issue_targets``. Torch runs with 1 thread in our process
+(``torch.set_num_threads(1)``); SF's learner, inference and rollout workers use 1 thread each.
 
-Setting up the Sample Factory venv (it pins gymnasium < 1 and its package clash-free venv keeps
-our ``torchrl`` out of its path)::
+Setting up the Sample Factory venv (SF pins gymnasium < 1, and a venv of its own keeps our
+``torchrl`` package, which shares TorchRL's name, off its path)::
 
     python3 -m venv /work/sf-venv && /work/sf-venv/bin/pip install torch==2.13.0 \\
         && /work/sf-venv/bin/pip install sample-factory==2.1.1 "gymnasium[mujoco]<1"
@@ -51,7 +59,8 @@ our ``torchrl`` out of its path)::
 rows say ``skipped``. Usage::
 
     python benchmarks/async_throughput.py [--seeds 3] [--tasks cartpole,halfcheetah]
-        [--libs ours,sample_factory] [--cartpole-frames 1000000] [--halfcheetah-frames 300000]
+        [--libs ours,sample_factory,sample_factory_sfnet] [--cartpole-seconds 400]
+        [--halfcheetah-frames 300000] [--halfcheetah-seconds 150] [--log-dir DIR]
 """
 
 from __future__ import annotations
@@ -208,7 +217,8 @@ def run_sf(args: argparse.Namespace, task: str, seed: int, lib: str = "sample_fa
     with tempfile.TemporaryDirectory(prefix="async_throughput_sf_") as tmp:
         out = os.path.join(tmp, "result.json")
         cmd = [python, SF_SCRIPT, f"--task={task}", f"--seed={seed}", f"--out={out}"]
-        cmd += [f"--target-return={args.target_return}", f"--max-frames={frames}"]
+        cmd += [f"--max-frames={frames}"]
+        cmd += [f"--target-return={args.target_return}"] if task == "cartpole" else []
         cmd += [f"--max-seconds={seconds}", f"--network={PEERS[lib]}"]
         cmd += ["--stop-at-target"] if stop else []
         if args.sf_flag:
@@ -234,7 +244,8 @@ def run_ours(args: argparse.Namespace, task: str, seed: int) -> dict:
     config = {
         "total_frames": frames,
         "seed": seed,
-        "target_return": args.target_return,
+        # HalfCheetah runs a fixed budget: no target return.
+        "target_return": args.target_return if task == "cartpole" else None,
         "stop_at_target": stop,
     }
     with tempfile.TemporaryDirectory(prefix="async_throughput_ours_") as tmp:
@@ -250,7 +261,8 @@ def run_ours(args: argparse.Namespace, task: str, seed: int) -> dict:
             return {**row, "error": _tail(log_path)}
         with open(out) as f:
             result = json.load(f)
-    return {**normalize_ours(result, task, seed, args.target_return), **row}
+    target = config["target_return"]
+    return {**normalize_ours(result, task, seed, target), **row}
 
 
 def child_ours(spec_json: str) -> None:
@@ -286,14 +298,14 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def normalize_ours(result: dict, task: str, seed: int, target_return: float) -> dict:
+def normalize_ours(result: dict, task: str, seed: int, target_return: float | None) -> dict:
     """Maps our example's ``train`` result onto the row format of the Sample Factory runs.
 
     Args:
         result: what ``train(**config)`` returned (JSON-decoded).
         task: ``"cartpole"`` or ``"halfcheetah"``.
         seed: the run's seed.
-        target_return: the average training return the run aimed at.
+        target_return: the average training return the run aimed at (None: a fixed budget).
 
     Returns:
         A row with ``frames``, ``wall_s``, ``frames_per_s``, ``reached_target`` (``{"frames",
@@ -313,15 +325,17 @@ def normalize_ours(result: dict, task: str, seed: int, target_return: float) -> 
         if key not in result:
             raise KeyError(f"our train() result lacks {key!r}; it has {sorted(result)}")
     frames, wall = int(result["frames"]), float(result["wall_s"])
-    curve = thin_curve([tuple(p) for p in result.get("return_curve") or []])
+    points = result.get("return_curve") or []
+    curve = thin_curve([(int(f), round(float(w), 3), round(float(r), 3)) for f, w, r in points])
     reached = result.get("reached_target")
     if isinstance(reached, dict):
-        reached = {"frames": int(reached["frames"]), "wall_s": float(reached["wall_s"])}
+        reached = {"frames": int(reached["frames"]), "wall_s": round(float(reached["wall_s"]), 3)}
     elif reached is not None:
-        reached = {"frames": int(reached[0]), "wall_s": float(reached[1])}
+        reached = {"frames": int(reached[0]), "wall_s": round(float(reached[1]), 3)}
     lag = result.get("policy_lag")
     if lag is None:
         lag = {k[len("policy_lag_") :]: v for k, v in result.items() if k.startswith("policy_lag_")}
+    lag = {k: round(v, 3) if isinstance(v, float) else v for k, v in lag.items()}
     fps = result.get("frames_per_s")
     return {
         "lib": "ours",

@@ -265,9 +265,10 @@ def test_sf_config_matches_our_network():
         "    out[task] = [env_id, list(cfg.encoder_mlp_layers), cfg.nonlinearity,\n"
         "                 cfg.actor_critic_share_weights, cfg.use_rnn, cfg.num_workers,\n"
         "                 cfg.num_envs_per_worker, cfg.device, cfg.async_rl, cfg.seed]\n"
-        "cfg, _, _ = sf_async.make_cfg('cartpole', 0, '/tmp/unused', 10, [], 'sf_default')\n"
-        "out['sf_default'] = [list(cfg.encoder_mlp_layers), cfg.nonlinearity,\n"
-        "                     cfg.actor_critic_share_weights]\n"
+        "for task in ('cartpole', 'halfcheetah'):\n"
+        "    cfg, _, _ = sf_async.make_cfg(task, 0, '/tmp/unused', 10, [], 'sf_default')\n"
+        "    out[task + '_sf_default'] = [list(cfg.encoder_mlp_layers), cfg.nonlinearity,\n"
+        "                                 cfg.actor_critic_share_weights]\n"
         "print(json.dumps(out))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -280,4 +281,5 @@ def test_sf_config_matches_our_network():
     assert out["cartpole"] == ["CartPole-v1", *common]
     assert out["halfcheetah"][0] in ("HalfCheetah-v5", "HalfCheetah-v4")
     assert out["halfcheetah"][1:] == common
-    assert out["sf_default"] == [[512, 512], "elu", True]
+    assert out["cartpole_sf_default"] == [[512, 512], "elu", True]
+    assert out["halfcheetah_sf_default"] == [[64, 64], "tanh", True]

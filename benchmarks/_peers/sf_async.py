@@ -68,15 +68,13 @@ COMMON_FLAGS = [
     "--save_every_sec=1000000",
     "--save_best_every_sec=1000000",
 ]
-# ``--network sf_default``: SF's own default MLP encoder (2x512 ELU, one encoder shared by actor
-# and critic) instead of our network: the network SF's CartPole example trains with.
-SF_DEFAULT_NETWORK_FLAGS = [
-    "--encoder_mlp_layers",
-    "512",
-    "512",
-    "--nonlinearity=elu",
-    "--actor_critic_share_weights=True",
-]
+# ``--network sf_default``: SF's own default network for the task instead of ours, one encoder
+# shared by actor and critic: 2x512 ELU for CartPole (what SF's CartPole example trains with),
+# 2x64 tanh for HalfCheetah (SF's MuJoCo defaults).
+SF_DEFAULT_NETWORK_FLAGS = {
+    "cartpole": ["--encoder_mlp_layers", "512", "512", "--nonlinearity=elu"],
+    "halfcheetah": [],
+}
 # CartPole: the settings of SF's own CartPole example (sf_examples/train_gym_env.py docstring),
 # except the worker layout above.
 CARTPOLE_FLAGS = [
@@ -133,7 +131,7 @@ def make_cfg(
 
     register_env(env_id, make_gym_env)
     if network == "sf_default":
-        argv += SF_DEFAULT_NETWORK_FLAGS
+        argv += [*SF_DEFAULT_NETWORK_FLAGS[task], "--actor_critic_share_weights=True"]
     argv += [
         f"--seed={seed}",
         f"--train_dir={train_dir}",
@@ -219,7 +217,8 @@ def train(args: argparse.Namespace) -> dict:
             state["steps"].append((now, int(frames), avg, len(rewards)))
             # As our examples, count the target only once the average covers a full window.
             full = len(rewards) >= runner.cfg.stats_avg
-            if full and avg >= args.target_return and state["reached"] is None:
+            target = args.target_return
+            if full and target is not None and avg >= target and state["reached"] is None:
                 state["reached"] = (int(frames), now)
                 if args.stop_at_target:
                     state["stop_reason"] = "target"
@@ -326,13 +325,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--task", required=True, choices=["cartpole", "halfcheetah"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="path of the JSON result")
-    parser.add_argument("--target-return", type=float, default=475.0)
+    parser.add_argument(
+        "--target-return", type=float, default=None, help="average training return to reach"
+    )
     parser.add_argument("--stop-at-target", action="store_true")
     parser.add_argument(
         "--network",
         default="matched",
         choices=["matched", "sf_default"],
-        help="matched: our 2x64 tanh actor and critic; sf_default: SF's 2x512 ELU shared encoder",
+        help="matched: our 2x64 tanh actor and critic; sf_default: SF's default shared encoder",
     )
     parser.add_argument("--max-frames", type=int, default=2_000_000)
     parser.add_argument("--max-seconds", type=float, default=600.0)
