@@ -60,6 +60,8 @@ def make_toy_factory(die: dict[str, Any] | None = None):
             if die is not None and self.seed == die["seed"] and self.calls == die["call"]:
                 if die["how"] == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
+                if die["how"] == "hang":
+                    time.sleep(60)
                 raise ValueError("toy member failed on purpose")
             for _ in range(steps):
                 noise = torch.randn((), generator=self.gen, dtype=torch.float64) * 0.01
@@ -538,6 +540,17 @@ def test_process_member_exception_carries_traceback():
     procs = list(pbt._backend.procs)
     with pytest.raises(PBTMemberError, match="(?s)member 0: train failed.*toy member failed on"):
         pbt.step()
+    assert all(p.exitcode is not None for p in procs)
+
+
+def test_process_member_timeout_stops_everything_quickly():
+    make = make_toy_factory(die={"seed": 1, "call": 1, "how": "hang"})
+    pbt = _pbt(backend="process", make_member=make, seed=0, population_size=2, timeout=0.5)
+    procs = list(pbt._backend.procs)
+    start = time.monotonic()
+    with pytest.raises(PBTMemberError, match=r"member 1: no answer to 'train' within 0.5 s"):
+        pbt.step()
+    assert time.monotonic() - start < 4.0  # the hung member is terminated, not waited for
     assert all(p.exitcode is not None for p in procs)
 
 

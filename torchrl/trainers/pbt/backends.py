@@ -38,6 +38,8 @@ _has_ray = importlib.util.find_spec("ray") is not None
 MemberFactory = Callable[[dict[str, Any], int], Any]
 # How long a closing worker may take to end by itself before it is terminated.
 _CLOSE_WAIT_S = 5.0
+# The same after a failure: the other members may be busy training and will not answer soon.
+_ABORT_WAIT_S = 1.0
 
 
 class PBTMemberError(RuntimeError):
@@ -181,13 +183,15 @@ def _worker_main(
         exit_worker(1)
 
 
-def _stop_workers(procs: list[BaseProcess], conns: list[Connection], tmpdir: str) -> None:
+def _stop_workers(
+    procs: list[BaseProcess], conns: list[Connection], tmpdir: str, failed: list[bool]
+) -> None:
     for conn in conns:
         try:
             conn.send(("close", None))
         except (OSError, ValueError):
             pass
-    stop_processes(procs, _CLOSE_WAIT_S)
+    stop_processes(procs, _ABORT_WAIT_S if failed[0] else _CLOSE_WAIT_S)
     for conn in conns:
         conn.close()
     shutil.rmtree(tmpdir, ignore_errors=True)
@@ -215,7 +219,11 @@ class ProcessBackend:
         self.tmpdir = tempfile.mkdtemp(prefix="torchrl-pbt-")
         self.procs: list[BaseProcess] = []
         self.conns: list[Connection] = []
-        self._finalizer = weakref.finalize(self, _stop_workers, self.procs, self.conns, self.tmpdir)
+        # set once a member failed: closing then does not wait long for busy members
+        self._failed = [False]
+        self._finalizer = weakref.finalize(
+            self, _stop_workers, self.procs, self.conns, self.tmpdir, self._failed
+        )
         try:
             for index, (hparams, seed) in enumerate(configs):
                 parent_conn, child_conn = ctx.Pipe()
@@ -251,6 +259,7 @@ class ProcessBackend:
             waitables: list[Any] = [*pending, *(self.procs[i].sentinel for i in pending.values())]
             ready = wait(waitables, self.timeout)
             if not ready:
+                self._failed[0] = True
                 late = sorted(pending.values())
                 raise PBTMemberError(
                     late[0], f"no answer to {what!r} within {self.timeout} s (members {late})"
@@ -264,6 +273,7 @@ class ProcessBackend:
                     except (EOFError, OSError):
                         self._raise_dead(index, what)
                     if status == "error":
+                        self._failed[0] = True
                         raise PBTMemberError(index, f"{what} failed in the worker:\n{payload}")
                     results[index] = payload
                 elif self.procs[index].sentinel in ready:
@@ -271,6 +281,7 @@ class ProcessBackend:
         return results
 
     def _raise_dead(self, index: int, what: str) -> NoReturn:
+        self._failed[0] = True
         proc = self.procs[index]
         proc.join(1.0)
         raise PBTMemberError(
@@ -409,19 +420,28 @@ class RayBackend:
             raise
 
     def _get(self, refs: list[Any], indices: Sequence[int] | range, what: str) -> list[Any]:
+        """The results of ``refs`` in order; raises on the first failure to come, so a dead
+        actor is reported without waiting for the others to finish."""
         ray = self._ray
-        results: list[Any] = []
-        for ref, index in zip(refs, indices, strict=True):
-            try:
-                results.append(ray.get(ref, timeout=self.timeout))
-            except ray.exceptions.GetTimeoutError as err:
+        pending = {ref: (pos, index) for pos, (ref, index) in enumerate(zip(refs, indices, strict=True))}
+        results: list[Any] = [None] * len(refs)
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.timeout)
+            if not ready:
+                late = sorted(index for _, index in pending.values())
                 raise PBTMemberError(
-                    index, f"no answer to {what!r} within {self.timeout} s"
-                ) from err
-            except ray.exceptions.RayActorError as err:
-                raise PBTMemberError(index, f"its Ray actor died during {what!r}: {err}") from err
-            except ray.exceptions.RayTaskError as err:
-                raise PBTMemberError(index, f"{what} failed in the actor:\n{err}") from err
+                    late[0], f"no answer to {what!r} within {self.timeout} s (members {late})"
+                )
+            for ref in ready:
+                pos, index = pending.pop(ref)
+                try:
+                    results[pos] = ray.get(ref)
+                except ray.exceptions.RayActorError as err:
+                    raise PBTMemberError(
+                        index, f"its Ray actor died during {what!r}: {err}"
+                    ) from err
+                except ray.exceptions.RayTaskError as err:
+                    raise PBTMemberError(index, f"{what} failed in the actor:\n{err}") from err
         return results
 
     def train_all(self, amount: int) -> list[float]:
