@@ -176,6 +176,48 @@ def test_weight_sync_scheme_is_polled():
     assert out["policy_version"].item() == 1 and scheme.calls > 1
 
 
+def test_weight_sync_with_a_torchrl_scheme():
+    weight_update = pytest.importorskip("torchrl.weight_update")
+    learner = make_policy(1.0)
+    served = make_policy(1.0)
+    parent, child = mp.Pipe()
+    sender = weight_update.MultiProcessWeightSyncScheme(sync=True, timeout=10.0)
+    sender.init_on_sender(learner, connections=[parent])
+    receiver = weight_update.MultiProcessWeightSyncScheme(sync=True, timeout=10.0)
+    receiver.init_on_receiver(served, connection=child)
+    transport = ThreadingTransport()
+    with InferenceServer(served, transport, weight_sync=receiver) as server:
+        client = transport.client()
+        td = TensorDict(observation=torch.ones(OBS_DIM))
+        assert client(td)["action"].tolist() == [4.0, 4.0]
+        with torch.no_grad():
+            learner.module.weight.fill_(3.0)
+        assert sender.send() == 1  # returns once the server acknowledged (sync=True)
+        out = client(td)
+        assert out["action"].tolist() == [12.0, 12.0]
+        assert out["policy_version"].item() == 1 == server.policy_version
+        assert server.stats()["weight_updates"] == 1
+
+
+def test_weight_sync_scheme_set_up_by_the_server():
+    weight_update = pytest.importorskip("torchrl.weight_update")
+    learner = make_policy(1.0)
+    sender = weight_update.SharedMemWeightSyncScheme()
+    sender.init_on_sender(learner)
+    receiver = sender.receiver_copy()  # what a worker gets: not set up yet
+    transport = ThreadingTransport()
+    with InferenceServer(make_policy(0.0), transport, weight_sync=receiver) as server:
+        assert receiver.role == "receiver"
+        with torch.no_grad():
+            learner.module.weight.fill_(2.0)
+        sender.send()
+        deadline = time.monotonic() + 5
+        while server.policy_version != 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        out = transport.client()(TensorDict(observation=torch.ones(OBS_DIM)))
+    assert out["action"].tolist() == [8.0, 8.0] and out["policy_version"].item() == 1
+
+
 def test_model_error_fails_that_batch_only():
     calls = []
 

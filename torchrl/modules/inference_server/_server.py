@@ -253,6 +253,8 @@ class InferenceServer:
             raise RuntimeError("this InferenceServer was shut down; build a new one")
         if self._thread is not None:
             raise RuntimeError("the InferenceServer is already started")
+        if self.weight_sync is not None:
+            self._init_weight_sync()
         # OpenMP keeps its thread count per thread: a new thread would run the model with the
         # default count (all cores), 10-100x slower for small models on a busy machine
         num_threads = torch.get_num_threads()
@@ -407,10 +409,16 @@ class InferenceServer:
         applied.set()
 
     def _poll_weight_sync(self) -> None:
-        got = self.weight_sync.receive(timeout=0.0)
+        scheme = self.weight_sync
+        got = scheme.receive(timeout=0.0)
         if got is None or got is False:
             return
-        if got is not True:  # the scheme handed the weights over: apply them here
+        version = getattr(scheme, "version", None)
+        if isinstance(got, bool):  # True: the scheme wrote the weights into the model
+            pass
+        elif isinstance(got, int):  # the version the scheme now holds (it applied them)
+            version = got
+        else:  # the scheme handed the weights over: apply them here
             with torch.no_grad():
                 prepared = self._prepare_weights(got, copy=False)
                 if isinstance(prepared, TensorDictBase):
@@ -418,9 +426,17 @@ class InferenceServer:
                 else:
                     assert isinstance(self.model, nn.Module)
                     self.model.load_state_dict(prepared)
-        version = getattr(self.weight_sync, "version", None)
-        self._version = int(version) if isinstance(version, int) else self._version + 1
-        self._stats["weight_updates"] += 1
+        if not isinstance(version, int) or isinstance(version, bool):
+            version = self._version + 1
+        if version != self._version:
+            self._version = version
+            self._stats["weight_updates"] += 1
+
+    def _init_weight_sync(self) -> None:
+        scheme = self.weight_sync
+        # a scheme that was not set up yet (role None) is set up as this model's receiver
+        if getattr(scheme, "role", "") is None and hasattr(scheme, "init_on_receiver"):
+            scheme.init_on_receiver(self.model, model_id=self.weight_sync_model_id, context=self)
 
     # ---- serving
     def probe(self, example: TensorDictBase) -> TensorDictBase:
