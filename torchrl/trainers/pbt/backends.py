@@ -423,7 +423,9 @@ class RayBackend:
         """The results of ``refs`` in order; raises on the first failure to come, so a dead
         actor is reported without waiting for the others to finish."""
         ray = self._ray
-        pending = {ref: (pos, index) for pos, (ref, index) in enumerate(zip(refs, indices, strict=True))}
+        pending = {
+            ref: (pos, index) for pos, (ref, index) in enumerate(zip(refs, indices, strict=True))
+        }
         results: list[Any] = [None] * len(refs)
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.timeout)

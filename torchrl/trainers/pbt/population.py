@@ -45,17 +45,16 @@ def _rank_key(score: float, mode: str) -> float:
 
 
 class PopulationBasedTraining:
-    """Trains a population of members whose weakest copy the strongest, with perturbed
-    hyper-parameters, every ``ready_interval``.
+    """Trains a population in rounds; after each, the weakest members copy the strongest and
+    perturb their hyper-parameters.
 
-    Each round, every member trains ``ready_interval`` frames (or iterations: whatever its
-    ``train`` counts) and returns a score. Before the next round, the population is ranked;
-    each member in the bottom ``truncation`` fraction copies a random member of the top
-    fraction (weights, optimizer state, hyper-parameters) and explores: every searched
-    hyper-parameter is resampled from its space with ``resample_probability``, else multiplied
-    by a factor from ``perturb_factors`` (clipped to its bounds). Members come from
-    ``make_member(hparams, seed)``, a :class:`~torchrl.trainers.pbt.PBTMember`
-    (:class:`~torchrl.trainers.pbt.TrainerMember` wraps a ``Trainer``). See ``docs/api/pbt.rst``.
+    Each round every member trains ``ready_interval`` and returns a score. Before the next
+    round, each member of the bottom ``truncation`` fraction copies a random member of the top
+    fraction (state and hyper-parameters), then each searched hyper-parameter is resampled with
+    ``resample_probability`` or scaled by a factor from ``perturb_factors`` within its bounds.
+    Members come from ``make_member(hparams, seed)`` (see
+    :class:`~torchrl.trainers.pbt.PBTMember`, :class:`~torchrl.trainers.pbt.TrainerMember`);
+    ``set_hparams`` is then called with the same hyper-parameters. See ``docs/api/pbt.rst``.
 
     Args:
         make_member: ``make_member(hparams: dict, seed: int) -> member``. With
