@@ -376,6 +376,32 @@ def test_shared_memory_client_raises_when_server_stops():
     assert time.monotonic() - t0 < 10
 
 
+class BrokenScheme:
+    """A weight sync scheme that fails after a while: it ends the serving loop."""
+
+    def __init__(self, after: float):
+        self.deadline = time.monotonic() + after
+
+    def receive(self, timeout=0.0):
+        if time.monotonic() > self.deadline:
+            raise ConnectionError("weights channel lost")
+        return None
+
+
+def test_shared_memory_client_raises_when_server_loop_dies():
+    ctx = mp.get_context("fork")
+    transport = SharedMemoryTransport(poll_interval=0.1)
+    client = transport.client(example=example(2))
+    server = InferenceServer(make_policy(), transport, weight_sync=BrokenScheme(0.5)).start()
+    proc = _start(ctx, worker_until_error, client, 2)
+    proc.join(10)
+    assert proc.exitcode == 7  # ServerGoneError in the worker
+    assert not server.is_alive and isinstance(server.error, ConnectionError)
+    with pytest.raises(ServerGoneError, match="weights channel lost"):
+        client(example(2))
+    server.shutdown()
+
+
 def test_shared_memory_client_raises_when_owner_dies():
     # the server thread lives in a process that gets killed: its workers learn it in seconds
     ctx = mp.get_context("fork")

@@ -58,7 +58,7 @@ def _server_process(
         while True:
             if not conn.poll(0.2):
                 if not server.is_alive:
-                    conn.send(("died", repr(server._error)))  # noqa: SLF001
+                    conn.send(("died", repr(server.error)))
                     return
                 continue
             try:

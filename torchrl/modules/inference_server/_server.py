@@ -272,6 +272,11 @@ class InferenceServer:
         """Whether the serving thread runs."""
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def error(self) -> BaseException | None:
+        """The exception that ended the serving loop, ``None`` if it did not fail."""
+        return self._error
+
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stops the serving loop (after the batch in progress) and closes the transport.
 
