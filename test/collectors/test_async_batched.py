@@ -71,12 +71,17 @@ def test_batches_shapes_versions_and_env_index():
     try:
         batches = list(collector)
         assert [tuple(b.shape) for b in batches] == [(4, 8)] * 3
+        envs = set()
         for b in batches:
             assert b["policy_version"].dtype == torch.int64
             assert (b["policy_version"] == 0).all()
-            assert sorted(b["collector", "env_index"][:, 0].tolist()) == [0, 1, 2, 3]
+            # 4 groups of one env each, delivering in whatever order they finish
+            index = b["collector", "env_index"]
+            assert (index == index[:, :1]).all()
+            envs.update(index[:, 0].tolist())
             assert ("collector", "traj_ids") in b.keys(True)
             assert ("next", "reward") in b.keys(True)
+        assert envs == {0, 1, 2, 3}
         assert collector.frames == 96
         assert collector.last_policy_lag == {"min": 0.0, "mean": 0.0, "max": 0.0}
     finally:
@@ -311,6 +316,42 @@ def test_dead_server_is_reported_within_seconds():
     it = iter(collector)
     next(it)
     collector._servers[0].shutdown()  # noqa: SLF001 - the server stops under the workers' feet
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="server"):
+        for _ in range(100_000):
+            next(it)
+    assert time.monotonic() - start < 10
+    collector.shutdown()
+    time.sleep(0.2)
+    assert child_pids() <= before
+
+
+def test_server_process_backend_updates_weights_and_reports_its_death():
+    before = child_pids()
+    policy = count_policy(-1.0)
+    collector = AsyncBatchedCollector(
+        [functools.partial(counting_env, max_steps=1000)] * 4,
+        policy=policy,
+        frames_per_batch=8,
+        num_workers=1,
+        num_splits=2,
+        policy_backend="multiprocessing",
+        max_policy_lag=0,
+        seed=0,
+    )
+    it = iter(collector)
+    assert (next(it)["action"] == 0).all()
+    with torch.no_grad():
+        policy.module.lin.bias.fill_(1.0)
+    collector.update_policy_weights_()
+    assert collector.policy_version == 1
+    deadline = time.monotonic() + 10
+    batch = next(it)
+    while not batch.numel() and time.monotonic() < deadline:
+        batch = next(it)
+    assert (batch["action"] == 1).all() and (batch["policy_version"] == 1).all()
+    server_pid = collector._servers[0].pid  # noqa: SLF001 - the test kills it
+    os.kill(server_pid, signal.SIGKILL)
     start = time.monotonic()
     with pytest.raises(RuntimeError, match="server"):
         for _ in range(100_000):

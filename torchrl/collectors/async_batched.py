@@ -62,6 +62,7 @@ from torchrl.modules.inference_server import (
     InferenceServer,
     InferenceTransport,
     PolicyClientModule,
+    ProcessInferenceServer,
     SharedMemoryTransport,
 )
 
@@ -120,6 +121,10 @@ class AsyncBatchedCollector(DataCollectorBase):
         server_timeout: see ``min_batch_size``.
         transport: the server's transport, for one policy (default: a new
             :class:`~torchrl.modules.inference_server.SharedMemoryTransport` per policy).
+        policy_backend: where each server runs: ``"threading"`` (a thread of this process,
+            the default) or ``"multiprocessing"`` (a
+            :class:`~torchrl.modules.inference_server.ProcessInferenceServer`: the learner's
+            Python work then never holds up inference).
         exploration_type: the servers' exploration type while they compute actions.
         max_policy_lag: rows whose oldest step is more than this many versions behind the
             server's current weights are dropped from the batch (``None``: keep everything).
@@ -170,6 +175,7 @@ class AsyncBatchedCollector(DataCollectorBase):
         min_batch_size: int = 1,
         server_timeout: float = 0.001,
         transport: InferenceTransport | None = None,
+        policy_backend: str = "threading",
         exploration_type: ExplorationType | str = ExplorationType.RANDOM,
         max_policy_lag: int | None = None,
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
@@ -183,7 +189,7 @@ class AsyncBatchedCollector(DataCollectorBase):
         name = type(self).__name__
         self._init_base()
         self._pool: WorkerPool | None = None
-        self._servers: list[InferenceServer] = []
+        self._servers: list[InferenceServer | ProcessInferenceServer] = []
         fns = _env_fns(create_env_fn, create_env_kwargs, name)
         n_envs = len(fns)
         num_splits = check_count(name, "num_splits", num_splits, 1)
@@ -214,6 +220,11 @@ class AsyncBatchedCollector(DataCollectorBase):
             raise TypeError(f"{name}: postproc must be callable, got {type(postproc).__name__}")
         served, self._policies = _served_policies(policy, policy_factory, name)
         n_policies = len(served)
+        if policy_backend not in ("threading", "multiprocessing"):
+            raise ValueError(
+                f"{name}: policy_backend must be 'threading' or 'multiprocessing', got "
+                f"{policy_backend!r}"
+            )
         if transport is not None and n_policies > 1:
             raise ValueError(f"{name}: one transport cannot serve {n_policies} policies")
         self._group_policy = _group_policies(policy_map, n_policies, groups, per_group, name)
@@ -238,8 +249,8 @@ class AsyncBatchedCollector(DataCollectorBase):
 
         try:
             clients = self._start_servers(
-                served, fns[0], transport, per_group, max_batch_size, min_batch_size,
-                server_timeout, exploration_type, name,
+                served, fns[0], transport, policy_backend, per_group, max_batch_size,
+                min_batch_size, server_timeout, exploration_type, name,
             )  # fmt: skip
             if seed is None:
                 seed = int(torch.randint(0, 2**31 - 1, ()))
@@ -291,6 +302,7 @@ class AsyncBatchedCollector(DataCollectorBase):
         served: list[PolicyArg],
         probe_fn: Callable[[], EnvBase],
         transport: InferenceTransport | None,
+        backend: str,
         per_group: int,
         max_batch_size: int | None,
         min_batch_size: int,
@@ -299,30 +311,35 @@ class AsyncBatchedCollector(DataCollectorBase):
         name: str,
     ) -> list[PolicyClientModule]:
         """Starts one server per policy; returns one client policy per env group."""
-        clients_of = []
+        options: dict[str, Any] = {
+            "max_batch_size": max_batch_size if max_batch_size is not None else self.num_envs,
+            "min_batch_size": min_batch_size,
+            "timeout": server_timeout,
+            "exploration_type": exploration_type,
+            "policy_version_key": VERSION_KEY,
+        }
+        requests = []
         for model in served:
             in_keys, example = _probe(probe_fn, model, name)
             transport_p = transport if transport is not None else SharedMemoryTransport()
-            server = InferenceServer(
-                model,
-                transport_p,
-                max_batch_size=max_batch_size if max_batch_size is not None else self.num_envs,
-                min_batch_size=min_batch_size,
-                timeout=server_timeout,
-                exploration_type=exploration_type,
-                policy_version_key=VERSION_KEY,
-            )
+            server: InferenceServer | ProcessInferenceServer
+            if backend == "multiprocessing":
+                server = ProcessInferenceServer(
+                    policy_factory=_Copy(model), transport=transport_p, **options
+                )
+            else:
+                server = InferenceServer(model, transport_p, **options)
             self._servers.append(server)
-            request = example.select(*in_keys).expand(per_group).clone()
-            clients_of.append((transport_p, request, in_keys))
-            server.start()
+            requests.append((transport_p, example.select(*in_keys).expand(per_group), in_keys))
         out = []
         for p in self._group_policy:
-            transport_p, request, in_keys = clients_of[p]
-            client = transport_p.client(example=request)
+            transport_p, request, in_keys = requests[p]
+            client = transport_p.client(example=request.clone())
             # every entry of the response is written back: the actions, what the policy
             # computed with them (log-probs, ...) and the policy version
             out.append(PolicyClientModule(client, in_keys=in_keys))
+        for server in self._servers:
+            server.start()  # a server process serves the clients made before it started
         return out
 
     # -------------------------------------------------------------------------------- weights
@@ -459,6 +476,16 @@ def _env_fns(
         if not callable(fn):
             raise TypeError(f"{name}: create_env_fn[{i}] is not callable ({type(fn).__name__})")
     return [_EnvMaker(fn, dict(kwargs or {})) for fn in fns]
+
+
+@dataclass
+class _Copy:
+    """A picklable factory of copies of a policy (a server process builds its own)."""
+
+    policy: PolicyArg
+
+    def __call__(self) -> PolicyArg:
+        return copy.deepcopy(self.policy)
 
 
 @dataclass
