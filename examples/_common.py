@@ -213,3 +213,130 @@ def run_config_example(config_cls: type, config_file: str, name: str, title: str
 
     sys.argv = [sys.argv[0], *split_script_flags(sys.argv[1:])]
     run_with_config(main, config_cls, config_file)
+
+
+class AsyncRunTracker:
+    """Bookkeeping of an asynchronous run: frames, wall time, training returns, policy lag.
+
+    The running average training return is the mean of the last ``window`` finished training
+    episodes (Sample Factory's "Avg episode reward" uses its last 100). ``update`` takes each
+    batch the learner trains on (it needs ``RewardSum``'s ``("next", "episode_reward")``) and
+    says whether that average has reached ``target_return``.
+    """
+
+    def __init__(self, target_return: float | None, window: int = 100) -> None:
+        import collections
+
+        self.target_return = target_return
+        self.returns: collections.deque[float] = collections.deque(maxlen=window)
+        self.start = time.perf_counter()
+        self.frames = 0
+        self.curve: list[tuple[int, float, float]] = []
+        self.episodes: list[tuple[int, float]] = []
+        self.reached: dict | None = None
+        self.lag_min, self.lag_max, self.lag_sum, self.lag_frames = None, None, 0.0, 0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def update(self, batch: Any, current_version: int | None, lag_stats: Any = None) -> bool:
+        """Counts ``batch``; ``lag_stats`` is ``policy_lag_stats`` (skipped without versions)."""
+        n = batch.numel()
+        self.frames += n
+        if current_version is not None and "policy_version" in batch.keys() and n:
+            s = lag_stats(batch, current_version)
+            self.lag_min = s["min"] if self.lag_min is None else min(self.lag_min, s["min"])
+            self.lag_max = s["max"] if self.lag_max is None else max(self.lag_max, s["max"])
+            self.lag_sum += s["mean"] * n
+            self.lag_frames += n
+        finished = episode_returns(batch, self.frames)
+        self.episodes += finished
+        self.returns.extend(r for _, r in finished)
+        if not finished:
+            return self.reached is not None
+        avg = sum(self.returns) / len(self.returns)
+        wall = self.elapsed()
+        self.curve.append((self.frames, wall, avg))
+        full = len(self.returns) == self.returns.maxlen
+        if (
+            self.reached is None
+            and self.target_return is not None
+            and full
+            and avg >= self.target_return
+        ):
+            self.reached = {"frames": self.frames, "wall_s": wall}
+        return self.reached is not None
+
+    def result(self, wall_s: float) -> dict:
+        """The figures every asynchronous example returns."""
+        lag = None
+        if self.lag_frames:
+            lag = {"min": self.lag_min, "mean": self.lag_sum / self.lag_frames, "max": self.lag_max}
+        return {
+            "frames": self.frames,
+            "wall_s": wall_s,
+            "frames_per_s": self.frames / wall_s if wall_s > 0 else 0.0,
+            "return_curve": self.curve,
+            "reached_target": self.reached,
+            "final_avg_return": self.curve[-1][2] if self.curve else None,
+            "policy_lag": lag,
+            # for plot_curve / report
+            "train": self.episodes,
+            "eval": [],
+            "wall": wall_s,
+            "solved_at": None if self.reached is None else self.reached["frames"],
+        }
+
+
+def make_async_collector(
+    kind: str,
+    make_env: Any,
+    policy: Any,
+    *,
+    num_envs: int,
+    frames_per_batch: int,
+    total_frames: int,
+    num_workers: int,
+    num_splits: int,
+    max_policy_lag: int | None,
+    seed: int,
+) -> Any:
+    """The collector of the asynchronous examples.
+
+    ``kind="async_batched"``: :class:`~torchrl.collectors.AsyncBatchedCollector` (rollout
+    workers and an inference server; batches ``[rows, T]`` with ``"policy_version"``).
+    ``kind="multi_async"``: :class:`~torchrl.collectors.MultiaSyncDataCollector`, each worker
+    running ``num_envs // num_workers`` envs (``make_env(n)`` builds ``n`` of them) and its own
+    copy of the policy; its batches carry no policy version.
+    """
+    if kind == "async_batched":
+        try:
+            from torchrl.collectors import AsyncBatchedCollector
+        except ImportError:
+            from torchrl.collectors.async_batched import AsyncBatchedCollector
+
+        return AsyncBatchedCollector(
+            create_env_fn=[make_env] * num_envs,
+            policy=policy,
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            num_workers=num_workers,
+            num_splits=num_splits,
+            max_policy_lag=max_policy_lag,
+            seed=seed,
+        )
+    if kind == "multi_async":
+        import functools
+
+        from torchrl.collectors import MultiaSyncDataCollector
+
+        per_worker = num_envs // num_workers
+        collector = MultiaSyncDataCollector(
+            [functools.partial(make_env, per_worker)] * num_workers,
+            policy,
+            frames_per_batch=frames_per_batch // num_workers,
+            total_frames=total_frames,
+        )
+        collector.set_seed(seed)
+        return collector
+    raise ValueError(f"collector must be 'async_batched' or 'multi_async', got {kind!r}")

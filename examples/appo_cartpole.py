@@ -1,0 +1,216 @@
+"""APPO on CartPole-v1: asynchronous PPO with V-trace, Sample Factory style.
+
+Rollout worker processes step the envs while an inference server in this process batches the
+policy calls of every env (``AsyncBatchedCollector``); the learner below trains on each batch
+``[rows, T]`` as it arrives, so the data may be a few policy versions old. V-trace corrects
+for it: advantages and critic targets come from ``ValueEstimators.VTrace`` (truncated
+importance weights ``pi / mu`` against the behaviour log-probabilities stored with the data),
+and the PPO ratio is taken against the behaviour policy (``ClipPPOLoss``). After each
+optimisation phase the new weights go to the server (``update_policy_weights_``). Actor and
+critic are separate 2x64 tanh MLPs (the networks of the Sample Factory comparison,
+``benchmarks/async_throughput.py``).
+
+``train(**config)`` returns frames, wall time, frames/s, the return curve
+``[(frames, wall_s, avg_return)]`` (average of the last 100 training episodes, as Sample
+Factory reports it), ``reached_target`` and the policy lag (min/mean/max over the run).
+
+Usage: ``python examples/appo_cartpole.py [--total-frames N] [--seed S] [--collector
+multi_async]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import torch
+from _common import (
+    AsyncRunTracker,
+    evaluate,
+    make_async_collector,
+    parse_config,
+    plot_curve,
+    report,
+)
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from torchrl.collectors.policy_lag import policy_lag_stats
+from torchrl.envs import GymEnv, RewardSum, TransformedEnv
+from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, ValueOperator
+from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.utils import ValueEstimators
+
+
+@dataclass
+class Config:
+    env_name: str = "CartPole-v1"
+    total_frames: int = 500_000  # upper bound; with stop_at_target, training stops once solved
+    num_envs: int = 16
+    rollout_length: int = 32  # T: steps of each trajectory chunk
+    frames_per_batch: int = 512
+    num_workers: int = 2
+    num_splits: int = 2
+    collector: str = "async_batched"  # or "multi_async" (MultiaSyncDataCollector)
+    max_policy_lag: int = -1  # rows older than this are dropped; -1: keep all
+    epochs: int = 4
+    reward_scale: float = 0.1  # rewards are multiplied by this in the losses (not the returns)
+    minibatch_size: int = 256
+    lr: float = 3e-3
+    gamma: float = 0.99
+    rho_thresh: float = 1.0
+    c_thresh: float = 1.0
+    clip_epsilon: float = 0.2
+    entropy_coef: float = 0.0
+    max_grad_norm: float = 0.5
+    hidden: int = 64
+    target_return: float = 475.0
+    stop_at_target: bool = True
+    return_window: int = 100
+    final_eval_episodes: int = 10
+    seed: int = 0
+    out: str = "outputs"
+    progress: bool = True
+
+
+def make_env(num_envs: int = 1, env_name: str = "CartPole-v1") -> TransformedEnv:
+    """One CartPole (``num_envs=1``: empty batch size) or a vector of them, with RewardSum."""
+    base = GymEnv(env_name) if num_envs == 1 else GymEnv(env_name, num_envs=num_envs)
+    return TransformedEnv(base, RewardSum())
+
+
+def make_agent(n_obs: int, n_act: int, hidden: int) -> tuple[ProbabilisticActor, ValueOperator]:
+    actor = ProbabilisticActor(
+        TensorDictModule(
+            MLP(n_obs, n_act, num_cells=[hidden, hidden], activation_class=nn.Tanh),
+            in_keys=["observation"],
+            out_keys=["logits"],
+        ),
+        in_keys=["logits"],
+        distribution_class=OneHotCategorical,
+        distribution_kwargs={"validate_args": False},
+        return_log_prob=True,
+    )
+    critic = ValueOperator(
+        MLP(n_obs, 1, num_cells=[hidden, hidden], activation_class=nn.Tanh),
+        in_keys=["observation"],
+    )
+    return actor, critic
+
+
+def train(**config) -> dict:
+    """Trains APPO with the :class:`Config` fields given as keywords; returns the run's figures."""
+    cfg = Config(**config)
+    torch.manual_seed(cfg.seed)
+    probe = make_env(1, cfg.env_name)
+    n_obs = probe.observation_spec["observation"].shape[-1]
+    n_act = probe.action_spec.shape[-1]
+    probe.close()
+    actor, critic = make_agent(n_obs, n_act, cfg.hidden)
+    loss_fn = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=cfg.clip_epsilon,
+        entropy_coef=cfg.entropy_coef,
+        entropy_bonus=cfg.entropy_coef > 0,
+        normalize_advantage=True,
+        loss_critic_type="l2",
+        critic_coef=0.5,
+    )
+    loss_fn.make_value_estimator(
+        ValueEstimators.VTrace, gamma=cfg.gamma, rho_thresh=cfg.rho_thresh, c_thresh=cfg.c_thresh
+    )
+    optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr, fused=True)
+
+    tracker = AsyncRunTracker(cfg.target_return, cfg.return_window)
+    collector = make_async_collector(
+        cfg.collector,
+        _EnvMaker(cfg.env_name),
+        actor,
+        num_envs=cfg.num_envs,
+        frames_per_batch=cfg.frames_per_batch,
+        total_frames=cfg.total_frames,
+        num_workers=cfg.num_workers,
+        num_splits=cfg.num_splits,
+        max_policy_lag=None if cfg.max_policy_lag < 0 else cfg.max_policy_lag,
+        seed=cfg.seed,
+    )
+    version = getattr(collector, "policy_version", None)
+    next_print = 0
+    try:
+        for batch in collector:
+            if batch is None or batch.numel() == 0:
+                continue
+            version = getattr(collector, "policy_version", None)
+            reached = tracker.update(batch, version, policy_lag_stats)
+            if reached and cfg.stop_at_target:
+                break
+            batch.set(("next", "reward"), batch.get(("next", "reward")) * cfg.reward_scale)
+            with torch.no_grad():
+                loss_fn.value_estimator(batch)
+            flat = batch.reshape(-1)
+            n = flat.numel()
+            for _ in range(cfg.epochs):
+                for idx in torch.randperm(n).split(cfg.minibatch_size):
+                    losses = loss_fn(flat[idx])
+                    loss = losses["loss_objective"] + losses["loss_critic"]
+                    if "loss_entropy" in losses.keys():
+                        loss = loss + losses["loss_entropy"]
+                    optim.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm, foreach=True)
+                    optim.step()
+            collector.update_policy_weights_()
+            if cfg.progress and tracker.curve and tracker.frames >= next_print:
+                next_print += 10_000
+                f, w, r = tracker.curve[-1]
+                print(f"frames {f:>8d}  {w:6.1f} s  avg return {r:6.1f}  version {version}")
+    finally:
+        wall = tracker.elapsed()
+        collector.shutdown()
+    result = tracker.result(wall)
+    result["config"] = dataclasses.asdict(cfg)
+    if cfg.final_eval_episodes:
+        eval_env = GymEnv(cfg.env_name, num_envs=cfg.final_eval_episodes)
+        eval_env.set_seed(cfg.seed + 20_000)
+        result["final_return"] = evaluate(eval_env, actor, max_steps=500)
+        eval_env.close()
+    return result
+
+
+class _EnvMaker:
+    """A picklable env constructor: ``_EnvMaker(name)(n)`` builds ``n`` envs."""
+
+    def __init__(self, env_name: str) -> None:
+        self.env_name = env_name
+
+    def __call__(self, num_envs: int = 1) -> TransformedEnv:
+        return make_env(num_envs, self.env_name)
+
+
+def main() -> None:
+    cfg = parse_config(Config, __doc__)
+    torch.set_num_threads(1)  # tiny networks: more threads only add overhead on small machines
+    t0 = time.perf_counter()
+    result = train(**dataclasses.asdict(cfg))
+    reached = result["reached_target"]
+    print(
+        f"APPO CartPole: {result['frames']} frames in {result['wall_s']:.1f} s "
+        f"({result['frames_per_s']:.0f} frames/s); average training return "
+        f"{result['final_avg_return']}; target {cfg.target_return:g} "
+        + (
+            f"reached at {reached['frames']} frames, {reached['wall_s']:.1f} s"
+            if reached
+            else "not reached"
+        )
+        + f"; policy lag {result['policy_lag']}; process {time.perf_counter() - t0:.1f} s"
+    )
+    plot_curve(
+        result, f"{cfg.out}/appo_cartpole.png", "APPO, CartPole-v1", target=cfg.target_return
+    )
+    report("APPO CartPole-v1", result, cfg.target_return, result.get("final_return", float("nan")))
+
+
+if __name__ == "__main__":
+    main()

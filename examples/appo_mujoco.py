@@ -1,0 +1,223 @@
+"""APPO on HalfCheetah-v5: asynchronous PPO with V-trace on a MuJoCo task.
+
+The loop of ``appo_cartpole.py`` (rollout workers, an inference server batching the policy
+calls, V-trace advantages and targets, the PPO ratio against the behaviour policy) with the
+MuJoCo recipe of ``ppo_mujoco.py``: separate 2x64 tanh actor and critic (the networks of the
+synchronous PPO example and of the Sample Factory comparison), a Gaussian policy with a
+state-independent learned scale, observations normalized and clipped to ``[-10, 10]``, rewards
+scaled by ``reward_scale`` in the losses. One difference: the Gaussian is squashed by a tanh
+into the action bounds (``TanhNormal``) instead of being clipped on its way into the simulator,
+because the rollout workers' ``SerialEnv`` checks the actions against the bounded action spec
+before any inverse transform of the env could clip them. The envs live in the rollout processes, so each env normalizes
+its observations with its own running statistics (``VecNorm``; they converge to the same
+values); the data keeps the normalized observations the policy saw. MuJoCo tasks have no
+solved score: ``target_return`` defaults to none and training runs for ``total_frames``; the
+figure to compare with ``ppo_mujoco.py`` is the average training return at a frame budget.
+
+``train(**config)`` returns frames, wall time, frames/s, the return curve
+``[(frames, wall_s, avg_return)]`` (average of the last ``return_window`` training episodes),
+``reached_target`` and the policy lag (min/mean/max over the run). Needs ``mujoco``.
+
+Usage: ``python examples/appo_mujoco.py [--total-frames N] [--seed S] [--env-name Hopper-v5]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from _common import AsyncRunTracker, make_async_collector, parse_config, plot_curve
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+from torchrl.collectors.policy_lag import policy_lag_stats
+from torchrl.envs import (
+    ClipTransform,
+    Compose,
+    DoubleToFloat,
+    GymEnv,
+    RewardSum,
+    TransformedEnv,
+    VecNorm,
+)
+from torchrl.modules import (
+    MLP,
+    AddStateIndependentNormalScale,
+    ProbabilisticActor,
+    TanhNormal,
+    ValueOperator,
+)
+from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.utils import ValueEstimators
+
+
+@dataclass
+class Config:
+    env_name: str = "HalfCheetah-v5"
+    total_frames: int = 300_000
+    num_envs: int = 16
+    rollout_length: int = 64  # T: steps of each trajectory chunk
+    frames_per_batch: int = 2048
+    num_workers: int = 2
+    num_splits: int = 2
+    collector: str = "async_batched"  # or "multi_async" (MultiaSyncDataCollector)
+    max_policy_lag: int = -1  # rows older than this are dropped; -1: keep all
+    epochs: int = 10
+    reward_scale: float = 0.1  # rewards are multiplied by this in the losses (not the returns)
+    minibatch_size: int = 256
+    lr: float = 3e-4
+    gamma: float = 0.99
+    rho_thresh: float = 1.0
+    c_thresh: float = 1.0
+    clip_epsilon: float = 0.2
+    entropy_coef: float = 0.0
+    max_grad_norm: float = 0.5
+    hidden: int = 64
+    target_return: float = float("inf")  # no solved score: run the whole budget
+    stop_at_target: bool = False
+    return_window: int = 16
+    seed: int = 0
+    out: str = "outputs"
+    progress: bool = True
+
+
+def make_env(num_envs: int = 1, env_name: str = "HalfCheetah-v5") -> TransformedEnv:
+    """A MuJoCo env (or ``num_envs`` of them) with normalized, clipped observations."""
+    base = GymEnv(env_name) if num_envs == 1 else GymEnv(env_name, num_envs=num_envs)
+    return TransformedEnv(
+        base,
+        Compose(
+            DoubleToFloat(),  # MuJoCo observations are float64; the networks are float32
+            VecNorm(in_keys=["observation"], decay=0.99999, eps=1e-2),
+            ClipTransform(in_keys=["observation"], low=-10.0, high=10.0),
+            RewardSum(),  # the true episode return
+        ),
+    )
+
+
+def make_agent(
+    n_obs: int, n_act: int, hidden: int, low: torch.Tensor, high: torch.Tensor
+) -> tuple[ProbabilisticActor, ValueOperator]:
+    actor = ProbabilisticActor(
+        TensorDictModule(
+            nn.Sequential(
+                MLP(n_obs, n_act, num_cells=[hidden, hidden], activation_class=nn.Tanh),
+                AddStateIndependentNormalScale(n_act),
+            ),
+            in_keys=["observation"],
+            out_keys=["loc", "scale"],
+        ),
+        in_keys=["loc", "scale"],
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": low, "high": high},
+        return_log_prob=True,
+    )
+    critic = ValueOperator(
+        MLP(n_obs, 1, num_cells=[hidden, hidden], activation_class=nn.Tanh),
+        in_keys=["observation"],
+    )
+    return actor, critic
+
+
+def train(**config) -> dict:
+    """Trains APPO on MuJoCo with the :class:`Config` fields given as keywords; returns the run's figures."""
+    cfg = Config(**config)
+    torch.manual_seed(cfg.seed)
+    probe = make_env(1, cfg.env_name)
+    n_obs = probe.observation_spec["observation"].shape[-1]
+    n_act = probe.action_spec.shape[-1]
+    bounds = probe.action_spec.space
+    probe.close()
+    actor, critic = make_agent(n_obs, n_act, cfg.hidden, bounds.low, bounds.high)
+    loss_fn = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=cfg.clip_epsilon,
+        entropy_coef=cfg.entropy_coef,
+        entropy_bonus=cfg.entropy_coef > 0,
+        normalize_advantage=True,
+        loss_critic_type="l2",
+        critic_coef=0.5,
+    )
+    loss_fn.make_value_estimator(
+        ValueEstimators.VTrace, gamma=cfg.gamma, rho_thresh=cfg.rho_thresh, c_thresh=cfg.c_thresh
+    )
+    optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr, fused=True)
+
+    tracker = AsyncRunTracker(cfg.target_return, cfg.return_window)
+    collector = make_async_collector(
+        cfg.collector,
+        _EnvMaker(cfg.env_name),
+        actor,
+        num_envs=cfg.num_envs,
+        frames_per_batch=cfg.frames_per_batch,
+        total_frames=cfg.total_frames,
+        num_workers=cfg.num_workers,
+        num_splits=cfg.num_splits,
+        max_policy_lag=None if cfg.max_policy_lag < 0 else cfg.max_policy_lag,
+        seed=cfg.seed,
+    )
+    version = getattr(collector, "policy_version", None)
+    next_print = 0
+    try:
+        for batch in collector:
+            if batch is None or batch.numel() == 0:
+                continue
+            version = getattr(collector, "policy_version", None)
+            reached = tracker.update(batch, version, policy_lag_stats)
+            if reached and cfg.stop_at_target:
+                break
+            batch.set(("next", "reward"), batch.get(("next", "reward")) * cfg.reward_scale)
+            with torch.no_grad():
+                loss_fn.value_estimator(batch)
+            flat = batch.reshape(-1)
+            n = flat.numel()
+            for _ in range(cfg.epochs):
+                for idx in torch.randperm(n).split(cfg.minibatch_size):
+                    losses = loss_fn(flat[idx])
+                    loss = losses["loss_objective"] + losses["loss_critic"]
+                    if "loss_entropy" in losses.keys():
+                        loss = loss + losses["loss_entropy"]
+                    optim.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm, foreach=True)
+                    optim.step()
+            collector.update_policy_weights_()
+            if cfg.progress and tracker.curve and tracker.frames >= next_print:
+                next_print += 10_000
+                f, w, r = tracker.curve[-1]
+                print(f"frames {f:>8d}  {w:6.1f} s  avg return {r:6.1f}  version {version}")
+    finally:
+        wall = tracker.elapsed()
+        collector.shutdown()
+    result = tracker.result(wall)
+    result["config"] = dataclasses.asdict(cfg)
+    return result
+
+
+class _EnvMaker:
+    """A picklable env constructor: ``_EnvMaker(name)(n)`` builds ``n`` envs."""
+
+    def __init__(self, env_name: str) -> None:
+        self.env_name = env_name
+
+    def __call__(self, num_envs: int = 1) -> TransformedEnv:
+        return make_env(num_envs, self.env_name)
+
+
+def main() -> None:
+    cfg = parse_config(Config, __doc__)
+    torch.set_num_threads(1)  # small networks: more threads only add overhead on small machines
+    result = train(**dataclasses.asdict(cfg))
+    print(
+        f"APPO {cfg.env_name}: {result['frames']} frames in {result['wall_s']:.1f} s "
+        f"({result['frames_per_s']:.0f} frames/s); average training return "
+        f"{result['final_avg_return']} (last {cfg.return_window} episodes); "
+        f"policy lag {result['policy_lag']}"
+    )
+    plot_curve(result, f"{cfg.out}/appo_mujoco.png", f"APPO, {cfg.env_name}")
+
+
+if __name__ == "__main__":
+    main()
