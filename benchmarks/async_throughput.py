@@ -6,9 +6,10 @@ libraries alternate run by run (their order flips every seed), so load changes o
 machine hit both alike. Tasks:
 
 - ``cartpole``: CartPole-v1 until the average training return reaches ``--target-return`` (475)
-  or ``--cartpole-frames`` / ``--cartpole-seconds`` run out.
-- ``halfcheetah``: HalfCheetah for a fixed budget of ``--halfcheetah-frames`` frames (or
-  ``--halfcheetah-seconds``, whichever ends first). Ours runs HalfCheetah-v5 (gymnasium 1.x);
+  or ``--cartpole-frames`` run out (SF also stops at ``--cartpole-seconds``).
+- ``halfcheetah``: HalfCheetah for a fixed budget of ``--halfcheetah-frames`` frames (SF also
+  stops at ``--halfcheetah-seconds``; our examples stop on frames only, and a run of ours is
+  killed after ``--ours-timeout`` seconds). Ours runs HalfCheetah-v5 (gymnasium 1.x);
   Sample Factory's venv has gymnasium 0.29, which stops at HalfCheetah-v4 (same dynamics, same
   observation and action spaces): its rows say which ``env_id`` ran.
 
@@ -86,7 +87,7 @@ LIBS = ("ours", "sample_factory", "sample_factory_sfnet")
 DEFAULT_LIBS = "ours,sample_factory"
 PEERS = {"sample_factory": "matched", "sample_factory_sfnet": "sf_default"}
 EXAMPLE = {"cartpole": "appo_cartpole", "halfcheetah": "appo_mujoco"}
-# Extra seconds a run's process gets beyond its training budget (imports, start-up, shutdown).
+# Extra seconds an SF process gets beyond its training budget (imports, start-up, shutdown).
 STARTUP_SLACK_S = 180.0
 
 
@@ -119,6 +120,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="append",
         default=[],
         help="extra Sample Factory flag, e.g. --sf-flag=--batch_size=1024 (repeatable)",
+    )
+    parser.add_argument(
+        "--ours-timeout",
+        type=float,
+        default=1800.0,
+        help="seconds before one of our runs is killed (its example stops on frames only)",
     )
     parser.add_argument("--log-dir", default=None, help="keep each run's stdout/stderr here")
     # Internal: the child process that runs our example (see ``run_ours``).
@@ -255,7 +262,8 @@ def run_ours(args: argparse.Namespace, task: str, seed: int) -> dict:
         log_path = _log_path(args, tmp, "ours", task, seed)
         load_before = _load()
         # MuJoCo writes MUJOCO_LOG.TXT into the working directory: run in the temp dir.
-        proc = run_isolated(cmd, seconds + STARTUP_SLACK_S, tmp, dict(os.environ), log_path)
+        # Our ``train`` takes a frame budget only: the process gets ``--ours-timeout`` seconds.
+        proc = run_isolated(cmd, args.ours_timeout, tmp, dict(os.environ), log_path)
         row.update(proc, load_before=load_before, load_after=_load())
         if proc["rc"] != 0 or not os.path.exists(out):
             return {**row, "error": _tail(log_path)}
