@@ -89,6 +89,9 @@ PEERS = {"sample_factory": "matched", "sample_factory_sfnet": "sf_default"}
 EXAMPLE = {"cartpole": "appo_cartpole", "halfcheetah": "appo_mujoco"}
 # Extra seconds an SF process gets beyond its training budget (imports, start-up, shutdown).
 STARTUP_SLACK_S = 180.0
+# Seconds a timed-out run gets to exit after SIGINT, then after SIGTERM, before SIGKILL.
+INTERRUPT_GRACE_S = 15.0
+TERM_GRACE_S = 10.0
 
 
 def sf_python() -> str:
@@ -161,6 +164,9 @@ def budget(args: argparse.Namespace, task: str) -> tuple[int, float, bool]:
 def run_isolated(cmd: list[str], timeout: float, cwd: str, env: dict, log_path: str) -> dict:
     """Runs ``cmd`` in a new session; on timeout (or error) kills its whole process group.
 
+    On timeout the main process gets SIGINT (15 s to clean up), then the group SIGTERM (10 s),
+    then SIGKILL; whatever of the group is left after the main process exits is killed too.
+
     Returns ``{"rc", "timed_out", "process_wall_s", "strays_killed"}``; ``strays_killed`` says
     whether processes of the group were still alive after the main one exited.
     """
@@ -174,10 +180,19 @@ def run_isolated(cmd: list[str], timeout: float, cwd: str, env: dict, log_path: 
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+            # Ctrl-C to the main process first, so that its own clean-up runs (our collector's
+            # shutdown, SF's stop of its components); then the whole group, harder each time.
+            for sig, grace in ((signal.SIGINT, INTERRUPT_GRACE_S), (signal.SIGTERM, TERM_GRACE_S)):
+                if sig == signal.SIGINT:
+                    proc.send_signal(sig)
+                else:
+                    _kill_group(proc.pid, sig)
+                try:
+                    proc.wait(timeout=grace)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            else:
                 _kill_group(proc.pid, signal.SIGKILL)
                 proc.wait()
         finally:

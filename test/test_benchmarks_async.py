@@ -232,6 +232,29 @@ def test_run_isolated_kills_process_tree(tmp_path):
     assert not _alive(child)
 
 
+def test_run_isolated_escalates_when_interrupt_is_ignored(tmp_path, monkeypatch):
+    # A main process that ignores SIGINT and SIGTERM still goes down (SIGKILL) after the graces.
+    monkeypatch.setattr(bench, "INTERRUPT_GRACE_S", 0.5)
+    monkeypatch.setattr(bench, "TERM_GRACE_S", 0.5)
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "time.sleep(60)\n"
+    )
+    t0 = time.perf_counter()
+    result = bench.run_isolated(
+        # 3 s: time for the child to install its handlers even on a loaded machine.
+        [sys.executable, "-c", code],
+        3.0,
+        str(tmp_path),
+        dict(os.environ),
+        str(tmp_path / "log"),
+    )
+    assert time.perf_counter() - t0 < 20
+    assert result["timed_out"] is True and result["rc"] == -9
+
+
 def test_run_isolated_reports_strays(tmp_path):
     # The main process exits at once but leaves a child behind: it is killed and reported.
     code = (
