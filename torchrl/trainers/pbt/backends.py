@@ -135,11 +135,16 @@ def _worker_main(
     parent_pid: int,
     num_threads: int,
     tmpdir: str,
+    inherited: list[Connection],
 ) -> None:
     # a parent killed outright cannot remove its temp dir: the first worker to see it gone does
     watch_parent(parent_pid, cleanup=(tmpdir,))
+    # a forked worker holds copies of the parent's ends of the pipes opened so far
+    for parent_end in inherited:
+        parent_end.close()
     torch.set_num_threads(num_threads)
     member = None
+    orphaned = False
     try:
         member = make_member(hparams, seed)
         _check_member(member, index)
@@ -148,6 +153,9 @@ def _worker_main(
             try:
                 command, arg = conn.recv()
             except EOFError:
+                # the parent closes its end only after a "close": it died (it may still look
+                # alive for a moment: its files close before its children are re-parented)
+                orphaned = True
                 break
             if command == "close":
                 break
@@ -179,7 +187,9 @@ def _worker_main(
         if member is not None:
             _close_member(member)
         conn.close()
-    if parent_gone():
+    if orphaned or parent_gone():
+        # the pipe's end of file came before the watchdog acted: do its clean-up here
+        shutil.rmtree(tmpdir, ignore_errors=True)
         exit_worker(1)
 
 
@@ -214,7 +224,8 @@ class ProcessBackend:
         num_threads: int = 1,
         timeout: float | None = None,
     ) -> None:
-        ctx: Any = mp.get_context(start_method or default_start_method())
+        method = start_method or default_start_method()
+        ctx: Any = mp.get_context(method)
         self.timeout = timeout
         self.tmpdir = tempfile.mkdtemp(prefix="torchrl-pbt-")
         self.procs: list[BaseProcess] = []
@@ -227,6 +238,7 @@ class ProcessBackend:
         try:
             for index, (hparams, seed) in enumerate(configs):
                 parent_conn, child_conn = ctx.Pipe()
+                inherited = [*self.conns, parent_conn] if method == "fork" else []
                 proc = ctx.Process(
                     target=_worker_main,
                     args=(
@@ -238,9 +250,10 @@ class ProcessBackend:
                         os.getpid(),
                         num_threads,
                         self.tmpdir,
+                        inherited,
                     ),
                     name=f"torchrl-pbt-member-{index}",
-                    daemon=True,
+                    daemon=False,  # a member may start processes of its own (a ParallelEnv)
                 )
                 proc.start()
                 child_conn.close()
