@@ -554,6 +554,26 @@ def test_process_member_timeout_stops_everything_quickly():
     assert all(p.exitcode is not None for p in procs)
 
 
+def _child_exit_code(code: int) -> int:
+    import multiprocessing as mp
+
+    proc = mp.get_context("fork").Process(target=os._exit, args=(code,))
+    proc.start()
+    proc.join()
+    return proc.exitcode
+
+
+def test_process_members_may_start_processes():
+    base = make_toy_factory()
+
+    class Spawner(base):  # e.g. a member whose trainer steps a ParallelEnv
+        def train(self, steps):
+            return float(_child_exit_code(7)) + 0.0 * super().train(steps)
+
+    with _pbt(backend="process", make_member=Spawner, population_size=2) as pbt:
+        assert [r.score for r in pbt.step()] == [7.0, 7.0]
+
+
 def test_process_factory_error_is_reported():
     def broken(hparams, seed):
         raise RuntimeError("cannot build")
