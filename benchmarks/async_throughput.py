@@ -418,10 +418,14 @@ def summarize(rows: list[dict]) -> dict:
         (3.0, 0.1, True)
     """
     groups: dict[tuple[str, str], list[dict]] = {}
+    failed: dict[tuple[str, str], int] = {}
     for row in rows:
-        groups.setdefault((row["lib"], row["task"]), [])
-        if "frames_per_s" in row:
-            groups[(row["lib"], row["task"])].append(row)
+        key = (row["lib"], row["task"])
+        groups.setdefault(key, [])
+        if row.get("frames_per_s") is not None:
+            groups[key].append(row)
+        else:  # an error, a timeout or a skipped peer
+            failed[key] = failed.get(key, 0) + 1
     per_lib: dict[str, dict[str, dict]] = {}
     for (lib, task), done in groups.items():
         reached = [r["reached_target"] for r in done if r.get("reached_target")]
@@ -432,6 +436,7 @@ def summarize(rows: list[dict]) -> dict:
         ]
         per_lib.setdefault(lib, {})[task] = {
             "runs": len(done),
+            "failed_runs": failed.get((lib, task), 0),
             "reached_target": len(reached),
             "median_frames_per_s": _median([r["frames_per_s"] for r in done]),
             "median_frames": _median([r["frames"] for r in done]),
@@ -461,9 +466,9 @@ def summarize(rows: list[dict]) -> dict:
             fps = _ratio(ours["median_frames_per_s"], theirs["median_frames_per_s"])
             ttt = _ratio(ours["median_time_to_target_s"], theirs["median_time_to_target_s"])
             # Issue targets: >= 3x SF's frames/s on every task, CartPole's 475 in < half its time.
-            meets = fps is not None and fps >= 3.0
-            if task == "cartpole":
-                meets = meets and ttt is not None and ttt < 0.5
+            meets: bool | None = None if fps is None else fps >= 3.0
+            if task == "cartpole" and meets is not None:
+                meets = None if ttt is None else meets and ttt < 0.5
             ratios.setdefault(peer, {})[task] = {
                 "frames_per_s": fps,
                 "time_to_target": ttt,

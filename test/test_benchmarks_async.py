@@ -131,6 +131,8 @@ class TestSummarize:
         assert ours["median_final_avg_return"] == 480.0
         assert ours["median_policy_lag_mean"] == 1.0 and ours["policy_lag_max"] == 4
         assert summary["per_lib"]["sample_factory"]["halfcheetah"]["runs"] == 1
+        assert summary["per_lib"]["sample_factory"]["halfcheetah"]["failed_runs"] == 1
+        assert ours["failed_runs"] == 0
         assert summary["ratios"]["sample_factory"]["cartpole"] == {
             "frames_per_s": 4.0,
             "time_to_target": 0.25,
@@ -172,7 +174,8 @@ class TestSummarize:
             _row("sample_factory", "cartpole", 3000.0, tt=90.0),
         ]
         ratio = bench.summarize(rows)["ratios"]["sample_factory"]["cartpole"]
-        assert ratio["time_to_target"] is None and ratio["meets_issue_targets"] is False
+        # Unknown rather than failed: the time ratio cannot be computed.
+        assert ratio["time_to_target"] is None and ratio["meets_issue_targets"] is None
 
 
 def test_sf_absent_is_skipped(monkeypatch, capsys):
