@@ -241,7 +241,7 @@ class AsyncRunTracker:
 
     def update(self, batch: Any, current_version: int | None, lag_stats: Any = None) -> bool:
         """Counts ``batch``; ``lag_stats`` is ``policy_lag_stats`` (skipped without versions)."""
-        n = batch.numel()
+        n = batch.batch_size.numel()
         self.frames += n
         if current_version is not None and "policy_version" in batch.keys() and n:
             s = lag_stats(batch, current_version)

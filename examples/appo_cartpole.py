@@ -140,7 +140,7 @@ def train(**config) -> dict:
     next_print = 0
     try:
         for batch in collector:
-            if batch is None or batch.numel() == 0:
+            if batch is None or batch.batch_size.numel() == 0:
                 continue
             version = getattr(collector, "policy_version", None)
             reached = tracker.update(batch, version, policy_lag_stats)
@@ -150,7 +150,7 @@ def train(**config) -> dict:
             with torch.no_grad():
                 loss_fn.value_estimator(batch)
             flat = batch.reshape(-1)
-            n = flat.numel()
+            n = flat.batch_size.numel()
             for _ in range(cfg.epochs):
                 for idx in torch.randperm(n).split(cfg.minibatch_size):
                     losses = loss_fn(flat[idx])

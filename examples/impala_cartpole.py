@@ -135,7 +135,7 @@ def train(**config) -> dict:
     next_print = 0
     try:
         for batch in collector:
-            if batch is None or batch.numel() == 0:
+            if batch is None or batch.batch_size.numel() == 0:
                 continue
             version = getattr(collector, "policy_version", None)
             reached = tracker.update(batch, version, policy_lag_stats)

@@ -36,3 +36,41 @@ def test_errors() -> None:
         policy_lag_stats(torch.zeros(2, dtype=torch.long), 1.5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="integer versions"):
         policy_lag_stats(torch.zeros(2), 1)
+
+
+def test_filter_as_async_collector_postproc() -> None:
+    """PolicyAgeFilter(0) as the postproc of AsyncBatchedCollector: only current-version rows."""
+    from tensordict.nn import TensorDictModule
+    from torch import nn
+
+    from torchrl.collectors.async_batched import AsyncBatchedCollector
+    from torchrl.envs import PendulumEnv
+    from torchrl.envs.transforms.policy_age import PolicyAgeFilter
+
+    policy = TensorDictModule(
+        nn.Sequential(nn.Linear(3, 1), nn.Tanh()), ["observation"], ["action"]
+    )
+    age_filter = PolicyAgeFilter(0)
+    collector = AsyncBatchedCollector(
+        create_env_fn=[PendulumEnv] * 4,
+        policy=policy,
+        frames_per_batch=40,
+        total_frames=400,
+        num_workers=1,
+        num_splits=2,
+        postproc=age_filter,
+        seed=0,
+    )
+    age_filter.current_version = lambda: collector.policy_version
+    try:
+        seen = 0
+        for batch in collector:
+            if batch.batch_size.numel():
+                stats = policy_lag_stats(batch, collector.policy_version)
+                assert stats["max"] == 0.0
+                seen += batch.batch_size.numel()
+            collector.update_policy_weights_()
+    finally:
+        collector.shutdown()
+    assert age_filter.dropped_frames > 0  # the weights changed under the collector
+    assert seen == age_filter.kept_frames

@@ -74,8 +74,10 @@ def test_trailing_one_and_leading_dims() -> None:
 
 
 def test_all_dropped_gives_empty_batch() -> None:
-    out = PolicyAgeFilter(0, current_version=9)(_rows([[1, 1], [2, 2]]))
+    f = PolicyAgeFilter(0, current_version=9)
+    out = f(_rows([[1, 1], [2, 2]]))
     assert out.batch_size == torch.Size([0, 2])
+    assert (f.kept_frames, f.dropped_frames) == (0, 4)
 
 
 def test_replay_buffer_write_and_sample() -> None:

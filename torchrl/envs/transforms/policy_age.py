@@ -190,8 +190,9 @@ class PolicyAgeFilter(Transform):
         if next_tensordict.batch_dims > 2:
             next_tensordict = next_tensordict.reshape(-1, next_tensordict.shape[-1])
         kept = next_tensordict[keep]
-        self.kept_frames += kept.numel()
-        self.dropped_frames += next_tensordict.numel() - kept.numel()
+        # batch_size.numel(): TensorDict.numel() counts an empty batch as 1
+        self.kept_frames += kept.batch_size.numel()
+        self.dropped_frames += next_tensordict.batch_size.numel() - kept.batch_size.numel()
         return kept
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
