@@ -133,13 +133,8 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
             if self._transports:
                 return
             raise ValueError("DistributedWeightSyncScheme.init_on_receiver: give group=")
-        if self.model is None:
-            raise ValueError("DistributedWeightSyncScheme.init_on_receiver: give the model")
-        with torch.no_grad():
-            buffers = {
-                k: torch.empty(v.shape, dtype=v.dtype)
-                for k, v in flat_weights(self.model, "model").items()
-            }
+        weights = flat_weights(self.model, "model") if self.model is not None else {}
+        buffers = {k: torch.empty(v.shape, dtype=v.dtype) for k, v in weights.items()}
         self._transports = {
             self.worker_idx or 0: self.create_transport(group=group, peer=src, buffers=buffers)
         }
