@@ -32,6 +32,19 @@ from torchrl.trainers.hooks_extra import (
     UTDRHook,
     ValueEstimatorHook,
 )
+from torchrl.trainers.pbt import (
+    PBT,
+    ChoiceParam,
+    ContinuousParam,
+    IntegerParam,
+    PBTMember,
+    PBTMemberError,
+    PBTRecord,
+    PopulationBasedTraining,
+    TrainerMember,
+    set_loss_coefficient,
+    set_optimizer_lr,
+)
 from torchrl.trainers.trainer import HOOK_POINTS, Trainer
 
 __all__ = [
@@ -64,4 +77,15 @@ __all__ = [
     "get_logger",
     "load_checkpoint",
     "save_checkpoint",
+    "PBT",
+    "ChoiceParam",
+    "ContinuousParam",
+    "IntegerParam",
+    "PBTMember",
+    "PBTMemberError",
+    "PBTRecord",
+    "PopulationBasedTraining",
+    "TrainerMember",
+    "set_loss_coefficient",
+    "set_optimizer_lr",
 ]
