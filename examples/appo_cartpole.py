@@ -14,6 +14,11 @@ critic are separate 2x64 tanh MLPs (the networks of the Sample Factory compariso
 ``[(frames, wall_s, avg_return)]`` (average of the last 100 training episodes, as Sample
 Factory reports it), ``reached_target`` and the policy lag (min/mean/max over the run).
 
+Measured (``pytest -m slow test/test_learning_async.py``, seeds 0-2, defaults): the average of
+the last 100 training episodes reached 475 after 65k, 62k and 61k frames (policy lag mean
+~1.0, max 4-7 versions); 57, 41 and 31 s of wall time on a shared 2-core machine whose load
+average was 9-18 at the time, so the times are upper bounds, not clean figures.
+
 Usage: ``python examples/appo_cartpole.py [--total-frames N] [--seed S] [--collector
 multi_async]``.
 """

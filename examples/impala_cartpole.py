@@ -13,6 +13,12 @@ separate 2x64 tanh MLPs.
 ``[(frames, wall_s, avg_return)]`` (average of the last 100 training episodes, as Sample
 Factory reports it), ``reached_target`` and the policy lag (min/mean/max over the run).
 
+Measured (``train(seed=s)``, seeds 0-2, defaults): the average of the last 100 training
+episodes reached 475 after 98k, 94k and 91k frames (policy lag mean 0.7-0.85, max 4-11
+versions); 37, 43 and 47 s of wall time on a shared 2-core machine whose load average was
+10-18 at the time, so the times are upper bounds, not clean figures. With 2 updates per
+batch: 114k, 116k and 148k frames.
+
 Usage: ``python examples/impala_cartpole.py [--total-frames N] [--seed S] [--collector
 multi_async]``.
 """
@@ -53,7 +59,7 @@ class Config:
     num_splits: int = 2
     collector: str = "async_batched"  # or "multi_async" (MultiaSyncDataCollector)
     max_policy_lag: int = -1  # rows older than this are dropped; -1: keep all
-    updates_per_batch: int = 2  # gradient steps per batch, each on a group of whole rows
+    updates_per_batch: int = 4  # gradient steps per batch, each on a group of whole rows
     reward_scale: float = 0.1  # rewards are multiplied by this in the losses (not the returns)
     lr: float = 1e-3
     gamma: float = 0.99
