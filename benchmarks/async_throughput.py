@@ -50,6 +50,22 @@ each SF lib and task the ratios ours/SF of frames/s (target: >= 3) and of the ti
 (target: < 0.5), with ``meets_issue_targets``. Torch runs with 1 thread in our process
 (``torch.set_num_threads(1)``); SF's learner, inference and rollout workers use 1 thread each.
 
+Measured 2026-11-27 on the shared 2-core box, seed 0, one run each, with other sessions' tests
+running (load average 9-19, so every figure is low and noisy; rerun on a quiet machine):
+
+- CartPole, one alternated run (``--libs ours,sample_factory,sample_factory_sfnet
+  --cartpole-seconds 300``): ours reached 475 at 63k frames, 22.3 s, 2.8k frames/s, lag mean
+  0.9 (max 3) weight updates. SF with our network did not reach 475 in 300 s (600k frames, 2.0k
+  frames/s, final return 333); its best average over five runs of 150-400 s (its CartPole
+  example's or its default hyper-parameters, separate or shared 2x64 encoders) was 375. SF with
+  its default 2x512 ELU network reached 475 at 287k frames, 211.7 s (1.36k frames/s), lag mean
+  0.3 (max 6) SGD steps. Ratios ours/SF: frames/s 1.41 (our network) and 2.08 (SF's network);
+  time to 475: 0.105 of SF's (SF's network).
+- HalfCheetah, one alternated run (``--libs ours,sample_factory --tasks halfcheetah
+  --halfcheetah-frames 100000 --halfcheetah-seconds 200``): ours (v5) 1.08k frames/s, lag mean
+  1.2 (max 3) updates; SF (v4, our network) 1.20k frames/s (1.52k after its first training
+  iteration, which came 18 s after start), lag mean 6.4 (max 31) SGD steps. Ratio 0.90.
+
 Setting up the Sample Factory venv (SF pins gymnasium < 1, and a venv of its own keeps our
 ``torchrl`` package, which shares TorchRL's name, off its path)::
 
