@@ -254,7 +254,9 @@ def run_sf(args: argparse.Namespace, task: str, seed: int, lib: str = "sample_fa
     frames, seconds, stop = budget(args, task)
     with tempfile.TemporaryDirectory(prefix="async_throughput_sf_") as tmp:
         out = os.path.join(tmp, "result.json")
+        # SF's train_dir inside our temp dir: removed even if the run has to be killed.
         cmd = [python, SF_SCRIPT, f"--task={task}", f"--seed={seed}", f"--out={out}"]
+        cmd += [f"--train-dir-parent={tmp}"]
         cmd += [f"--max-frames={frames}"]
         cmd += [f"--target-return={args.target_return}"] if task == "cartpole" else []
         cmd += [f"--max-seconds={seconds}", f"--network={PEERS[lib]}"]

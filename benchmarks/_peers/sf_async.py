@@ -177,7 +177,8 @@ def train(args: argparse.Namespace) -> dict:
     from sample_factory.train import make_runner
     from sample_factory.utils.utils import log
 
-    train_dir = tempfile.mkdtemp(prefix="sf_async_")
+    # SF's checkpoints, config and summaries go to a fresh folder, removed afterwards.
+    train_dir = tempfile.mkdtemp(prefix="sf_async_", dir=args.train_dir_parent)
     cfg, env_id, argv = make_cfg(
         args.task, args.seed, train_dir, args.max_frames, args.extra, args.network
     )
@@ -325,6 +326,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--task", required=True, choices=["cartpole", "halfcheetah"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="path of the JSON result")
+    parser.add_argument(
+        "--train-dir-parent", default=None, help="where SF's temporary train_dir goes"
+    )
     parser.add_argument(
         "--target-return", type=float, default=None, help="average training return to reach"
     )
