@@ -40,4 +40,11 @@ class Holder:
 
 
 def holder_class(ray: Any) -> Any:
+    import sys
+
+    import ray.cloudpickle
+
+    # shipped by value: a Ray instance started by another conftest may not have this folder
+    # on its workers' path
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     return ray.remote(num_cpus=0)(Holder)

@@ -381,16 +381,22 @@ class MultiCollector(DataCollectorBase):
                 the policy given at construction.
         """
         self._check_open()
-        if self.weight_updater is not None:
-            self.weight_updater.push_weights(policy_or_weights)
-            return
+        updater = self.weight_updater
         scheme = self._policy_scheme
+        if updater is not None:
+            if updater.owns_scheme:
+                updater.push_weights(policy_or_weights)
+                scheme.send({}, worker_ids=[])  # the version counts here too
+                return
+            policy_or_weights = updater.prepare_weights(policy_or_weights)
         if not isinstance(self._policy, nn.Module):
             policy_or_weights = {}  # nothing to copy; the version still counts
         scheme.send(policy_or_weights)
         if self._update_by_message:
             for i in range(self.num_workers):
                 self._pool.ask(i, "update")
+        if updater is not None:
+            updater.run_post_hooks()
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seeds the workers' envs in a chain (each from the seed the previous one returns).

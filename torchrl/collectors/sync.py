@@ -770,16 +770,22 @@ class SyncDataCollector(DataCollectorBase):
             Parameter containing:
             tensor([1.], requires_grad=True)
         """
-        if self.weight_updater is not None:
-            self.weight_updater.push_weights(policy_or_weights)
-            return
+        updater = self.weight_updater
         scheme = self._policy_scheme
+        if updater is not None:
+            if updater.owns_scheme:
+                updater.push_weights(policy_or_weights)
+                scheme.send({}, worker_ids=[])  # the version counts here too
+                return
+            policy_or_weights = updater.prepare_weights(policy_or_weights)
         if scheme.role == "receiver":
             scheme.receive(weights=policy_or_weights)
-            return
-        if not isinstance(self.policy, nn.Module):
-            policy_or_weights = {}  # nothing to copy; the version still counts
-        scheme.send(policy_or_weights)
+        else:
+            if not isinstance(self.policy, nn.Module):
+                policy_or_weights = {}  # nothing to copy; the version still counts
+            scheme.send(policy_or_weights)
+        if updater is not None:
+            updater.run_post_hooks()
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seeds the env; returns the seed for the next env of a chain.

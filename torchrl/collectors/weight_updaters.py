@@ -55,6 +55,7 @@ class WeightUpdaterBase:
         self._scheme = scheme
         self._collector: Any = None
         self._post_hooks: list[Callable[[], Any]] = []
+        self._pushing = False
 
     def register_collector(self, collector: Any) -> None:
         """Attaches this updater to ``collector`` (kept as a weak reference)."""
@@ -101,12 +102,38 @@ class WeightUpdaterBase:
         """Transforms the weights before they are sent (identity)."""
         return weights
 
+    @property
+    def owns_scheme(self) -> bool:
+        """Whether this updater sends through a scheme of its own (not its collector's)."""
+        return self._scheme is not None
+
+    def prepare_weights(self, weights: Any | None = None) -> Any:
+        """The weights to send: ``weights``, else the server's, mapped.
+
+        A collector sending through its own scheme calls this (then :meth:`run_post_hooks`).
+        """
+        if self._pushing:
+            return weights  # already prepared by push_weights
+        if weights is None:
+            weights = self._get_server_weights()
+        if weights is not None:
+            weights = self._maybe_map_weights(weights)
+        return weights
+
+    def run_post_hooks(self) -> None:
+        """Calls the hooks of :meth:`register_post_hook`."""
+        for hook in self._post_hooks:
+            hook()
+
     def push_weights(
         self,
         weights: Any | None = None,
         worker_ids: int | Sequence[int] | None = None,
     ) -> int:
         """Sends new weights to the policy's copies.
+
+        Without a scheme of its own, the registered collector sends them (its
+        ``update_policy_weights_``, which speaks its workers' protocol).
 
         Args:
             weights: the weights (module, state dict or TensorDict); default: the server's.
@@ -115,13 +142,25 @@ class WeightUpdaterBase:
         Returns:
             The policy version after the push.
         """
-        if weights is None:
-            weights = self._get_server_weights()
-        if weights is not None:
-            weights = self._maybe_map_weights(weights)
-        version = self.scheme.send(weights, worker_ids)
-        for hook in self._post_hooks:
-            hook()
+        prepared = self.prepare_weights(weights)
+        if self._scheme is None:
+            collector = self.collector
+            if collector is None:
+                raise RuntimeError(
+                    f"{type(self).__name__} has no targets: give it its weights/workers, or "
+                    "pass it to a collector as weight_updater="
+                )
+            self._pushing = True
+            try:
+                if worker_ids is None:
+                    collector.update_policy_weights_(prepared)
+                else:
+                    collector.update_policy_weights_(prepared, worker_ids=worker_ids)
+            finally:
+                self._pushing = False
+            return self.scheme.version
+        version = self._scheme.send(prepared, worker_ids)
+        self.run_post_hooks()
         return version
 
     def __call__(

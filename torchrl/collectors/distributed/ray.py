@@ -395,19 +395,25 @@ class RayCollector(DataCollectorBase):
             worker_ids: the workers to update (default: all).
         """
         self._check_open()
-        if self.weight_updater is not None:
-            self.weight_updater.push_weights(policy_or_weights, worker_ids=worker_ids)
-            return
+        updater = self.weight_updater
+        workers = list(range(self.num_collectors) if worker_ids is None else worker_ids)
+        if updater is not None:
+            if updater.owns_scheme:
+                updater.push_weights(policy_or_weights, worker_ids=worker_ids)
+                self._policy_scheme.send({}, worker_ids=[])  # the version counts here too
+                return
+            policy_or_weights = updater.prepare_weights(policy_or_weights)
         source = self.policy if policy_or_weights is None else policy_or_weights
         weights = policy_weights(source)
         self._last_weights = weights
-        workers = list(range(self.num_collectors) if worker_ids is None else worker_ids)
         self._policy_scheme.send(weights, workers)
         for i in workers:
             self._since_update[i] = 0
         refs = self._pending_refs(workers)
         if self.sync:
             self._get(refs, "loading new weights")
+        if updater is not None:
+            updater.run_post_hooks()
 
     def worker_weights(self, worker: int) -> dict[str, torch.Tensor]:
         """The weights worker ``worker``'s policy holds now (waits for its pending calls)."""

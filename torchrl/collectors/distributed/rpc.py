@@ -550,9 +550,13 @@ class RPCCollector(DataCollectorBase):
                 current weights).
         """
         self._check_open()
-        if self.weight_updater is not None:
-            self.weight_updater.push_weights(policy_or_weights)
-            return
+        updater = self.weight_updater
+        if updater is not None:
+            if updater.owns_scheme:
+                updater.push_weights(policy_or_weights)
+                self._policy_scheme.send({}, worker_ids=[])  # the version counts here too
+                return
+            policy_or_weights = updater.prepare_weights(policy_or_weights)
         if policy_or_weights is not None:
             copy_weights(named_weights(cast(Any, self.policy)), policy_or_weights)
         # the version moves now; the weights travel now (sync) or before each worker's next
@@ -562,6 +566,8 @@ class RPCCollector(DataCollectorBase):
             self._send_weights(range(self.num_workers))
         else:
             self._stale = [True] * self.num_workers
+        if updater is not None:
+            updater.run_post_hooks()
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Not supported remotely: seed the envs in ``create_env_fn``."""
