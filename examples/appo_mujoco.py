@@ -18,6 +18,13 @@ figure to compare with ``ppo_mujoco.py`` is the average training return at a fra
 ``[(frames, wall_s, avg_return)]`` (average of the last ``return_window`` training episodes),
 ``reached_target`` and the policy lag (min/mean/max over the run). Needs ``mujoco``.
 
+Measured (seed 0, defaults; a shared 2-core machine with a load average of 10-18, so the
+times are upper bounds): after 300k frames the average of the last 16 training episodes was
+999 (706 s; policy lag mean 1.2, max 3); after 200k frames, 388 (169 s). The synchronous
+``ppo_mujoco.py`` (10 epochs of minibatches of 64 per 2048 frames, four times the gradient
+steps of these defaults) reached 1365 at 300k frames (1284 s on the same loaded machine;
+deterministic evaluation 1504). Random play returns about -280.
+
 Usage: ``python examples/appo_mujoco.py [--total-frames N] [--seed S] [--env-name Hopper-v5]``.
 """
 
