@@ -71,6 +71,14 @@ def test_ray_module_transform_scheme(ray_cluster):
         train_step(src)
         assert scheme.send() == 1
         _check(src, ray.get(actor.state.remote()), 1)
+        # the legacy updater with its own actors: a RayWeightSyncScheme underneath
+        from torchrl.collectors.weight_updaters import RayWeightUpdater
+
+        train_step(src)
+        updater = RayWeightUpdater(policy_weights=src, remote_collectors=[actor])
+        assert updater.push_weights() == 1  # the updater's own scheme counts from 1
+        state = ray.get(actor.state.remote())
+        _check(src, state, 1)  # the receiver holds the version it was sent
     finally:
         ray.kill(actor)
 
