@@ -3,7 +3,7 @@
 APPO and IMPALA on CartPole-v1 must bring the average of the last 100 training episodes to
 475 (the figure Sample Factory prints as "Avg episode reward"), on the asynchronous collector
 with an inference server; APPO on HalfCheetah-v5 must, within 200k frames, lift the average
-training return clearly above a random policy's (about -280 per 1000-step episode). Each test
+training return clearly above a random policy's (about -230 per 1000-step episode). Each test
 prints its frames, wall time and policy lag (``pytest -s`` shows them).
 """
 
@@ -54,4 +54,4 @@ def test_appo_halfcheetah_learns(monkeypatch, tmp_path) -> None:
         f"appo_mujoco: average training return {result['final_avg_return']:.1f} after "
         f"{result['frames']} frames, {result['wall_s']:.1f} s; policy lag {result['policy_lag']}"
     )
-    assert result["final_avg_return"] > 0.0  # random play: about -280
+    assert result["final_avg_return"] > 0.0  # uniformly random actions: about -230
