@@ -471,7 +471,8 @@ class InferenceServer:
             raise TypeError(f"the model returned a {type(out).__name__}, not a TensorDict")
         return out
 
-    def _respond_to(self, requests: list[TensorDictBase]) -> list[TensorDictBase]:
+    def _compute(self, requests: list[TensorDictBase]) -> tuple[TensorDictBase, list[int]]:
+        """Runs the model on the requests together; returns the output and each one's rows."""
         sizes = [td.batch_size[0] if td.batch_dims else 1 for td in requests]
         batch = self.collate_fn(requests)
         if self.device is not None:
@@ -490,6 +491,10 @@ class InferenceServer:
         output_device = self.output_device or requests[0].device
         if output_device is not None and out.device != output_device:
             out = out.to(output_device)
+        return out, sizes
+
+    def _respond_to(self, requests: list[TensorDictBase]) -> list[TensorDictBase]:
+        out, sizes = self._compute(requests)
         pieces = out.split(sizes, 0) if len(sizes) > 1 else (out,)
         return [
             piece if td.batch_dims else piece.squeeze(0)
@@ -533,15 +538,27 @@ class InferenceServer:
             transport.server_stopped(error)
 
     def _serve_batch(self, requests: list[TensorDictBase], callbacks: list[Any], rows: int) -> None:
+        transport = self.transport
+        by_rows = getattr(transport, "resolve_rows", None)
         try:
-            responses = self._respond_to(requests)
+            if by_rows is not None and all(td.batch_dims for td in requests):
+                # the transport copies each client's rows out of the batch's leaves itself:
+                # no TensorDict per client
+                out, sizes = self._compute(requests)
+                leaves = dict(out.items(include_nested=True, leaves_only=True))
+                start = 0
+                for callback, size in zip(callbacks, sizes, strict=True):
+                    by_rows(callback, leaves, start, start + size)
+                    start += size
+            else:
+                responses = self._respond_to(requests)
+                for callback, response in zip(callbacks, responses, strict=True):
+                    transport.resolve(callback, response)
         except Exception as exc:  # noqa: BLE001 - the requesters get it
             self._stats["failed_batches"] += 1
             for callback in callbacks:
-                self.transport.resolve_exception(callback, exc)
+                transport.resolve_exception(callback, exc)
             return
-        for callback, response in zip(callbacks, responses, strict=True):
-            self.transport.resolve(callback, response)
         stats = self._stats
         stats["batches"] += 1
         stats["requests"] += len(requests)

@@ -549,6 +549,35 @@ class SharedMemoryTransport(InferenceTransport):
             return
         self._respond(slot, _OK)
 
+    def resolve_rows(
+        self, callback: Any, leaves: dict[NestedKey, torch.Tensor], start: int, stop: int
+    ) -> None:
+        """Answers a request with rows ``start:stop`` of a batch's output leaves.
+
+        The server's fast path: the same as :meth:`resolve` with that slice of the output,
+        without building a TensorDict for it.
+
+        Args:
+            callback: the request's handle from :meth:`drain`.
+            leaves: the batch output's leaves by key.
+            start: the request's first row in the batch.
+            stop: the row after its last.
+        """
+        slot = self._slots[callback]
+        try:
+            for key, dst in slot.response_leaves:
+                dst.copy_(leaves[key][start:stop])
+        except Exception as exc:  # noqa: BLE001 - reported to the client instead
+            self.resolve_exception(
+                callback,
+                RuntimeError(
+                    f"the policy's output does not fit client {callback}'s response slot "
+                    f"{[k for k, _ in slot.response_leaves]}: {exc}"
+                ),
+            )
+            return
+        self._respond(slot, _OK)
+
     def resolve_exception(self, callback: Any, exc: BaseException) -> None:  # noqa: D102
         self._write_error(f"{type(exc).__name__}: {exc}")
         self._respond(self._slots[callback], _ERROR)
