@@ -20,7 +20,16 @@ from torchrl._utils import (
 
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("collectors", "data", "envs", "modules", "objectives", "record", "trainers")
+_SUBPACKAGES = (
+    "collectors",
+    "data",
+    "envs",
+    "modules",
+    "objectives",
+    "record",
+    "trainers",
+    "weight_update",
+)
 
 __all__ = [
     "__version__",

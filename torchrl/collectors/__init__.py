@@ -29,6 +29,12 @@ from torchrl.collectors.multi import (
 from torchrl.collectors.policy_lag import policy_lag_stats
 from torchrl.collectors.sync import SyncDataCollector
 from torchrl.collectors.utils import split_trajectories
+from torchrl.collectors.weight_updaters import (
+    MultiProcessedWeightUpdater,
+    RayWeightUpdater,
+    VanillaWeightUpdater,
+    WeightUpdaterBase,
+)
 from torchrl.envs.utils import RandomPolicy
 
 #: TorchRL's current names for the same classes (equal, no warning).
@@ -52,12 +58,16 @@ __all__ = [
     "MultiCollector",
     "MultiCollectorOptions",
     "MultiSyncCollector",
+    "MultiProcessedWeightUpdater",
     "MultiSyncDataCollector",
     "MultiaSyncDataCollector",
     "RandomPolicy",
+    "RayWeightUpdater",
     "RemoteCollectorOptions",
     "RemoteTraceback",
     "SyncDataCollector",
+    "VanillaWeightUpdater",
+    "WeightUpdaterBase",
     "WorkerError",
     "aSyncDataCollector",
     "policy_lag_stats",

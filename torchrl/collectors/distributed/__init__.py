@@ -20,6 +20,10 @@ from torchrl.collectors.distributed.replay import RayReplayBuffer
 from torchrl.collectors.distributed.rpc import RPCCollector, RPCDataCollector
 from torchrl.collectors.distributed.rpc_replay import RPCReplayBuffer
 from torchrl.collectors.distributed.utils import WorkerCore, policy_weights
+from torchrl.collectors.distributed.weight_updaters import (
+    DistributedWeightUpdater,
+    RPCWeightUpdater,
+)
 
 __all__ = [
     "DEFAULT_REMOTE_CLASS_CONFIG",
@@ -27,11 +31,13 @@ __all__ = [
     "DistributedDataCollector",
     "DistributedSyncCollector",
     "DistributedSyncDataCollector",
+    "DistributedWeightUpdater",
     "RayCollector",
     "RayEvalWorker",
     "RPCCollector",
     "RPCDataCollector",
     "RPCReplayBuffer",
+    "RPCWeightUpdater",
     "RayReplayBuffer",
     "WorkerCore",
     "policy_weights",
