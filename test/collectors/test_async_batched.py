@@ -360,3 +360,57 @@ def test_server_process_backend_updates_weights_and_reports_its_death():
     collector.shutdown()
     time.sleep(0.2)
     assert child_pids() <= before
+
+
+@pytest.mark.parametrize(
+    ("scheme", "backend"),
+    [
+        ("SharedMemWeightSyncScheme", "threading"),
+        ("SharedMemWeightSyncScheme", "multiprocessing"),
+    ],
+)
+def test_weights_travel_through_a_weight_sync_scheme(scheme, backend):
+    from torchrl import weight_update
+
+    policy = count_policy(-1.0)
+    collector = AsyncBatchedCollector(
+        [functools.partial(counting_env, max_steps=1000)] * 2,
+        policy=policy,
+        frames_per_batch=4,
+        num_workers=1,
+        num_splits=2,
+        policy_backend=backend,
+        weight_sync_schemes={"policy": getattr(weight_update, scheme)()},
+        seed=0,
+    )
+    try:
+        it = iter(collector)
+        assert (next(it)["action"] == 0).all()
+        with torch.no_grad():
+            policy.module.lin.bias.fill_(1.0)
+        collector.update_policy_weights_()
+        # the server takes the weights between two batches: wait for new-version data
+        deadline = time.monotonic() + 10
+        batch = next(it)
+        while not (batch["policy_version"] == 1).all() and time.monotonic() < deadline:
+            batch = next(it)
+        assert (batch["policy_version"] == 1).all() and (batch["action"] == 1).all()
+        while collector.policy_version != 1 and time.monotonic() < deadline:
+            time.sleep(0.01)  # a server process mirrors its version every 50 ms
+        assert collector.policy_version == 1
+    finally:
+        collector.shutdown()
+
+
+def test_weight_sync_scheme_names_are_checked():
+    from torchrl.weight_update import SharedMemWeightSyncScheme
+
+    with pytest.raises(KeyError, match="policy_0"):
+        AsyncBatchedCollector(
+            [PendulumEnv] * 4,
+            policy=[linear_policy(), linear_policy()],
+            weight_sync_schemes={"policy": SharedMemWeightSyncScheme()},
+            frames_per_batch=8,
+            num_workers=1,
+            num_splits=2,
+        )

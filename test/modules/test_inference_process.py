@@ -63,8 +63,10 @@ def test_mp_transport_free_layouts_and_routing():
     ctx = mp.get_context("fork")
     transport = MPTransport(ctx)
     clients = [transport.client() for _ in range(3)]
+    # fork before the serving thread runs: a fork while another thread holds a lock (here,
+    # the queues' feeder threads) can leave the child blocked on a copy of that lock
+    procs = [_start(ctx, free_layout_worker, clients[i], i, 40) for i in range(3)]
     with InferenceServer(make_policy(), transport) as server:
-        procs = [_start(ctx, free_layout_worker, clients[i], i, 40) for i in range(3)]
         codes = _join_all(procs)
         stats = server.stats()
     assert codes == [0, 0, 0]

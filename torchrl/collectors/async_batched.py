@@ -65,6 +65,7 @@ from torchrl.modules.inference_server import (
     ProcessInferenceServer,
     SharedMemoryTransport,
 )
+from torchrl.weight_update import WeightSyncScheme
 
 __all__ = ["AsyncBatchedCollector"]
 
@@ -125,6 +126,11 @@ class AsyncBatchedCollector(DataCollectorBase):
             the default) or ``"multiprocessing"`` (a
             :class:`~torchrl.modules.inference_server.ProcessInferenceServer`: the learner's
             Python work then never holds up inference).
+        weight_sync_schemes: ``{model_id: scheme}`` (:mod:`torchrl.weight_update`): the scheme
+            that carries a policy's weights to its server, ``"policy"`` (or ``"policy_<i>"``
+            with several policies). The collector sets up its sender side on the policy; the
+            server polls its receiver side between batches, so the version changes once the
+            server took the weights. Default: the server's own weight buffer.
         exploration_type: the servers' exploration type while they compute actions.
         max_policy_lag: rows whose oldest step is more than this many versions behind the
             server's current weights are dropped from the batch (``None``: keep everything).
@@ -176,6 +182,7 @@ class AsyncBatchedCollector(DataCollectorBase):
         server_timeout: float = 0.001,
         transport: InferenceTransport | None = None,
         policy_backend: str = "threading",
+        weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
         exploration_type: ExplorationType | str = ExplorationType.RANDOM,
         max_policy_lag: int | None = None,
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
@@ -228,6 +235,7 @@ class AsyncBatchedCollector(DataCollectorBase):
         if transport is not None and n_policies > 1:
             raise ValueError(f"{name}: one transport cannot serve {n_policies} policies")
         self._group_policy = _group_policies(policy_map, n_policies, groups, per_group, name)
+        self._schemes = _schemes_by_policy(weight_sync_schemes, self._policies, name)
         self.frames_per_batch, self.total_frames = check_frames(
             name, frames_per_batch, total_frames, 1
         )
@@ -248,7 +256,7 @@ class AsyncBatchedCollector(DataCollectorBase):
         self._chunks_per_batch = frames_per_batch // chunk
 
         try:
-            clients = self._start_servers(
+            clients = self._make_servers(
                 served, fns[0], transport, policy_backend, per_group, max_batch_size,
                 min_batch_size, server_timeout, exploration_type, name,
             )  # fmt: skip
@@ -291,13 +299,18 @@ class AsyncBatchedCollector(DataCollectorBase):
                 self._bg_stop,
                 timeout,
             )
+            # Started once the workers are forked (a fork while a serving thread holds a lock
+            # could leave a worker blocked on a copy of it); a server process serves the
+            # clients made before it started.
+            for server in self._servers:
+                server.start()
             for w in range(num_workers):
                 self._pool.expect(w, "ready")
         except BaseException:
             self.shutdown()
             raise
 
-    def _start_servers(
+    def _make_servers(
         self,
         served: list[PolicyArg],
         probe_fn: Callable[[], EnvBase],
@@ -310,7 +323,7 @@ class AsyncBatchedCollector(DataCollectorBase):
         exploration_type: ExplorationType | str,
         name: str,
     ) -> list[PolicyClientModule]:
-        """Starts one server per policy; returns one client policy per env group."""
+        """Makes one server per policy (not started); returns one client policy per env group."""
         options: dict[str, Any] = {
             "max_batch_size": max_batch_size if max_batch_size is not None else self.num_envs,
             "min_batch_size": min_batch_size,
@@ -319,16 +332,20 @@ class AsyncBatchedCollector(DataCollectorBase):
             "policy_version_key": VERSION_KEY,
         }
         requests = []
-        for model in served:
+        for p, model in enumerate(served):
+            scheme = self._schemes[p]
+            kwargs = dict(options)
+            if scheme is not None:
+                kwargs["weight_sync"] = scheme.receiver_copy()
             in_keys, example = _probe(probe_fn, model, name)
             transport_p = transport if transport is not None else SharedMemoryTransport()
             server: InferenceServer | ProcessInferenceServer
             if backend == "multiprocessing":
                 server = ProcessInferenceServer(
-                    policy_factory=_Copy(model), transport=transport_p, **options
+                    policy_factory=_Copy(model), transport=transport_p, **kwargs
                 )
             else:
-                server = InferenceServer(model, transport_p, **options)
+                server = InferenceServer(model, transport_p, **kwargs)
             self._servers.append(server)
             requests.append((transport_p, example.select(*in_keys).expand(per_group), in_keys))
         out = []
@@ -338,8 +355,6 @@ class AsyncBatchedCollector(DataCollectorBase):
             # every entry of the response is written back: the actions, what the policy
             # computed with them (log-probs, ...) and the policy version
             out.append(PolicyClientModule(client, in_keys=in_keys))
-        for server in self._servers:
-            server.start()  # a server process serves the clients made before it started
         return out
 
     # -------------------------------------------------------------------------------- weights
@@ -382,7 +397,11 @@ class AsyncBatchedCollector(DataCollectorBase):
                     "AsyncBatchedCollector: built from a policy_factory, so pass the weights "
                     "to load"
                 )
-            self._servers[p].update_weights(source)
+            scheme = self._schemes[p]
+            if scheme is not None:
+                scheme.send(policy_or_weights)
+            else:
+                self._servers[p].update_weights(source)
 
     def server_stats(self, policy_id: int = 0) -> dict[str, float]:
         """The counters of a policy's inference server (batches, requests, batch sizes)."""
@@ -533,6 +552,31 @@ def _served_policies(
         if not callable(pol):
             raise TypeError(f"{name}: policy {i} is not callable ({type(pol).__name__})")
     return [copy.deepcopy(pol) for pol in policies], list(policies)
+
+
+def _schemes_by_policy(
+    schemes: dict[str, WeightSyncScheme] | None, policies: list[PolicyArg | None], name: str
+) -> list[WeightSyncScheme | None]:
+    """Each policy's weight-sync scheme, set up as a sender on that policy."""
+    n = len(policies)
+    ids = ["policy"] if n == 1 else [f"policy_{p}" for p in range(n)]
+    if not schemes:
+        return [None] * n
+    unknown = sorted(set(schemes) - set(ids))
+    if unknown:
+        raise KeyError(f"{name}: weight_sync_schemes has {unknown}; the policies are {ids}")
+    out: list[WeightSyncScheme | None] = []
+    for model_id, policy in zip(ids, policies, strict=True):
+        scheme = schemes.get(model_id)
+        if scheme is not None and scheme.role is None:
+            if policy is None:
+                raise ValueError(
+                    f"{name}: the {model_id!r} scheme needs the policy whose weights it sends "
+                    "(built from a policy_factory only)"
+                )
+            scheme.init_on_sender(policy, model_id=model_id)
+        out.append(scheme)
+    return out
 
 
 def _group_policies(

@@ -56,10 +56,12 @@ def _server_process(
     conn.send(("ready", os.getpid()))
     try:
         while True:
-            if not conn.poll(0.2):
+            if not conn.poll(0.05):
                 if not server.is_alive:
                     conn.send(("died", repr(server.error)))
                     return
+                # weights a weight_sync scheme delivered bump the version in the serving thread
+                version[0] = server.policy_version
                 continue
             try:
                 command = conn.recv()
