@@ -23,7 +23,9 @@ times are upper bounds): after 300k frames the average of the last 16 training e
 999 (706 s; policy lag mean 1.2, max 3); after 200k frames, 388 (169 s). The synchronous
 ``ppo_mujoco.py`` (10 epochs of minibatches of 64 per 2048 frames, four times the gradient
 steps of these defaults) reached 1365 at 300k frames (1284 s on the same loaded machine;
-deterministic evaluation 1504). Uniformly random actions return about -230 (5 episodes).
+deterministic evaluation 1504); APPO with minibatches of 64 (the same gradient steps per frame)
+reached 987 at 300k frames (323 s, lag mean 2.0), no better than the defaults. Uniformly
+random actions return about -230 (5 episodes).
 
 Usage: ``python examples/appo_mujoco.py [--total-frames N] [--seed S] [--env-name Hopper-v5]``.
 """
