@@ -220,8 +220,12 @@ class AsyncRunTracker:
 
     The running average training return is the mean of the last ``window`` finished training
     episodes (Sample Factory's "Avg episode reward" uses its last 100). ``update`` takes each
-    batch the learner trains on (it needs ``RewardSum``'s ``("next", "episode_reward")``) and
-    says whether that average has reached ``target_return``.
+    batch the learner trains on and says whether that average has reached ``target_return``.
+    Episode returns come from ``RewardSum``'s ``("next", "episode_reward")`` when the batch has
+    it, else from the rewards themselves, summed per env (``("collector", "env_index")``)
+    across the chunks of :class:`~torchrl.collectors.AsyncBatchedCollector`, which arrive in
+    order: no per-env transform on the rollout workers' hot path (``RewardSum`` on each env
+    costs them more than the env step).
     """
 
     def __init__(self, target_return: float | None, window: int = 100) -> None:
@@ -235,6 +239,7 @@ class AsyncRunTracker:
         self.episodes: list[tuple[int, float]] = []
         self.reached: dict | None = None
         self.lag_min, self.lag_max, self.lag_sum, self.lag_frames = None, None, 0.0, 0
+        self._partial: dict[int, float] = {}  # return so far of each env's current episode
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -250,6 +255,8 @@ class AsyncRunTracker:
             self.lag_sum += s["mean"] * n
             self.lag_frames += n
         finished = episode_returns(batch, self.frames)
+        if not finished and ("collector", "env_index") in batch.keys(True):
+            finished = self._summed_returns(batch)
         self.episodes += finished
         self.returns.extend(r for _, r in finished)
         if not finished:
@@ -266,6 +273,23 @@ class AsyncRunTracker:
         ):
             self.reached = {"frames": self.frames, "wall_s": wall}
         return self.reached is not None
+
+    def _summed_returns(self, batch: Any) -> list[tuple[int, float]]:
+        """Returns of the episodes that end in ``batch``, from rewards summed per env."""
+        rows = batch.batch_size[0]
+        rewards = batch["next", "reward"].reshape(rows, -1).double()
+        done = batch["next", "done"].reshape(rows, -1)
+        envs = batch["collector", "env_index"][:, 0].tolist()
+        out = []
+        for row, env in enumerate(envs):
+            carry = self._partial.get(env, 0.0)
+            sums = rewards[row].cumsum(0)
+            before = 0.0
+            for end in done[row].nonzero().flatten().tolist():
+                out.append((self.frames, carry + float(sums[end]) - before))
+                before, carry = float(sums[end]), 0.0
+            self._partial[env] = carry + float(sums[-1]) - before
+        return out
 
     def result(self, wall_s: float) -> dict:
         """The figures every asynchronous example returns."""
@@ -300,6 +324,7 @@ def make_async_collector(
     num_splits: int,
     max_policy_lag: int | None,
     seed: int,
+    policy_backend: str = "threading",
 ) -> Any:
     """The collector of the asynchronous examples.
 
@@ -324,6 +349,7 @@ def make_async_collector(
             num_splits=num_splits,
             max_policy_lag=max_policy_lag,
             seed=seed,
+            policy_backend=policy_backend,
         )
     if kind == "multi_async":
         import functools

@@ -200,6 +200,19 @@ EXAMPLE_ARGS = {
         "eval.episodes=2",
     ],
 }
+EXAMPLE_ARGS["pbt_cartpole.py"] = [
+    "--rounds", "2", "--round-frames", "256", "--population", "2", "--backend", "serial",
+    "--final-eval-episodes", "2",
+]  # fmt: skip
+# Asynchronous examples: their smoke runs (train() with tiny budgets, one main()) are in
+# test_examples_async.py.
+SMOKED_ELSEWHERE = {
+    "appo_cartpole.py",
+    "appo_mujoco.py",
+    "impala_cartpole.py",
+    "multi_policy_cartpole.py",
+    "ddpg_figure1.py",
+}
 # Examples that need the MuJoCo simulator: skipped when it is not installed.
 MUJOCO_EXAMPLES = {"sac_mujoco.py", "ppo_mujoco.py"}
 
@@ -217,7 +230,7 @@ def _run(path: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_every_example_has_smoke_args() -> None:
-    missing = [f for f in _scripts(EXAMPLES) if f not in EXAMPLE_ARGS and f != "ddpg_figure1.py"]
+    missing = [f for f in _scripts(EXAMPLES) if f not in EXAMPLE_ARGS and f not in SMOKED_ELSEWHERE]
     assert not missing, f"add tiny-budget flags for {missing} to EXAMPLE_ARGS"
 
 

@@ -97,3 +97,25 @@ def test_main_command_line(monkeypatch, tmp_path, capsys) -> None:
     runpy.run_path(path, run_name="__main__")
     assert "final deterministic evaluation return" in capsys.readouterr().out
     assert list(tmp_path.glob("*.png"))
+
+
+def test_multi_policy_example(monkeypatch) -> None:
+    _needs_async_batched()
+    monkeypatch.syspath_prepend(EXAMPLES)
+    module = importlib.import_module("multi_policy_cartpole")
+    out = module.train(
+        total_frames=4096,
+        lrs="3e-3,1e-3",
+        envs_per_policy=4,
+        frames_per_batch=256,
+        epochs=1,
+        seed=0,
+        progress=False,
+    )
+    results = out["policies"]
+    assert [r["lr"] for r in results] == [3e-3, 1e-3]
+    for result in results:
+        # each policy trained on its own share of the frames
+        assert 0 < result["frames"] < 4096
+        assert result["policy_lag"] is not None
+    assert sum(r["frames"] for r in results) >= 4096 - 256

@@ -1,0 +1,162 @@
+"""Several policies trained at once: one APPO learner per policy, each on its own envs.
+
+One :class:`~torchrl.collectors.AsyncBatchedCollector` runs every env; ``policy_map`` gives each
+env group to a policy, and each policy has its own inference server. Each batch the collector
+yields holds one policy's data (``collector.last_policy_id``): this loop hands it to that
+policy's learner (its own V-trace PPO loss and optimizer, here with its own learning rate),
+then sends the new weights to that policy's server only
+(``update_policy_weights_(policy_id=...)``). The policies share nothing but the processes.
+
+``train(**config)`` returns one result per policy (frames, wall time, frames/s, the return
+curve, when the average training return reached the target, policy lag), as
+``examples/appo_cartpole.py`` does for one.
+
+Usage: ``python examples/multi_policy_cartpole.py [--total-frames N] [--seed S]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import torch
+from _common import AsyncRunTracker, parse_config
+from appo_cartpole import EnvMaker, make_agent
+from torch import nn
+
+from torchrl.collectors import AsyncBatchedCollector, policy_lag_stats
+from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.utils import ValueEstimators
+
+
+@dataclass
+class Config:
+    env_name: str = "CartPole-v1"
+    total_frames: int = 600_000  # all policies together; each stops once it reached the target
+    lrs: str = "3e-3,1e-3"  # one learner per comma-separated learning rate
+    envs_per_policy: int = 8
+    frames_per_batch: int = 512  # per policy batch
+    num_workers: int = 2
+    num_splits: int = 2
+    epochs: int = 4
+    minibatch_size: int = 256
+    reward_scale: float = 0.1
+    gamma: float = 0.99
+    clip_epsilon: float = 0.2
+    max_grad_norm: float = 0.5
+    hidden: int = 64
+    target_return: float = 475.0
+    return_window: int = 100
+    seed: int = 0
+    progress: bool = True
+
+
+@dataclass
+class Learner:
+    """One policy's training state."""
+
+    actor: nn.Module
+    loss: ClipPPOLoss
+    optim: torch.optim.Optimizer
+    tracker: AsyncRunTracker
+    done: bool = False
+
+
+def make_learner(cfg: Config, lr: float, n_obs: int, n_act: int) -> Learner:
+    actor, critic = make_agent(n_obs, n_act, cfg.hidden)
+    loss = ClipPPOLoss(
+        actor, critic, clip_epsilon=cfg.clip_epsilon, entropy_bonus=False,
+        normalize_advantage=True, loss_critic_type="l2", critic_coef=0.5,
+    )  # fmt: skip
+    loss.make_value_estimator(ValueEstimators.VTrace, gamma=cfg.gamma)
+    optim = torch.optim.Adam(loss.parameters(), lr=lr, fused=True)
+    return Learner(actor, loss, optim, AsyncRunTracker(cfg.target_return, cfg.return_window))
+
+
+def learn(learner: Learner, batch: torch.Tensor, cfg: Config) -> None:
+    """One optimisation phase of a policy on one of its batches."""
+    batch.set(("next", "reward"), batch.get(("next", "reward")) * cfg.reward_scale)
+    with torch.no_grad():
+        learner.loss.value_estimator(batch)
+    flat = batch.reshape(-1)
+    for _ in range(cfg.epochs):
+        for idx in torch.randperm(flat.batch_size.numel()).split(cfg.minibatch_size):
+            losses = learner.loss(flat[idx])
+            loss = losses["loss_objective"] + losses["loss_critic"]
+            learner.optim.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(learner.loss.parameters(), cfg.max_grad_norm, foreach=True)
+            learner.optim.step()
+
+
+def train(**config) -> dict:
+    """Trains one APPO learner per entry of ``lrs``; returns ``{"policies": [result, ...]}``."""
+    cfg = Config(**config)
+    torch.manual_seed(cfg.seed)
+    make = EnvMaker(cfg.env_name)
+    probe = make()
+    n_obs = probe.observation_spec["observation"].shape[-1]
+    n_act = probe.action_spec.shape[-1]
+    probe.close()
+    lrs = [float(x) for x in cfg.lrs.split(",")] if isinstance(cfg.lrs, str) else list(cfg.lrs)
+    learners = [make_learner(cfg, lr, n_obs, n_act) for lr in lrs]
+    n = len(learners)
+    groups = cfg.num_workers * cfg.num_splits
+    per_group = n * cfg.envs_per_policy // groups
+    collector = AsyncBatchedCollector(
+        [make] * (n * cfg.envs_per_policy),
+        policy=[learner.actor for learner in learners],
+        # group g (envs g*per_group...) runs policy g % n: every worker serves every policy
+        policy_map=[(i // per_group) % n for i in range(n * cfg.envs_per_policy)],
+        frames_per_batch=cfg.frames_per_batch,
+        total_frames=cfg.total_frames,
+        num_workers=cfg.num_workers,
+        num_splits=cfg.num_splits,
+        seed=cfg.seed,
+    )
+    try:
+        for batch in collector:
+            p = collector.last_policy_id
+            learner = learners[p]
+            version = collector.policy_versions[p]
+            if learner.tracker.update(batch, version, policy_lag_stats):
+                learner.done = True
+            if all(learner.done for learner in learners):
+                break
+            learn(learner, batch, cfg)
+            collector.update_policy_weights_(policy_id=p)
+            if cfg.progress and learner.tracker.curve and batch.batch_size.numel():
+                f, w, r = learner.tracker.curve[-1]
+                if f % 20_480 < cfg.frames_per_batch:
+                    print(f"policy {p}: frames {f:>8d}  {w:6.1f} s  avg return {r:6.1f}")
+    finally:
+        collector.shutdown()
+    results = []
+    for lr, learner in zip(lrs, learners, strict=True):
+        result = learner.tracker.result(learner.tracker.elapsed())
+        for key in ("train", "eval", "wall", "solved_at"):
+            result.pop(key)
+        result["lr"] = lr
+        results.append(result)
+    return {"policies": results, "config": dataclasses.asdict(cfg)}
+
+
+def main() -> None:
+    cfg = parse_config(Config, __doc__)
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    out = train(**dataclasses.asdict(cfg))
+    for p, result in enumerate(out["policies"]):
+        reached = result["reached_target"]
+        print(
+            f"policy {p} (lr {result['lr']:g}): {result['frames']} frames; average training "
+            f"return {result['final_avg_return']}; target {cfg.target_return:g} "
+            + (f"reached at {reached['frames']} frames" if reached else "not reached")
+            + f"; policy lag {result['policy_lag']}"
+        )
+    print(f"process {time.perf_counter() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
