@@ -312,6 +312,72 @@ class AsyncRunTracker:
         }
 
 
+def total_loss(losses: Any) -> torch.Tensor:
+    """The sum of a loss module's ``loss_*`` terms."""
+    return sum(value for key, value in losses.items() if key.startswith("loss_"))
+
+
+def optimizer_step(loss_fn: Any, optim: Any, loss: torch.Tensor, max_grad_norm: float) -> None:
+    """One gradient step with the gradient norm clipped."""
+    optim.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(loss_fn.parameters(), max_grad_norm, foreach=True)
+    optim.step()
+
+
+def ppo_phase(
+    loss_fn: Any, optim: Any, batch: Any, epochs: int, minibatch_size: int, max_grad_norm: float
+) -> None:
+    """APPO's optimisation phase on one batch ``[rows, T]``: V-trace once, then PPO epochs.
+
+    Advantages and value targets come from the loss's value estimator (V-trace) with the
+    networks as they are before the phase; each epoch visits the flattened steps in random
+    minibatches.
+    """
+    with torch.no_grad():
+        loss_fn.value_estimator(batch)
+    flat = batch.reshape(-1)
+    for _ in range(epochs):
+        for idx in torch.randperm(flat.batch_size.numel()).split(minibatch_size):
+            optimizer_step(loss_fn, optim, total_loss(loss_fn(flat[idx])), max_grad_norm)
+
+
+def run_async(
+    collector: Any,
+    tracker: AsyncRunTracker,
+    learn: Any,
+    *,
+    stop_at_target: bool,
+    progress: bool,
+) -> float:
+    """The asynchronous examples' loop; returns its wall time and shuts the collector down.
+
+    Each batch is counted by ``tracker`` (returns, policy lag), handed to ``learn(batch)``,
+    and the new weights go to the collector's inference server. With ``stop_at_target`` the
+    loop ends once the tracker's average training return reached its target.
+    """
+    from torchrl.collectors import policy_lag_stats
+
+    next_print = 0
+    try:
+        for batch in collector:
+            if batch is None or batch.batch_size.numel() == 0:
+                continue
+            version = getattr(collector, "policy_version", None)
+            if tracker.update(batch, version, policy_lag_stats) and stop_at_target:
+                break
+            learn(batch)
+            collector.update_policy_weights_()
+            if progress and tracker.curve and tracker.frames >= next_print:
+                next_print += 10_000
+                f, w, r = tracker.curve[-1]
+                print(f"frames {f:>8d}  {w:6.1f} s  avg return {r:6.1f}  version {version}")
+    finally:
+        wall = tracker.elapsed()
+        collector.shutdown()
+    return wall
+
+
 def make_async_collector(
     kind: str,
     make_env: Any,
@@ -335,10 +401,7 @@ def make_async_collector(
     copy of the policy; its batches carry no policy version.
     """
     if kind == "async_batched":
-        try:
-            from torchrl.collectors import AsyncBatchedCollector
-        except ImportError:
-            from torchrl.collectors.async_batched import AsyncBatchedCollector
+        from torchrl.collectors import AsyncBatchedCollector
 
         return AsyncBatchedCollector(
             create_env_fn=[make_env] * num_envs,

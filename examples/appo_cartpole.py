@@ -36,12 +36,13 @@ from _common import (
     make_async_collector,
     parse_config,
     plot_curve,
+    ppo_phase,
     report,
+    run_async,
 )
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from torchrl.collectors.policy_lag import policy_lag_stats
 from torchrl.envs import EnvBase, GymEnv, RewardSum, TransformedEnv
 from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, ValueOperator
 from torchrl.objectives import ClipPPOLoss
@@ -154,39 +155,14 @@ def train(**config) -> dict:
         seed=cfg.seed,
         policy_backend=cfg.policy_backend,
     )
-    version = getattr(collector, "policy_version", None)
-    next_print = 0
-    try:
-        for batch in collector:
-            if batch is None or batch.batch_size.numel() == 0:
-                continue
-            version = getattr(collector, "policy_version", None)
-            reached = tracker.update(batch, version, policy_lag_stats)
-            if reached and cfg.stop_at_target:
-                break
-            batch.set(("next", "reward"), batch.get(("next", "reward")) * cfg.reward_scale)
-            with torch.no_grad():
-                loss_fn.value_estimator(batch)
-            flat = batch.reshape(-1)
-            n = flat.batch_size.numel()
-            for _ in range(cfg.epochs):
-                for idx in torch.randperm(n).split(cfg.minibatch_size):
-                    losses = loss_fn(flat[idx])
-                    loss = losses["loss_objective"] + losses["loss_critic"]
-                    if "loss_entropy" in losses.keys():
-                        loss = loss + losses["loss_entropy"]
-                    optim.zero_grad()
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm, foreach=True)
-                    optim.step()
-            collector.update_policy_weights_()
-            if cfg.progress and tracker.curve and tracker.frames >= next_print:
-                next_print += 10_000
-                f, w, r = tracker.curve[-1]
-                print(f"frames {f:>8d}  {w:6.1f} s  avg return {r:6.1f}  version {version}")
-    finally:
-        wall = tracker.elapsed()
-        collector.shutdown()
+
+    def learn(batch):
+        batch.set(("next", "reward"), batch.get(("next", "reward")) * cfg.reward_scale)
+        ppo_phase(loss_fn, optim, batch, cfg.epochs, cfg.minibatch_size, cfg.max_grad_norm)
+
+    wall = run_async(
+        collector, tracker, learn, stop_at_target=cfg.stop_at_target, progress=cfg.progress
+    )
     result = tracker.result(wall)
     result["config"] = dataclasses.asdict(cfg)
     if cfg.final_eval_episodes:

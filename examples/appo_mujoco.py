@@ -35,11 +35,17 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
-from _common import AsyncRunTracker, make_async_collector, parse_config, plot_curve
+from _common import (
+    AsyncRunTracker,
+    make_async_collector,
+    parse_config,
+    plot_curve,
+    ppo_phase,
+    run_async,
+)
 from tensordict.nn import TensorDictModule
 from torch import nn
 
-from torchrl.collectors.policy_lag import policy_lag_stats
 from torchrl.envs import EnvBase, GymEnv, RewardSum, RunningMeanStd, TransformedEnv
 from torchrl.modules import (
     MLP,
@@ -67,10 +73,13 @@ class Config:
     policy_backend: str = "multiprocessing"  # the inference server: its own process, or "threading"
     collector: str = "async_batched"  # or "multi_async" (MultiaSyncDataCollector)
     max_policy_lag: int = -1  # rows older than this are dropped; -1: keep all
-    epochs: int = 10
+    # 2 epochs of minibatches of 512 per 2048 frames (Sample Factory's MuJoCo defaults make 2
+    # passes too): 10 epochs of 256 learned a little more per frame (934 against 865 at 300k
+    # frames) but ran at 4.9k frames/s against 7.7k here
+    epochs: int = 2
     reward_scale: float = 0.1  # rewards are multiplied by this in the losses (not the returns)
-    minibatch_size: int = 256
-    lr: float = 3e-4
+    minibatch_size: int = 512
+    lr: float = 1e-3
     gamma: float = 0.99
     rho_thresh: float = 1.0
     c_thresh: float = 1.0
@@ -187,41 +196,16 @@ def train(**config) -> dict:
         seed=cfg.seed,
         policy_backend=cfg.policy_backend,
     )
-    version = getattr(collector, "policy_version", None)
-    next_print = 0
-    try:
-        for batch in collector:
-            if batch is None or batch.batch_size.numel() == 0:
-                continue
-            version = getattr(collector, "policy_version", None)
-            reached = tracker.update(batch, version, policy_lag_stats)
-            if reached and cfg.stop_at_target:
-                break
-            batch.set(("next", "reward"), batch.get(("next", "reward")) * cfg.reward_scale)
-            for norm in norms:  # statistics of what the policy saw, before this phase
-                norm.update(batch["observation"])
-            with torch.no_grad():
-                loss_fn.value_estimator(batch)
-            flat = batch.reshape(-1)
-            n = flat.batch_size.numel()
-            for _ in range(cfg.epochs):
-                for idx in torch.randperm(n).split(cfg.minibatch_size):
-                    losses = loss_fn(flat[idx])
-                    loss = losses["loss_objective"] + losses["loss_critic"]
-                    if "loss_entropy" in losses.keys():
-                        loss = loss + losses["loss_entropy"]
-                    optim.zero_grad()
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm, foreach=True)
-                    optim.step()
-            collector.update_policy_weights_()
-            if cfg.progress and tracker.curve and tracker.frames >= next_print:
-                next_print += 10_000
-                f, w, r = tracker.curve[-1]
-                print(f"frames {f:>8d}  {w:6.1f} s  avg return {r:6.1f}  version {version}")
-    finally:
-        wall = tracker.elapsed()
-        collector.shutdown()
+
+    def learn(batch):
+        batch.set(("next", "reward"), batch.get(("next", "reward")) * cfg.reward_scale)
+        for norm in norms:  # statistics of what the policy saw, before this phase
+            norm.update(batch["observation"])
+        ppo_phase(loss_fn, optim, batch, cfg.epochs, cfg.minibatch_size, cfg.max_grad_norm)
+
+    wall = run_async(
+        collector, tracker, learn, stop_at_target=cfg.stop_at_target, progress=cfg.progress
+    )
     result = tracker.result(wall)
     result["config"] = dataclasses.asdict(cfg)
     return result

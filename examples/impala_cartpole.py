@@ -34,14 +34,15 @@ from _common import (
     AsyncRunTracker,
     evaluate,
     make_async_collector,
+    optimizer_step,
     parse_config,
     plot_curve,
     report,
+    run_async,
+    total_loss,
 )
 from appo_cartpole import EnvMaker, make_agent, make_env
-from torch import nn
 
-from torchrl.collectors.policy_lag import policy_lag_stats
 from torchrl.envs import GymEnv
 from torchrl.objectives import A2CLoss
 from torchrl.objectives.utils import ValueEstimators
@@ -116,35 +117,17 @@ def train(**config) -> dict:
         seed=cfg.seed,
         policy_backend=cfg.policy_backend,
     )
-    version = getattr(collector, "policy_version", None)
-    next_print = 0
-    try:
-        for batch in collector:
-            if batch is None or batch.batch_size.numel() == 0:
-                continue
-            version = getattr(collector, "policy_version", None)
-            reached = tracker.update(batch, version, policy_lag_stats)
-            if reached and cfg.stop_at_target:
-                break
-            batch.set(("next", "reward"), batch.get(("next", "reward")) * cfg.reward_scale)
-            rows = batch.shape[0]
-            for idx in torch.randperm(rows).chunk(min(cfg.updates_per_batch, rows)):
-                losses = loss_fn(batch[idx])  # V-trace with the current networks
-                loss = losses["loss_objective"] + losses["loss_critic"]
-                if "loss_entropy" in losses.keys():
-                    loss = loss + losses["loss_entropy"]
-                optim.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm, foreach=True)
-                optim.step()
-            collector.update_policy_weights_()
-            if cfg.progress and tracker.curve and tracker.frames >= next_print:
-                next_print += 10_000
-                f, w, r = tracker.curve[-1]
-                print(f"frames {f:>8d}  {w:6.1f} s  avg return {r:6.1f}  version {version}")
-    finally:
-        wall = tracker.elapsed()
-        collector.shutdown()
+
+    def learn(batch):
+        batch.set(("next", "reward"), batch.get(("next", "reward")) * cfg.reward_scale)
+        rows = batch.shape[0]
+        for idx in torch.randperm(rows).chunk(min(cfg.updates_per_batch, rows)):
+            # V-trace with the current networks at each update
+            optimizer_step(loss_fn, optim, total_loss(loss_fn(batch[idx])), cfg.max_grad_norm)
+
+    wall = run_async(
+        collector, tracker, learn, stop_at_target=cfg.stop_at_target, progress=cfg.progress
+    )
     result = tracker.result(wall)
     result["config"] = dataclasses.asdict(cfg)
     if cfg.final_eval_episodes:

@@ -21,8 +21,9 @@ import time
 from dataclasses import dataclass
 
 import torch
-from _common import AsyncRunTracker, parse_config
+from _common import AsyncRunTracker, parse_config, ppo_phase
 from appo_cartpole import EnvMaker, make_agent
+from tensordict import TensorDictBase
 from torch import nn
 
 from torchrl.collectors import AsyncBatchedCollector, policy_lag_stats
@@ -74,20 +75,10 @@ def make_learner(cfg: Config, lr: float, n_obs: int, n_act: int) -> Learner:
     return Learner(actor, loss, optim, AsyncRunTracker(cfg.target_return, cfg.return_window))
 
 
-def learn(learner: Learner, batch: torch.Tensor, cfg: Config) -> None:
+def learn(learner: Learner, batch: TensorDictBase, cfg: Config) -> None:
     """One optimisation phase of a policy on one of its batches."""
     batch.set(("next", "reward"), batch.get(("next", "reward")) * cfg.reward_scale)
-    with torch.no_grad():
-        learner.loss.value_estimator(batch)
-    flat = batch.reshape(-1)
-    for _ in range(cfg.epochs):
-        for idx in torch.randperm(flat.batch_size.numel()).split(cfg.minibatch_size):
-            losses = learner.loss(flat[idx])
-            loss = losses["loss_objective"] + losses["loss_critic"]
-            learner.optim.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(learner.loss.parameters(), cfg.max_grad_norm, foreach=True)
-            learner.optim.step()
+    ppo_phase(learner.loss, learner.optim, batch, cfg.epochs, cfg.minibatch_size, cfg.max_grad_norm)
 
 
 def train(**config) -> dict:

@@ -19,13 +19,6 @@ pytest.importorskip("gymnasium")
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
-def _needs_async_batched() -> None:
-    try:
-        from torchrl.collectors.async_batched import AsyncBatchedCollector  # noqa: F401
-    except ImportError as err:  # the collector is not built in this checkout
-        pytest.skip(f"AsyncBatchedCollector unavailable: {err}")
-
-
 def _check(result: dict, at_least: int) -> None:
     assert result["frames"] >= at_least
     assert result["wall_s"] > 0 and result["frames_per_s"] > 0
@@ -46,8 +39,6 @@ def _check(result: dict, at_least: int) -> None:
     ],
 )
 def test_cartpole_examples(name: str, collector: str, monkeypatch) -> None:
-    if collector == "async_batched":
-        _needs_async_batched()
     monkeypatch.syspath_prepend(EXAMPLES)
     module = importlib.import_module(name)
     extra = {"epochs": 1} if name == "appo_cartpole" else {}
@@ -71,7 +62,6 @@ def test_cartpole_examples(name: str, collector: str, monkeypatch) -> None:
 
 def test_appo_mujoco(monkeypatch, tmp_path) -> None:
     pytest.importorskip("mujoco")
-    _needs_async_batched()
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(EXAMPLES)
     module = importlib.import_module("appo_mujoco")
@@ -88,7 +78,6 @@ def test_appo_mujoco(monkeypatch, tmp_path) -> None:
 
 
 def test_main_command_line(monkeypatch, tmp_path, capsys) -> None:
-    _needs_async_batched()
     path = os.path.join(EXAMPLES, "impala_cartpole.py")
     args = ["--total-frames", "1024", "--frames-per-batch", "512", "--num-envs", "8"]
     args += ["--final-eval-episodes", "2", "--out", str(tmp_path), "--no-progress"]
@@ -100,7 +89,6 @@ def test_main_command_line(monkeypatch, tmp_path, capsys) -> None:
 
 
 def test_multi_policy_example(monkeypatch) -> None:
-    _needs_async_batched()
     monkeypatch.syspath_prepend(EXAMPLES)
     module = importlib.import_module("multi_policy_cartpole")
     out = module.train(

@@ -414,3 +414,45 @@ def test_weight_sync_scheme_names_are_checked():
             num_workers=1,
             num_splits=2,
         )
+
+
+def _learner(conn, backend: str) -> None:
+    """A learner process: builds a collector, reports its processes' pids, then idles."""
+    collector = AsyncBatchedCollector(
+        [functools.partial(counting_env, max_steps=1000)] * 2,
+        policy=count_policy(),
+        frames_per_batch=4,
+        num_workers=2,
+        num_splits=1,
+        policy_backend=backend,
+        seed=0,
+    )
+    next(iter(collector))
+    pids = [p.pid for p in collector._pool.procs]  # noqa: SLF001
+    if backend == "multiprocessing":
+        pids.append(collector._servers[0].pid)  # noqa: SLF001
+    conn.send(pids)
+    time.sleep(120)
+
+
+@pytest.mark.parametrize("backend", ["threading", "multiprocessing"])
+def test_dead_learner_leaves_no_process(backend):
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    receiver, sender = ctx.Pipe(duplex=False)
+    learner = ctx.Process(target=_learner, args=(sender, backend))
+    learner.start()
+    assert receiver.poll(60), "the learner did not report its processes"
+    pids = receiver.recv()
+    assert all(pid_alive(p) for p in pids)
+    os.kill(learner.pid, signal.SIGKILL)
+    learner.join()
+    start = time.monotonic()
+    while any(pid_alive(p) for p in pids) and time.monotonic() - start < 10:
+        time.sleep(0.01)
+    left = [p for p in pids if pid_alive(p)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"still alive {time.monotonic() - start:.1f} s after the learner died"
+    assert time.monotonic() - start < 3
