@@ -1,7 +1,7 @@
 """IMPALA on CartPole-v1: an actor-critic learner on asynchronous data, corrected by V-trace.
 
-Rollout worker processes step the envs while an inference server in this process batches the
-policy calls of every env (``AsyncBatchedCollector``); the learner takes each batch ``[rows, T]``
+Rollout worker processes step the envs while an inference server (a process of its own)
+batches the policy calls of every env (``AsyncBatchedCollector``); the learner takes each batch ``[rows, T]``
 as it arrives (data a few policy versions old) and makes ``updates_per_batch`` gradient steps,
 each on a group of whole rows: ``A2CLoss`` with ``ValueEstimators.VTrace`` recomputes the
 V-trace targets with the current critic and the current policy, then the policy gradient
@@ -13,11 +13,12 @@ separate 2x64 tanh MLPs.
 ``[(frames, wall_s, avg_return)]`` (average of the last 100 training episodes, as Sample
 Factory reports it), ``reached_target`` and the policy lag (min/mean/max over the run).
 
-Measured (``train(seed=s)``, seeds 0-2, defaults): the average of the last 100 training
-episodes reached 475 after 98k, 94k and 91k frames (policy lag mean 0.7-0.85, max 4-11
-versions); 37, 43 and 47 s of wall time on a shared 2-core machine whose load average was
-10-18 at the time, so the times are upper bounds, not clean figures. With 2 updates per
-batch: 114k, 116k and 148k frames.
+Measured (``train(seed=s)``, seeds 0-2, defaults, on a loaded 2-core machine): the average of
+the last 100 training episodes reached 475 after 98k, 94k and 91k frames (policy lag mean
+0.7-0.85, max 4-11 versions); with 2 updates per batch, 114k, 116k and 148k frames. On the
+quiet machine, with the envs bare on the workers and the server in its own process, seed 0
+reached 475 after 103k frames in 11.7 s (8.8k frames/s); ``pytest -m slow
+test/test_learning_async.py`` takes 6-7 s per seed.
 
 Usage: ``python examples/impala_cartpole.py [--total-frames N] [--seed S] [--collector
 multi_async]``.
