@@ -19,6 +19,7 @@ from torchrl.modules.inference_server._shared_memory import pid_alive
 from torchrl.modules.inference_server._transport import (
     InferenceClient,
     InferenceTransport,
+    SequenceHandle,
     ServerGoneError,
     request_rows,
 )
@@ -28,29 +29,6 @@ __all__ = ["MPClient", "MPTransport"]
 _IDLE, _SERVING, _STOPPED = 0, 1, 2
 _OK, _ERROR, _GONE = 0, 1, 2
 _WAKE = -1
-
-
-class MPHandle:
-    """The future-like handle of an :class:`MPClient` request."""
-
-    def __init__(self, client: MPClient, seq: int) -> None:
-        self._client = client
-        self._seq = seq
-
-    def done(self) -> bool:
-        """Whether the response is there."""
-        return self._client.collect(self._seq, 0.0) is not None
-
-    def result(self, timeout: float | None = None) -> TensorDictBase:
-        """Blocks until the response is there and returns it.
-
-        Args:
-            timeout: the longest wait in seconds; ``None`` waits as long as the server lives.
-
-        Returns:
-            The response.
-        """
-        return self._client.wait(self._seq, timeout)
 
 
 class MPClient(InferenceClient):
@@ -75,7 +53,7 @@ class MPClient(InferenceClient):
         state["_arrived"] = {}
         return state
 
-    def submit(self, td: TensorDictBase) -> MPHandle:
+    def submit(self, td: TensorDictBase) -> SequenceHandle:
         """Pickles ``td`` onto the request queue.
 
         Args:
@@ -92,7 +70,7 @@ class MPClient(InferenceClient):
         self._seq += 1
         # pickled here, by value: the queue's own pickler would move tensors to shared memory
         self._requests.put((self.client_id, self._seq, pickle.dumps(td)))
-        return MPHandle(self, self._seq)
+        return SequenceHandle(self, self._seq)
 
     def collect(self, seq: int, wait: float) -> tuple[int, Any] | None:
         """Takes what arrived for ``seq`` (waiting at most ``wait`` seconds), or ``None``."""
@@ -206,7 +184,7 @@ class MPTransport(InferenceTransport):
         """
         self._frozen = reason
 
-    def submit(self, td: TensorDictBase) -> MPHandle:  # noqa: D102
+    def submit(self, td: TensorDictBase) -> SequenceHandle:  # noqa: D102
         raise RuntimeError("MPTransport requests go through a client: use transport.client()")
 
     def _take(self, block: bool, timeout: float) -> bool:

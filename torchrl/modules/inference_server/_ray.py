@@ -13,6 +13,7 @@ from tensordict import TensorDictBase
 from torchrl.modules.inference_server._transport import (
     InferenceClient,
     InferenceTransport,
+    SequenceHandle,
     ServerGoneError,
     request_rows,
 )
@@ -30,29 +31,6 @@ def _ray_queue_module() -> Any:
     import ray.util.queue
 
     return ray.util.queue
-
-
-class RayHandle:
-    """The future-like handle of a :class:`RayClient` request."""
-
-    def __init__(self, client: RayClient, seq: int) -> None:
-        self._client = client
-        self._seq = seq
-
-    def done(self) -> bool:
-        """Whether the response is there."""
-        return self._client.collect(self._seq, 0.0) is not None
-
-    def result(self, timeout: float | None = None) -> TensorDictBase:
-        """Blocks until the response is there and returns it.
-
-        Args:
-            timeout: the longest wait in seconds; ``None`` waits as long as the server runs.
-
-        Returns:
-            The response.
-        """
-        return self._client.wait(self._seq, timeout)
 
 
 class RayClient(InferenceClient):
@@ -75,7 +53,7 @@ class RayClient(InferenceClient):
         state["_arrived"] = {}
         return state
 
-    def submit(self, td: TensorDictBase) -> RayHandle:
+    def submit(self, td: TensorDictBase) -> SequenceHandle:
         """Puts ``td`` on the request queue.
 
         Args:
@@ -91,7 +69,7 @@ class RayClient(InferenceClient):
             self._requests.put((self.client_id, self._seq, td))
         except Exception as exc:  # the queue actor died with its owner
             raise ServerGoneError(f"the RayTransport request queue is gone: {exc!r}") from exc
-        return RayHandle(self, self._seq)
+        return SequenceHandle(self, self._seq)
 
     def collect(self, seq: int, wait: float) -> tuple[int, Any] | None:
         """Takes what arrived for ``seq`` (waiting at most ``wait`` seconds), or ``None``."""
@@ -177,7 +155,7 @@ class RayTransport(InferenceTransport):
         self._responses.append(responses)
         return RayClient(self, len(self._responses) - 1, self._requests, responses)
 
-    def submit(self, td: TensorDictBase) -> RayHandle:  # noqa: D102
+    def submit(self, td: TensorDictBase) -> SequenceHandle:  # noqa: D102
         raise RuntimeError("RayTransport requests go through a client: use transport.client()")
 
     def _take_all(self, first_timeout: float | None) -> None:

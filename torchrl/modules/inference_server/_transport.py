@@ -9,7 +9,13 @@ from typing import Any, Protocol
 
 from tensordict import TensorDictBase
 
-__all__ = ["InferenceClient", "InferenceTransport", "ResultHandle", "ServerGoneError"]
+__all__ = [
+    "InferenceClient",
+    "InferenceTransport",
+    "ResultHandle",
+    "SequenceHandle",
+    "ServerGoneError",
+]
 
 
 class ServerGoneError(RuntimeError):
@@ -26,6 +32,34 @@ class ResultHandle(Protocol):
     def done(self) -> bool:  # pragma: no cover
         """Whether the response is there."""
         ...
+
+
+class SequenceHandle:
+    """The future-like handle of a request numbered ``seq`` by its client.
+
+    For clients that may have several requests in flight and match responses to requests by
+    number (:class:`MPClient`, :class:`RayClient`): the client's ``collect(seq, timeout)`` returns
+    the response or ``None``, its ``wait(seq, timeout)`` blocks for it.
+    """
+
+    def __init__(self, client: Any, seq: int) -> None:
+        self._client = client
+        self._seq = seq
+
+    def done(self) -> bool:
+        """Whether the response is there."""
+        return self._client.collect(self._seq, 0.0) is not None
+
+    def result(self, timeout: float | None = None) -> TensorDictBase:
+        """Blocks until the response is there and returns it.
+
+        Args:
+            timeout: the longest wait in seconds; ``None`` waits as long as the server lives.
+
+        Returns:
+            The response.
+        """
+        return self._client.wait(self._seq, timeout)
 
 
 class InferenceTransport(abc.ABC):
