@@ -378,54 +378,42 @@ def run_async(
     return wall
 
 
-def make_async_collector(
-    kind: str,
-    make_env: Any,
-    policy: Any,
-    *,
-    num_envs: int,
-    frames_per_batch: int,
-    total_frames: int,
-    num_workers: int,
-    num_splits: int,
-    max_policy_lag: int | None,
-    seed: int,
-    policy_backend: str = "threading",
-) -> Any:
-    """The collector of the asynchronous examples.
+def make_async_collector(cfg: Any, make_env: Any, policy: Any) -> Any:
+    """The collector of the asynchronous examples, from their config's fields.
 
-    ``kind="async_batched"``: :class:`~torchrl.collectors.AsyncBatchedCollector` (rollout
+    ``cfg.collector == "async_batched"``: :class:`~torchrl.collectors.AsyncBatchedCollector` (rollout
     workers and an inference server; batches ``[rows, T]`` with ``"policy_version"``).
-    ``kind="multi_async"``: :class:`~torchrl.collectors.MultiaSyncDataCollector`, each worker
+    ``"multi_async"``: :class:`~torchrl.collectors.MultiaSyncDataCollector`, each worker
     running ``num_envs // num_workers`` envs (``make_env(n)`` builds ``n`` of them) and its own
     copy of the policy; its batches carry no policy version.
     """
+    kind = cfg.collector
     if kind == "async_batched":
         from torchrl.collectors import AsyncBatchedCollector
 
         return AsyncBatchedCollector(
-            create_env_fn=[make_env] * num_envs,
+            create_env_fn=[make_env] * cfg.num_envs,
             policy=policy,
-            frames_per_batch=frames_per_batch,
-            total_frames=total_frames,
-            num_workers=num_workers,
-            num_splits=num_splits,
-            max_policy_lag=max_policy_lag,
-            seed=seed,
-            policy_backend=policy_backend,
+            frames_per_batch=cfg.frames_per_batch,
+            total_frames=cfg.total_frames,
+            num_workers=cfg.num_workers,
+            num_splits=cfg.num_splits,
+            max_policy_lag=None if cfg.max_policy_lag < 0 else cfg.max_policy_lag,
+            seed=cfg.seed,
+            policy_backend=cfg.policy_backend,
         )
     if kind == "multi_async":
         import functools
 
         from torchrl.collectors import MultiaSyncDataCollector
 
-        per_worker = num_envs // num_workers
+        per_worker = cfg.num_envs // cfg.num_workers
         collector = MultiaSyncDataCollector(
-            [functools.partial(make_env, per_worker)] * num_workers,
+            [functools.partial(make_env, per_worker)] * cfg.num_workers,
             policy,
-            frames_per_batch=frames_per_batch // num_workers,
-            total_frames=total_frames,
+            frames_per_batch=cfg.frames_per_batch // cfg.num_workers,
+            total_frames=cfg.total_frames,
         )
-        collector.set_seed(seed)
+        collector.set_seed(cfg.seed)
         return collector
     raise ValueError(f"collector must be 'async_batched' or 'multi_async', got {kind!r}")

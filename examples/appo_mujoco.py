@@ -182,19 +182,7 @@ def train(**config) -> dict:
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr, fused=True)
 
     tracker = AsyncRunTracker(cfg.target_return, cfg.return_window)
-    collector = make_async_collector(
-        cfg.collector,
-        EnvMaker(cfg.env_name),
-        actor,
-        num_envs=cfg.num_envs,
-        frames_per_batch=cfg.frames_per_batch,
-        total_frames=cfg.total_frames,
-        num_workers=cfg.num_workers,
-        num_splits=cfg.num_splits,
-        max_policy_lag=None if cfg.max_policy_lag < 0 else cfg.max_policy_lag,
-        seed=cfg.seed,
-        policy_backend=cfg.policy_backend,
-    )
+    collector = make_async_collector(cfg, EnvMaker(cfg.env_name), actor)
 
     def learn(batch):
         batch.set(("next", "reward"), batch.get(("next", "reward")) * cfg.reward_scale)
