@@ -461,7 +461,9 @@ class InferenceServer:
         interaction = (
             contextlib.nullcontext()
             if self.exploration_type is None
-            else set_interaction_type(self.exploration_type)
+            # thread-local: the serving thread's setting must not leak into the owner's threads
+            # (two threads entering and leaving one global setting can leave it changed)
+            else set_interaction_type(self.exploration_type, thread_local=True)
         )
         with torch.no_grad(), interaction:
             out = self.model(batch)
