@@ -490,3 +490,15 @@ def test_multi_dim_batches_keep_their_shape():
     assert out_a.batch_size == (3, 2) and out_b.batch_size == (2, 2)
     assert out_a["policy_version"].shape == (3, 2)
     assert out_a["action"].shape == (3, 2, ACT_DIM)
+
+
+def test_serving_thread_exploration_type_stays_in_its_thread():
+    from torchrl.envs.utils import exploration_type
+
+    transport = ThreadingTransport()
+    with InferenceServer(make_policy(), transport, exploration_type="random"):
+        client = transport.client()
+        for _ in range(50):
+            client(TensorDict(observation=torch.ones(OBS_DIM)))
+            assert exploration_type() is None
+    assert exploration_type() is None
