@@ -342,6 +342,37 @@ def ppo_phase(
             optimizer_step(loss_fn, optim, total_loss(loss_fn(flat[idx])), max_grad_norm)
 
 
+def appo_loss(
+    actor: Any,
+    critic: Any,
+    *,
+    lr: float,
+    gamma: float,
+    clip_epsilon: float = 0.2,
+    entropy_coef: float = 0.0,
+    rho_thresh: float = 1.0,
+    c_thresh: float = 1.0,
+) -> tuple[Any, Any]:
+    """APPO's loss (``ClipPPOLoss`` with V-trace targets and advantages) and its Adam."""
+    from torchrl.objectives import ClipPPOLoss
+    from torchrl.objectives.utils import ValueEstimators
+
+    loss_fn = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=clip_epsilon,
+        entropy_coef=entropy_coef,
+        entropy_bonus=entropy_coef > 0,
+        normalize_advantage=True,
+        loss_critic_type="l2",
+        critic_coef=0.5,
+    )
+    loss_fn.make_value_estimator(
+        ValueEstimators.VTrace, gamma=gamma, rho_thresh=rho_thresh, c_thresh=c_thresh
+    )
+    return loss_fn, torch.optim.Adam(loss_fn.parameters(), lr=lr, fused=True)
+
+
 def run_async(
     collector: Any,
     tracker: AsyncRunTracker,

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 from _common import (
     AsyncRunTracker,
+    appo_loss,
     make_async_collector,
     parse_config,
     plot_curve,
@@ -53,8 +54,6 @@ from torchrl.modules import (
     TanhNormal,
     ValueOperator,
 )
-from torchrl.objectives import ClipPPOLoss
-from torchrl.objectives.utils import ValueEstimators
 
 
 @dataclass
@@ -166,20 +165,10 @@ def train(**config) -> dict:
     bounds = probe.action_spec.space
     probe.close()
     actor, critic, norms = make_agent(n_obs, n_act, cfg.hidden, bounds.low, bounds.high)
-    loss_fn = ClipPPOLoss(
-        actor,
-        critic,
-        clip_epsilon=cfg.clip_epsilon,
-        entropy_coef=cfg.entropy_coef,
-        entropy_bonus=cfg.entropy_coef > 0,
-        normalize_advantage=True,
-        loss_critic_type="l2",
-        critic_coef=0.5,
-    )
-    loss_fn.make_value_estimator(
-        ValueEstimators.VTrace, gamma=cfg.gamma, rho_thresh=cfg.rho_thresh, c_thresh=cfg.c_thresh
-    )
-    optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr, fused=True)
+    loss_fn, optim = appo_loss(
+        actor, critic, lr=cfg.lr, gamma=cfg.gamma, clip_epsilon=cfg.clip_epsilon,
+        entropy_coef=cfg.entropy_coef, rho_thresh=cfg.rho_thresh, c_thresh=cfg.c_thresh,
+    )  # fmt: skip
 
     tracker = AsyncRunTracker(cfg.target_return, cfg.return_window)
     collector = make_async_collector(cfg, EnvMaker(cfg.env_name), actor)

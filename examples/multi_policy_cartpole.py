@@ -21,14 +21,13 @@ import time
 from dataclasses import dataclass
 
 import torch
-from _common import AsyncRunTracker, parse_config, ppo_phase
+from _common import AsyncRunTracker, appo_loss, parse_config, ppo_phase
 from appo_cartpole import EnvMaker, make_agent
 from tensordict import TensorDictBase
 from torch import nn
 
 from torchrl.collectors import AsyncBatchedCollector, policy_lag_stats
 from torchrl.objectives import ClipPPOLoss
-from torchrl.objectives.utils import ValueEstimators
 
 
 @dataclass
@@ -66,12 +65,7 @@ class Learner:
 
 def make_learner(cfg: Config, lr: float, n_obs: int, n_act: int) -> Learner:
     actor, critic = make_agent(n_obs, n_act, cfg.hidden)
-    loss = ClipPPOLoss(
-        actor, critic, clip_epsilon=cfg.clip_epsilon, entropy_bonus=False,
-        normalize_advantage=True, loss_critic_type="l2", critic_coef=0.5,
-    )  # fmt: skip
-    loss.make_value_estimator(ValueEstimators.VTrace, gamma=cfg.gamma)
-    optim = torch.optim.Adam(loss.parameters(), lr=lr, fused=True)
+    loss, optim = appo_loss(actor, critic, lr=lr, gamma=cfg.gamma, clip_epsilon=cfg.clip_epsilon)
     return Learner(actor, loss, optim, AsyncRunTracker(cfg.target_return, cfg.return_window))
 
 
