@@ -17,8 +17,11 @@ from tensordict import TensorDictBase
 from torchrl._processes import default_start_method
 from torchrl.modules.inference_server._shared_memory import pid_alive
 from torchrl.modules.inference_server._transport import (
-    InferenceClient,
+    RESPONSE_ERROR,
+    RESPONSE_GONE,
+    RESPONSE_OK,
     InferenceTransport,
+    SequencedClient,
     SequenceHandle,
     ServerGoneError,
     request_rows,
@@ -27,11 +30,10 @@ from torchrl.modules.inference_server._transport import (
 __all__ = ["MPClient", "MPTransport"]
 
 _IDLE, _SERVING, _STOPPED = 0, 1, 2
-_OK, _ERROR, _GONE = 0, 1, 2
 _WAKE = -1
 
 
-class MPClient(InferenceClient):
+class MPClient(SequencedClient):
     """An :class:`MPTransport` client: its own response queue, any number of requests in flight.
 
     Made in the process owning the transport and handed to a worker as a ``Process`` argument.
@@ -86,30 +88,16 @@ class MPClient(InferenceClient):
             self._arrived[got_seq] = (code, payload)
         return self._arrived[seq]
 
-    def wait(self, seq: int, timeout: float | None) -> TensorDictBase:
-        """Blocks until the response to request ``seq`` is there; see :meth:`submit`."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            wait = self._poll_interval
-            if deadline is not None:
-                wait = max(0.0, min(wait, deadline - time.monotonic()))
-            got = self.collect(seq, wait)
-            if got is not None:
-                del self._arrived[seq]
-                code, payload = got
-                if code == _OK:
-                    return pickle.loads(payload)
-                if code == _GONE:
-                    raise ServerGoneError(payload)
-                raise RuntimeError(f"the inference server failed on this request: {payload}")
-            assert self._state is not None
-            state, pid = int(self._state[0]), int(self._state[1])
-            if state == _STOPPED:
-                raise ServerGoneError("the inference server was shut down")
-            if not pid_alive(pid):
-                raise ServerGoneError(f"the inference server process (pid {pid}) died")
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"no response within {timeout} s (request {seq} in flight)")
+    def _decode(self, payload: Any) -> TensorDictBase:
+        return pickle.loads(payload)
+
+    def _check_server(self) -> None:
+        assert self._state is not None
+        state, pid = int(self._state[0]), int(self._state[1])
+        if state == _STOPPED:
+            raise ServerGoneError("the inference server was shut down")
+        if not pid_alive(pid):
+            raise ServerGoneError(f"the inference server process (pid {pid}) died")
 
 
 class MPTransport(InferenceTransport):
@@ -220,11 +208,11 @@ class MPTransport(InferenceTransport):
 
     def resolve(self, callback: Any, result: TensorDictBase) -> None:  # noqa: D102
         client_id, seq = callback
-        self._responses[client_id].put((seq, _OK, pickle.dumps(result)))
+        self._responses[client_id].put((seq, RESPONSE_OK, pickle.dumps(result)))
 
     def resolve_exception(self, callback: Any, exc: BaseException) -> None:  # noqa: D102
         client_id, seq = callback
-        code = _GONE if isinstance(exc, ServerGoneError) else _ERROR
+        code = RESPONSE_GONE if isinstance(exc, ServerGoneError) else RESPONSE_ERROR
         self._responses[client_id].put((seq, code, f"{type(exc).__name__}: {exc}"))
 
     def wake(self) -> None:  # noqa: D102

@@ -11,8 +11,11 @@ from typing import Any
 from tensordict import TensorDictBase
 
 from torchrl.modules.inference_server._transport import (
-    InferenceClient,
+    RESPONSE_ERROR,
+    RESPONSE_GONE,
+    RESPONSE_OK,
     InferenceTransport,
+    SequencedClient,
     SequenceHandle,
     ServerGoneError,
     request_rows,
@@ -21,7 +24,6 @@ from torchrl.modules.inference_server._transport import (
 __all__ = ["RayClient", "RayTransport"]
 
 _has_ray = importlib.util.find_spec("ray") is not None
-_OK, _ERROR, _GONE = 0, 1, 2
 _WAKE = -1
 
 
@@ -33,7 +35,7 @@ def _ray_queue_module() -> Any:
     return ray.util.queue
 
 
-class RayClient(InferenceClient):
+class RayClient(SequencedClient):
     """A :class:`RayTransport` client: its own Ray response queue; picklable by Ray."""
 
     def __init__(
@@ -86,27 +88,10 @@ class RayClient(InferenceClient):
                 return None
             except Exception as exc:  # the queue actor died with its owner
                 raise ServerGoneError(f"the RayTransport response queue is gone: {exc!r}") from exc
-            if code == _GONE:
+            if code == RESPONSE_GONE:
                 raise ServerGoneError(payload)
             self._arrived[got_seq] = (code, payload)
         return self._arrived[seq]
-
-    def wait(self, seq: int, timeout: float | None) -> TensorDictBase:
-        """Blocks until the response to request ``seq`` is there."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            wait = self._poll_interval
-            if deadline is not None:
-                wait = max(0.0, min(wait, deadline - time.monotonic()))
-            got = self.collect(seq, wait)
-            if got is not None:
-                del self._arrived[seq]
-                code, payload = got
-                if code == _OK:
-                    return payload
-                raise RuntimeError(f"the inference server failed on this request: {payload}")
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"no response within {timeout} s (request {seq} in flight)")
 
 
 class RayTransport(InferenceTransport):
@@ -198,11 +183,11 @@ class RayTransport(InferenceTransport):
 
     def resolve(self, callback: Any, result: TensorDictBase) -> None:  # noqa: D102
         client_id, seq = callback
-        self._responses[client_id].put((seq, _OK, result))
+        self._responses[client_id].put((seq, RESPONSE_OK, result))
 
     def resolve_exception(self, callback: Any, exc: BaseException) -> None:  # noqa: D102
         client_id, seq = callback
-        code = _GONE if isinstance(exc, ServerGoneError) else _ERROR
+        code = RESPONSE_GONE if isinstance(exc, ServerGoneError) else RESPONSE_ERROR
         self._responses[client_id].put((seq, code, f"{type(exc).__name__}: {exc}"))
 
     def wake(self) -> None:  # noqa: D102
@@ -220,7 +205,7 @@ class RayTransport(InferenceTransport):
         self._take_all(None)
         self._pending.clear()
         for responses in self._responses:
-            responses.put((0, _GONE, message))
+            responses.put((0, RESPONSE_GONE, message))
 
     def close(self) -> None:
         """Stops answering and kills the queue actors. Idempotent."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
@@ -14,6 +15,7 @@ __all__ = [
     "InferenceTransport",
     "ResultHandle",
     "SequenceHandle",
+    "SequencedClient",
     "ServerGoneError",
 ]
 
@@ -234,3 +236,60 @@ def make_future() -> Future:
 def request_rows(td: TensorDictBase) -> int:
     """How many rows a request holds: its first batch dimension, 1 when it is unbatched."""
     return td.batch_size[0] if td.batch_dims else 1
+
+
+#: the status codes of a numbered response: answered, failed, server gone
+RESPONSE_OK, RESPONSE_ERROR, RESPONSE_GONE = 0, 1, 2
+
+
+class SequencedClient(InferenceClient):
+    """A client that numbers its requests and may have several in flight (queue transports).
+
+    Subclasses set ``client_id``, ``_seq``, ``_arrived`` (responses by number) and
+    ``_poll_interval``, and implement :meth:`collect` (take what arrived on their queue);
+    :meth:`_decode` turns a payload into the response and :meth:`_check_server` raises once the
+    server is known to be gone.
+    """
+
+    client_id: int
+    _seq: int
+    _arrived: dict[int, tuple[int, Any]]
+    _poll_interval: float
+
+    def collect(self, seq: int, wait: float) -> tuple[int, Any] | None:  # pragma: no cover
+        """Takes what arrived for ``seq`` (waiting at most ``wait`` seconds), or ``None``."""
+        raise NotImplementedError
+
+    def _decode(self, payload: Any) -> TensorDictBase:
+        return payload
+
+    def _check_server(self) -> None:
+        """Raises :class:`ServerGoneError` if the server stopped or died (default: no check)."""
+
+    def wait(self, seq: int, timeout: float | None) -> TensorDictBase:
+        """Blocks until the response to request ``seq`` is there.
+
+        Args:
+            seq: the request's number.
+            timeout: the longest wait in seconds; ``None`` waits as long as the server lives.
+
+        Returns:
+            The response.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = self._poll_interval
+            if deadline is not None:
+                wait = max(0.0, min(wait, deadline - time.monotonic()))
+            got = self.collect(seq, wait)
+            if got is not None:
+                del self._arrived[seq]
+                code, payload = got
+                if code == RESPONSE_OK:
+                    return self._decode(payload)
+                if code == RESPONSE_GONE:
+                    raise ServerGoneError(payload)
+                raise RuntimeError(f"the inference server failed on this request: {payload}")
+            self._check_server()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"no response within {timeout} s (request {seq} in flight)")
