@@ -37,6 +37,8 @@ COLLECTOR = "collector"
 TRAJ_IDS = "traj_ids"
 MASK = "mask"
 ACTION_MASK = "action_mask"
+#: the version of the weights that produced a collected step (asynchronous collection)
+POLICY_VERSION = "policy_version"
 
 #: The three done-like entries every env writes (``done = terminated | truncated``).
 DONE_KEYS = (DONE, TERMINATED, TRUNCATED)

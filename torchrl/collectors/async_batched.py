@@ -41,6 +41,7 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDictBase
 
+from torchrl._keys import POLICY_VERSION
 from torchrl._processes import (
     default_start_method,
     exit_worker,
@@ -69,8 +70,6 @@ from torchrl.weight_update import WeightSyncScheme
 
 __all__ = ["AsyncBatchedCollector"]
 
-#: the entry every step carries: the version of the weights that chose its action
-VERSION_KEY = "policy_version"
 #: the entry naming the env (its index in ``create_env_fn``) each row of a batch comes from
 ENV_INDEX_KEY = ("collector", "env_index")
 #: the entry naming the policy whose data a batch holds (with several policies)
@@ -329,7 +328,7 @@ class AsyncBatchedCollector(DataCollectorBase):
             "min_batch_size": min_batch_size,
             "timeout": server_timeout,
             "exploration_type": exploration_type,
-            "policy_version_key": VERSION_KEY,
+            "policy_version_key": POLICY_VERSION,
         }
         requests = []
         for p, model in enumerate(served):
@@ -452,10 +451,10 @@ class AsyncBatchedCollector(DataCollectorBase):
 
     def _filter_lag(self, batch: TensorDictBase, policy_id: int) -> TensorDictBase:
         current = int(self._servers[policy_id].policy_version)
-        self.last_policy_lag = policy_lag_stats(batch, current, VERSION_KEY)
+        self.last_policy_lag = policy_lag_stats(batch, current, POLICY_VERSION)
         if self.max_policy_lag is None:
             return batch
-        oldest = batch.get(VERSION_KEY).reshape(batch.shape[0], -1).amin(-1)
+        oldest = batch.get(POLICY_VERSION).reshape(batch.shape[0], -1).amin(-1)
         keep = (current - oldest) <= self.max_policy_lag
         return batch if bool(keep.all()) else batch[keep]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
+from torchrl._keys import POLICY_VERSION
 from torchrl._types import NestedKey
 from torchrl.envs.transforms.policy_age import as_version, batch_versions
 
@@ -21,7 +22,7 @@ __all__ = ["policy_lag_stats"]
 def policy_lag_stats(
     batch: TensorDictBase | torch.Tensor,
     current_version: int | torch.Tensor,
-    version_key: NestedKey = "policy_version",
+    version_key: NestedKey = POLICY_VERSION,
 ) -> dict[str, float]:
     """The minimum, mean and maximum policy lag of the steps in ``batch``.
 

@@ -17,7 +17,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from torchrl._keys import DONE, NEXT, TERMINATED, TRUNCATED
+from torchrl._keys import DONE, NEXT, POLICY_VERSION, TERMINATED, TRUNCATED
 from torchrl._types import DeviceLike, ReplayBufferLike
 from torchrl.collectors._base import DataCollectorBase, check_frames
 from torchrl.collectors._buffer import BatchBuffers, StepWriter
@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 #: The entry of every collected step that holds the version of the weights that produced it.
-POLICY_VERSION_KEY = "policy_version"
+POLICY_VERSION_KEY = POLICY_VERSION
 
 #: What a collector is given as its env: an env, a callable building one, or a one-element list.
 EnvSource = EnvBase | Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]]

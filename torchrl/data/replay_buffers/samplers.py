@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from torchrl._keys import DONE, MASK, NEXT, TRUNCATED, WEIGHT
+from torchrl._keys import DONE, MASK, NEXT, POLICY_VERSION, TRUNCATED, WEIGHT
 from torchrl._types import IndexLike, NestedKey
 from torchrl.data._segment_tree import MinSegmentTree, SumSegmentTree
 from torchrl.data.replay_buffers.storages import Index, LoadPlan, Storage
@@ -1439,7 +1439,7 @@ class StalenessAwareSampler(Sampler):
         self,
         max_staleness: int = -1,
         staleness_weight_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
-        version_key: NestedKey = "policy_version",
+        version_key: NestedKey = POLICY_VERSION,
     ) -> None:
         if not isinstance(max_staleness, int) or max_staleness < -1:
             raise ValueError(f"max_staleness must be an int >= -1, got {max_staleness!r}")

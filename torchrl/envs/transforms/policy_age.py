@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDictBase
 
+from torchrl._keys import POLICY_VERSION
 from torchrl._types import NestedKey
 from torchrl.envs.transforms.base import Transform
 
@@ -125,7 +126,7 @@ class PolicyAgeFilter(Transform):
         self,
         max_policy_lag: int,
         current_version: int | torch.Tensor | Callable[[], int] = 0,
-        version_key: NestedKey = "policy_version",
+        version_key: NestedKey = POLICY_VERSION,
     ) -> None:
         super().__init__()
         if isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int):

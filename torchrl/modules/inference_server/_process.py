@@ -17,6 +17,7 @@ from tensordict import TensorDictBase
 from tensordict.utils import NestedKey
 from torch import nn
 
+from torchrl._keys import POLICY_VERSION
 from torchrl._processes import default_start_method, describe_exit, stop_processes, watch_parent
 from torchrl.modules.inference_server._mp import MPTransport
 from torchrl.modules.inference_server._server import (
@@ -167,7 +168,7 @@ class ProcessInferenceServer:
         weight_sync: Any = None,
         weight_sync_model_id: str = "policy",
         policy_version: int = 0,
-        policy_version_key: NestedKey | None = "policy_version",
+        policy_version_key: NestedKey | None = POLICY_VERSION,
         exploration_type: Any = None,
         server_config: InferenceServerConfig | None = None,
         device_config: InferenceDeviceConfig | None = None,

@@ -15,6 +15,7 @@ from tensordict.nn import InteractionType, set_interaction_type
 from tensordict.utils import NestedKey
 from torch import nn
 
+from torchrl._keys import POLICY_VERSION
 from torchrl.modules.inference_server._transport import InferenceTransport, ServerGoneError
 
 __all__ = ["InferenceDeviceConfig", "InferenceServer", "InferenceServerConfig"]
@@ -49,7 +50,7 @@ class InferenceServerConfig:
     timeout: float = 0.01
     collate_fn: Callable[[list[TensorDictBase]], TensorDictBase] | None = None
     policy_version: int = 0
-    policy_version_key: NestedKey | None = "policy_version"
+    policy_version_key: NestedKey | None = POLICY_VERSION
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "min_batch_size"):
@@ -178,7 +179,7 @@ class InferenceServer:
         weight_sync: Any = None,
         weight_sync_model_id: str = "policy",
         policy_version: int = 0,
-        policy_version_key: NestedKey | None = "policy_version",
+        policy_version_key: NestedKey | None = POLICY_VERSION,
         exploration_type: InteractionType | str | None = None,
         server_config: InferenceServerConfig | None = None,
         device_config: InferenceDeviceConfig | None = None,
