@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 # What the demo needs, what the default test suite needs (every optional backend whose tests run
 # by default), and what only slow-marked tests need (brax/jax, ~550 MB).
 DEMO_EXTRAS ?= gym,plot
-TEST_EXTRAS ?= gym,dev,plot,mujoco,dm_control,vmas,pettingzoo,tensorboard,wandb,ray,submitit,envpool,chess
+TEST_EXTRAS ?= gym,dev,plot,offline,mujoco,dm_control,vmas,pettingzoo,tensorboard,wandb,ray,submitit,envpool,chess
 SLOW_EXTRAS ?= brax
 PYTEST_ARGS ?=
 
