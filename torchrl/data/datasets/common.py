@@ -26,7 +26,7 @@ from torchrl._types import NestedKey
 from torchrl.data.postprocs import split_trajectories
 from torchrl.data.replay_buffers.replay_buffers import TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import RandomSampler, Sampler
-from torchrl.data.replay_buffers.storages import TensorStorage
+from torchrl.data.replay_buffers.storages import Storage, TensorStorage
 from torchrl.data.replay_buffers.writers import ImmutableDatasetWriter, Writer
 from torchrl.data.specs import Binary, Composite, TensorSpec, Unbounded
 
@@ -217,7 +217,7 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
         self.split_trajs = bool(split_trajs)
         data = self._load()
         super().__init__(
-            storage=TensorStorage(data),
+            storage=self._make_storage(data),
             sampler=sampler if sampler is not None else RandomSampler(),
             writer=writer if writer is not None else ImmutableDatasetWriter(),
             collate_fn=collate_fn,
@@ -274,6 +274,10 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
         raise DatasetNotFoundError(
             f"{type(self).__name__} cannot download {self.dataset_id!r}: " + self._missing_message()
         )
+
+    def _make_storage(self, data: TensorDictBase) -> Storage:
+        """The storage over the reopened copy (override to rebuild entries at sampling time)."""
+        return TensorStorage(data)
 
     def _write(self, dest: Path) -> dict[str, Any]:
         """Writes the flat converted copy as a memory-mapped TensorDict at ``dest``.
