@@ -36,6 +36,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryPredicate",
     "filter_trajectories",
+    "find_start_stop_traj",
     "iter_trajectories",
     "traj",
 ]
@@ -555,3 +556,143 @@ def filter_trajectories(
         )
     test = None if predicate is None else _as_predicate(predicate)
     return [t for t in iter_trajectories(data, trajectory_key) if test is None or test(t)]
+
+
+def find_start_stop_traj(
+    *,
+    trajectory: torch.Tensor | None = None,
+    end: torch.Tensor | None = None,
+    at_capacity: bool,
+    cursor: int | torch.Tensor | range | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """First and last step of every trajectory in a storage, from trajectory ids or end flags.
+
+    Works on raw tensors in storage order (time along dim 0, ``[T, *B]``), including ring
+    buffers: each of the ``prod(B)`` columns is a separate sequence of steps. Unlike
+    :func:`trajectory_bounds` (flat TensorDicts, exclusive stops, no wrap), it knows two things
+    about replay-buffer storages:
+
+    - ``at_capacity=True``: the storage is a full ring, so a trajectory whose last row carries no
+      end continues at row 0 (it spans the wrap point); with ``False`` the last row always ends
+      a trajectory;
+    - ``cursor``: the row(s) the writer wrote last; the last of them ends its trajectory, since
+      the row after it holds older data.
+
+    Keyword Args:
+        trajectory: ``[T, *B]`` trajectory ids; a trajectory ends where the id changes between
+            consecutive rows. Exclusive with ``end``.
+        end: ``[T, *B]`` bool flags, ``True`` on the last step of a trajectory. Exclusive with
+            ``trajectory``.
+        at_capacity: whether the storage is full and behaves as a ring buffer (see above).
+        cursor: the row index, range or tensor of row indices (along dim 0) written last.
+        device: where the results go (the input's device by default).
+
+    Returns:
+        ``(start, stop, lengths)``: ``start`` and ``stop`` are long tensors ``[K, 1 + len(B)]``
+        of coordinates (time first, then the batch coordinates) of the first and the last
+        (inclusive) step of the ``K`` trajectories; ``lengths`` ``[K]`` counts their steps
+        (``stop < start`` in time for a trajectory that wraps). Trajectories are ordered by
+        column, then by the row of their last step. A column without any end (a full ring
+        with no end flag) is one trajectory of ``T`` steps starting at row 0.
+
+    Raises:
+        ValueError: neither or both of ``trajectory`` and ``end``, ``end`` not boolean, a 0-dim
+            input or a ``cursor`` out of range.
+
+    Examples:
+        >>> end = torch.tensor([False, False, True, False, True, False])
+        >>> start, stop, lengths = find_start_stop_traj(end=end, at_capacity=False)
+        >>> start[:, 0].tolist(), stop[:, 0].tolist(), lengths.tolist()
+        ([0, 3, 5], [2, 4, 5], [3, 2, 1])
+        >>> start, stop, lengths = find_start_stop_traj(end=end, at_capacity=True)
+        >>> start[:, 0].tolist(), stop[:, 0].tolist(), lengths.tolist()
+        ([5, 3], [2, 4], [4, 2])
+    """
+    if (trajectory is None) == (end is None):
+        raise ValueError("find_start_stop_traj: pass exactly one of trajectory= and end=")
+    name = "trajectory" if trajectory is not None else "end"
+    src = trajectory if trajectory is not None else end
+    if not isinstance(src, torch.Tensor):
+        raise TypeError(f"find_start_stop_traj: {name} must be a tensor, got {type(src).__name__}")
+    if src.ndim == 0:
+        raise ValueError(
+            f"find_start_stop_traj: {name} must have a time dim ([T, *B]), got a scalar"
+        )
+    if end is not None and end.dtype != torch.bool:
+        raise ValueError(
+            f"find_start_stop_traj: end must be a bool tensor of end flags, got dtype {end.dtype}"
+            " (pass trajectory ids as trajectory=)"
+        )
+    out_device = torch.device(device) if device is not None else src.device
+    n_steps, batch = src.shape[0], src.shape[1:]
+    ndim = src.ndim
+    if n_steps == 0 or batch.numel() == 0:
+        empty = torch.zeros(0, ndim, dtype=torch.long, device=out_device)
+        return empty, empty.clone(), torch.zeros(0, dtype=torch.long, device=out_device)
+    flat = src.reshape(n_steps, -1)
+    if trajectory is not None:
+        ends = torch.zeros(flat.shape, dtype=torch.bool, device=flat.device)
+        ends[:-1] = flat[1:] != flat[:-1]
+        ends[-1] = (flat[-1] != flat[0]) if at_capacity else True
+    else:
+        ends = flat.clone()
+        if not at_capacity:
+            ends[-1] = True
+    if cursor is not None:
+        ends[_last_written_row(cursor, n_steps)] = True
+
+    # nonzero on [columns, time] lists the ends column by column, in time order.
+    col, stop = torch.nonzero(ends.T, as_tuple=True)
+    start = torch.zeros_like(stop)
+    if stop.numel():
+        start[1:] = stop[:-1] + 1
+        first = torch.ones_like(stop, dtype=torch.bool)
+        first[1:] = col[1:] != col[:-1]
+        last = torch.ones_like(stop, dtype=torch.bool)
+        last[:-1] = col[1:] != col[:-1]
+        start[first] = 0
+        if at_capacity:
+            # In a full ring the rows after a column's last end belong to its first trajectory.
+            first_idx, last_idx = first.nonzero().squeeze(-1), last.nonzero().squeeze(-1)
+            wraps = ~ends[-1][col[first_idx]]
+            start[first_idx[wraps]] = stop[last_idx[wraps]] + 1
+    no_end = (~ends.any(0)).nonzero().squeeze(-1)
+    if no_end.numel():
+        col = torch.cat([col, no_end])
+        start = torch.cat([start, torch.zeros_like(no_end)])
+        stop = torch.cat([stop, torch.full_like(no_end, n_steps - 1)])
+        order = torch.argsort(col * n_steps + stop, stable=True)
+        col, start, stop = col[order], start[order], stop[order]
+    lengths = torch.where(start <= stop, stop - start + 1, n_steps - start + stop + 1)
+    if ndim > 1:
+        coords = torch.unravel_index(col, tuple(batch))
+        start_idx = torch.stack([start, *coords], -1)
+        stop_idx = torch.stack([stop, *coords], -1)
+    else:
+        start_idx, stop_idx = start.unsqueeze(-1), stop.unsqueeze(-1)
+    return start_idx.to(out_device), stop_idx.to(out_device), lengths.to(out_device)
+
+
+def _last_written_row(cursor: int | torch.Tensor | range, n_steps: int) -> int:
+    """The last row of ``cursor`` (an int, a range or a tensor of rows), checked and made >= 0."""
+    if isinstance(cursor, range):
+        if len(cursor) == 0:
+            raise ValueError("find_start_stop_traj: cursor is an empty range")
+        row = cursor[-1]
+    elif isinstance(cursor, torch.Tensor):
+        if cursor.numel() == 0:
+            raise ValueError("find_start_stop_traj: cursor is an empty tensor")
+        row = int(cursor.reshape(-1)[-1])
+    elif isinstance(cursor, int) and not isinstance(cursor, bool):
+        row = cursor
+    else:
+        raise TypeError(
+            f"find_start_stop_traj: cursor must be an int, a range or a tensor, got "
+            f"{type(cursor).__name__}"
+        )
+    if not -n_steps <= row < n_steps:
+        raise ValueError(
+            f"find_start_stop_traj: cursor row {row} is out of range for {n_steps} rows"
+        )
+    return row % n_steps
