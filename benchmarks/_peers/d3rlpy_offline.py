@@ -90,11 +90,13 @@ def main() -> None:
         dataset.sample_transition_batch(args.batch_size)
     batches = 0
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     elapsed = 0.0
     while elapsed < args.seconds:
         dataset.sample_transition_batch(args.batch_size)
         batches += 1
         elapsed = time.perf_counter() - t0
+    cpu = max(time.process_time() - cpu0, 1e-9)
     rss_sampled = rss()
 
     result = {
@@ -115,6 +117,7 @@ def main() -> None:
         "batches": batches,
         "sample_s": round(elapsed, 3),
         "transitions_per_s": batches * args.batch_size / elapsed,
+        "transitions_per_cpu_s": batches * args.batch_size / cpu,
         "rss_start": rss_start,
         "rss_after_read": rss_read,
         "rss_after_build": rss_built,
