@@ -173,7 +173,8 @@ def straight_through_sample(
     else:
         index = probs.detach().argmax(-1)
     one_hot = F.one_hot(index, probs.shape[-1]).to(probs.dtype)
-    return one_hot + probs - probs.detach()
+    # (probs - probs.detach()) is exactly 0 forward, so the value stays exactly one-hot
+    return one_hot + (probs - probs.detach())
 
 
 def _categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
