@@ -599,12 +599,18 @@ def test_reopen_is_fast_and_does_not_reconvert(stores, monkeypatch):
     assert again.metadata["total_steps"] == len(before)
 
 
-def test_force_converts_again(stores, monkeypatch):
+def test_changed_source_or_force_converts_again(stores, monkeypatch):
     export_minari(_ted_episodes([3, 4]), "toy/force-v0")
-    MinariExperienceReplay("toy/force-v0")
+    assert len(MinariExperienceReplay("toy/force-v0")) == 7
     export_minari(_ted_episodes([5]), "toy/force-v0", overwrite=True)
-    assert len(MinariExperienceReplay("toy/force-v0")) == 7  # the converted copy is reused
-    assert len(MinariExperienceReplay("toy/force-v0", download="force")) == 5
+    assert len(MinariExperienceReplay("toy/force-v0")) == 5  # the stale copy was dropped
+    calls = []
+    real_load = minari.load_dataset
+    monkeypatch.setattr(
+        minari, "load_dataset", lambda *a, **k: calls.append(a) or real_load(*a, **k)
+    )
+    assert len(MinariExperienceReplay("toy/force-v0")) == 5 and calls == []
+    assert len(MinariExperienceReplay("toy/force-v0", download="force")) == 5 and calls
 
 
 def test_registry_loads_minari(stores):

@@ -30,6 +30,7 @@ from torchrl.data.datasets.common import (
     BaseDatasetExperienceReplay,
     DatasetFormatError,
     DatasetNotFoundError,
+    default_root,
     ted_from_arrays,
 )
 from torchrl.data.replay_buffers.query import DEFAULT_TRAJECTORY_KEYS, trajectory_bounds
@@ -307,7 +308,7 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
     The dataset is read with the ``minari`` package from ``$MINARI_DATASETS_PATH/<dataset_id>``
     (Minari's default: ``~/.minari/datasets``) and converted once, an episode at a time, into a
     memory-mapped copy under ``<root>/<dataset_id>``; later instances reopen that copy instantly,
-    without Minari. ``"episode"`` holds Minari's episode ids; ``terminations`` / ``truncations``
+    without Minari, unless the Minari dataset changed since (then it is converted again). ``"episode"`` holds Minari's episode ids; ``terminations`` / ``truncations``
     become ``("next", "terminated")`` / ``("next", "truncated")`` (``done`` is their union); Dict and
     Tuple observations stay nested under ``"observation"`` and ``("next", "observation")``; numeric
     ``infos`` land under ``"info"`` / ``("next", "info")``. :attr:`specs` maps the dataset's spaces
@@ -360,6 +361,11 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         transform: Any = None,
     ) -> None:
         self.load_from_local_minari = bool(load_from_local_minari)
+        # The base class sets these too; the stale-copy check needs them before it converts.
+        self.dataset_id = dataset_id
+        self.root = Path(root).expanduser() if root is not None else default_root(self.cache_name)
+        if isinstance(dataset_id, str) and dataset_id and download != "force":
+            self._drop_stale_copy()
         super().__init__(
             dataset_id,
             batch_size,
@@ -393,6 +399,19 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
         specs[NEXT, OBSERVATION] = observation_spec.clone()
         specs[ACTION] = space_to_spec(deserialize_space(meta["action_space"]))
         return specs
+
+    def _drop_stale_copy(self) -> None:
+        """Removes converted copies made from another version of the Minari dataset."""
+        meta_path = self.data_path_root / "metadata.json"
+        if not meta_path.is_file() or not self._source_exists():
+            return
+        try:
+            recorded = json.loads(meta_path.read_text()).get("source")
+        except (OSError, ValueError):
+            recorded = None
+        if recorded != _signature(self.minari_path / "data"):
+            for name in ("flat", "split"):
+                shutil.rmtree(self.data_path_root / name, ignore_errors=True)
 
     # -- hooks ----------------------------------------------------------------------------------
     def _source_exists(self) -> bool:
@@ -529,10 +548,22 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
             {
                 "format": "minari",
                 "minari_path": str(self.minari_path),
+                "source": _signature(self.minari_path / "data"),
                 "skipped_info_keys": sorted(skipped),
             }
         )
         return meta
+
+
+def _signature(data_dir: Path) -> dict[str, Any]:
+    """Identifies one version of a Minari dataset: Minari rewrites metadata.json on every update."""
+    out: dict[str, Any] = {"path": str(data_dir.resolve())}
+    for name in (_MINARI_METADATA, _MINARI_MAIN_FILE):
+        path = data_dir / name
+        if path.is_file():
+            stat = path.stat()
+            out[name] = [stat.st_size, stat.st_mtime_ns]
+    return out
 
 
 def _check_hdf5(path: Path, total_episodes: int) -> None:
