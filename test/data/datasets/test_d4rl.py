@@ -11,7 +11,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
 from torchrl.data.datasets import (
     DatasetFormatError,
     DatasetNotFoundError,
@@ -237,6 +237,14 @@ def test_specs_and_sampling(tmp_path):
     assert specs["action"].shape == (2,)
     with pytest.raises(RuntimeError, match="immutable"):
         rb.extend(batch)
+
+
+def test_slices_stay_within_episodes(tmp_path):
+    td = _ted([0] * 40, ([0] * 9 + [1]) * 4)
+    path = export_d4rl(td, tmp_path / "e.hdf5")
+    rb = _open(path, tmp_path / "root", batch_size=20, sampler=SliceSampler(slice_len=5))
+    episodes = rb.sample()["episode"].view(4, 5)
+    assert (episodes == episodes[:, :1]).all()
 
 
 def test_action_bounds_from_file_metadata(tmp_path):

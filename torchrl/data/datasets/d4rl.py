@@ -136,16 +136,16 @@ class D4RLExperienceReplay(BaseDatasetExperienceReplay):
 
     Examples:
         >>> import tempfile
-        >>> from tensordict import TensorDict
         >>> from torchrl.data.datasets import ted_from_arrays
         >>> obs = torch.arange(6.0).unsqueeze(-1)
         >>> td = ted_from_arrays(obs, torch.zeros(6, 1), torch.ones(6),
         ...     torch.tensor([0, 0, 1, 0, 0, 0]), torch.zeros(6), obs + 1)
-        >>> root = tempfile.mkdtemp()
-        >>> path = export_d4rl(td, f"{root}/tiny.hdf5")
-        >>> data = D4RLExperienceReplay("tiny", batch_size=4, data_file=path, root=root)
+        >>> root = tempfile.TemporaryDirectory()
+        >>> path = export_d4rl(td, f"{root.name}/tiny.hdf5")
+        >>> data = D4RLExperienceReplay("tiny", batch_size=4, data_file=path, root=root.name)
         >>> len(data), data[:]["episode"].tolist()
         (6, [0, 0, 0, 1, 1, 1])
+        >>> root.cleanup()
     """
 
     cache_name: ClassVar[str] = "d4rl"
@@ -315,8 +315,9 @@ class D4RLExperienceReplay(BaseDatasetExperienceReplay):
         specs = super().specs
         meta = self.metadata.get("file_metadata", {})
         low, high = meta.get("action_low"), meta.get("action_high")
-        action = specs.get(ACTION, None) if ACTION in specs.keys() else None
-        if action is not None and isinstance(low, list | float | int) and high is not None:
+        action = specs[ACTION] if ACTION in specs.keys() else None
+        bounds_given = all(isinstance(b, list | float | int) for b in (low, high))
+        if action is not None and bounds_given:
             try:
                 specs[ACTION] = Bounded(
                     low=torch.as_tensor(low, dtype=torch.float64).expand(action.shape),
@@ -607,10 +608,12 @@ def export_d4rl(
         >>> obs = torch.arange(4.0).unsqueeze(-1)
         >>> td = ted_from_arrays(obs, torch.zeros(4, 1), torch.ones(4),
         ...     torch.tensor([0, 1, 0, 0]), torch.tensor([0, 0, 0, 1]), obs + 1)
-        >>> path = export_d4rl(td, tempfile.mkdtemp() + "/out.hdf5")
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> path = export_d4rl(td, f"{tmp.name}/out.hdf5")
         >>> with h5py.File(path) as f:
         ...     f["terminals"][:].tolist(), f["timeouts"][:].tolist()
         ([False, True, False, False], [False, False, False, True])
+        >>> tmp.cleanup()
     """
     h5py = _import_h5py()
     flat, series_ends = _flat_content(data)
