@@ -3,7 +3,7 @@
 import pytest
 import torch
 from tensordict import TensorDict
-from tensordict.nn import TensorDictModule
+from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import distributions as D
 from torch import nn
 
@@ -388,6 +388,17 @@ class TestRSSMV3:
             torch.testing.assert_close(seq[key], manual[key])
         # the reset at [1, 3] started that stream from zeros
         assert (seq["belief"][1, 3] == 0).all() and (seq["belief"][0, 3] != 0).any()
+
+    def test_tensor_path_equals_tensordict_path(self):
+        prior, posterior, fast = make_rssm_v3()
+        slow = RSSMRolloutV3(TensorDictSequential(prior), TensorDictSequential(posterior))
+        assert fast.tensor_path and not slow.tensor_path
+        torch.manual_seed(3)
+        a = fast(make_data_v3())
+        torch.manual_seed(3)
+        b = slow(make_data_v3())
+        for key in fast.out_keys:
+            torch.testing.assert_close(a[key], b[key])
 
     def test_straight_through_gradients_reach_everything(self):
         prior, posterior, rollout = make_rssm_v3()

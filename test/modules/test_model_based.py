@@ -3,7 +3,7 @@
 import pytest
 import torch
 from tensordict import TensorDict
-from tensordict.nn import TensorDictModule
+from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
 from torchrl.data import Unbounded
@@ -148,6 +148,22 @@ class TestRSSMRollout:
         for key in rollout.out_keys:
             torch.testing.assert_close(seq[key], manual[key])
         torch.testing.assert_close(seq["state"], manual["state"])
+
+    def test_tensor_path_equals_tensordict_path(self):
+        prior, posterior, fast = make_rssm(reset_key="is_init")
+        slow = RSSMRollout(
+            TensorDictSequential(prior), TensorDictSequential(posterior), reset_key="is_init"
+        )
+        assert fast.tensor_path and not slow.tensor_path
+        data = make_data()
+        data["is_init"] = torch.rand(B, T, 1) < 0.3
+        torch.manual_seed(0)
+        a = fast(data.clone())
+        torch.manual_seed(0)
+        b = slow(data.clone())
+        assert set(a.keys(True, True)) == set(b.keys(True, True))
+        for key in a.keys(True, True):
+            torch.testing.assert_close(a[key], b[key])
 
     def test_state_and_belief_are_carried(self):
         _, _, rollout = make_rssm()

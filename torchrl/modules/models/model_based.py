@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModuleBase, TensorDictSequential
+from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import nn
 from torch.nn import functional as F
 
@@ -473,6 +473,14 @@ class RSSMRollout(TensorDictModuleBase):
                 )
             action_key = others[0]
         self.action_key = action_key
+        # Plain TensorDictModules around nn.Modules are called on tensors directly: no
+        # TensorDict is built per step (same calls in the same order, so the same results).
+        self.tensor_path = all(
+            type(m) is TensorDictModule
+            and isinstance(m.module, nn.Module)
+            and isinstance(m.in_keys, list)
+            for m in (rssm_prior, rssm_posterior)
+        )
 
     def _check(self, tensordict: TensorDictBase) -> None:
         if tensordict.ndim < 1:
@@ -484,6 +492,36 @@ class RSSMRollout(TensorDictModuleBase):
                 f"{self.primer_keys} must be present (zeros at episode starts); it is never "
                 "created implicitly."
             )
+
+    def _tensor_forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        time_dim = tensordict.ndim - 1
+        sequences = {key: tensordict.get(key) for key in self.in_keys}
+        recorded = [*self.out_keys, *self.primer_keys]
+        history: dict[NestedKey, list[torch.Tensor]] = {key: [] for key in recorded}
+        modules = [cast(TensorDictModule, m) for m in (self.rssm_prior, self.rssm_posterior)]
+        carry: dict[NestedKey, torch.Tensor] = {}
+        for t in range(tensordict.shape[-1]):
+            values = {key: seq.select(time_dim, t) for key, seq in sequences.items()}
+            values.update(carry)
+            if self.reset_key is not None:
+                mask = values[self.reset_key]
+                if mask.ndim == time_dim:
+                    mask = mask.unsqueeze(-1)
+                for key in [*self.primer_keys, cast(NestedKey, self.action_key)]:
+                    values[key] = torch.where(mask, torch.zeros_like(values[key]), values[key])
+            for module in modules:
+                outputs = module.module(*(values[key] for key in module.in_keys))
+                if isinstance(outputs, torch.Tensor):
+                    outputs = (outputs,)
+                for key, value in zip(module.out_keys, outputs):
+                    if key != "_":
+                        values[key] = value
+            for key in recorded:
+                history[key].append(values[key])
+            carry = {inner: values[key] for key, inner in self.carried}
+        for key, steps in history.items():
+            tensordict.set(key, torch.stack(steps, time_dim))
+        return tensordict
 
     def _reset(self, step: TensorDictBase) -> None:
         assert self.reset_key is not None
@@ -506,6 +544,8 @@ class RSSMRollout(TensorDictModuleBase):
             beliefs each step actually used.
         """
         self._check(tensordict)
+        if self.tensor_path:
+            return self._tensor_forward(tensordict)
         time_dim = tensordict.ndim - 1
         steps = tensordict.select(*self.in_keys).unbind(time_dim)
         outputs: list[TensorDictBase] = []
