@@ -57,6 +57,7 @@ from torchrl.data.replay_buffers.query import (  # noqa: F401
     Trajectory,
     TrajectoryPredicate,
     filter_trajectories,
+    find_start_stop_traj,
     iter_trajectories,
     traj,
 )

@@ -36,6 +36,13 @@ from torchrl.envs.libs.gym import (
 )
 from torchrl.envs.libs.pettingzoo import PettingZooEnv, PettingZooWrapper
 from torchrl.envs.libs.vmas import VmasEnv, VmasWrapper
+from torchrl.envs.model_based import (
+    DreamerDecoder,
+    DreamerEnv,
+    ImaginedEnv,
+    ModelBasedEnvBase,
+    WorldModelEnv,
+)
 from torchrl.envs.transforms import (
     ActionDiscretizer,
     ActionMask,
@@ -289,3 +296,4 @@ __all__ += [
     "VIPRewardTransform",
     "VIPTransform",
 ]
+__all__ += ["DreamerDecoder", "DreamerEnv", "ImaginedEnv", "ModelBasedEnvBase", "WorldModelEnv"]

@@ -13,9 +13,19 @@ from torchrl.data.datasets.common import (
     default_root,
     ted_from_arrays,
 )
+from torchrl.data.datasets.d4rl import (
+    D4RL_DATASET_DIR_ENV,
+    D4RL_DATASET_URLS,
+    D4RLExperienceReplay,
+    export_d4rl,
+)
 from torchrl.data.datasets.registry import list_datasets, load_dataset, register_dataset
 
 __all__ = [
+    "D4RL_DATASET_DIR_ENV",
+    "D4RL_DATASET_URLS",
+    "D4RLExperienceReplay",
+    "export_d4rl",
     "DATASETS_ROOT_ENV",
     "EPISODE",
     "BaseDatasetExperienceReplay",

@@ -27,6 +27,7 @@ from torchrl.data.replay_buffers.query import (
     Trajectory,
     TrajectoryPredicate,
     filter_trajectories,
+    find_start_stop_traj,
     iter_trajectories,
     traj,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryPredicate",
     "filter_trajectories",
+    "find_start_stop_traj",
     "iter_trajectories",
     "prefill_replay_buffer",
     "traj",
