@@ -48,7 +48,13 @@ from torchrl.data.specs import (
     Unbounded,
 )
 
-__all__ = ["MINARI_DATASETS_PATH_ENV", "MinariExperienceReplay", "export_minari"]
+__all__ = [
+    "MINARI_DATASETS_PATH_ENV",
+    "MinariExperienceReplay",
+    "export_minari",
+    "minari_dataset_path",
+    "space_to_spec",
+]
 
 _has_minari = importlib.util.find_spec("minari") is not None
 
@@ -666,10 +672,10 @@ def _infer_space(value: Any, key: str) -> Any:
     if value.dtype == torch.bool:
         return spaces.MultiBinary(list(shape)) if shape else spaces.Discrete(2)
     if value.is_floating_point():
-        np_dtype = value.numpy().dtype if value.dtype != torch.bfloat16 else np.float32
+        np_dtype = value[:0].detach().numpy().dtype if value.dtype != torch.bfloat16 else np.float32
         return spaces.Box(-np.inf, np.inf, shape=shape, dtype=np_dtype)
     low, high = int(value.min()), int(value.max())
-    np_dtype = value[:0].numpy().dtype
+    np_dtype = value[:0].detach().numpy().dtype
     if low < 0:
         return spaces.Box(low, high, shape=shape, dtype=np_dtype)
     if not shape:
