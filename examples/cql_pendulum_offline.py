@@ -13,6 +13,7 @@ Usage: ``python examples/cql_pendulum_offline.py [--offline-steps N] [--seed S] 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sac_pendulum
 import torch
@@ -20,6 +21,7 @@ from _common import parse_config
 from iql_pendulum_offline import make_dataset, report_offline, train_offline
 
 from torchrl.envs import GymEnv
+from torchrl.modules import ProbabilisticActor
 from torchrl.objectives import CQLLoss
 
 
@@ -45,10 +47,12 @@ class Config:
     progress: bool = True
 
 
-def train(cfg: Config) -> dict:
-    torch.manual_seed(cfg.seed)
-    buffer, behaviour_return = make_dataset(cfg)  # type: ignore[arg-type]
-    env = GymEnv(cfg.env_name)
+def make_loss(env: GymEnv, cfg: Any) -> tuple[CQLLoss, ProbabilisticActor]:
+    """CQL's loss (SAC's actor and twin critics plus the conservative penalty) and its actor.
+
+    Reads ``cfg.hidden``, ``cfg.min_q_weight`` and ``cfg.gamma``; shared with
+    ``examples/offline/cql.py``.
+    """
     actor, qvalue = sac_pendulum.make_agent(env, cfg.hidden)
     loss_fn = CQLLoss(
         actor,
@@ -58,6 +62,14 @@ def train(cfg: Config) -> dict:
         min_q_weight=cfg.min_q_weight,
     )
     loss_fn.make_value_estimator(gamma=cfg.gamma)
+    return loss_fn, actor
+
+
+def train(cfg: Config) -> dict:
+    torch.manual_seed(cfg.seed)
+    buffer, behaviour_return = make_dataset(cfg)  # type: ignore[arg-type]
+    env = GymEnv(cfg.env_name)
+    loss_fn, actor = make_loss(env, cfg)
     return train_offline(cfg, loss_fn, actor, buffer, behaviour_return, "CQL")
 
 

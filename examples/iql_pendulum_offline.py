@@ -17,19 +17,21 @@ Usage: ``python examples/iql_pendulum_offline.py [--offline-steps N] [--seed S] 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import sac_pendulum
 import torch
 from _common import episode_returns, evaluate, parse_config, plot_curve
-from torch import nn
+from tensordict import TensorDictBase
+from torch import Tensor, nn
 from tqdm import tqdm
 
 from torchrl.collectors import SyncDataCollector
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs import GymEnv, RewardSum, TransformedEnv
-from torchrl.modules import MLP, ValueOperator
+from torchrl.modules import MLP, ProbabilisticActor, ValueOperator
 from torchrl.objectives import IQLLoss, LossModule, SoftUpdate
 
 
@@ -100,10 +102,12 @@ def make_dataset(cfg: Config) -> tuple[TensorDictReplayBuffer, float]:
     return buffer, behaviour_return
 
 
-def train(cfg: Config) -> dict:
-    torch.manual_seed(cfg.seed)
-    buffer, behaviour_return = make_dataset(cfg)
-    env = GymEnv(cfg.env_name)
+def make_loss(env: GymEnv, cfg: Any) -> tuple[IQLLoss, ProbabilisticActor]:
+    """IQL's loss (twin Q critics, a state-value net, SAC's tanh-Gaussian actor) and its actor.
+
+    Reads ``cfg.hidden``, ``cfg.expectile``, ``cfg.temperature`` and ``cfg.gamma``; shared with
+    ``examples/offline/iql.py`` and ``examples/offline/offline_to_online.py``.
+    """
     actor, qvalue = sac_pendulum.make_agent(env, cfg.hidden)
     n_obs = env.observation_spec["observation"].shape[-1]
     value = ValueOperator(
@@ -120,6 +124,13 @@ def train(cfg: Config) -> dict:
         temperature=cfg.temperature,
     )
     loss_fn.make_value_estimator(gamma=cfg.gamma)
+    return loss_fn, actor
+
+
+def train(cfg: Config) -> dict:
+    torch.manual_seed(cfg.seed)
+    buffer, behaviour_return = make_dataset(cfg)
+    loss_fn, actor = make_loss(GymEnv(cfg.env_name), cfg)
     return train_offline(cfg, loss_fn, actor, buffer, behaviour_return, "IQL")
 
 
@@ -127,19 +138,24 @@ def train_offline(
     cfg: Any,
     loss_fn: LossModule,
     actor: nn.Module,
-    buffer: TensorDictReplayBuffer,
+    buffer: Any,
     behaviour_return: float,
     name: str,
+    *,
+    loss_terms: Callable[[int, TensorDictBase], Tensor] | None = None,
+    soft_update: bool = True,
 ) -> dict:
-    """The offline loop shared with ``cql_pendulum_offline.py``: gradient steps on the dataset.
+    """The offline loop shared with ``cql_pendulum_offline.py`` and ``examples/offline/``.
 
-    Adam on every loss term, an optional cosine decay of the rate, soft target updates, a
-    deterministic evaluation every ``cfg.eval_every`` steps and a final one on
-    ``cfg.final_eval_episodes`` fresh episodes.
+    Gradient steps on batches of ``buffer`` (anything with ``sample()``): Adam on every loss term
+    (or on what ``loss_terms(step, losses)`` returns, e.g. TD3+BC's delayed actor term), an
+    optional cosine decay of the rate, soft target updates (unless ``soft_update=False``: a loss
+    without target networks), a deterministic evaluation every ``cfg.eval_every`` steps and a
+    final one on ``cfg.final_eval_episodes`` fresh episodes.
     """
     eval_env = GymEnv(cfg.env_name, num_envs=cfg.eval_episodes)
     eval_env.set_seed(cfg.seed + 10_000)
-    target_updater = SoftUpdate(loss_fn, tau=cfg.tau)
+    target_updater = SoftUpdate(loss_fn, tau=cfg.tau) if soft_update else None
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr)
     # With a fixed budget of gradient steps, a decaying rate lets the policy settle instead of
     # being read off mid-oscillation (IQL's published recipe decays the actor's rate this way).
@@ -154,13 +170,17 @@ def train_offline(
     bar = tqdm(range(1, cfg.offline_steps + 1), disable=not cfg.progress, desc=f"{name} offline")
     for step in bar:
         losses = loss_fn(buffer.sample())
-        loss = sum(v for k, v in losses.items() if k.startswith("loss_"))
+        if loss_terms is None:
+            loss = sum(v for k, v in losses.items() if k.startswith("loss_"))
+        else:
+            loss = loss_terms(step, losses)
         optim.zero_grad()
         loss.backward()
         optim.step()
         if schedule is not None:
             schedule.step()
-        target_updater.step()
+        if target_updater is not None:
+            target_updater.step()
         if step % cfg.eval_every == 0 or step == cfg.offline_steps:
             ret = evaluate(eval_env, actor, max_steps=200)
             # The x axis of the plot counts gradient steps here (no env frames are used).
@@ -175,11 +195,15 @@ def train_offline(
     return history
 
 
-def report_offline(cfg: Any, history: dict, name: str) -> None:
-    """Writes the learning curve and prints the final line (shared with the CQL example)."""
+def report_offline(cfg: Any, history: dict, name: str, file_name: str | None = None) -> None:
+    """Writes the learning curve and prints the final line (shared with the CQL example).
+
+    The plot goes to ``<cfg.out>/<file_name>.png`` (default ``<name>_pendulum_offline``).
+    """
+    file_name = file_name or f"{name.lower()}_pendulum_offline"
     plot_curve(
         history,
-        f"{cfg.out}/{name.lower()}_pendulum_offline.png",
+        f"{cfg.out}/{file_name}.png",
         f"{name} offline, Pendulum-v1",
         target=history["behaviour_return"],
         xlabel="gradient steps",
