@@ -431,6 +431,7 @@ def summarize(rows: list[dict[str, Any]], file_bytes: int) -> dict[str, Any]:
     ours: dict[str, Any] = {
         "conversion_s": med(conv, "conversion_s"),
         "converted_bytes": med(conv, "converted_bytes"),
+        "conversion_rss_peak_growth": growth(conv, "rss_after", "rss_before", "rss_peak"),
         "reopen_runs": len(reopen),
         "reopen_s": med(reopen, "reopen_s"),
         "reopen_s_max": max((r["reopen_s"] for r in reopen), default=None),
@@ -504,6 +505,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         print(json.dumps(result), flush=True)
         return None
     rows: list[dict[str, Any]] = []
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="offline_data-") as tmp:
         workdir = args.workdir or tmp
         os.makedirs(workdir, exist_ok=True)
@@ -558,6 +560,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         finally:
             shutil.rmtree(root, ignore_errors=True)
         summary = summarize(rows, file_bytes)
+        # The machine may be shared: a load above its core count slows every rate down.
+        summary["load_before"] = [round(x, 2) for x in load_before]
+        summary["load_after"] = [round(x, 2) for x in os.getloadavg()]
+        summary["cpu_count"] = os.cpu_count()
         summary["command"] = "python benchmarks/offline_data.py " + " ".join(
             sys.argv[1:] if argv is None else argv
         )
