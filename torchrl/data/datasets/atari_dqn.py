@@ -307,8 +307,10 @@ class FrameStackStorage(TensorStorage):
         if FRAME_INDEX not in transitions.keys():
             raise KeyError(f"the transitions need a {FRAME_INDEX!r} entry")
         super().__init__(transitions)
-        self.frames = frames
-        self.segment = segment
+        # Plain tensor views of the (memory-mapped) tables: the subclass's per-op dispatch
+        # costs more than the gathers themselves.
+        self.frames = frames.as_subclass(torch.Tensor)
+        self.segment = segment.as_subclass(torch.Tensor)
         self.frame_stack = frame_stack
         self.observation_key = observation_key
         self._offsets = torch.arange(1 - frame_stack, 1)
@@ -327,8 +329,10 @@ class FrameStackStorage(TensorStorage):
         idx = last.unsqueeze(-1) + self._offsets
         safe = idx.clamp(0, n - 1)
         valid = (idx >= 0) & (idx < n) & (self.segment[safe] == segment.unsqueeze(-1))
-        out = self.frames[safe.reshape(-1)].reshape(*idx.shape, *self.frames.shape[1:])
-        return out.masked_fill(~valid.reshape(*valid.shape, 1, 1), 0)
+        flat = torch.index_select(self.frames, 0, safe.reshape(-1))
+        # Few frames fall outside the episode: zero them in place rather than masking all.
+        flat[torch.nonzero(~valid.reshape(-1)).squeeze(-1)] = 0
+        return flat.reshape(*idx.shape, *self.frames.shape[1:])
 
     def get(self, index: IndexLike) -> TensorDictBase:
         out = super().get(index)
