@@ -8,6 +8,12 @@ advantage estimates, as functions on tensors and as modules.
 from __future__ import annotations
 
 from torchrl.modules.functional import symexp, symlog
+from torchrl.modules.models.dreamer_v3_functional import (
+    categorical_kl_terms,
+    two_hot_cross_entropy,
+    two_hot_decode,
+    two_hot_encode,
+)
 from torchrl.objectives.a2c import A2CLoss
 from torchrl.objectives.act import ACTLoss
 from torchrl.objectives.bc import BCLoss
@@ -57,8 +63,12 @@ __all__ = [
     "GAILLoss",
     "RNDLoss",
     "TQCLoss",
+    "categorical_kl_terms",
     "symexp",
     "symlog",
+    "two_hot_cross_entropy",
+    "two_hot_decode",
+    "two_hot_encode",
     "AUTO_LOSS_MASK_KEYS",
     "IPPOLoss",
     "MAPPOLoss",

@@ -19,9 +19,21 @@ from torchrl.data.datasets.d4rl import (
     D4RLExperienceReplay,
     export_d4rl,
 )
+from torchrl.data.datasets.minari_data import (
+    MINARI_DATASETS_PATH_ENV,
+    MinariExperienceReplay,
+    export_minari,
+    minari_dataset_path,
+    space_to_spec,
+)
 from torchrl.data.datasets.registry import list_datasets, load_dataset, register_dataset
 
 __all__ = [
+    "MINARI_DATASETS_PATH_ENV",
+    "MinariExperienceReplay",
+    "export_minari",
+    "minari_dataset_path",
+    "space_to_spec",
     "D4RL_DATASET_DIR_ENV",
     "D4RL_DATASET_URLS",
     "D4RLExperienceReplay",

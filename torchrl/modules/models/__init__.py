@@ -14,9 +14,31 @@ from torchrl.modules.models.cross_group import (
 )
 from torchrl.modules.models.ddpg import DdpgCnnActor, DdpgCnnQNet, DdpgMlpActor, DdpgMlpQNet
 from torchrl.modules.models.distributional import DistributionalDQNnet
+from torchrl.modules.models.dreamer_v3 import (
+    DreamerV3BlockGRU,
+    DreamerV3BlockGRUCell,
+    DreamerV3ImageDecoder,
+    DreamerV3ImageEncoder,
+    DreamerV3MLP,
+    RSSMPosteriorV3,
+    RSSMPriorV3,
+    RSSMRolloutV3,
+    RSSMStateEstimatorV3,
+    SymExpTwoHot,
+    SymExpTwoHotDistribution,
+)
 from torchrl.modules.models.flow import FlowMatchingModel, OneStepModel
 from torchrl.modules.models.mixers import Mixer, QMixer, VDNMixer
 from torchrl.modules.models.mlp import MLP
+from torchrl.modules.models.model_based import (
+    DreamerActor,
+    ObsDecoder,
+    ObsEncoder,
+    RSSMPosterior,
+    RSSMPrior,
+    RSSMRollout,
+    WorldModel,
+)
 from torchrl.modules.models.multiagent import MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase
 from torchrl.modules.models.noisy import NoisyLazyLinear, NoisyLinear, reset_noise
 from torchrl.modules.models.online_dt import OnlineDTActor
@@ -98,4 +120,26 @@ __all__ += [
     "ValueTransform",
     "decode_value",
     "encode_value",
+]
+
+# Issue 22: Dreamer v1 and v3 world-model networks.
+__all__ += [
+    "DreamerActor",
+    "DreamerV3BlockGRU",
+    "DreamerV3BlockGRUCell",
+    "DreamerV3ImageDecoder",
+    "DreamerV3ImageEncoder",
+    "DreamerV3MLP",
+    "ObsDecoder",
+    "ObsEncoder",
+    "RSSMPosterior",
+    "RSSMPosteriorV3",
+    "RSSMPrior",
+    "RSSMPriorV3",
+    "RSSMRollout",
+    "RSSMRolloutV3",
+    "RSSMStateEstimatorV3",
+    "SymExpTwoHot",
+    "SymExpTwoHotDistribution",
+    "WorldModel",
 ]

@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from torchrl.modules.actors import WorldModelWrapper
+from torchrl.modules.models.model_based import WorldModel
 
-__all__ = ["WorldModelWrapper"]
+__all__ = ["WorldModel", "WorldModelWrapper"]
