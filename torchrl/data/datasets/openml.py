@@ -216,8 +216,7 @@ class OpenMLExperienceReplay(BaseDatasetExperienceReplay):
         root: cache directory (default ``$TORCHRL_DATASETS_ROOT/openml``).
         download: fetch the table with ``openml`` when it is missing.
         data_file: the table file or OpenML cache folder to read.
-        target: the class column (default: the documented one, the file's declared one, or
-            ``"class"``).
+        target: the class column (default: declared beside the file, documented, or ``"class"``).
         encoding: ``"ordinal"`` or ``"onehot"`` for categorical features.
         dataset_id: same as ``name`` (the keyword :func:`load_dataset` passes).
         sampler: default ``RandomSampler()``.
