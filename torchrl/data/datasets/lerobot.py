@@ -198,6 +198,17 @@ class LeRobotExperienceReplay(BaseDatasetExperienceReplay):
         pin_memory: as in :class:`ReplayBuffer`.
         prefetch: as in :class:`ReplayBuffer`.
         transform: as in :class:`ReplayBuffer`.
+
+    Examples:
+        >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+        >>> folder = tempfile.mkdtemp()
+        >>> os.makedirs(os.path.join(folder, "data"))
+        >>> table = pa.table({"observation.state": [[0.0], [1.0], [2.0]],
+        ...     "action": [[1.0], [1.0], [0.0]], "episode_index": [0, 0, 1]})
+        >>> pq.write_table(table, os.path.join(folder, "data", "episode_000000.parquet"))
+        >>> data = LeRobotExperienceReplay("toy", 2, data_dir=folder, root=folder)
+        >>> data[torch.arange(3)]["next", "observation", "state"].squeeze(-1).tolist()
+        [1.0, 1.0, 2.0]
     """
 
     cache_name: ClassVar[str] = "lerobot"

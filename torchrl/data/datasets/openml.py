@@ -225,6 +225,14 @@ class OpenMLExperienceReplay(BaseDatasetExperienceReplay):
         pin_memory: as in :class:`ReplayBuffer`.
         prefetch: as in :class:`ReplayBuffer`.
         transform: as in :class:`ReplayBuffer`.
+
+    Examples:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "toy.csv")
+        >>> _ = open(path, "w").write("x,color,class\\n1.5,red,a\\n2.0,blue,b\\n0.5,red,a\\n")
+        >>> data = OpenMLExperienceReplay("toy", 2, data_file=path, root=os.path.dirname(path))
+        >>> data.sample()["X"].shape, data.metadata["classes"]
+        (torch.Size([2, 2]), ['a', 'b'])
     """
 
     cache_name: ClassVar[str] = "openml"
