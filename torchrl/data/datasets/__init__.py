@@ -4,6 +4,7 @@ Every reader takes a local path or cache directory, converts the raw data once i
 TensorDict (TED layout) and reopens it instantly afterwards; see ``docs/offline_data.rst``.
 """
 
+from torchrl.data.datasets.atari_dqn import AtariDQNExperienceReplay, FrameStackStorage
 from torchrl.data.datasets.common import (
     DATASETS_ROOT_ENV,
     EPISODE,
@@ -19,6 +20,7 @@ from torchrl.data.datasets.d4rl import (
     D4RLExperienceReplay,
     export_d4rl,
 )
+from torchrl.data.datasets.lerobot import LeRobotExperienceReplay, lerobot_columns_to_tensordict
 from torchrl.data.datasets.minari_data import (
     MINARI_DATASETS_PATH_ENV,
     MinariExperienceReplay,
@@ -26,9 +28,15 @@ from torchrl.data.datasets.minari_data import (
     minari_dataset_path,
     space_to_spec,
 )
+from torchrl.data.datasets.openml import OpenMLExperienceReplay
 from torchrl.data.datasets.registry import list_datasets, load_dataset, register_dataset
 
 __all__ = [
+    "AtariDQNExperienceReplay",
+    "FrameStackStorage",
+    "LeRobotExperienceReplay",
+    "lerobot_columns_to_tensordict",
+    "OpenMLExperienceReplay",
     "MINARI_DATASETS_PATH_ENV",
     "MinariExperienceReplay",
     "export_minari",
