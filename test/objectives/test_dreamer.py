@@ -821,3 +821,128 @@ class TestExponentialQuadraticCost:
         with pytest.raises(ValueError, match="reduction"):
             ExponentialQuadraticCost(reduction="max")  # type: ignore[arg-type]
         assert math.isfinite(loss.expected_cost(torch.zeros(1, 2), torch.zeros(1, 2)).item())
+
+
+# ------------------------------------------------------------------------------------------
+# The DreamerV3 wiring of docs/_model_based_losses.rst.txt, end to end
+# ------------------------------------------------------------------------------------------
+
+
+def test_dreamer_v3_full_wiring():
+    from torchrl.modules import DreamerV3MLP, RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3
+
+    torch.manual_seed(0)
+    K, C, HB, A, OB = 4, 5, 16, 2, 3  # categoricals, classes, belief, action, observation
+    Z = K * C  # flat one-hot state size
+    prior = RSSMPriorV3(None, 16, HB, K, C, action_dim=A)
+    posterior = RSSMPosteriorV3(16, K, C, rnn_hidden_dim=HB, obs_embed_dim=16)
+
+    class TwoHotHead(nn.Module):
+        """An MLP giving two-hot logits and the value they decode to (reward, critic)."""
+
+        def __init__(self, two_hot: SymExpTwoHot) -> None:
+            super().__init__()
+            self.mlp = DreamerV3MLP(Z + HB, two_hot.num_bins, depth=1, num_cells=16, outscale=0.0)
+            self.two_hot = two_hot
+
+        def forward(self, state, belief):
+            logits = self.mlp(state, belief)
+            return logits, self.two_hot(logits)
+
+    reward_head = TwoHotHead(SymExpTwoHot(num_bins=41))
+    critic_head = TwoHotHead(SymExpTwoHot(num_bins=41))
+    continue_head = DreamerV3MLP(Z + HB, 1, depth=1, num_cells=16)
+
+    world_model = TensorDictSequential(
+        TensorDictModule(
+            DreamerV3MLP(OB, 16, depth=1, num_cells=16),
+            [("next", "observation")],
+            [("next", "encoded_latents")],
+        ),
+        RSSMRolloutV3(
+            TensorDictModule(
+                prior,
+                ["state", "belief", "action"],
+                [("next", "prior_logits"), "_", ("next", "belief")],
+            ),
+            TensorDictModule(
+                posterior,
+                [("next", "belief"), ("next", "encoded_latents")],
+                [("next", "posterior_logits"), ("next", "state")],
+            ),
+        ),
+        TensorDictModule(
+            DreamerV3MLP(Z + HB, OB, depth=1, num_cells=16),
+            [("next", "state"), ("next", "belief")],
+            [("next", "reco_observation")],
+        ),
+        TensorDictModule(
+            reward_head,
+            [("next", "state"), ("next", "belief")],
+            [("next", "reward_logits"), ("next", "reward")],
+        ),
+        TensorDictModule(
+            continue_head, [("next", "state"), ("next", "belief")], [("next", "continue_logits")]
+        ),
+    )
+    model_loss = DreamerV3ModelLoss(
+        world_model, lambda_continue=1.0, reward_two_hot_transform=reward_head.two_hot
+    )
+    model_loss.set_keys(pixels="observation", reco_pixels="reco_observation")
+
+    # imagination: the same prior and reward head, stepping the latent state in place
+    env = DreamerEnv(
+        WorldModelWrapper(
+            TensorDictModule(prior, ["state", "belief", "action"], ["_", "state", "belief"]),
+            TensorDictModule(reward_head, ["state", "belief"], ["_", "reward"]),
+        ),
+        prior_shape=(Z,),
+        belief_shape=(HB,),
+        action_spec=Bounded(-1.0, 1.0, shape=(A,)),
+    )
+    actor = ProbabilisticActor(
+        TensorDictModule(
+            DreamerActor(A, depth=1, num_cells=16, in_features=Z + HB),
+            ["state", "belief"],
+            ["loc", "scale"],
+        ),
+        in_keys=["loc", "scale"],
+        distribution_class=TanhNormal,
+        spec=env.action_spec,
+    )
+    critic = TensorDictModule(
+        critic_head, ["state", "belief"], ["state_value_logits", "state_value"]
+    )
+    actor_loss = DreamerV3ActorLoss(actor, critic, env, imagination_horizon=5)
+    value_loss = DreamerV3ValueLoss(
+        critic,
+        value_loss="two_hot",
+        actor_loss=actor_loss,
+        value_two_hot_transform=critic_head.two_hot,
+        slow_critic_regularization=1.0,
+    )
+    slow_critic = SoftUpdate(value_loss, tau=0.02)
+
+    data = TensorDict(
+        {  # a replay-buffer sample: 2 sequences of 6 steps
+            "state": torch.zeros(2, 6, Z),
+            "belief": torch.zeros(2, 6, HB),
+            "action": torch.rand(2, 6, A) * 2 - 1,
+            "is_init": torch.zeros(2, 6, 1, dtype=torch.bool),
+            ("next", "observation"): torch.randn(2, 6, OB),
+            ("next", "reward"): torch.randn(2, 6, 1),
+            ("next", "terminated"): torch.zeros(2, 6, 1, dtype=torch.bool),
+        },
+        batch_size=[2, 6],
+    )
+    model_losses, data = model_loss(data)
+    actor_losses, imagined = actor_loss(data)
+    value_losses, _ = value_loss(imagined)
+    for losses in (model_losses, actor_losses, value_losses):
+        sum(v for k, v in losses.items() if k.startswith("loss_")).backward()
+    slow_critic.step()
+    assert imagined.batch_size == (12, 5)
+    assert set(model_losses.keys()) >= {"loss_model_kl", "loss_model_continue"}
+    assert all(p.grad is not None for p in actor.parameters())
+    assert all(p.grad is not None for p in critic.parameters())
+    assert all(p.grad is not None for p in prior.parameters())
