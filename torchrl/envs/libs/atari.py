@@ -1,0 +1,305 @@
+"""Atari 2600 games through ``ale-py`` (or envpool), with the DQN/PPO preprocessing as transforms.
+
+``ale-py`` ships its ROMs, so ``GymEnv("ALE/Pong-v5")`` runs offline once the ``ALE/`` ids are
+registered with gymnasium (:func:`register_ale_envs`). :func:`make_atari_env` builds the
+standard pipeline (Mnih et al. 2015; Machado et al. 2018) out of our transforms:
+
+* inside each game (a single env): :class:`~torchrl.envs.transforms.NoopResetEnv` (up to
+  ``noop_max`` random steps after a reset), :class:`~torchrl.envs.transforms.atari.MaxPoolFrameSkip`
+  (repeat each action ``frame_skip`` times, max over the last two frames) and
+  :class:`~torchrl.envs.transforms.EndOfLifeTransform` (``"end-of-life"``: a life was lost);
+* on the batch of games (:class:`~torchrl.envs.SerialEnv` or :class:`~torchrl.envs.ParallelEnv`):
+  :class:`~torchrl.envs.transforms.ToTensorImage`, :class:`~torchrl.envs.transforms.GrayScale`,
+  :class:`~torchrl.envs.transforms.Resize` (84x84), :class:`~torchrl.envs.transforms.CatFrames`
+  (the last 4 frames) and :class:`~torchrl.envs.transforms.SignTransform` (reward clipping).
+
+With ``backend="envpool"`` the games run in envpool's C++ thread pool, which does the same
+preprocessing itself (its ``episodic_life`` makes a lost life ``done``); only the scaling to
+``[0, 1]`` and the reward clipping are our transforms there.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal
+
+from torchrl._keys import OBSERVATION, PIXELS, REWARD
+from torchrl._types import DeviceLike
+from torchrl._utils import has_module, import_optional
+from torchrl.envs.batched import ParallelEnv, SerialEnv
+from torchrl.envs.common import EnvBase
+from torchrl.envs.libs.gym import GymEnv
+from torchrl.envs.transforms import (
+    CatFrames,
+    Compose,
+    EndOfLifeTransform,
+    ExcludeTransform,
+    GrayScale,
+    NoopResetEnv,
+    Resize,
+    SignTransform,
+    ToTensorImage,
+    Transform,
+    TransformedEnv,
+    UnsqueezeTransform,
+)
+from torchrl.envs.transforms.atari import MaxPoolFrameSkip
+
+__all__ = ["atari_game_env", "make_atari_env", "register_ale_envs"]
+
+_has_ale = has_module("ale_py")
+
+_ALE_PREFIX = "ALE/"
+
+
+def register_ale_envs() -> None:
+    """Registers ``ale-py``'s ``ALE/...`` ids with gymnasium (once; later calls do nothing).
+
+    Raises:
+        ImportError: when ``ale-py`` is not installed, naming the extra to install.
+
+    Examples:
+        >>> from torchrl.envs.libs.atari import register_ale_envs
+        >>> register_ale_envs()  # doctest: +SKIP
+        >>> GymEnv("ALE/Pong-v5")  # doctest: +SKIP
+    """
+    gymnasium = import_optional("gymnasium", extra="atari")
+    if "ALE/Pong-v5" in gymnasium.envs.registry:
+        return
+    ale_py = import_optional("ale_py", extra="atari")
+    gymnasium.register_envs(ale_py)
+
+
+def _ale_id(env_name: str) -> str:
+    if not isinstance(env_name, str) or not env_name:
+        raise TypeError(f"make_atari_env: env_name must be a game id string, got {env_name!r}")
+    return env_name if env_name.startswith(_ALE_PREFIX) else _ALE_PREFIX + env_name
+
+
+def atari_game_env(
+    env_name: str = "ALE/Pong-v5",
+    *,
+    frame_skip: int = 4,
+    noop_max: int = 30,
+    episodic_life: bool = True,
+    repeat_action_probability: float = 0.25,
+    full_action_space: bool = False,
+    max_episode_frames: int = 108_000,
+    obs_type: Literal["rgb", "grayscale"] = "rgb",
+    device: DeviceLike = "cpu",
+) -> TransformedEnv:
+    """One Atari game with the per-game preprocessing (no-op reset, frame skip, end of life).
+
+    The game runs with ``frameskip=1`` in ALE: frames are repeated and max-pooled by
+    :class:`~torchrl.envs.transforms.atari.MaxPoolFrameSkip`. Its observation is the RGB screen
+    (uint8 ``[210, 160, 3]`` under ``"observation"``, or ``[210, 160]`` with
+    ``obs_type="grayscale"``); actions are indices
+    (``Categorical``). :func:`make_atari_env` batches these.
+
+    Args:
+        env_name: the ALE id (``"ALE/Pong-v5"``; the ``ALE/`` prefix may be left out).
+        frame_skip: emulator frames per step (the action is repeated, rewards summed).
+        noop_max: the largest number of random steps after a reset (``0``: none).
+        episodic_life: add ``"lives"`` and ``"end-of-life"`` (a life lost, or the game over).
+        repeat_action_probability: ALE's sticky actions (0.25 in v5; 0 for the 2015 protocol).
+        full_action_space: use all 18 actions instead of the game's minimal set.
+        max_episode_frames: ALE's cap on emulator frames per episode (truncation).
+        obs_type: ``"rgb"`` (the colour screen) or ``"grayscale"`` (ALE's grey screen).
+        device: the device of the output tensors.
+
+    Returns:
+        A :class:`~torchrl.envs.TransformedEnv` of batch ``[]``.
+
+    Examples:
+        >>> from torchrl.envs.libs.atari import atari_game_env
+        >>> env = atari_game_env("ALE/Pong-v5")  # doctest: +SKIP
+        >>> env.rollout(3)["next", "observation"].shape  # doctest: +SKIP
+        torch.Size([3, 210, 160, 3])
+    """
+    if obs_type not in ("rgb", "grayscale"):
+        raise ValueError(f"atari_game_env: obs_type must be 'rgb' or 'grayscale', got {obs_type!r}")
+    register_ale_envs()
+    base = GymEnv(
+        _ale_id(env_name),
+        categorical_action_encoding=True,
+        device=device,
+        frameskip=1,
+        repeat_action_probability=float(repeat_action_probability),
+        full_action_space=bool(full_action_space),
+        max_num_frames_per_episode=int(max_episode_frames),
+        obs_type=obs_type,
+    )
+    transforms: list[Transform] = []
+    if noop_max:
+        transforms.append(NoopResetEnv(noops=noop_max, random=True))
+    if frame_skip > 1:
+        transforms.append(MaxPoolFrameSkip(frame_skip, in_keys=[OBSERVATION], pool=2))
+    if episodic_life:
+        transforms.append(EndOfLifeTransform())
+    return TransformedEnv(base, Compose(*transforms))
+
+
+def make_atari_env(
+    env_name: str = "ALE/Pong-v5",
+    num_envs: int = 0,
+    *,
+    backend: Literal["ale", "envpool"] = "ale",
+    parallel: bool = False,
+    frame_skip: int = 4,
+    noop_max: int = 30,
+    screen_size: int = 84,
+    frame_stack: int = 4,
+    episodic_life: bool = True,
+    clip_rewards: bool = True,
+    repeat_action_probability: float = 0.25,
+    full_action_space: bool = False,
+    max_episode_frames: int = 108_000,
+    obs_type: Literal["rgb", "grayscale"] = "rgb",
+    seed: int | None = None,
+    device: DeviceLike = "cpu",
+) -> TransformedEnv:
+    """An Atari game (or a batch of games) with the standard DQN/PPO preprocessing.
+
+    The output holds ``"pixels"``, float32 ``[*B, frame_stack, screen_size, screen_size]`` in
+    ``[0, 1]`` (the last ``frame_stack`` grey frames, oldest first), a reward clipped to its sign
+    (``clip_rewards``), and with ``episodic_life`` the ``"lives"`` and ``"end-of-life"`` entries
+    (ALE backend). Actions are indices (``Categorical``). See the module docstring for the
+    transforms. Each game keeps its own per-game transforms, so partial resets (``"_reset"``)
+    and :meth:`~torchrl.envs.EnvBase.step_and_maybe_reset` work per game.
+
+    Args:
+        env_name: the game id (``"ALE/Pong-v5"`` or ``"Pong-v5"``).
+        num_envs: how many games side by side (``0``: one game, batch ``[]``).
+        backend: ``"ale"`` (ale-py through gymnasium) or ``"envpool"`` (needs ``num_envs >= 1``).
+        parallel: with the ALE backend, run the games in worker processes (``ParallelEnv``).
+        frame_skip: emulator frames per step.
+        noop_max: the largest number of random steps after a reset.
+        screen_size: the side of the square grey frames.
+        frame_stack: how many frames are stacked.
+        episodic_life: signal lost lives (see above).
+        clip_rewards: replace rewards by their sign.
+        repeat_action_probability: ALE's sticky actions (0.25 in v5).
+        full_action_space: use all 18 actions.
+        max_episode_frames: the cap on emulator frames per episode.
+        obs_type: ``"rgb"``: the games return colour screens made grey by ``GrayScale``;
+            ``"grayscale"``: ALE returns grey screens (what gymnasium's ``AtariPreprocessing``
+            reads; no ``GrayScale``, a third of the pixels to copy and pool).
+        seed: seed the env (``env.set_seed``) once built.
+        device: the device of the output tensors.
+
+    Returns:
+        A :class:`~torchrl.envs.TransformedEnv`.
+
+    Raises:
+        ImportError: when ale-py (or envpool) is missing, naming the extra.
+        ValueError: for an unknown backend or bad sizes.
+
+    Examples:
+        >>> from torchrl.envs.libs.atari import make_atari_env
+        >>> env = make_atari_env("ALE/Pong-v5", num_envs=2, seed=0)  # doctest: +SKIP
+        >>> env.rollout(3)["next", "pixels"].shape  # doctest: +SKIP
+        torch.Size([2, 3, 4, 84, 84])
+    """
+    if backend not in ("ale", "envpool"):
+        raise ValueError(f"make_atari_env: backend must be 'ale' or 'envpool', got {backend!r}")
+    for name, value, low in (
+        ("num_envs", num_envs, 0),
+        ("frame_skip", frame_skip, 1),
+        ("noop_max", noop_max, 0),
+        ("screen_size", screen_size, 1),
+        ("frame_stack", frame_stack, 1),
+    ):
+        if int(value) < low:
+            raise ValueError(f"make_atari_env: {name} must be >= {low}, got {value}")
+    if backend == "envpool":
+        env = _envpool_env(
+            env_name,
+            num_envs,
+            frame_skip=frame_skip,
+            noop_max=noop_max,
+            screen_size=screen_size,
+            frame_stack=frame_stack,
+            episodic_life=episodic_life,
+            repeat_action_probability=repeat_action_probability,
+            full_action_space=full_action_space,
+            max_episode_frames=max_episode_frames,
+            device=device,
+        )
+        transforms: list[Transform] = [
+            ToTensorImage(in_keys=[OBSERVATION], out_keys=[PIXELS], shape_tolerant=True),
+            ExcludeTransform(OBSERVATION),
+        ]
+    else:
+        if not _has_ale:
+            import_optional("ale_py", extra="atari")
+        make_game = functools.partial(
+            atari_game_env,
+            env_name,
+            frame_skip=frame_skip,
+            noop_max=noop_max,
+            episodic_life=episodic_life,
+            repeat_action_probability=repeat_action_probability,
+            full_action_space=full_action_space,
+            max_episode_frames=max_episode_frames,
+            obs_type=obs_type,
+            device=device,
+        )
+        if num_envs:
+            batched = ParallelEnv if parallel else SerialEnv
+            env = batched(int(num_envs), make_game, device=device)
+        else:
+            env = make_game()
+        if obs_type == "rgb":
+            transforms = [
+                ToTensorImage(in_keys=[OBSERVATION], out_keys=[PIXELS]),
+                ExcludeTransform(OBSERVATION),
+                GrayScale(in_keys=[PIXELS]),
+            ]
+        else:
+            transforms = [
+                ToTensorImage(in_keys=[OBSERVATION], out_keys=[PIXELS], shape_tolerant=True),
+                ExcludeTransform(OBSERVATION),
+                UnsqueezeTransform(-3, in_keys=[PIXELS]),
+            ]
+        transforms += [
+            Resize(int(screen_size), int(screen_size), in_keys=[PIXELS]),
+            CatFrames(N=int(frame_stack), dim=-3, in_keys=[PIXELS]),
+        ]
+    if clip_rewards:
+        transforms.append(SignTransform(in_keys=[REWARD]))
+    out = TransformedEnv(env, Compose(*transforms))
+    if seed is not None:
+        out.set_seed(int(seed))
+    return out
+
+
+def _envpool_env(env_name: str, num_envs: int, **options: Any) -> EnvBase:
+    import_optional("envpool", extra="envpool")
+    from torchrl.envs.libs.envpool import MultiThreadedEnv
+
+    if int(num_envs) < 1:
+        raise ValueError(
+            f"make_atari_env: the envpool backend runs a batch of games, num_envs must be >= 1, "
+            f"got {num_envs}"
+        )
+    task = env_name[len(_ALE_PREFIX) :] if env_name.startswith(_ALE_PREFIX) else env_name
+    kwargs = {
+        "frame_skip": int(options["frame_skip"]),
+        "noop_max": max(int(options["noop_max"]), 1),  # envpool wants at least one no-op
+        "img_height": int(options["screen_size"]),
+        "img_width": int(options["screen_size"]),
+        "stack_num": int(options["frame_stack"]),
+        "gray_scale": True,
+        "episodic_life": bool(options["episodic_life"]),
+        "reward_clip": False,  # SignTransform does it, as for the ALE backend
+        "repeat_action_probability": float(options["repeat_action_probability"]),
+        "full_action_space": bool(options["full_action_space"]),
+        "max_episode_steps": int(options["max_episode_frames"]) // int(options["frame_skip"]),
+    }
+    return MultiThreadedEnv(
+        int(num_envs),
+        task,
+        create_env_kwargs=kwargs,
+        categorical_action_encoding=True,
+        device=options["device"],
+    )
