@@ -205,10 +205,10 @@ class DreamerModelLoss(LossModule):
         delayed_clamp: clamp the averaged KL instead of each step's. Defaults to False.
         global_average: average over every dim instead of summing the event dims.
 
-    Returns (``forward``): ``(losses, tensordict)``, the model's outputs in a shallow copy.
+    ``forward`` returns ``(losses, tensordict)``: the loss terms and the model's outputs, in a
+    shallow copy of the input. The full wiring is the example of this module.
 
-    Examples: see ``docs/_model_based_losses.rst.txt`` for the full wiring; shortly:
-
+    Examples:
         >>> wm, td = _doctest_world_model()
         >>> losses, out = DreamerModelLoss(wm)(td)
         >>> sorted(losses.keys()), out["next", "state"].shape
@@ -381,10 +381,10 @@ class DreamerActorLoss(LossModule):
         gamma: discount of the default value estimator (TD(λ)). Defaults to 0.99.
         lmbda: λ of the default value estimator. Defaults to 0.95.
 
-    Returns (``forward``): ``(losses, imagined_data)``.
+    ``forward`` returns ``(losses, imagined_data)``. The full wiring is the example of this
+    module.
 
-    Examples: see ``docs/_model_based_losses.rst.txt`` for the full wiring; shortly:
-
+    Examples:
         >>> actor, value, env, td = _doctest_imagination()
         >>> losses, fake = DreamerActorLoss(actor, value, env, imagination_horizon=4)(td)
         >>> losses["loss_actor"].shape, fake.batch_size, fake["lambda_target"].shape
@@ -582,10 +582,10 @@ class DreamerValueLoss(LossModule):
         discount_loss: weight step ``t`` by ``gamma ** t``. Defaults to False.
         gamma: the discount of the weights. Defaults to 0.99.
 
-    Returns (``forward``): ``(losses, imagined_data)`` with the value model's output written.
+    ``forward`` returns ``(losses, imagined_data)``, the value model's output written in the
+    data. The full wiring is the example of this module.
 
-    Examples: see ``docs/_model_based_losses.rst.txt`` for the full wiring; shortly:
-
+    Examples:
         >>> actor, value, env, td = _doctest_imagination()
         >>> _, fake = DreamerActorLoss(actor, value, env, imagination_horizon=4)(td)
         >>> losses, _ = DreamerValueLoss(value)(fake)

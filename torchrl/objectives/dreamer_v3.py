@@ -89,10 +89,11 @@ class DreamerV3ModelLoss(LossModule):
         unimix: uniform fraction mixed into both categoricals for the KL. Defaults to 0.01.
         reward_two_hot_transform: the reward's :class:`~torchrl.modules.SymExpTwoHot` (bins).
 
-    Returns (``forward``): ``(losses, tensordict)``, the model's outputs in a shallow copy.
+    ``forward`` returns ``(losses, tensordict)``: the loss terms and the model's outputs, in a
+    shallow copy of the input. A complete DreamerV3 update is in
+    ``docs/_model_based_losses.rst.txt``.
 
-    Examples: a full DreamerV3 wiring is in ``docs/_model_based_losses.rst.txt``.
-
+    Examples:
         >>> from tensordict import TensorDict
         >>> from tensordict.nn import TensorDictModule
         >>> class Model(torch.nn.Module):  # stands in for encoder + RSSMRolloutV3 + heads
@@ -303,8 +304,9 @@ class DreamerV3ActorLoss(DreamerActorLoss):
         gamma: discount of the value estimator. Defaults to 0.997 (the paper's).
         lmbda: λ of the value estimator. Defaults to 0.95.
 
-    Examples: the wiring is that of :class:`~torchrl.objectives.DreamerActorLoss` (see
-    ``docs/_model_based_losses.rst.txt``); the returned data feeds :class:`DreamerV3ValueLoss`.
+    The wiring is that of :class:`~torchrl.objectives.DreamerActorLoss`; the returned data
+    feeds :class:`DreamerV3ValueLoss`. A complete DreamerV3 update (world model, imagination env,
+    actor, two-hot critic, slow critic) is in ``docs/_model_based_losses.rst.txt``.
     """
 
     out_keys = ["loss_actor"]
