@@ -81,18 +81,20 @@ def make(cfg: Config) -> dict:
     with open(path.with_suffix(".json"), "w") as f:
         json.dump(info, f, indent=1)
     if cfg.minari:
-        import minari
-
         from torchrl.data.datasets.minari_data import export_minari
 
-        if cfg.minari_id in minari.list_local_datasets():
-            minari.delete_dataset(cfg.minari_id)
         export_minari(
             data,
             cfg.minari_id,
             env_id=cfg.env_name,
             algorithm_name="SAC (torchrl examples/offline/make_dataset.py)",
             author="torchrl examples",
+            description=(
+                f"Everything SAC collected on {cfg.env_name} in its first {cfg.behaviour_frames} "
+                f"frames (medium-replay style), seed {cfg.seed}; mean episode return "
+                f"{info['behaviour_return']:.1f}."
+            ),
+            overwrite=True,
         )
     info["sac_wall"] = sac_wall
     return info
