@@ -240,6 +240,18 @@ class TestDreamerModelLoss:
         with pytest.raises(ValueError, match="reco_loss"):
             DreamerModelLoss(parts.world_model, reco_loss="l3")  # type: ignore[arg-type]
 
+    def test_reward_shapes(self):
+        parts = V1Parts()
+        loss = DreamerModelLoss(parts.world_model)
+        data = parts.data()
+        data["next", "reward"] = data["next", "reward"].squeeze(-1)  # [B, T]: accepted
+        losses, out = loss(data)
+        direct = ((out["next", "reward"].squeeze(-1) - data["next", "reward"]) ** 2).mean()
+        _close(losses["loss_model_reward"], direct)
+        data["next", "reward"] = torch.zeros(B, T, 2)
+        with pytest.raises(ValueError, match="reward target has shape"):
+            loss(data)
+
     def test_missing_model_output(self):
         parts = V1Parts()
         loss = DreamerModelLoss(parts.world_model).set_keys(prior_mean="nope")

@@ -165,6 +165,18 @@ def discount_weights(gamma: float | Tensor, like: Tensor, time_dim: int = -2) ->
     return weights.reshape(view).expand_as(like)
 
 
+def _as_prediction(loss: LossModule, target: Tensor, prediction: Tensor, what: str) -> Tensor:
+    """``target`` in ``prediction``'s shape and dtype (``[*B, T]`` and ``[*B, T, 1]`` mix freely)."""
+    if target.shape != prediction.shape:
+        if target.numel() != prediction.numel():
+            raise ValueError(
+                f"{type(loss).__name__}: the {what} target has shape {tuple(target.shape)} but the "
+                f"prediction {tuple(prediction.shape)}"
+            )
+        target = target.reshape(prediction.shape)
+    return target.to(prediction.dtype)
+
+
 def _get_output(loss: LossModule, td: TensorDictBase, key: NestedKey, what: str) -> Tensor:
     value = td.get(key, None)
     if value is None:
@@ -332,7 +344,7 @@ class DreamerModelLoss(LossModule):
         pixels = data.get(next_key(keys.pixels))
         reco = _get_output(self, data, next_key(keys.reco_pixels), "reconstruction")
         reco_term = reduce_sequence_loss(
-            distance_loss(reco, pixels.to(reco.dtype), self.reco_loss),
+            distance_loss(reco, _as_prediction(self, pixels, reco, "observation"), self.reco_loss),
             batch_dims,
             self.global_average,
         )

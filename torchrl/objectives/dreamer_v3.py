@@ -241,6 +241,11 @@ class DreamerV3ModelLoss(LossModule):
 
         obs = data.get(next_key(keys.pixels))
         reco = self._output(data, keys.reco_pixels, "reconstruction")
+        if obs.shape != reco.shape:
+            raise ValueError(
+                f"DreamerV3ModelLoss: the reconstruction has shape {tuple(reco.shape)}, the "
+                f"observation {tuple(obs.shape)}"
+            )
         target = obs.to(reco.dtype)
         if self.symlog_obs:
             target = symlog(target)
@@ -252,7 +257,13 @@ class DreamerV3ModelLoss(LossModule):
             reward_term = self.reward_transform.loss(logits, true_reward.to(logits.dtype)).mean()
         else:
             pred = self._output(data, keys.reward, "predicted reward")
-            reward_term = (symlog(pred) - symlog(true_reward.to(pred.dtype))).pow(2).mean()
+            if true_reward.numel() != pred.numel():
+                raise ValueError(
+                    f"DreamerV3ModelLoss: the reward has shape {tuple(true_reward.shape)} but the "
+                    f"prediction {tuple(pred.shape)}"
+                )
+            true_reward = true_reward.reshape(pred.shape).to(pred.dtype)
+            reward_term = (symlog(pred) - symlog(true_reward)).pow(2).mean()
 
         losses = TensorDict(
             {
