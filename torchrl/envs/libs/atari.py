@@ -37,6 +37,7 @@ from torchrl.envs.transforms import (
     GrayScale,
     NoopResetEnv,
     Resize,
+    RewardSum,
     SignTransform,
     ToTensorImage,
     Transform,
@@ -155,6 +156,7 @@ def make_atari_env(
     full_action_space: bool = False,
     max_episode_frames: int = 108_000,
     obs_type: Literal["rgb", "grayscale"] = "rgb",
+    track_return: bool = False,
     seed: int | None = None,
     device: DeviceLike = "cpu",
 ) -> TransformedEnv:
@@ -184,6 +186,8 @@ def make_atari_env(
         obs_type: ``"rgb"``: the games return colour screens made grey by ``GrayScale``;
             ``"grayscale"``: ALE returns grey screens (what gymnasium's ``AtariPreprocessing``
             reads; no ``GrayScale``, a third of the pixels to copy and pool).
+        track_return: add ``"episode_reward"``, the game score so far (summed before clipping;
+            :class:`~torchrl.envs.transforms.RewardSum`).
         seed: seed the env (``env.set_seed``) once built.
         device: the device of the output tensors.
 
@@ -265,6 +269,8 @@ def make_atari_env(
             Resize(int(screen_size), int(screen_size), in_keys=[PIXELS]),
             CatFrames(N=int(frame_stack), dim=-3, in_keys=[PIXELS]),
         ]
+    if track_return:
+        transforms.append(RewardSum())
     if clip_rewards:
         transforms.append(SignTransform(in_keys=[REWARD]))
     out = TransformedEnv(env, Compose(*transforms))
