@@ -352,7 +352,7 @@ class DreamerModelLoss(LossModule):
         true_reward = data.get(next_key(keys.true_reward))
         reward_term = reduce_sequence_loss(
             distance_loss(
-                reward, true_reward.to(reward.dtype), self.reward_loss, strict_shape=False
+                reward, _as_prediction(self, true_reward, reward, "reward"), self.reward_loss
             ),
             batch_dims,
             self.global_average,
