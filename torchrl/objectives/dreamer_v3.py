@@ -312,7 +312,7 @@ class DreamerV3ActorLoss(DreamerActorLoss):
         use_reinforce: score-function gradients instead of reparameterisation. Defaults to False.
         return_normalization: divide by ``S`` (else 1). Defaults to True.
         percentile_rate: step of the percentile moving averages. Defaults to 0.01.
-        gamma: discount of the value estimator. Defaults to 0.997 (the paper's).
+        gamma: discount of the value estimator. Defaults to 0.99 (the paper uses 0.997).
         lmbda: λ of the value estimator. Defaults to 0.95.
 
     The wiring is that of :class:`~torchrl.objectives.DreamerActorLoss`; the returned data
@@ -334,7 +334,7 @@ class DreamerV3ActorLoss(DreamerActorLoss):
         use_reinforce: bool = False,
         return_normalization: bool = True,
         percentile_rate: float = 0.01,
-        gamma: float | None = 0.997,
+        gamma: float | None = 0.99,
         lmbda: float | None = 0.95,
     ) -> None:
         super().__init__(
@@ -429,7 +429,7 @@ class DreamerV3ValueLoss(LossModule):
         value_model: the critic: writes ``"state_value"`` (and ``"state_value_logits"`` for two-hot).
         value_loss: ``"symlog_mse"`` or ``"two_hot"``. Defaults to ``"symlog_mse"``.
         discount_loss: weight step ``t`` by ``gamma ** t``. Defaults to True.
-        gamma: the discount of the weights (ignored with ``actor_loss``). Defaults to 0.997.
+        gamma: the discount of the weights (ignored with ``actor_loss``). Defaults to 0.99.
         num_value_bins: bins of the default two-hot transform. Defaults to 255.
         actor_loss: read ``gamma`` from this actor loss at every call (keeps them equal).
         slow_critic_regularization: weight ``c`` of the slow-critic term. Defaults to 0.
@@ -480,7 +480,7 @@ class DreamerV3ValueLoss(LossModule):
         value_model: TensorDictModuleBase,
         value_loss: Literal["symlog_mse", "two_hot"] = "symlog_mse",
         discount_loss: bool = True,
-        gamma: float = 0.997,
+        gamma: float = 0.99,
         num_value_bins: int = 255,
         actor_loss: DreamerActorLoss | None = None,
         *,
