@@ -30,10 +30,17 @@ from torchrl.objectives.ddpg import DDPGLoss
 from torchrl.objectives.decision_transformer import DTLoss, OnlineDTLoss
 from torchrl.objectives.diffusion_bc import DiffusionBCLoss
 from torchrl.objectives.dqn import DistributionalDQNLoss, DQNLoss
+from torchrl.objectives.dreamer import DreamerActorLoss, DreamerModelLoss, DreamerValueLoss
+from torchrl.objectives.dreamer_v3 import (
+    DreamerV3ActorLoss,
+    DreamerV3ModelLoss,
+    DreamerV3ValueLoss,
+)
 from torchrl.objectives.fql import FQLLoss
 from torchrl.objectives.gail import GAILLoss
 from torchrl.objectives.iql import DiscreteIQLLoss, IQLLoss
 from torchrl.objectives.multiagent import IPPOLoss, MAPPOLoss, MultiAgentGAE, QMixerLoss
+from torchrl.objectives.pilco import ExponentialQuadraticCost
 from torchrl.objectives.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
 from torchrl.objectives.redq import REDQLoss
 from torchrl.objectives.reinforce import ReinforceLoss
@@ -54,6 +61,7 @@ from torchrl.objectives.utils import (
     hold_out_params,
     next_state_value,
 )
+from torchrl.objectives.world_model_loss import WorldModelLoss
 
 __all__ = [
     "ACTLoss",
@@ -108,4 +116,16 @@ __all__ = [
     "default_value_kwargs",
     "distance_loss",
     "hold_out_net",
+]
+
+# Issue 22: model-based losses.
+__all__ += [
+    "DreamerActorLoss",
+    "DreamerModelLoss",
+    "DreamerV3ActorLoss",
+    "DreamerV3ModelLoss",
+    "DreamerV3ValueLoss",
+    "DreamerValueLoss",
+    "ExponentialQuadraticCost",
+    "WorldModelLoss",
 ]
