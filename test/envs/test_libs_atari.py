@@ -263,6 +263,8 @@ def test_make_atari_env_errors():
         make_atari_env("ALE/Pong-v5", frame_stack=0)
     with pytest.raises(ValueError, match="obs_type must be"):
         atari_game_env("ALE/Pong-v5", obs_type="ram")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="frame_skip must be >= 1"):
+        atari_game_env("ALE/Pong-v5", frame_skip=0)
     with pytest.raises(TypeError, match="env_name must be a game id"):
         atari_game_env("")
 

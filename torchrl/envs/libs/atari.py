@@ -60,9 +60,11 @@ def register_ale_envs() -> None:
         ImportError: when ``ale-py`` is not installed, naming the extra to install.
 
     Examples:
+        >>> from torchrl.envs import GymEnv
         >>> from torchrl.envs.libs.atari import register_ale_envs
         >>> register_ale_envs()  # doctest: +SKIP
         >>> GymEnv("ALE/Pong-v5")  # doctest: +SKIP
+        GymEnv(env=ALE/Pong-v5, batch_size=torch.Size([]), device=cpu)
     """
     gymnasium = import_optional("gymnasium", extra="atari")
     if "ALE/Pong-v5" in gymnasium.envs.registry:
@@ -119,6 +121,8 @@ def atari_game_env(
     """
     if obs_type not in ("rgb", "grayscale"):
         raise ValueError(f"atari_game_env: obs_type must be 'rgb' or 'grayscale', got {obs_type!r}")
+    if int(frame_skip) < 1:
+        raise ValueError(f"atari_game_env: frame_skip must be >= 1, got {frame_skip}")
     register_ale_envs()
     base = GymEnv(
         _ale_id(env_name),
