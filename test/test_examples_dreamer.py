@@ -1,0 +1,104 @@
+"""Smoke runs of ``examples/dreamer/dreamer.py`` (Dreamer v1 and DreamerV3, states and pixels).
+
+Each run trains a few updates on one or two Pendulum episodes with tiny networks, then checks
+the files the example writes (learning curve, imagined-vs-real figure, GIF for pixels). The
+helpers the script is built from (batch sampling, open-loop imagination) are checked directly.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import os
+import runpy
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("gymnasium")
+
+EXAMPLES = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "dreamer"
+)
+SCRIPT = os.path.join(EXAMPLES, "dreamer.py")
+
+TINY = [
+    "--frames", "25", "--action-repeat", "8", "--seed-frames", "12", "--frames-per-batch", "25",
+    "--updates-per-batch", "2", "--batch-size", "4", "--seq-len", "8", "--horizon", "3",
+    "--state-dim", "4", "--num-categoricals", "4", "--num-classes", "4", "--belief-dim", "16",
+    "--hidden", "16", "--channels", "4", "--num-bins", "21", "--eval-every", "25",
+    "--eval-episodes", "1", "--final-eval-episodes", "1",
+]  # fmt: skip
+
+
+@pytest.fixture
+def dreamer(monkeypatch):
+    monkeypatch.syspath_prepend(EXAMPLES)
+    torch.set_num_threads(1)
+    return importlib.import_module("dreamer")
+
+
+@pytest.mark.parametrize(
+    "version,pixels", [("v1", "false"), ("v3", "false"), ("v1", "true"), ("v3", "true")]
+)
+def test_dreamer_smoke(version: str, pixels: str, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)  # gym/pygame may write next to the working directory
+    args = [*TINY, "--version", version, "--pixels", pixels, "--out", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [SCRIPT, *args, "--no-progress"])
+    runpy.run_path(SCRIPT, run_name="__main__")
+    out = capsys.readouterr().out
+    tag = f"dreamer_{version}_{'pixels' if pixels == 'true' else 'states'}"
+    assert f"{tag}: final deterministic evaluation return" in out
+    assert (tmp_path / f"{tag}.png").is_file(), "no learning curve written"
+    assert (tmp_path / f"{tag}_imagination.png").is_file(), "no imagined-vs-real figure"
+    assert (tmp_path / f"{tag}_imagination.gif").is_file() == (pixels == "true")
+
+
+def test_config_errors(dreamer) -> None:
+    with pytest.raises(ValueError, match="version must be 'v1' or 'v3'"):
+        dreamer.Config(version="v2")
+    with pytest.raises(ValueError, match="seq_len must be >= 1"):
+        dreamer.Config(seq_len=0)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        dreamer.Config(version="v3", pixels=True, num_categoricals=3, num_classes=3)
+    published = dreamer.Config(version="v1", published=True)
+    assert (published.state_dim, published.belief_dim, published.seq_len) == (30, 200, 50)
+
+
+def test_helpers_doctests(dreamer) -> None:
+    result = doctest.testmod(dreamer, verbose=False)
+    assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("version", ["v1", "v3"])
+def test_batches_and_imagination_shapes(dreamer, version: str) -> None:
+    """Stored episodes give [B, T] windows with zero primers; imagination decodes the horizon."""
+    torch.manual_seed(0)
+    cfg = dreamer.Config(
+        version=version, batch_size=3, seq_len=5, hidden=16, belief_dim=8, state_dim=4,
+        num_categoricals=2, num_classes=4, num_bins=21, action_repeat=4, progress=False,
+    )  # fmt: skip
+    env = dreamer.make_env(cfg)
+    env.set_seed(0)
+    agent = dreamer.make_agent(cfg, env.observation_spec[cfg.obs_key].shape)
+    buffer = dreamer.ReplayBuffer(storage=dreamer.LazyTensorStorage(4), batch_size=cfg.batch_size)
+    episode = dreamer.run_episode(env, agent, "random")
+    assert episode.batch_size == torch.Size([50])  # 200 env steps, each action repeated 4 times
+    assert bool(episode["next", "done"][-1]) and not bool(episode["next", "done"][:-1].any())
+    assert float(episode["action"].abs().max()) <= 1.0
+    buffer.extend(dreamer.to_storage(episode, cfg).unsqueeze(0))
+    batch = dreamer.sample_batch(buffer, cfg)
+    assert batch.batch_size == torch.Size([3, 5])
+    assert batch["state"].shape == (3, 5, cfg.latent_dim) and not batch["state"].any()
+    # windows are consecutive steps of the stored episode
+    obs = episode["next", "observation"]
+    for row in batch["next", "observation"]:
+        start = int((obs == row[0]).all(-1).nonzero()[0])
+        assert torch.equal(obs[start : start + 5], row)
+    logs = dreamer.update(agent, batch)
+    assert {"loss_model_kl", "loss_model_reco", "loss_actor", "loss_value"} <= set(logs)
+    assert all(torch.isfinite(torch.tensor(v)) for v in logs.values())
+    real, imagined = dreamer.imagine_episode(agent, episode, context=5, horizon=10)
+    assert real.shape == imagined.shape == (10, 3)
+    env.close()
