@@ -134,13 +134,13 @@ def test_bad_script_flags():
 def test_summary_ratios_and_problems():
     args = driver.parse_args(["--threads", "1", "--cases", "train,imagine_loop"])
     records = [
-        {"lib": "ours", "case": "train", "threads": "1", "median_s": 2.0, "updates_per_s": 0.5,
+        {"lib": "ours", "case": "train", "threads": "1", "min_s": 2.0, "updates_per_s": 0.5,
          "updates_per_cpu_s": 0.5},
-        {"lib": "ours", "case": "train", "threads": "1", "median_s": 1.0, "updates_per_s": 1.0,
+        {"lib": "ours", "case": "train", "threads": "1", "min_s": 1.0, "updates_per_s": 1.0,
          "updates_per_cpu_s": 1.0},
-        {"lib": "torchrl", "case": "train", "threads": "1", "median_s": 1.25,
+        {"lib": "torchrl", "case": "train", "threads": "1", "min_s": 1.25,
          "updates_per_s": 0.8, "updates_per_cpu_s": 0.5, "impl": "torchrl-0.14.1"},
-        {"lib": "ours", "case": "imagine_loop", "threads": "1", "median_s": 1.0,
+        {"lib": "ours", "case": "imagine_loop", "threads": "1", "min_s": 1.0,
          "frames_per_s": 10.0, "frames_per_cpu_s": 12.0},
         {"bench": "model_based", "lib": "torchrl", "threads": "1", "skipped": "no peer"},
     ]  # fmt: skip
