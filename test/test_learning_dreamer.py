@@ -1,0 +1,75 @@
+"""Learning tests of ``examples/dreamer/dreamer.py`` (slow; ``pytest -m slow``).
+
+- DreamerV3 on Pendulum-v1 states: after 6000 agent steps (12000 env steps, action repeat 2)
+  the final deterministic evaluation (5 fresh episodes) ends above -400 and beats uniform random
+  actions (10 episodes) by at least 500.
+- Dreamer (v1) from 64x64 renders of Pendulum-v1: after 5000 agent steps its final evaluation
+  beats random actions by at least 200 and the first evaluation (at 1000 steps) of the run.
+
+Each test prints its evaluation curve, wall time and the random baseline (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("gymnasium")
+
+EXAMPLES = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "dreamer"
+)
+
+
+def _run(monkeypatch, tmp_path, **overrides) -> tuple[dict, float]:
+    monkeypatch.syspath_prepend(EXAMPLES)
+    monkeypatch.chdir(tmp_path)
+    dreamer = importlib.import_module("dreamer")
+    torch.set_num_threads(1)
+    cfg = dreamer.Config(out=str(tmp_path), progress=False, **overrides)
+    history = dreamer.train(cfg)
+    random = dreamer.random_return(cfg, episodes=10)
+    print(
+        f"\n{cfg.tag} seed {cfg.seed}: evaluations {history['eval']}, final "
+        f"{history['final_return']:.1f}, random {random:.1f}, {history['frames']} agent steps in "
+        f"{history['wall']:.0f} s",
+        file=sys.stderr,
+    )
+    return history, random
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dreamer_v3_learns_pendulum_from_states(seed: int, tmp_path, monkeypatch) -> None:
+    history, random = _run(
+        monkeypatch, tmp_path, version="v3", seed=seed, frames=6000, eval_every=500
+    )
+    final = history["final_return"]
+    assert final > -400, f"DreamerV3 (seed {seed}) ends at {final:.1f}; curve {history['eval']}"
+    assert final - random >= 500, (
+        f"DreamerV3 (seed {seed}) {final:.1f} does not beat random actions ({random:.1f}) by 500"
+    )
+
+
+@pytest.mark.slow
+def test_dreamer_v1_improves_from_pixels(tmp_path, monkeypatch) -> None:
+    history, random = _run(
+        monkeypatch,
+        tmp_path,
+        version="v1",
+        pixels=True,
+        seed=0,
+        frames=5000,
+        updates_per_batch=10,
+        eval_every=1000,
+    )
+    final, first = history["final_return"], history["eval"][0][1]
+    assert final - random >= 200, (
+        f"Dreamer from pixels ends at {final:.1f}, random {random:.1f}; curve {history['eval']}"
+    )
+    assert final > first, f"no improvement over the run: curve {history['eval']}, final {final:.1f}"
+    assert os.path.isfile(history["imagination"][-1])
