@@ -230,3 +230,61 @@ def test_parallel_env_and_collector():
     # rewards only arrive when a game ends, and then they sum to zero
     assert (rewards[~done] == 0).all()
     assert rewards.sum(-1).abs().max() < 1e-6
+
+
+# ------------------------------------------------------------------ examples/openspiel_tictactoe.py
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples"
+
+
+def _example(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    import openspiel_tictactoe
+
+    return openspiel_tictactoe
+
+
+def test_example_smoke(monkeypatch, tmp_path, capsys):
+    import runpy
+
+    args = ["--frames", "512", "--num-envs", "4", "--steps-per-env", "32", "--eval-every", "256"]
+    args += ["--eval-games", "4", "--out", str(tmp_path), "--no-progress"]
+    monkeypatch.setattr(sys, "argv", ["openspiel_tictactoe.py", *args])
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    runpy.run_path(str(EXAMPLES / "openspiel_tictactoe.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "learner (greedy) in seat0 vs random, 4 games: win" in out
+    assert "random player in seat1 vs random" in out
+
+
+def test_example_learner_moves_and_returns(monkeypatch):
+    example = _example(monkeypatch)
+    env = example.make_env(2)
+    env.set_seed(0)
+    seats = torch.tensor([0, 1])
+    torch.manual_seed(0)
+    batch = env.rollout(20, example.VersusRandom(None, seats), break_when_any_done=False)
+    data = example.learner_moves(batch, seats, gamma=0.5)
+    # every kept move is the learner's, legal, and its return is the game's result discounted
+    # once per learner move after it
+    assert data["legal"].gather(-1, data["action"][:, None]).all()
+    assert set(data["return"].abs().unique().tolist()) <= {0.0, 1.0, 0.5, 0.25, 0.125, 0.0625}
+    assert data["results"].numel() >= 2
+    view = example.own_view(batch["agents", "observation"][1, 0, 1], torch.tensor(1))
+    board = batch["agents", "observation"][1, 0, 1]
+    assert torch.equal(view.reshape(3, 3, 3)[1], board[2])  # seat 1: "mine" are the noughts
+
+
+@pytest.mark.slow
+def test_example_beats_random(monkeypatch):
+    example = _example(monkeypatch)
+    torch.set_num_threads(1)
+    cfg = example.Config(frames=102_400, eval_every=10**9, eval_games=300, progress=False)
+    history = example.train(cfg)
+    final, rand = history["final"], history["random"]
+    # random vs random: seat 0 wins ~0.59 / loses ~0.29, seat 1 wins ~0.29 / loses ~0.59
+    assert final["seat0"]["win"] >= 0.85 and final["seat0"]["loss"] <= 0.1, final
+    assert final["seat1"]["win"] >= 0.5 and final["seat1"]["loss"] <= 0.3, final
+    for seat in ("seat0", "seat1"):
+        assert (
+            final[seat]["win"] - final[seat]["loss"] >= rand[seat]["win"] - rand[seat]["loss"] + 0.4
+        )
