@@ -309,6 +309,8 @@ def fit_ensemble(
     """
     inputs, targets = transition_arrays(data)
     n = inputs.shape[0]
+    # A fresh split each fit: with warm starts earlier fits saw some held-out rows, which only
+    # flatters every member alike; the split serves to rank members, not to stop training.
     perm = torch.randperm(n)
     n_hold = min(int(n * holdout), 1000) if n >= 20 else 0
     hold, train = perm[:n_hold], perm[n_hold:]

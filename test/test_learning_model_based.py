@@ -26,7 +26,7 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_mbpo_solves_pendulum_with_fewer_frames_than_sac(seed: int, tmp_path, monkeypatch) -> None:
     monkeypatch.syspath_prepend(EXAMPLES)
     mbpo = importlib.import_module("mbpo_pendulum")
@@ -79,7 +79,7 @@ def test_mbpo_solves_pendulum_with_fewer_frames_than_sac(seed: int, tmp_path, mo
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_mpc_reaches_minus_300(seed: int, tmp_path, monkeypatch) -> None:
     monkeypatch.syspath_prepend(EXAMPLES)
     mpc = importlib.import_module("mpc_pendulum")
