@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from torchrl._keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from torchrl._keys import ACTION, DONE, OBSERVATION, RESET, REWARD, TERMINATED, TRUNCATED
 from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Categorical, Composite, OneHot, TensorSpec
@@ -40,6 +40,7 @@ from torchrl.envs.libs.jax_utils import (
     leaf_spec,
     tree_leaf_keys,
     tree_spec,
+    where_leaves,
 )
 
 __all__ = ["GymnaxEnv", "GymnaxWrapper"]
@@ -114,6 +115,9 @@ class GymnaxWrapper(EnvBase):
         torch.Size([8, 4, 4])
     """
 
+    # a partial reset merges the fresh and the kept sub-envs inside JAX (one call)
+    _handles_partial_reset = True
+
     def __init__(
         self,
         env: Any = None,
@@ -149,6 +153,7 @@ class GymnaxWrapper(EnvBase):
         self.frame_skip = int(frame_skip)
         self._n = flat_batch(self.batch_size)
         self._layout()
+        self._out_keys = self._output_keys()
         self._jit = bool(jit)
         self._compile()
         self._make_specs()
@@ -278,7 +283,12 @@ class GymnaxWrapper(EnvBase):
             carried = jax.tree_util.tree_unflatten(self._state_treedef, state_leaves)
             return self._outputs(*batched_step(carried, action))
 
+        def reset_where(key: Any, mask: Any, old: list[Any | None]) -> tuple[Any, list[Any]]:
+            key, new = reset(key)
+            return key, where_leaves(mask, new, old)
+
         self._reset_fn = jax.jit(reset) if self._jit else reset
+        self._reset_where_fn = jax.jit(reset_where) if self._jit else reset_where
         self._step_fn = jax.jit(step) if self._jit else step
 
     def _make_specs(self) -> None:
@@ -346,9 +356,26 @@ class GymnaxWrapper(EnvBase):
         data[DONE], data[TERMINATED], data[TRUNCATED] = done, terminated, truncated
         return TensorDict(data, batch_size=self.batch_size, device=self.device)
 
+    def _output_keys(self) -> list[Any]:
+        """The TensorDict key of each array a reset or step returns (``None``: the reward)."""
+        keys: list[Any] = [(STATE, *k) for k in self._state_keys]
+        keys += [tuple(k) for k in self._obs_keys]
+        return [*keys, None, DONE, TERMINATED, TRUNCATED]
+
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
-        # every sub-env gets a new state; EnvBase keeps the old one where "_reset" is False
-        self._key, arrays = self._reset_fn(self._key)
+        mask = None if tensordict is None else tensordict.get(RESET, None)
+        if tensordict is None or mask is None or bool(mask.all()):
+            self._key, arrays = self._reset_fn(self._key)
+            return self._read(arrays, with_reward=False)
+        # a partial reset, merged inside JAX: the sub-envs left out keep their input's values
+        old = [
+            None
+            if key is None or (value := tensordict.get(key, None)) is None
+            else self._to_jax(value)
+            for key in self._out_keys
+        ]
+        flat = self._to_jax(mask.reshape(*self.batch_size))
+        self._key, arrays = self._reset_where_fn(self._key, flat, old)
         return self._read(arrays, with_reward=False)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from torchrl._keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
+from torchrl._keys import ACTION, DONE, OBSERVATION, RESET, REWARD, TERMINATED, TRUNCATED
 from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import (
@@ -54,6 +54,7 @@ from torchrl.envs.libs.jax_utils import (
     torch_dtype_of_jax,
     tree_leaf_keys,
     tree_spec,
+    where_leaves,
 )
 
 __all__ = ["JumanjiEnv", "JumanjiWrapper"]
@@ -190,6 +191,9 @@ class JumanjiWrapper(EnvBase):
         (torch.Size([4, 3, 6, 6, 5]), torch.Size([4, 3, 4]))
     """
 
+    # a partial reset merges the fresh and the kept sub-envs inside JAX (one call)
+    _handles_partial_reset = True
+
     def __init__(
         self,
         env: Any = None,
@@ -231,6 +235,7 @@ class JumanjiWrapper(EnvBase):
             env.action_spec, self.categorical_action_encoding, self.batch_size, self.device
         )
         self._layout()
+        self._out_keys = self._output_keys()
         self._jit = bool(jit)
         self._compile()
         self._make_specs()
@@ -352,7 +357,12 @@ class JumanjiWrapper(EnvBase):
             state = jax.tree_util.tree_unflatten(self._state_treedef, state_leaves)
             return self._outputs(*self._batched(self._one_step)(state, action))
 
+        def reset_where(key: Any, mask: Any, old: list[Any | None]) -> tuple[Any, list[Any]]:
+            key, new = reset(key)
+            return key, where_leaves(mask, new, old)
+
         self._reset_fn = jax.jit(reset) if self._jit else reset
+        self._reset_where_fn = jax.jit(reset_where) if self._jit else reset_where
         self._step_fn = jax.jit(step) if self._jit else step
 
     def _make_specs(self) -> None:
@@ -416,9 +426,28 @@ class JumanjiWrapper(EnvBase):
         data[DONE], data[TERMINATED], data[TRUNCATED] = done, terminated, truncated
         return TensorDict(data, batch_size=self.batch_size, device=self.device)
 
+    def _output_keys(self) -> list[Any]:
+        """The TensorDict key of each array a reset or step returns (``None``: the reward)."""
+        keys: list[Any] = [(STATE, *k) for k in self._state_keys]
+        keys += [tuple(k) for k in self._obs_keys]
+        if self._has_extras:
+            keys += [(EXTRAS, *k) for k in self._extras_keys]
+        return [*keys, None, DONE, TERMINATED, TRUNCATED]
+
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
-        # every sub-env gets a new state; EnvBase keeps the old one where "_reset" is False
-        self._key, arrays = self._reset_fn(self._key)
+        mask = None if tensordict is None else tensordict.get(RESET, None)
+        if tensordict is None or mask is None or bool(mask.all()):
+            self._key, arrays = self._reset_fn(self._key)
+            return self._read(arrays, with_reward=False)
+        # a partial reset, merged inside JAX: the sub-envs left out keep their input's values
+        old = [
+            None
+            if key is None or (value := tensordict.get(key, None)) is None
+            else self._to_jax(value)
+            for key in self._out_keys
+        ]
+        flat = self._to_jax(mask.reshape(*self.batch_size))
+        self._key, arrays = self._reset_where_fn(self._key, flat, old)
         return self._read(arrays, with_reward=False)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
