@@ -166,6 +166,9 @@ def test_bad_arguments():
         OpenSpielEnv("tic_tac_toe", batch_size=[2])
     with pytest.raises(ValueError, match="cannot load the game 'no_such_game'"):
         OpenSpielEnv("no_such_game")
+    # crossword declares an observation tensor that it does not implement
+    with pytest.raises(ValueError, match="'crossword' implements neither"):
+        OpenSpielEnv("crossword")
     assert "kuhn_poker" in OpenSpielEnv.available_envs
 
 

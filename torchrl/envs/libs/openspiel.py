@@ -74,6 +74,29 @@ def _available_games(cls: type) -> list[str]:
     return sorted(game.short_name for game in _pyspiel().registered_games())
 
 
+def _observation_of(game: Any, spiel_error: type[Exception]) -> tuple[str, tuple[int, ...]]:
+    """The state method that gives a player's observation tensor, and the tensor's shape.
+
+    The observation tensor when the game has one, else the information state tensor (some games
+    declare a tensor that they do not implement: the next one is tried).
+    """
+    game_type = game.get_type()
+    candidates = []
+    if game_type.provides_observation_tensor:
+        candidates.append(("observation_tensor", game.observation_tensor_shape))
+    if game_type.provides_information_state_tensor:
+        candidates.append(("information_state_tensor", game.information_state_tensor_shape))
+    for method, shape_of in candidates:
+        try:
+            return method, tuple(shape_of())
+        except spiel_error:
+            continue
+    raise ValueError(
+        f"OpenSpielWrapper: the game {game_type.short_name!r} implements neither an observation "
+        f"tensor nor an information state tensor; it cannot be wrapped"
+    )
+
+
 class _Group:
     """One group of players: its name, their OpenSpiel ids and the spec shapes it needs."""
 
@@ -154,17 +177,7 @@ class OpenSpielWrapper(EnvBase):
                 f"OpenSpielWrapper: the game {game_type.short_name!r} has {dynamics} dynamics; "
                 f"only sequential and simultaneous-move games are supported"
             )
-        if game_type.provides_observation_tensor:
-            self._observe = "observation_tensor"
-            obs_shape = tuple(game.observation_tensor_shape())
-        elif game_type.provides_information_state_tensor:
-            self._observe = "information_state_tensor"
-            obs_shape = tuple(game.information_state_tensor_shape())
-        else:
-            raise ValueError(
-                f"OpenSpielWrapper: the game {game_type.short_name!r} provides neither an "
-                f"observation tensor nor an information state tensor"
-            )
+        self._observe, obs_shape = _observation_of(game, pyspiel.SpielError)
         super().__init__(
             device=device,
             allow_done_after_reset=allow_done_after_reset,
