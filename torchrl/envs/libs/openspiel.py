@@ -119,7 +119,8 @@ class OpenSpielWrapper(EnvBase):
         categorical_actions: actions as indices (``Categorical``) rather than one-hot vectors.
         return_state: add the serialized game state (a string, ``state.serialize()``) under
             ``"state"``; ``env.reset(td)`` with a ``"state"`` entry (and no ``"_reset"`` mask)
-            restarts from that state instead of the initial one.
+            restarts from that state instead of the initial one. Single envs only: SerialEnv and
+            ParallelEnv carry tensors, not strings.
         device: the device of the output tensors.
         batch_size: must be empty (``[]``): one game per env.
         allow_done_after_reset: see :class:`~torchrl.envs.EnvBase`.
