@@ -32,6 +32,7 @@ from torchrl.envs import GymEnv  # noqa: E402
 @dataclass
 class Config(OfflineConfig):
     min_q_weight: float = 5.0  # the published CQL(H) weight for continuous control (Kumar et al.)
+    hidden: int = 64  # as in cql_pendulum_offline.py; CQL's penalty makes each step costly
 
 
 def train(cfg: Config, dataset: Any = None) -> dict:

@@ -4,10 +4,11 @@ TD3's twin critics with target-policy smoothing, and an actor that climbs
 ``lmbda * Q(s, pi(s))`` while staying close to the dataset's action
 (``(pi(s) - a)^2``), with ``lmbda = alpha / mean |Q|`` (:class:`~torchrl.objectives.TD3BCLoss`,
 Fujimoto and Gu, 2021). As in the paper, the actor moves every ``policy_delay``-th step, the
-smoothing noise is 0.2 and its clip 0.5 of the action range's half-width, ``alpha = 2.5``, the
-rate 3e-4 and the observations standardised with the dataset's statistics (inside the
-networks). The networks are those of ``examples/td3_pendulum.py``, the loop that of
-``examples/iql_pendulum_offline.py``.
+smoothing noise is 0.2 and its clip 0.5 of the action range's half-width, ``alpha = 2.5`` for
+actions in [-1, 1] (``alpha * h^2`` on a range of half-width ``h``: Pendulum's torque lies in
+[-2, 2], where the squared BC error is 4 times larger), the rate 3e-4 and the observations
+standardised with the dataset's statistics (inside the networks). The networks are those of
+``examples/td3_pendulum.py``, the loop that of ``examples/iql_pendulum_offline.py``.
 
 Usage: ``python examples/offline/td3_bc.py [--data d4rl:PATH | --data minari:ID]
 [--offline-steps N] [--seed S] [--out DIR]``.
@@ -39,7 +40,7 @@ from torchrl.objectives import TD3BCLoss  # noqa: E402
 @dataclass
 class Config(OfflineConfig):
     lr: float = 3e-4  # the paper's rate for both networks
-    alpha: float = 2.5
+    alpha: float = 2.5  # the paper's, for actions in [-1, 1] (scaled below for other ranges)
     policy_noise: float = 0.2  # of the action half-width
     noise_clip: float = 0.5  # of the action half-width
     policy_delay: int = 2
@@ -111,7 +112,9 @@ def train(cfg: Config, dataset: Any = None) -> dict:
         num_qvalue_nets=2,
         policy_noise=cfg.policy_noise * scale,
         noise_clip=cfg.noise_clip * scale,
-        alpha=cfg.alpha,
+        # The paper's actions lie in [-1, 1]; on a range of half-width h the squared BC error
+        # is h^2 times larger, and alpha * h^2 keeps the paper's balance of the two terms.
+        alpha=cfg.alpha * scale**2,
         loss_function="l2",
     )
     loss_fn.make_value_estimator(gamma=cfg.gamma)
