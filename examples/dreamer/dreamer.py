@@ -630,8 +630,11 @@ def train(cfg: Config) -> dict:
                 bar.set_postfix(ret=f"{ret:.0f}", eval=f"{history['eval'][-1][1]:.0f}")
             else:
                 wall = time.perf_counter() - start
+                losses = history["losses"][-1][1] if history["losses"] else {}
                 print(
-                    f"{frames} steps, {wall:.0f} s: evaluation return {history['eval'][-1][1]:.1f}"
+                    f"{frames} steps, {wall:.0f} s: evaluation return "
+                    f"{history['eval'][-1][1]:.1f}, last training episode {ret:.1f}; "
+                    + ", ".join(f"{k} {v:.3g}" for k, v in losses.items())
                 )
     if bar is not None:
         bar.close()
