@@ -369,9 +369,10 @@ class JumanjiWrapper(EnvBase):
         batch, device = self.batch_size, self.device
         obs = Composite(shape=batch, device=device)
         for key, (shape, dtype) in zip(self._obs_keys, self._obs_shapes):
-            jspec = None if key == (OBSERVATION,) else _spec_at(self._obs_jumanji_spec, key)
-            if key == (OBSERVATION,):
+            if key == (OBSERVATION,):  # the observation is a single array
                 jspec = self._obs_jumanji_spec
+            else:
+                jspec = _spec_at(self._obs_jumanji_spec, key)
             obs[key] = _leaf_from_jumanji(jspec, shape, dtype, batch, device)
         obs[STATE] = tree_spec(self._state_keys, self._state_shapes, batch, device)
         if self._has_extras:
