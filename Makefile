@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 # What the demo needs, what the default test suite needs (every optional backend whose tests run
 # by default), and what only slow-marked tests need (brax/jax, ~550 MB).
 DEMO_EXTRAS ?= gym,plot
-TEST_EXTRAS ?= gym,dev,plot,offline,mujoco,dm_control,vmas,pettingzoo,tensorboard,wandb,ray,submitit,envpool,chess
+TEST_EXTRAS ?= gym,dev,plot,offline,atari,open_spiel,mo_gym,minigrid,jumanji,mujoco,dm_control,vmas,pettingzoo,tensorboard,wandb,ray,submitit,envpool,chess
 SLOW_EXTRAS ?= brax
 PYTEST_ARGS ?=
 
@@ -29,6 +29,10 @@ $(VENV)/.installed-demo: $(VENV)/.torch pyproject.toml setup.py
 
 $(VENV)/.installed-test: $(VENV)/.torch pyproject.toml setup.py
 	$(PIP) install -q -e ".[$(TEST_EXTRAS)]"
+	# gymnax pins gymnasium<1.4 and procgen numpy<2, yet both run with ours: their dependencies
+	# first, then the packages themselves without their pins
+	$(PIP) install -q flax seaborn "craftax>=1.6,<2" "imageio>=2.6" "glfw>=1.8" cffi
+	$(PIP) install -q --no-deps "gymnax>=1.0,<2" "procgen-mirror>=0.10.7" "gym3>=0.3.3"
 	touch $@
 
 setup: $(VENV)/.installed-demo

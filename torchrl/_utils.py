@@ -29,6 +29,14 @@ _EXTRAS = {
     "tensorboard": "tensorboard",
     "wandb": "wandb",
     "matplotlib": "plot",
+    "ale_py": "atari",
+    "pyspiel": "open_spiel",
+    "mo_gymnasium": "mo_gym",
+    "jumanji": "jumanji",
+    "gymnax": "gymnax",
+    "craftax": "gymnax",
+    "procgen": "procgen",
+    "minari": "offline",
 }
 
 

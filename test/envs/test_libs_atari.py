@@ -101,10 +101,7 @@ def test_gym_env_registers_ale_ids_lazily(monkeypatch):
     registry = gym.envs.registry
     for key in [k for k in registry if k.startswith("ALE/")]:
         monkeypatch.delitem(registry, key)
-    try:
-        env = GymEnv("ALE/Pong-v5")
-    except gym.error.NamespaceNotFound:
-        pytest.xfail("GymEnv does not register ale_py's ids yet (the gym.py hook is not wired)")
+    env = GymEnv("ALE/Pong-v5")
     assert env.observation_spec["observation"].shape == (210, 160, 3)
     env.close()
 

@@ -23,6 +23,7 @@ from torchrl.envs.env_creator import EnvCreator
 from torchrl.envs.gym_like import GymLikeEnv
 from torchrl.envs.libs import get_available_libraries
 from torchrl.envs.libs._marl import MarlGroupMapType, check_marl_grouping
+from torchrl.envs.libs.atari import make_atari_env
 from torchrl.envs.libs.brax import BraxEnv, BraxWrapper
 from torchrl.envs.libs.dm_control import DMControlEnv, DMControlWrapper
 from torchrl.envs.libs.envpool import MultiThreadedEnv, MultiThreadedEnvWrapper
@@ -34,7 +35,12 @@ from torchrl.envs.libs.gym import (
     register_gym_spec_conversion,
     set_gym_backend,
 )
+from torchrl.envs.libs.gymnax import GymnaxEnv, GymnaxWrapper
+from torchrl.envs.libs.jumanji import JumanjiEnv, JumanjiWrapper
+from torchrl.envs.libs.mo_gym import MOGymEnv, MOGymWrapper
+from torchrl.envs.libs.openspiel import OpenSpielEnv, OpenSpielWrapper
 from torchrl.envs.libs.pettingzoo import PettingZooEnv, PettingZooWrapper
+from torchrl.envs.libs.procgen import ProcgenEnv, ProcgenWrapper
 from torchrl.envs.libs.vmas import VmasEnv, VmasWrapper
 from torchrl.envs.model_based import (
     DreamerDecoder,
@@ -78,6 +84,7 @@ from torchrl.envs.transforms import (
     MacroAction,
     MacroPrimitive,
     MacroPrimitiveTransform,
+    MaxPoolFrameSkip,
     MeanActionSelector,
     ModuleTransform,
     MultiAction,
@@ -297,3 +304,19 @@ __all__ += [
     "VIPTransform",
 ]
 __all__ += ["DreamerDecoder", "DreamerEnv", "ImaginedEnv", "ModelBasedEnvBase", "WorldModelEnv"]
+
+# Issue 24: more simulators.
+__all__ += [
+    "GymnaxEnv",
+    "GymnaxWrapper",
+    "JumanjiEnv",
+    "JumanjiWrapper",
+    "MOGymEnv",
+    "MOGymWrapper",
+    "MaxPoolFrameSkip",
+    "OpenSpielEnv",
+    "OpenSpielWrapper",
+    "ProcgenEnv",
+    "ProcgenWrapper",
+    "make_atari_env",
+]

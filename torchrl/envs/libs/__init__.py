@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torchrl._utils import has_module
 from torchrl.envs.libs._marl import MarlGroupMapType, check_marl_grouping
+from torchrl.envs.libs.atari import atari_game_env, make_atari_env, register_ale_envs
 from torchrl.envs.libs.brax import BraxEnv, BraxWrapper
 from torchrl.envs.libs.dm_control import DMControlEnv, DMControlWrapper
 from torchrl.envs.libs.envpool import MultiThreadedEnv, MultiThreadedEnvWrapper
@@ -13,7 +14,12 @@ from torchrl.envs.libs.gym import (
     GymWrapper,
     default_info_dict_reader,
 )
+from torchrl.envs.libs.gymnax import GymnaxEnv, GymnaxWrapper
+from torchrl.envs.libs.jumanji import JumanjiEnv, JumanjiWrapper
+from torchrl.envs.libs.mo_gym import MOGymEnv, MOGymWrapper
+from torchrl.envs.libs.openspiel import OpenSpielEnv, OpenSpielWrapper
 from torchrl.envs.libs.pettingzoo import PettingZooEnv, PettingZooWrapper
+from torchrl.envs.libs.procgen import ProcgenEnv, ProcgenWrapper
 from torchrl.envs.libs.vmas import VmasEnv, VmasWrapper
 
 __all__ = [
@@ -24,6 +30,16 @@ __all__ = [
     "DMControlWrapper",
     "GymEnv",
     "GymWrapper",
+    "GymnaxEnv",
+    "GymnaxWrapper",
+    "JumanjiEnv",
+    "JumanjiWrapper",
+    "MOGymEnv",
+    "MOGymWrapper",
+    "OpenSpielEnv",
+    "OpenSpielWrapper",
+    "ProcgenEnv",
+    "ProcgenWrapper",
     "MarlGroupMapType",
     "MultiThreadedEnv",
     "MultiThreadedEnvWrapper",
@@ -31,18 +47,27 @@ __all__ = [
     "PettingZooWrapper",
     "VmasEnv",
     "VmasWrapper",
+    "atari_game_env",
     "check_marl_grouping",
     "default_info_dict_reader",
     "get_available_libraries",
+    "make_atari_env",
+    "register_ale_envs",
 ]
 
 # The simulator each wrapper module needs (the import name of its package).
 _LIBRARIES = {
+    "atari": "ale_py",
     "brax": "brax",
     "dm_control": "dm_control",
     "envpool": "envpool",
     "gym": "gymnasium",
+    "gymnax": "gymnax",
+    "jumanji": "jumanji",
+    "mo_gym": "mo_gymnasium",
+    "openspiel": "pyspiel",
     "pettingzoo": "pettingzoo",
+    "procgen": "procgen",
     "vmas": "vmas",
 }
 
@@ -51,13 +76,13 @@ def get_available_libraries() -> set[str]:
     """Returns the names of the simulator libraries that are installed (a cheap spec lookup).
 
     Returns:
-        A subset of ``{"brax", "dm_control", "envpool", "gym", "pettingzoo", "vmas"}``; ``"gym"``
-        stands for ``gymnasium``.
+        A subset of the wrapper names (``"atari"``, ``"brax"``, ``"dm_control"``, ``"envpool"``,
+        ``"gym"``, ``"gymnax"``, ``"jumanji"``, ``"mo_gym"``, ``"openspiel"``, ``"pettingzoo"``,
+        ``"procgen"``, ``"vmas"``); ``"gym"`` stands for ``gymnasium``.
 
     Examples:
         >>> from torchrl.envs.libs import get_available_libraries
-        >>> libraries = {"brax", "dm_control", "envpool", "gym", "pettingzoo", "vmas"}
-        >>> get_available_libraries() <= libraries
+        >>> "gym" in get_available_libraries()  # gymnasium is installed here
         True
     """
     return {name for name, package in _LIBRARIES.items() if has_module(package)}

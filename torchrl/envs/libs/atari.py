@@ -28,7 +28,7 @@ from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.envs.batched import ParallelEnv, SerialEnv
 from torchrl.envs.common import EnvBase
-from torchrl.envs.libs.gym import GymEnv
+from torchrl.envs.libs.gym import GymEnv, register_ale_envs
 from torchrl.envs.transforms import (
     CatFrames,
     Compose,
@@ -51,26 +51,6 @@ __all__ = ["atari_game_env", "make_atari_env", "register_ale_envs"]
 _has_ale = has_module("ale_py")
 
 _ALE_PREFIX = "ALE/"
-
-
-def register_ale_envs() -> None:
-    """Registers ``ale-py``'s ``ALE/...`` ids with gymnasium (once; later calls do nothing).
-
-    Raises:
-        ImportError: when ``ale-py`` is not installed, naming the extra to install.
-
-    Examples:
-        >>> from torchrl.envs import GymEnv
-        >>> from torchrl.envs.libs.atari import register_ale_envs
-        >>> register_ale_envs()  # doctest: +SKIP
-        >>> GymEnv("ALE/Pong-v5")  # doctest: +SKIP
-        GymEnv(env=ALE/Pong-v5, batch_size=torch.Size([]), device=cpu)
-    """
-    gymnasium = import_optional("gymnasium", extra="atari")
-    if "ALE/Pong-v5" in gymnasium.envs.registry:
-        return
-    ale_py = import_optional("ale_py", extra="atari")
-    gymnasium.register_envs(ale_py)
 
 
 def _ale_id(env_name: str) -> str:

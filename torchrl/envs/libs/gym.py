@@ -50,7 +50,7 @@ from torchrl._keys import (
 )
 from torchrl._td_compat import entries, new_unchecked
 from torchrl._types import DeviceLike
-from torchrl._utils import has_module
+from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
 from torchrl.envs._action_checks import make_action_check
 from torchrl.envs.common import EnvBase
@@ -84,6 +84,7 @@ __all__ = [
     "default_info_dict_reader",
     "gym_backend",
     "gym_to_torchrl_spec_transform",
+    "register_ale_envs",
     "register_gym_spec_conversion",
     "set_gym_backend",
 ]
@@ -93,6 +94,30 @@ _has_gym = has_module("gymnasium")
 _RESERVED_KEYS = frozenset({ACTION, REWARD, DONE, TERMINATED, TRUNCATED, RESET, NEXT})
 
 # ------------------------------------------------------------------------------------ the envs
+
+
+def register_ale_envs() -> None:
+    """Registers ``ale-py``'s ``ALE/...`` game ids with gymnasium (later calls do nothing).
+
+    :class:`GymEnv` calls it for any ``ALE/`` id, so ``GymEnv("ALE/Pong-v5")`` works as soon as
+    ``ale-py`` is installed (its ROMs ship inside the wheel).
+
+    Raises:
+        ImportError: when ``ale-py`` is not installed, naming the extra to install.
+
+    Examples:
+        >>> register_ale_envs()  # doctest: +SKIP
+        >>> GymEnv("ALE/Pong-v5")  # doctest: +SKIP
+        GymEnv(env=ALE/Pong-v5, batch_size=torch.Size([]), device=cpu)
+    """
+    gymnasium = import_optional("gymnasium", extra="atari")
+    if "ALE/Pong-v5" in gymnasium.envs.registry:
+        return
+    # importing ale_py registers its ids; if it was imported before the ids were removed from
+    # the registry, its registration function puts them back
+    import_optional("ale_py", extra="atari")
+    if "ALE/Pong-v5" not in gymnasium.envs.registry:
+        import_optional("ale_py.registration", extra="atari").register_v5_envs()
 
 
 def _env_name(env: Any) -> str:
@@ -622,6 +647,8 @@ class GymEnv(GymWrapper):
             # gym 0.26's passive env checker uses np.bool8, which numpy 2 removed: it fails on
             # the first step of every env, so it is off unless the caller asks for it
             kwargs.setdefault("disable_env_checker", True)
+        if gym.__name__ == "gymnasium" and env_name.startswith("ALE/"):
+            register_ale_envs()
         if num_envs:
             if vectorization_mode not in ("sync", "async"):
                 raise ValueError(

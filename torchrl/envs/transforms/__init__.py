@@ -22,6 +22,7 @@ from torchrl.envs.transforms.actions import (
     ClipTransform,
     DiscreteActionProjection,
 )
+from torchrl.envs.transforms.atari import MaxPoolFrameSkip
 from torchrl.envs.transforms.base import Compose, ObservationTransform, Transform
 from torchrl.envs.transforms.checks import FiniteTensorDictCheck
 from torchrl.envs.transforms.delta import NextObservationDelta
@@ -164,6 +165,7 @@ __all__ = [
     "SuccessReward",
     "TargetReturn",
     "TensorDictPrimer",
+    "MaxPoolFrameSkip",
     "TimeMaxPool",
     "ToTensorImage",
     "TrajCounter",
