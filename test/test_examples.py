@@ -52,6 +52,20 @@ OFFLINE_TINY = [
     "2",
 ]
 EXAMPLE_ARGS = {
+    "ppo_jumanji.py": [
+        "--frames",
+        "512",
+        "--num-envs",
+        "4",
+        "--steps-per-env",
+        "64",
+        "--minibatch-size",
+        "128",
+        "--eval-every",
+        "256",
+        "--eval-episodes",
+        "2",
+    ],
     "ppo_cartpole.py": ["--frames", "512", "--epochs", "2", "--eval-every", "256"],
     "demo.py": ["--frames", "512", "--epochs", "2", "--eval-every", "256"],
     "a2c_cartpole.py": ["--frames", "512", "--eval-every", "256"],
@@ -212,9 +226,14 @@ SMOKED_ELSEWHERE = {
     "impala_cartpole.py",
     "multi_policy_cartpole.py",
     "ddpg_figure1.py",
+    "mbpo_pendulum.py",  # test_examples_model_based.py
+    "mpc_pendulum.py",
+    "ppo_atari.py",  # test_examples_atari.py
+    "dqn_atari.py",
+    "openspiel_tictactoe.py",  # envs/test_libs_openspiel.py
 }
-# Examples that need the MuJoCo simulator: skipped when it is not installed.
-MUJOCO_EXAMPLES = {"sac_mujoco.py", "ppo_mujoco.py"}
+# Examples that need an optional simulator: skipped when it is not installed.
+NEEDS = {"sac_mujoco.py": "mujoco", "ppo_mujoco.py": "mujoco", "ppo_jumanji.py": "jumanji"}
 
 
 def _scripts(folder: str) -> list[str]:
@@ -236,8 +255,8 @@ def test_every_example_has_smoke_args() -> None:
 
 @pytest.mark.parametrize("script", [s for s in EXAMPLE_ARGS if s in _scripts(EXAMPLES)])
 def test_example_smoke(script: str, tmp_path, monkeypatch, capsys) -> None:
-    if script in MUJOCO_EXAMPLES:
-        pytest.importorskip("mujoco")
+    if script in NEEDS:
+        pytest.importorskip(NEEDS[script])
     args = [*EXAMPLE_ARGS[script], "--out", str(tmp_path), "--no-progress"]
     _run(os.path.join(EXAMPLES, script), args, monkeypatch)
     out = capsys.readouterr().out
