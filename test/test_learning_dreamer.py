@@ -1,6 +1,6 @@
 """Learning tests of ``examples/dreamer/dreamer.py`` (slow; ``pytest -m slow``).
 
-- DreamerV3 on Pendulum-v1 states: after 6000 agent steps (12000 env steps, action repeat 2)
+- DreamerV3 on Pendulum-v1 states: after 3000 agent steps (6000 env steps, action repeat 2)
   the final deterministic evaluation (5 fresh episodes) ends above -400 and beats uniform random
   actions (10 episodes) by at least 500.
 - Dreamer (v1) from 64x64 renders of Pendulum-v1: after 5000 agent steps its final evaluation
@@ -46,7 +46,7 @@ def _run(monkeypatch, tmp_path, **overrides) -> tuple[dict, float]:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_dreamer_v3_learns_pendulum_from_states(seed: int, tmp_path, monkeypatch) -> None:
     history, random = _run(
-        monkeypatch, tmp_path, version="v3", seed=seed, frames=6000, eval_every=500
+        monkeypatch, tmp_path, version="v3", seed=seed, frames=3000, eval_every=500
     )
     final = history["final_return"]
     assert final > -400, f"DreamerV3 (seed {seed}) ends at {final:.1f}; curve {history['eval']}"

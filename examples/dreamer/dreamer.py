@@ -107,7 +107,7 @@ class Config:
     action_repeat: int = 2
     seed_frames: int = 500  # uniform random actions first
     frames_per_batch: int = 100  # agent steps between training phases
-    updates_per_batch: int = 20
+    updates_per_batch: int = 40
     batch_size: int = 16  # sequences per update
     seq_len: int = 16
     horizon: int = 15  # imagination steps
