@@ -146,6 +146,9 @@ def measure(lib: str, threads: str, args: argparse.Namespace) -> list[dict[str, 
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     for record in records:
         record["lib"] = lib
+        if lib == "ours" and "skipped" in record:
+            # Only the peer is optional: our package failing to import is an error.
+            record["error"] = record.pop("skipped")
     if not records:
         return [{**base, "error": f"no output; stderr: {proc.stderr[-1500:]}"}]
     return records
