@@ -339,14 +339,18 @@ def make_agent(cfg: Config, obs_shape: torch.Size) -> Agent:
         belief_shape=(H,),
         action_spec=make_action_spec(),
     )
+    # A bounded loc (tanh_loc, |loc| <= 5) and scale (>= 0.1): the v3 entropy bonus is
+    # -log_prob of a sample, and TanhNormal.log_prob clamps samples that round to +-1, so an
+    # unbounded loc can grow that estimate without limit (the actor loss ran to -1e8).
     actor = ProbabilisticActor(
         TensorDictModule(
-            DreamerActor(A, depth=2, num_cells=W, in_features=S + H),
+            DreamerActor(A, depth=2, num_cells=W, in_features=S + H, std_min_val=0.1),
             ["state", "belief"],
             ["loc", "scale"],
         ),
         in_keys=["loc", "scale"],
         distribution_class=TanhNormal,
+        distribution_kwargs={"tanh_loc": True},
         spec=env.action_spec,
     )
     slow_critic = None
