@@ -116,7 +116,15 @@ def main() -> None:
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_kill_a_worker, args=(sender,))
     child.start()
-    print("ERROR", receiver.recv(), flush=True)
+    sender.close()  # the child holds the only write end: its death ends recv() with EOFError
+    if not receiver.poll(120):
+        child.kill()
+        raise SystemExit("the collector child sent nothing within 120 s")
+    try:
+        print("ERROR", receiver.recv(), flush=True)
+    except EOFError:
+        child.join()
+        raise SystemExit(f"the collector child died first (exit code {child.exitcode})") from None
     child.join()
     left = [os.path.join(tempfile.gettempdir(), pattern) for pattern in ("pymp-*", "torchrl-*")]
     print("LEFT", [path for pattern in left for path in glob.glob(pattern)], flush=True)
