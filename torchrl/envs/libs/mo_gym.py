@@ -98,7 +98,7 @@ class MOGymWrapper(GymWrapper):
         >>> env.reward_spec.shape
         torch.Size([2])
         >>> env.set_seed(0) and None
-        >>> env.rollout(3)["next", "reward"].shape
+        >>> env.rollout(3, break_when_any_done=False)["next", "reward"].shape
         torch.Size([3, 2])
     """
 
