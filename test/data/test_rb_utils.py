@@ -398,8 +398,8 @@ class TestOfflineToOnline:
             OfflineToOnlineReplayBuffer(offline, online_capacity=0)
         with pytest.raises(TypeError, match="Storage"):
             OfflineToOnlineReplayBuffer(offline, online_storage=[1])
-        with pytest.raises(ValueError, match="dataset ids"):
-            OfflineToOnlineReplayBuffer("minari:mujoco/hopper/expert-v0", online_capacity=3)
+        with pytest.raises(KeyError, match="no dataset registered"):
+            OfflineToOnlineReplayBuffer("nosuchfamily:x", online_capacity=3)
         with pytest.raises(TypeError, match="ReplayBuffer"):
             OfflineToOnlineReplayBuffer([1, 2], online_capacity=3)
         with pytest.raises(TypeError, match="unexpected keyword"):
@@ -459,8 +459,8 @@ class TestPrefill:
     def test_errors(self):
         dataset = _buffer(5, 0)
         rb = ReplayBuffer(storage=LazyTensorStorage(10))
-        with pytest.raises(ValueError, match="dataset ids"):
-            prefill_replay_buffer(rb, "d4rl:halfcheetah-medium-v2")
+        with pytest.raises(KeyError, match="no dataset registered"):
+            prefill_replay_buffer(rb, "nosuchfamily:halfcheetah-medium-v2")
         with pytest.raises(ValueError, match="chunk_size"):
             prefill_replay_buffer(rb, dataset, chunk_size=0)
         with pytest.raises(ValueError, match="n_samples"):

@@ -476,3 +476,30 @@ def test_delete_keeps_the_source(tmp_path):
     rb.delete()
     assert path.is_file() and not (tmp_path / "root" / "ds").exists()
     shutil.rmtree(tmp_path / "root", ignore_errors=True)
+
+
+def test_offline_to_online_and_prefill_open_dataset_ids(tmp_path, monkeypatch):
+    """A ``"d4rl:<id>"`` string opens the reader through the registry, with the given keywords."""
+    from torchrl.data import LazyTensorStorage, ReplayBuffer
+    from torchrl.data.datasets import DatasetNotFoundError, export_d4rl, ted_from_arrays
+    from torchrl.data.replay_buffers import OfflineToOnlineReplayBuffer, prefill_replay_buffer
+
+    monkeypatch.setenv("TORCHRL_DATASETS_ROOT", str(tmp_path / "cache"))
+    n = 20
+    obs = torch.arange(n, dtype=torch.float32).unsqueeze(-1)
+    data = ted_from_arrays(
+        obs, torch.zeros(n, 1), torch.ones(n), torch.zeros(n), torch.zeros(n), obs + 1
+    )
+    path = export_d4rl(data, tmp_path / "tiny.hdf5")
+    rb = OfflineToOnlineReplayBuffer(
+        "d4rl:tiny", data_file=path, online_capacity=10, offline_fraction=0.25, batch_size=8
+    )
+    online = data[:5].clone()
+    online["observation"] = -online["observation"] - 1  # online items are negative
+    rb.extend(online)
+    batch = rb.sample()
+    assert int((batch["observation"] >= 0).sum()) == 2  # a quarter of 8 from the file
+    filled = prefill_replay_buffer(ReplayBuffer(storage=LazyTensorStorage(50)), "d4rl:tiny")
+    assert len(filled) == n  # the converted copy under $TORCHRL_DATASETS_ROOT is reused
+    with pytest.raises(DatasetNotFoundError):
+        prefill_replay_buffer(ReplayBuffer(storage=LazyTensorStorage(5)), "d4rl:absent-v0")

@@ -18,12 +18,17 @@ from torchrl.data.replay_buffers.utils import nested_key_str
 __all__ = ["OfflineToOnlineReplayBuffer", "prefill_replay_buffer"]
 
 
-def _check_dataset(dataset: Any, name: str) -> Any:
+def _check_dataset(dataset: Any, name: str, **dataset_kwargs: Any) -> Any:
     if isinstance(dataset, str):
-        raise ValueError(
-            f"{name}={dataset!r}: dataset ids ('minari:...', 'd4rl:...') need an offline-dataset "
-            f"loader, which this torchrl build does not provide; load the data into a ReplayBuffer "
-            f"(e.g. ReplayBuffer(storage=LazyTensorStorage(n)) then extend it) and pass the buffer"
+        # "d4rl:<id>" or "d4rl/<id>": a family of the dataset registry and a dataset id
+        from torchrl.data.datasets.registry import load_dataset
+
+        family, sep, dataset_id = dataset.partition(":")
+        return load_dataset(f"{family}/{dataset_id}" if sep else dataset, **dataset_kwargs)
+    if dataset_kwargs:
+        raise TypeError(
+            f"unexpected keyword arguments {sorted(dataset_kwargs)}: dataset keyword "
+            f"arguments only apply to dataset ids, and {name} is a buffer"
         )
     if not (hasattr(dataset, "sample") and hasattr(dataset, "__len__")):
         raise TypeError(
@@ -55,8 +60,9 @@ class OfflineToOnlineReplayBuffer:
 
     Args:
         offline_dataset: the offline data, a :class:`ReplayBuffer` (or any object with
-            ``sample(n)`` and ``len()``). Dataset ids (``"minari:..."``) are not supported in
-            this build and raise.
+            ``sample(n)`` and ``len()``), or a dataset id (``"d4rl:<id>"``,
+            ``"minari:<id>"``, any family of :func:`~torchrl.data.datasets.load_dataset`)
+            opened with ``dataset_kwargs``.
 
     Keyword Args:
         online_storage: storage of the online buffer; exclusive with ``online_capacity``.
@@ -64,7 +70,8 @@ class OfflineToOnlineReplayBuffer:
         offline_fraction: share of every batch drawn offline, in ``[0, 1]``. Defaults to ``0.5``.
         batch_size: default batch size of :meth:`sample`.
         transform: a callable run on every mixed batch.
-        **dataset_kwargs: only meaningful with a dataset id; refused otherwise.
+        **dataset_kwargs: passed to the dataset reader with a dataset id (``root=``,
+            ``data_file=``, ...); refused otherwise.
 
     Examples:
         >>> import torch
@@ -89,12 +96,7 @@ class OfflineToOnlineReplayBuffer:
         transform: Any = None,
         **dataset_kwargs: Any,
     ) -> None:
-        self._offline = _check_dataset(offline_dataset, "offline_dataset")
-        if dataset_kwargs:
-            raise TypeError(
-                f"unexpected keyword arguments {sorted(dataset_kwargs)}: dataset keyword "
-                f"arguments only apply to dataset ids, and offline_dataset is a buffer"
-            )
+        self._offline = _check_dataset(offline_dataset, "offline_dataset", **dataset_kwargs)
         if online_storage is not None and online_capacity is not None:
             raise ValueError("online_storage and online_capacity are exclusive: pass one")
         if online_storage is None:
@@ -267,8 +269,8 @@ def prefill_replay_buffer(
         rb: the buffer to fill (anything with ``extend``).
         dataset: the offline data: a :class:`ReplayBuffer` (or an object with ``len()`` and
             indexing by a tensor of indices), or an iterable of TensorDict batches such as a
-            collector (then ``n_samples`` is required and each batch is flattened). Dataset ids
-            (``"minari:..."``) are not supported in this build and raise.
+            collector (then ``n_samples`` is required and each batch is flattened), or a dataset
+            id (``"d4rl:<id>"``, ``"minari:<id>"``) opened with its reader's defaults.
         n_samples: how many items to copy (the first ones); all by default.
         chunk_size: items copied per ``extend``. Defaults to ``1000``.
 
@@ -285,7 +287,7 @@ def prefill_replay_buffer(
         200
     """
     if isinstance(dataset, str):
-        _check_dataset(dataset, "dataset")
+        dataset = _check_dataset(dataset, "dataset")
     if not hasattr(rb, "extend"):
         raise TypeError(f"rb must be a replay buffer (with extend), got {type(rb).__name__}")
     if not isinstance(chunk_size, int) or chunk_size <= 0:
