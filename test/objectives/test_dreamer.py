@@ -836,7 +836,7 @@ class TestExponentialQuadraticCost:
 
 
 # ------------------------------------------------------------------------------------------
-# The DreamerV3 wiring of docs/_model_based_losses.rst.txt, end to end
+# The DreamerV3 wiring of docs/model_based.rst ("Model-based losses"), end to end
 # ------------------------------------------------------------------------------------------
 
 
