@@ -89,7 +89,10 @@ __all__ = [
     "DreamerValueLoss",
     "discount_weights",
     "gaussian_kl",
+    "match_prediction",
+    "model_output",
     "reduce_sequence_loss",
+    "run_world_model",
 ]
 
 #: The λ-return of each imagined step, written by the actor losses and read by the value losses.
@@ -165,8 +168,26 @@ def discount_weights(gamma: float | Tensor, like: Tensor, time_dim: int = -2) ->
     return weights.reshape(view).expand_as(like)
 
 
-def _as_prediction(loss: LossModule, target: Tensor, prediction: Tensor, what: str) -> Tensor:
-    """``target`` in ``prediction``'s shape and dtype (``[*B, T]`` and ``[*B, T, 1]`` mix freely)."""
+def match_prediction(loss: LossModule, target: Tensor, prediction: Tensor, what: str) -> Tensor:
+    """``target`` in ``prediction``'s shape and dtype (``[*B, T]`` and ``[*B, T, 1]`` mix freely).
+
+    Args:
+        loss: the loss asking (its class name heads the error message).
+        target: the regression target.
+        prediction: the model's prediction.
+        what: what the target is, for the error message (e.g. ``"reward"``).
+
+    Returns:
+        ``target`` reshaped to ``prediction.shape`` and cast to its dtype.
+
+    Raises:
+        ValueError: when the two hold different numbers of elements.
+
+    Examples:
+        >>> loss = DreamerModelLoss(_doctest_world_model()[0])
+        >>> match_prediction(loss, torch.zeros(2, 3, dtype=torch.int64), torch.ones(2, 3, 1), "reward").shape
+        torch.Size([2, 3, 1])
+    """
     if target.shape != prediction.shape:
         if target.numel() != prediction.numel():
             raise ValueError(
@@ -177,7 +198,23 @@ def _as_prediction(loss: LossModule, target: Tensor, prediction: Tensor, what: s
     return target.to(prediction.dtype)
 
 
-def _get_output(loss: LossModule, td: TensorDictBase, key: NestedKey, what: str) -> Tensor:
+def model_output(loss: LossModule, td: TensorDictBase, key: NestedKey, what: str) -> Tensor:
+    """The entry ``key`` a model wrote in ``td``, or a ``KeyError`` naming the loss and the key.
+
+    Args:
+        loss: the loss asking (its class name heads the error message).
+        td: the model's output.
+        key: the entry to read.
+        what: what the entry is, for the error message (e.g. ``"reconstruction"``).
+
+    Returns:
+        The entry.
+
+    Examples:
+        >>> loss = DreamerModelLoss(_doctest_world_model()[0])
+        >>> model_output(loss, TensorDict({"x": torch.zeros(2)}, [2]), "x", "value").shape
+        torch.Size([2])
+    """
     value = td.get(key, None)
     if value is None:
         raise KeyError(
@@ -186,6 +223,40 @@ def _get_output(loss: LossModule, td: TensorDictBase, key: NestedKey, what: str)
             f"{sorted(map(str, td.keys(True, True)))}"
         )
     return value
+
+
+def run_world_model(
+    world_model: TensorDictModuleBase,
+    tensordict: TensorDictBase,
+    reward: NestedKey,
+    true_reward: NestedKey,
+) -> TensorDictBase:
+    """Runs a world model on a shallow copy of real data, keeping the data's reward aside.
+
+    The data's ``("next", reward)`` is renamed to ``("next", true_reward)`` in the copy, so
+    that the model can write its predicted reward under ``("next", reward)``; ``tensordict``
+    itself is left as it was.
+
+    Args:
+        world_model: the world model (a TensorDict module).
+        tensordict: the real ``[*B, T]`` sequences.
+        reward: the reward key (under ``"next"``).
+        true_reward: where the data's reward is moved to (under ``"next"``).
+
+    Returns:
+        The copy, with the model's outputs.
+
+    Examples:
+        >>> from tensordict.nn import TensorDictModule
+        >>> model = TensorDictModule(lambda x: x * 2, [("next", "true_reward")], [("next", "reward")])
+        >>> data = TensorDict({"next": {"reward": torch.ones(1, 2, 1)}}, [1, 2])
+        >>> out = run_world_model(model, data, "reward", "true_reward")
+        >>> out["next", "reward"].sum().item(), out["next", "true_reward"].sum().item()
+        (4.0, 2.0)
+    """
+    data = tensordict.copy()
+    data.rename_key_(next_key(reward), next_key(true_reward))
+    return world_model(data)
 
 
 class DreamerModelLoss(LossModule):
@@ -306,7 +377,7 @@ class DreamerModelLoss(LossModule):
         """
         keys = self.tensor_keys
         params = [
-            _get_output(self, tensordict, next_key(k), what)
+            model_output(self, tensordict, next_key(k), what)
             for k, what in (
                 (keys.posterior_mean, "posterior mean"),
                 (keys.posterior_std, "posterior std"),
@@ -337,22 +408,22 @@ class DreamerModelLoss(LossModule):
         """
         self._check_inputs(tensordict)
         keys = self.tensor_keys
-        data = tensordict.copy()
-        data.rename_key_(next_key(keys.reward), next_key(keys.true_reward))
-        data = self.world_model(data)
+        data = run_world_model(self.world_model, tensordict, keys.reward, keys.true_reward)
         batch_dims = data.batch_dims
         pixels = data.get(next_key(keys.pixels))
-        reco = _get_output(self, data, next_key(keys.reco_pixels), "reconstruction")
+        reco = model_output(self, data, next_key(keys.reco_pixels), "reconstruction")
         reco_term = reduce_sequence_loss(
-            distance_loss(reco, _as_prediction(self, pixels, reco, "observation"), self.reco_loss),
+            distance_loss(
+                reco, match_prediction(self, pixels, reco, "observation"), self.reco_loss
+            ),
             batch_dims,
             self.global_average,
         )
-        reward = _get_output(self, data, next_key(keys.reward), "predicted reward")
+        reward = model_output(self, data, next_key(keys.reward), "predicted reward")
         true_reward = data.get(next_key(keys.true_reward))
         reward_term = reduce_sequence_loss(
             distance_loss(
-                reward, _as_prediction(self, true_reward, reward, "reward"), self.reward_loss
+                reward, match_prediction(self, true_reward, reward, "reward"), self.reward_loss
             ),
             batch_dims,
             self.global_average,

@@ -40,7 +40,10 @@ from torchrl.objectives.dreamer import (
     LAMBDA_TARGET,
     DreamerActorLoss,
     discount_weights,
+    match_prediction,
+    model_output,
     reduce_sequence_loss,
+    run_world_model,
 )
 from torchrl.objectives.utils import distance_loss
 
@@ -193,14 +196,7 @@ class DreamerV3ModelLoss(LossModule):
         return [*model_in, next_key(keys.reward), next_key(keys.pixels), *extra]
 
     def _output(self, td: TensorDictBase, key: NestedKey, what: str) -> Tensor:
-        value = td.get(next_key(key), None)
-        if value is None:
-            raise KeyError(
-                f"DreamerV3ModelLoss: the model wrote no {what} entry {next_key(key)!r} (set the "
-                f"loss's key with set_keys or check the model's out_keys); entries present: "
-                f"{sorted(map(str, td.keys(True, True)))}"
-            )
-        return value
+        return model_output(self, td, next_key(key), what)
 
     def kl_terms(self, tensordict: TensorDictBase) -> tuple[Tensor, Tensor]:
         """The dynamics and representation KL terms ``[*B, T]`` (floored at ``free_bits``).
@@ -231,9 +227,7 @@ class DreamerV3ModelLoss(LossModule):
         """
         self._check_inputs(tensordict)
         keys = self.tensor_keys
-        data = tensordict.copy()
-        data.rename_key_(next_key(keys.reward), next_key(keys.true_reward))
-        data = self.world_model(data)
+        data = run_world_model(self.world_model, tensordict, keys.reward, keys.true_reward)
         batch_dims = data.batch_dims
 
         dyn, rep = self.kl_terms(data)
@@ -257,12 +251,7 @@ class DreamerV3ModelLoss(LossModule):
             reward_term = self.reward_transform.loss(logits, true_reward.to(logits.dtype)).mean()
         else:
             pred = self._output(data, keys.reward, "predicted reward")
-            if true_reward.numel() != pred.numel():
-                raise ValueError(
-                    f"DreamerV3ModelLoss: the reward has shape {tuple(true_reward.shape)} but the "
-                    f"prediction {tuple(pred.shape)}"
-                )
-            true_reward = true_reward.reshape(pred.shape).to(pred.dtype)
+            true_reward = match_prediction(self, true_reward, pred, "reward")
             reward_term = (symlog(pred) - symlog(true_reward)).pow(2).mean()
 
         losses = TensorDict(

@@ -38,9 +38,10 @@ from torchrl.data.datasets.common import (
     BaseDatasetExperienceReplay,
     DatasetFormatError,
     DatasetNotFoundError,
+    slice_sampler,
     ted_from_arrays,
 )
-from torchrl.data.replay_buffers.samplers import Sampler, SliceSampler
+from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.storages import IndexLike, Storage, TensorStorage
 from torchrl.data.replay_buffers.writers import Writer
 
@@ -413,15 +414,7 @@ class AtariDQNExperienceReplay(BaseDatasetExperienceReplay):
                 raise ValueError(
                     f"checkpoints must be non-negative checkpoint numbers, got {checkpoints!r}"
                 )
-        if slice_len is not None or num_slices is not None:
-            if sampler is not None:
-                raise ValueError("pass either sampler= or slice_len=/num_slices=, not both")
-            sampler = SliceSampler(
-                slice_len=slice_len,
-                num_slices=num_slices,
-                traj_key="episode",
-                strict_length=strict_length,
-            )
+        sampler = slice_sampler(sampler, slice_len, num_slices, strict_length)
         self._data_dir = Path(data_dir).expanduser() if data_dir is not None else None
         self._checkpoints = checkpoints
         self.frame_stack = frame_stack

@@ -25,7 +25,7 @@ from torchrl._keys import DONE, NEXT, REWARD, TERMINATED, TRUNCATED
 from torchrl._types import NestedKey
 from torchrl.data.postprocs import split_trajectories
 from torchrl.data.replay_buffers.replay_buffers import TensorDictReplayBuffer
-from torchrl.data.replay_buffers.samplers import RandomSampler, Sampler
+from torchrl.data.replay_buffers.samplers import RandomSampler, Sampler, SliceSampler
 from torchrl.data.replay_buffers.storages import Storage, TensorStorage
 from torchrl.data.replay_buffers.writers import ImmutableDatasetWriter, Writer
 from torchrl.data.specs import Binary, Composite, TensorSpec, Unbounded
@@ -37,6 +37,8 @@ __all__ = [
     "DatasetFormatError",
     "DatasetNotFoundError",
     "default_root",
+    "drop_stale_copies",
+    "slice_sampler",
     "ted_from_arrays",
 ]
 
@@ -151,6 +153,86 @@ def ted_from_arrays(
             },
         },
         batch_size=[n],
+    )
+
+
+def drop_stale_copies(data_path_root: str | Path, source_signature: Any) -> bool:
+    """Deletes the converted copies under ``data_path_root`` made from another source version.
+
+    Readers record a signature of their raw source under the ``"source"`` key of the
+    metadata they return from ``_write``; when the signature recorded there differs from
+    ``source_signature`` (or cannot be read), the ``flat`` and ``split`` copies are removed so
+    that the next load converts the source again. Nothing happens without recorded metadata.
+
+    Args:
+        data_path_root: the folder of the converted copies (a reader's ``data_path_root``).
+        source_signature: a JSON-able signature of the raw source as it is now.
+
+    Returns:
+        Whether the copies were deleted.
+
+    Examples:
+        >>> import json, tempfile
+        >>> from pathlib import Path
+        >>> root = Path(tempfile.mkdtemp())
+        >>> (root / "flat").mkdir()
+        >>> _ = (root / "metadata.json").write_text(json.dumps({"source": {"size": 1}}))
+        >>> drop_stale_copies(root, {"size": 1}), (root / "flat").exists()
+        (False, True)
+        >>> drop_stale_copies(root, {"size": 2}), (root / "flat").exists()
+        (True, False)
+    """
+    root = Path(data_path_root)
+    meta_path = root / _METADATA
+    if not meta_path.is_file():
+        return False
+    try:
+        recorded = json.loads(meta_path.read_text()).get("source")
+    except (OSError, ValueError):
+        recorded = None
+    if recorded == source_signature:
+        return False
+    for name in ("flat", "split"):
+        shutil.rmtree(root / name, ignore_errors=True)
+    return True
+
+
+def slice_sampler(
+    sampler: Sampler | None,
+    slice_len: int | None,
+    num_slices: int | None,
+    strict_length: bool = True,
+) -> Sampler | None:
+    """The sampler a reader uses given its ``sampler=``, ``slice_len=`` and ``num_slices=``.
+
+    Without ``slice_len`` and ``num_slices``, ``sampler`` is returned as is; otherwise a
+    :class:`~torchrl.data.replay_buffers.samplers.SliceSampler` over the trajectories keyed
+    by ``"episode"`` is built (passing ``sampler`` as well is an error).
+
+    Args:
+        sampler: the sampler passed to the reader, or ``None``.
+        slice_len: length of the sampled sub-trajectories, or ``None``.
+        num_slices: number of sub-trajectories per batch, or ``None``.
+        strict_length: whether slices shorter than ``slice_len`` are discarded.
+
+    Returns:
+        The sampler to hand to the replay buffer (``None`` for the default one).
+
+    Examples:
+        >>> type(slice_sampler(None, 4, None)).__name__
+        'SliceSampler'
+        >>> slice_sampler(None, None, None) is None
+        True
+    """
+    if slice_len is None and num_slices is None:
+        return sampler
+    if sampler is not None:
+        raise ValueError("pass either sampler= or slice_len=/num_slices=, not both")
+    return SliceSampler(
+        slice_len=slice_len,
+        num_slices=num_slices,
+        traj_key=EPISODE,
+        strict_length=strict_length,
     )
 
 

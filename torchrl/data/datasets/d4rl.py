@@ -43,6 +43,7 @@ from torchrl.data.datasets.common import (
     DatasetFormatError,
     DatasetNotFoundError,
     default_root,
+    drop_stale_copies,
     ted_from_arrays,
 )
 from torchrl.data.replay_buffers.query import DEFAULT_TRAJECTORY_KEYS, trajectory_bounds
@@ -265,16 +266,8 @@ class D4RLExperienceReplay(BaseDatasetExperienceReplay):
 
     def _drop_stale_copy(self) -> None:
         """Removes converted copies made from another version of the source file."""
-        meta_path = self.data_path_root / "metadata.json"
-        if not meta_path.is_file() or not self._source_exists():
-            return
-        try:
-            recorded = json.loads(meta_path.read_text()).get("source")
-        except (OSError, ValueError):
-            recorded = None
-        if recorded != _signature(self.source_path):
-            for name in ("flat", "split"):
-                shutil.rmtree(self.data_path_root / name, ignore_errors=True)
+        if (self.data_path_root / "metadata.json").is_file() and self._source_exists():
+            drop_stale_copies(self.data_path_root, _signature(self.source_path))
 
     # -- conversion ----------------------------------------------------------------------------
     def _convert(self) -> TensorDictBase:

@@ -30,9 +30,10 @@ from torchrl.data.datasets.common import (
     BaseDatasetExperienceReplay,
     DatasetFormatError,
     DatasetNotFoundError,
+    slice_sampler,
     ted_from_arrays,
 )
-from torchrl.data.replay_buffers.samplers import Sampler, SliceSampler
+from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.writers import Writer
 
 __all__ = ["LeRobotExperienceReplay", "lerobot_columns_to_tensordict", "lerobot_home"]
@@ -234,15 +235,7 @@ class LeRobotExperienceReplay(BaseDatasetExperienceReplay):
         prefetch: int | None = None,
         transform: Callable[[Any], Any] | None = None,
     ) -> None:
-        if slice_len is not None or num_slices is not None:
-            if sampler is not None:
-                raise ValueError("pass either sampler= or slice_len=/num_slices=, not both")
-            sampler = SliceSampler(
-                slice_len=slice_len,
-                num_slices=num_slices,
-                traj_key=EPISODE,
-                strict_length=strict_length,
-            )
+        sampler = slice_sampler(sampler, slice_len, num_slices, strict_length)
         if columns is not None and (isinstance(columns, str) or not columns):
             raise ValueError(f"columns must be a non-empty list of column names, got {columns!r}")
         self._data_dir = Path(data_dir).expanduser() if data_dir is not None else None

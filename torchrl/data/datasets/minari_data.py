@@ -31,6 +31,7 @@ from torchrl.data.datasets.common import (
     DatasetFormatError,
     DatasetNotFoundError,
     default_root,
+    drop_stale_copies,
     ted_from_arrays,
 )
 from torchrl.data.replay_buffers.query import DEFAULT_TRAJECTORY_KEYS, trajectory_bounds
@@ -408,16 +409,8 @@ class MinariExperienceReplay(BaseDatasetExperienceReplay):
 
     def _drop_stale_copy(self) -> None:
         """Removes converted copies made from another version of the Minari dataset."""
-        meta_path = self.data_path_root / "metadata.json"
-        if not meta_path.is_file() or not self._source_exists():
-            return
-        try:
-            recorded = json.loads(meta_path.read_text()).get("source")
-        except (OSError, ValueError):
-            recorded = None
-        if recorded != _signature(self.minari_path / "data"):
-            for name in ("flat", "split"):
-                shutil.rmtree(self.data_path_root / name, ignore_errors=True)
+        if (self.data_path_root / "metadata.json").is_file() and self._source_exists():
+            drop_stale_copies(self.data_path_root, _signature(self.minari_path / "data"))
 
     # -- hooks ----------------------------------------------------------------------------------
     def _source_exists(self) -> bool:
