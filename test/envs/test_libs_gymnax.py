@@ -6,11 +6,16 @@ compile it once.
 """
 
 import functools
-import os
 import sys
 
 import pytest
 import torch
+from envs._jax_helpers import (
+    collect_two_batches,
+    jax_compilation_cache,
+    seeded_rollout,
+    serial_and_parallel_rollouts,
+)
 
 from torchrl.envs import SerialEnv, check_env_specs
 from torchrl.envs.libs.gymnax import GymnaxEnv, GymnaxWrapper
@@ -28,27 +33,8 @@ pytest.importorskip("gymnax")
 
 @pytest.fixture(scope="module", autouse=True)
 def _jax_compilation_cache(tmp_path_factory):
-    import jax
-
-    names = {
-        "JAX_COMPILATION_CACHE_DIR": str(tmp_path_factory.mktemp("jax_cache")),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-    }
-    old = {k: os.environ.get(k) for k in names}
-    os.environ.update(names)
-    old_dir = jax.config.jax_compilation_cache_dir
-    old_time = jax.config.jax_persistent_cache_min_compile_time_secs
-    jax.config.update("jax_compilation_cache_dir", names["JAX_COMPILATION_CACHE_DIR"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    yield
-    jax.config.update("jax_compilation_cache_dir", old_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", old_time)
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with jax_compilation_cache(tmp_path_factory.mktemp("jax_cache")):
+        yield
 
 
 def _line_env():
@@ -130,12 +116,7 @@ def test_dict_observation_specs_and_flags(line):
 
 
 def test_seeding_partial_reset_and_step_mask(line):
-    def run():
-        line.set_seed(4)
-        torch.manual_seed(0)
-        return line.rollout(6, break_when_any_done=False)
-
-    assert (run() == run()).all()
+    assert (seeded_rollout(line, 4, 6) == seeded_rollout(line, 4, 6)).all()
     td = line.reset()
     td = step_mdp(line.rand_step(td))
     time = td["state", "env", "time"].clone()
@@ -154,24 +135,14 @@ def test_seeding_partial_reset_and_step_mask(line):
 
 
 def test_collector_and_serial_env(line):
-    from torchrl.collectors import SyncDataCollector
-
-    collector = SyncDataCollector(line, None, frames_per_batch=32, total_frames=64)
-    batches = list(collector)
-    collector.shutdown()
-    assert len(batches) == 2 and batches[0].batch_size == (4, 8)
-    assert batches[-1]["next", "done"].any()
+    collect_two_batches(line)
 
     raw = _line_env()
     make = functools.partial(GymnaxWrapper, raw, raw.default_params, seed=0)
     serial = SerialEnv(2, make)
     check_env_specs(serial)
-    serial.set_seed(1)
-    torch.manual_seed(0)
-    a = serial.rollout(6, break_when_any_done=False)
-    serial.set_seed(1)
-    torch.manual_seed(0)
-    assert (serial.rollout(6, break_when_any_done=False) == a).all()
+    a = seeded_rollout(serial, 1, 6)
+    assert (seeded_rollout(serial, 1, 6) == a).all()
     serial.close()
 
 
@@ -190,22 +161,8 @@ def test_cartpole_categorical_frame_skip_nested_batch():
 
 @pytest.mark.slow
 def test_parallel_env_matches_serial_env():
-    from torchrl.envs import ParallelEnv
-
     make = functools.partial(GymnaxEnv, "CartPole-v1", seed=0)
-    serial = SerialEnv(2, make)
-    serial.set_seed(5)
-    torch.manual_seed(0)
-    a = serial.rollout(30, break_when_any_done=False)
-    serial.close()
-    parallel = ParallelEnv(2, make, mp_start_method="spawn")
-    try:
-        check_env_specs(parallel)
-        parallel.set_seed(5)
-        torch.manual_seed(0)
-        b = parallel.rollout(30, break_when_any_done=False)
-    finally:
-        parallel.close()
+    a, b = serial_and_parallel_rollouts(make, 5, 30)
     assert torch.equal(a["next", "observation"], b["next", "observation"])
     assert a["next", "done"].any()
 

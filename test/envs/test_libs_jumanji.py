@@ -11,8 +11,14 @@ import sys
 
 import pytest
 import torch
+from envs._jax_helpers import (
+    collect_two_batches,
+    jax_compilation_cache,
+    seeded_rollout,
+    serial_and_parallel_rollouts,
+)
 
-from torchrl.envs import ParallelEnv, SerialEnv, check_env_specs
+from torchrl.envs import SerialEnv, check_env_specs
 from torchrl.envs.libs.jumanji import JumanjiEnv, JumanjiWrapper
 from torchrl.envs.utils import step_mdp
 
@@ -108,27 +114,8 @@ def _walk_env(limit=4):
 
 @pytest.fixture(scope="module", autouse=True)
 def _jax_compilation_cache(tmp_path_factory):
-    import jax
-
-    names = {
-        "JAX_COMPILATION_CACHE_DIR": str(tmp_path_factory.mktemp("jax_cache")),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-    }
-    old = {k: os.environ.get(k) for k in names}
-    os.environ.update(names)
-    old_dir = jax.config.jax_compilation_cache_dir
-    old_time = jax.config.jax_persistent_cache_min_compile_time_secs
-    jax.config.update("jax_compilation_cache_dir", names["JAX_COMPILATION_CACHE_DIR"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    yield
-    jax.config.update("jax_compilation_cache_dir", old_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", old_time)
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with jax_compilation_cache(tmp_path_factory.mktemp("jax_cache")):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -158,12 +145,7 @@ def test_snake_specs_keys_and_zero_copy(env):
 
 
 def test_snake_seeding_is_reproducible(env):
-    def run():
-        env.set_seed(7)
-        torch.manual_seed(0)
-        return env.rollout(6, break_when_any_done=False)
-
-    a, b = run(), run()
+    a, b = seeded_rollout(env, 7, 6), seeded_rollout(env, 7, 6)
     assert (a == b).all()
     assert not torch.equal(a["grid"][0, 0], a["grid"][1, 0])  # sub-envs get their own keys
     env.set_seed(8)
@@ -221,8 +203,6 @@ def test_partial_reset_keeps_the_other_sub_envs(walk):
 
 
 def test_step_mask_and_collector(walk):
-    from torchrl.collectors import SyncDataCollector
-
     td = walk.reset()
     before = td["state", "step_count"].clone()
     td = walk.rand_action(td)
@@ -232,11 +212,7 @@ def test_step_mask_and_collector(walk):
     assert torch.equal(after[[1, 3]], before[[1, 3]])
     assert (after[[0, 2]] == before[[0, 2]] + 1).all()
 
-    collector = SyncDataCollector(walk, None, frames_per_batch=32, total_frames=64)
-    batches = list(collector)
-    collector.shutdown()
-    assert len(batches) == 2 and batches[0].batch_size == (4, 8)
-    assert batches[-1]["next", "done"].any()  # 4-step episodes: resets inside the batches
+    batches = collect_two_batches(walk)  # 4-step episodes: resets inside the batches
     assert (batches[-1]["state", "step_count"] < 4).all()
 
 
@@ -268,14 +244,10 @@ def test_eager_and_jitted_agree(walk):
     # eager JAX dispatches (and compiles) op by op: seconds for a few steps
     walk.jit = False
     try:
-        walk.set_seed(3)
-        torch.manual_seed(0)
-        eager = walk.rollout(3, break_when_any_done=False)
+        eager = seeded_rollout(walk, 3, 3)
     finally:
         walk.jit = True
-    walk.set_seed(3)
-    torch.manual_seed(0)
-    jitted = walk.rollout(3, break_when_any_done=False)
+    jitted = seeded_rollout(walk, 3, 3)
     assert (eager == jitted).all()
 
 
@@ -283,13 +255,9 @@ def test_serial_env_matches_the_vmapped_env():
     make = functools.partial(JumanjiWrapper, _walk_env(), seed=0)
     serial = SerialEnv(2, make)
     check_env_specs(serial)
-    serial.set_seed(5)
-    torch.manual_seed(0)
-    a = serial.rollout(5, break_when_any_done=False)
+    a = seeded_rollout(serial, 5, 5)
     assert a["next", "position"].shape == (2, 5, 1)
-    serial.set_seed(5)
-    torch.manual_seed(0)
-    assert (serial.rollout(5, break_when_any_done=False) == a).all()
+    assert (seeded_rollout(serial, 5, 5) == a).all()
     serial.close()
 
 
@@ -297,19 +265,7 @@ def test_serial_env_matches_the_vmapped_env():
 def test_parallel_env_matches_serial_env():
     # spawned workers import torchrl and jumanji and compile (or load from the cache) the env
     make = functools.partial(JumanjiEnv, "Snake-v1", seed=0, **SNAKE)
-    serial = SerialEnv(2, make)
-    serial.set_seed(5)
-    torch.manual_seed(0)
-    a = serial.rollout(5, break_when_any_done=False)
-    serial.close()
-    parallel = ParallelEnv(2, make, mp_start_method="spawn")
-    try:
-        check_env_specs(parallel)
-        parallel.set_seed(5)
-        torch.manual_seed(0)
-        b = parallel.rollout(5, break_when_any_done=False)
-    finally:
-        parallel.close()
+    a, b = serial_and_parallel_rollouts(make, 5, 5)
     assert torch.equal(a["next", "grid"], b["next", "grid"])
     assert torch.equal(a["next", "state", "key"], b["next", "state", "key"])
 

@@ -26,29 +26,18 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
 
-from torchrl._keys import ACTION, DONE, OBSERVATION, RESET, REWARD, TERMINATED, TRUNCATED
+from torchrl._keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Categorical, Composite, OneHot, TensorSpec
-from torchrl.envs.common import EnvBase
-from torchrl.envs.libs.jax_utils import (
-    flat_batch,
-    jax_input,
-    jax_to_torch,
-    leaf_spec,
-    tree_leaf_keys,
-    tree_spec,
-    where_leaves,
-)
+from torchrl.envs.libs.jax_utils import STATE, JaxStateEnv, leaf_spec, tree_layout, tree_spec
 
 __all__ = ["GymnaxEnv", "GymnaxWrapper"]
 
 _has_gymnax = has_module("gymnax")
 _has_craftax = has_module("craftax")
 
-STATE = "state"
 _RESERVED = {STATE, ACTION, REWARD, DONE, TERMINATED, TRUNCATED, "next", "_reset"}
 
 
@@ -82,7 +71,7 @@ def _space_spec(
     raise TypeError(f"GymnaxWrapper: unsupported space {kind} ({space!r})")
 
 
-class GymnaxWrapper(EnvBase):
+class GymnaxWrapper(JaxStateEnv):
     """Wraps a gymnax-style env (gymnax, Craftax) behind the torchrl env contract, batched with ``vmap``.
 
     Entries: ``"observation"`` (or the keys of a ``Dict`` observation), ``"action"``,
@@ -115,9 +104,6 @@ class GymnaxWrapper(EnvBase):
         torch.Size([8, 4, 4])
     """
 
-    # a partial reset merges the fresh and the kept sub-envs inside JAX (one call)
-    _handles_partial_reset = True
-
     def __init__(
         self,
         env: Any = None,
@@ -139,43 +125,18 @@ class GymnaxWrapper(EnvBase):
                     f"{type(self).__name__}: env must have gymnax's API (reset, step_env, "
                     f"observation_space, action_space); {type(env).__name__} has no {method!r}"
                 )
-        if int(frame_skip) < 1:
-            raise ValueError(f"{type(self).__name__}: frame_skip must be >= 1, got {frame_skip}")
         super().__init__(
-            device=device,
+            env,
+            categorical_action_encoding,
             batch_size=batch_size,
+            jit=jit,
+            frame_skip=frame_skip,
+            device=device,
             allow_done_after_reset=allow_done_after_reset,
             validate_actions=validate_actions,
         )
-        self._env = env
         self.env_params = env.default_params if env_params is None else env_params
-        self.categorical_action_encoding = bool(categorical_action_encoding)
-        self.frame_skip = int(frame_skip)
-        self._n = flat_batch(self.batch_size)
-        self._layout()
-        self._out_keys = self._output_keys()
-        self._jit = bool(jit)
-        self._compile()
-        self._make_specs()
-        if seed is None:
-            seed = int(torch.randint(0, 2**31 - 1, ()))
-        self._set_seed(seed)
-
-    @property
-    def env(self) -> Any:
-        """The wrapped gymnax-style env."""
-        return self._env
-
-    @property
-    def jit(self) -> bool:
-        """Whether reset and step run compiled (``jax.jit``); assignable."""
-        return self._jit
-
-    @jit.setter
-    def jit(self, value: bool) -> None:
-        if bool(value) != self._jit:
-            self._jit = bool(value)
-            self._compile()
+        self._build(seed)
 
     # ---------------------------------------------------------------------------- jax functions
     def _truncated(self, state: Any) -> Any:
@@ -251,45 +212,8 @@ class GymnaxWrapper(EnvBase):
         self._action_dtype = np.dtype(getattr(space, "dtype", np.int32))
         carried, obs, _ = jax.eval_shape(self._one_reset, jax.random.PRNGKey(0))
         self._state_treedef = jax.tree_util.tree_structure(carried)
-
-        def flat(tree: Any) -> tuple[list[tuple[str, ...]], list[tuple[tuple[int, ...], Any]]]:
-            paths = jax.tree_util.tree_flatten_with_path(tree)[0]
-            keys = tree_leaf_keys([p for p, _ in paths])
-            return keys, [(tuple(x.shape), x.dtype) for _, x in paths]
-
-        self._state_keys, self._state_shapes = flat(carried)
-        self._obs_keys, self._obs_shapes = flat(obs)
-        if self._obs_keys == [()]:
-            self._obs_keys = [(OBSERVATION,)]
-        for key in self._obs_keys:
-            if key[0] in _RESERVED:
-                raise ValueError(
-                    f"{type(self).__name__}: the observation entry {key[0]!r} collides with a "
-                    f"reserved torchrl key ({sorted(_RESERVED)})"
-                )
-
-    def _compile(self) -> None:
-        jax = _jax()
-        n = self._n
-        batched_reset = self._one_reset if n is None else jax.vmap(self._one_reset)
-        batched_step = self._one_step if n is None else jax.vmap(self._one_step)
-
-        def reset(key: Any) -> tuple[Any, list[Any]]:
-            key, sub = jax.random.split(key)
-            keys = sub if n is None else jax.random.split(sub, n)
-            return key, self._outputs(*batched_reset(keys))
-
-        def step(state_leaves: list[Any], action: Any) -> list[Any]:
-            carried = jax.tree_util.tree_unflatten(self._state_treedef, state_leaves)
-            return self._outputs(*batched_step(carried, action))
-
-        def reset_where(key: Any, mask: Any, old: list[Any | None]) -> tuple[Any, list[Any]]:
-            key, new = reset(key)
-            return key, where_leaves(mask, new, old)
-
-        self._reset_fn = jax.jit(reset) if self._jit else reset
-        self._reset_where_fn = jax.jit(reset_where) if self._jit else reset_where
-        self._step_fn = jax.jit(step) if self._jit else step
+        self._state_keys, self._state_shapes = tree_layout(carried)
+        self._set_observation_layout(obs, _RESERVED)
 
     def _make_specs(self) -> None:
         batch, device = self.batch_size, self.device
@@ -319,87 +243,10 @@ class GymnaxWrapper(EnvBase):
         self.action_spec = _space_spec(action_space, categorical, batch, device)[0]
         self.reward_spec = leaf_spec((1,), np.float32, batch, device)
 
-    # ---------------------------------------------------------------------------------- running
-    def _set_seed(self, seed: int | None) -> None:
-        self._key = _jax().random.PRNGKey(int(seed or 0))
-
-    def _to_torch(self, array: Any) -> torch.Tensor:
-        tensor = jax_to_torch(array, self.device)
-        if len(self.batch_size) > 1:
-            tensor = tensor.reshape(*self.batch_size, *tensor.shape[1:])
-        return tensor
-
-    def _to_jax(self, tensor: torch.Tensor) -> Any:
-        if len(self.batch_size) > 1:
-            tensor = tensor.reshape(-1, *tensor.shape[len(self.batch_size) :])
-        return jax_input(tensor)
-
-    def _read(self, arrays: list[Any], with_reward: bool) -> TensorDictBase:
-        tensors = [self._to_torch(a) for a in arrays]
-        it = iter(tensors)
-        data: dict[str, Any] = {}
-
-        def put(root: dict[str, Any], key: tuple[str, ...], value: torch.Tensor) -> None:
-            for part in key[:-1]:
-                root = root.setdefault(part, {})
-            root[key[-1]] = value
-
-        state: dict[str, Any] = {}
-        for key in self._state_keys:
-            put(state, key, next(it))
-        for key in self._obs_keys:
-            put(data, key, next(it))
-        data[STATE] = state
-        reward, done, terminated, truncated = tensors[-4:]
-        if with_reward:
-            data[REWARD] = reward
-        data[DONE], data[TERMINATED], data[TRUNCATED] = done, terminated, truncated
-        return TensorDict(data, batch_size=self.batch_size, device=self.device)
-
-    def _output_keys(self) -> list[Any]:
-        """The TensorDict key of each array a reset or step returns (``None``: the reward)."""
-        keys: list[Any] = [(STATE, *k) for k in self._state_keys]
-        keys += [tuple(k) for k in self._obs_keys]
-        return [*keys, None, DONE, TERMINATED, TRUNCATED]
-
-    def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
-        mask = None if tensordict is None else tensordict.get(RESET, None)
-        if tensordict is None or mask is None or bool(mask.all()):
-            self._key, arrays = self._reset_fn(self._key)
-            return self._read(arrays, with_reward=False)
-        # a partial reset, merged inside JAX: the sub-envs left out keep their input's values
-        old = [
-            None
-            if key is None or (value := tensordict.get(key, None)) is None
-            else self._to_jax(value)
-            for key in self._out_keys
-        ]
-        flat = self._to_jax(mask.reshape(*self.batch_size))
-        self._key, arrays = self._reset_where_fn(self._key, flat, old)
-        return self._read(arrays, with_reward=False)
-
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        state = tensordict.get(STATE, None)
-        if state is None:
-            raise KeyError(
-                f"{type(self).__name__}.step: the input has no {STATE!r} entry (the env state "
-                "written by reset and carried to the next step by step_mdp)"
-            )
-        leaves = [self._to_jax(state.get(key)) for key in self._state_keys]
-        action = tensordict.get(ACTION)
+    def _action_to_jax(self, action: torch.Tensor) -> torch.Tensor:
         if self.categorical_action_encoding or self._n_actions is None:
-            action = action.to(torch.float32 if self._action_dtype.kind == "f" else torch.int32)
-        return self._read(self._step_fn(leaves, self._to_jax(action)), with_reward=True)
-
-    def _step_masked(self, tensordict: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
-        # the state is in the input: stepping every sub-env is exact, EnvBase keeps the skipped
-        return self._step(tensordict)
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(env={type(self._env).__name__}, "
-            f"batch_size={self.batch_size}, jit={self._jit}, device={self.device})"
-        )
+            return action.to(torch.float32 if self._action_dtype.kind == "f" else torch.int32)
+        return action
 
 
 def _make(env_name: str, **kwargs: Any) -> tuple[Any, Any]:
@@ -475,9 +322,3 @@ class GymnaxEnv(GymnaxWrapper):
             validate_actions=validate_actions,
         )
         self.env_name = env_name
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(env={self.env_name}, batch_size={self.batch_size}, "
-            f"jit={self._jit}, device={self.device})"
-        )

@@ -26,14 +26,13 @@ Conventions:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
 
-from torchrl._keys import ACTION, DONE, OBSERVATION, RESET, REWARD, TERMINATED, TRUNCATED
+from torchrl._keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCATED
 from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import (
@@ -44,24 +43,20 @@ from torchrl.data.specs import (
     OneHot,
     TensorSpec,
 )
-from torchrl.envs.common import EnvBase
 from torchrl.envs.libs.gym import ClassProperty
 from torchrl.envs.libs.jax_utils import (
-    flat_batch,
-    jax_input,
-    jax_to_torch,
+    STATE,
+    JaxStateEnv,
     leaf_spec,
     torch_dtype_of_jax,
-    tree_leaf_keys,
+    tree_layout,
     tree_spec,
-    where_leaves,
 )
 
 __all__ = ["JumanjiEnv", "JumanjiWrapper"]
 
 _has_jumanji = has_module("jumanji")
 
-STATE = "state"
 EXTRAS = "extras"
 _RESERVED = {STATE, EXTRAS, ACTION, REWARD, DONE, TERMINATED, TRUNCATED, "next", "_reset"}
 _LAST = 2  # jumanji's StepType.LAST
@@ -154,7 +149,7 @@ class _ActionCodec:
         return jnp.stack(parts).astype(self.dtype).reshape(self.shape)
 
 
-class JumanjiWrapper(EnvBase):
+class JumanjiWrapper(JaxStateEnv):
     """Wraps a jumanji ``Environment`` behind the torchrl env contract, batched with ``vmap``.
 
     Entries: the observation fields (root entries, nested as in jumanji; ``"action_mask"``
@@ -191,9 +186,6 @@ class JumanjiWrapper(EnvBase):
         (torch.Size([4, 3, 6, 6, 5]), torch.Size([4, 3, 4]))
     """
 
-    # a partial reset merges the fresh and the kept sub-envs inside JAX (one call)
-    _handles_partial_reset = True
-
     def __init__(
         self,
         env: Any = None,
@@ -219,45 +211,20 @@ class JumanjiWrapper(EnvBase):
                 f"{type(self).__name__}: from_pixels=True is not supported: jumanji renders "
                 "with matplotlib outside JAX, one env at a time; use the array observations"
             )
-        if int(frame_skip) < 1:
-            raise ValueError(f"{type(self).__name__}: frame_skip must be >= 1, got {frame_skip}")
         super().__init__(
-            device=device,
+            env,
+            categorical_action_encoding,
             batch_size=batch_size,
+            jit=jit,
+            frame_skip=frame_skip,
+            device=device,
             allow_done_after_reset=allow_done_after_reset,
             validate_actions=validate_actions,
         )
-        self._env = env
-        self.categorical_action_encoding = bool(categorical_action_encoding)
-        self.frame_skip = int(frame_skip)
-        self._n = flat_batch(self.batch_size)
         self._action = _ActionCodec(
             env.action_spec, self.categorical_action_encoding, self.batch_size, self.device
         )
-        self._layout()
-        self._out_keys = self._output_keys()
-        self._jit = bool(jit)
-        self._compile()
-        self._make_specs()
-        if seed is None:
-            seed = int(torch.randint(0, 2**31 - 1, ()))
-        self._set_seed(seed)
-
-    @property
-    def env(self) -> Any:
-        """The wrapped jumanji env."""
-        return self._env
-
-    @property
-    def jit(self) -> bool:
-        """Whether reset and step run compiled (``jax.jit``); assignable."""
-        return self._jit
-
-    @jit.setter
-    def jit(self, value: bool) -> None:
-        if bool(value) != self._jit:
-            self._jit = bool(value)
-            self._compile()
+        self._build(seed)
 
     # ---------------------------------------------------------------------------- jax functions
     def _one_reset(self, key: Any) -> tuple[Any, Any]:
@@ -306,11 +273,6 @@ class JumanjiWrapper(EnvBase):
             done & ~terminated,
         ]
 
-    def _batched(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        import jax
-
-        return fn if self._n is None else jax.vmap(fn)
-
     def _layout(self) -> None:
         """Reads the shapes of state, observation and extras once (``jax.eval_shape``)."""
         import jax
@@ -324,46 +286,13 @@ class JumanjiWrapper(EnvBase):
         self._has_extras = bool(jax.tree_util.tree_leaves(timestep.extras)) and same_extras
         self._float_reward = np.dtype(timestep.reward.dtype) != np.float32
 
-        def flat(tree: Any) -> tuple[list[tuple[str, ...]], list[tuple[tuple[int, ...], Any]]]:
-            paths = jax.tree_util.tree_flatten_with_path(tree)[0]
-            keys = tree_leaf_keys([p for p, _ in paths])
-            return keys, [(tuple(x.shape), x.dtype) for _, x in paths]
-
-        self._state_keys, self._state_shapes = flat(state)
-        self._obs_keys, self._obs_shapes = flat(timestep.observation)
-        if self._obs_keys == [()]:
-            self._obs_keys = [(OBSERVATION,)]
-        for key in self._obs_keys:
-            if key[0] in _RESERVED:
-                raise ValueError(
-                    f"{type(self).__name__}: the observation field {key[0]!r} collides with a "
-                    f"reserved torchrl key ({sorted(_RESERVED)})"
-                )
-        self._extras_keys, self._extras_shapes = flat(timestep.extras if self._has_extras else {})
+        self._state_keys, self._state_shapes = tree_layout(state)
+        self._set_observation_layout(timestep.observation, _RESERVED)
+        self._extras_keys, self._extras_shapes = tree_layout(
+            timestep.extras if self._has_extras else {}
+        )
         self._reward_shape = tuple(timestep.reward.shape) or (1,)
         self._obs_jumanji_spec = self._env.observation_spec
-
-    def _compile(self) -> None:
-        import jax
-
-        n = self._n
-
-        def reset(key: Any) -> tuple[Any, list[Any]]:
-            key, sub = jax.random.split(key)
-            keys = sub if n is None else jax.random.split(sub, n)
-            return key, self._outputs(*self._batched(self._one_reset)(keys))
-
-        def step(state_leaves: list[Any], action: Any) -> list[Any]:
-            state = jax.tree_util.tree_unflatten(self._state_treedef, state_leaves)
-            return self._outputs(*self._batched(self._one_step)(state, action))
-
-        def reset_where(key: Any, mask: Any, old: list[Any | None]) -> tuple[Any, list[Any]]:
-            key, new = reset(key)
-            return key, where_leaves(mask, new, old)
-
-        self._reset_fn = jax.jit(reset) if self._jit else reset
-        self._reset_where_fn = jax.jit(reset_where) if self._jit else reset_where
-        self._step_fn = jax.jit(step) if self._jit else step
 
     def _make_specs(self) -> None:
         batch, device = self.batch_size, self.device
@@ -383,94 +312,14 @@ class JumanjiWrapper(EnvBase):
         self.action_spec = self._action.spec
         self.reward_spec = leaf_spec(self._reward_shape, np.float32, batch, device)
 
-    # ---------------------------------------------------------------------------------- running
-    def _set_seed(self, seed: int | None) -> None:
-        import jax
+    def _action_to_jax(self, action: torch.Tensor) -> torch.Tensor:
+        return self._action.to_jax_input(action)
 
-        self._key = jax.random.PRNGKey(int(seed or 0))
-
-    def _to_torch(self, array: Any) -> torch.Tensor:
-        tensor = jax_to_torch(array, self.device)
-        if len(self.batch_size) > 1:
-            tensor = tensor.reshape(*self.batch_size, *tensor.shape[1:])
-        return tensor
-
-    def _to_jax(self, tensor: torch.Tensor) -> Any:
-        if len(self.batch_size) > 1:
-            tensor = tensor.reshape(-1, *tensor.shape[len(self.batch_size) :])
-        return jax_input(tensor)
-
-    def _read(self, arrays: list[Any], with_reward: bool) -> TensorDictBase:
-        tensors = [self._to_torch(a) for a in arrays]
-        it = iter(tensors)
-        data: dict[str, Any] = {}
-
-        def put(root: dict[str, Any], key: tuple[str, ...], value: torch.Tensor) -> None:
-            for part in key[:-1]:
-                root = root.setdefault(part, {})
-            root[key[-1]] = value
-
-        state: dict[str, Any] = {}
-        for key in self._state_keys:
-            put(state, key, next(it))
-        for key in self._obs_keys:
-            put(data, key, next(it))
-        if self._has_extras:
-            extras: dict[str, Any] = {}
-            for key in self._extras_keys:
-                put(extras, key, next(it))
-            data[EXTRAS] = extras
-        data[STATE] = state
-        reward, done, terminated, truncated = tensors[-4:]
-        if with_reward:
-            data[REWARD] = reward
-        data[DONE], data[TERMINATED], data[TRUNCATED] = done, terminated, truncated
-        return TensorDict(data, batch_size=self.batch_size, device=self.device)
-
-    def _output_keys(self) -> list[Any]:
-        """The TensorDict key of each array a reset or step returns (``None``: the reward)."""
-        keys: list[Any] = [(STATE, *k) for k in self._state_keys]
-        keys += [tuple(k) for k in self._obs_keys]
+    def _data_keys(self) -> list[tuple[str, ...]]:
+        keys = super()._data_keys()
         if self._has_extras:
             keys += [(EXTRAS, *k) for k in self._extras_keys]
-        return [*keys, None, DONE, TERMINATED, TRUNCATED]
-
-    def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
-        mask = None if tensordict is None else tensordict.get(RESET, None)
-        if tensordict is None or mask is None or bool(mask.all()):
-            self._key, arrays = self._reset_fn(self._key)
-            return self._read(arrays, with_reward=False)
-        # a partial reset, merged inside JAX: the sub-envs left out keep their input's values
-        old = [
-            None
-            if key is None or (value := tensordict.get(key, None)) is None
-            else self._to_jax(value)
-            for key in self._out_keys
-        ]
-        flat = self._to_jax(mask.reshape(*self.batch_size))
-        self._key, arrays = self._reset_where_fn(self._key, flat, old)
-        return self._read(arrays, with_reward=False)
-
-    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        state = tensordict.get(STATE, None)
-        if state is None:
-            raise KeyError(
-                f"{type(self).__name__}.step: the input has no {STATE!r} entry (the jumanji "
-                "state written by reset and carried to the next step by step_mdp)"
-            )
-        leaves = [self._to_jax(state.get(key)) for key in self._state_keys]
-        action = self._to_jax(self._action.to_jax_input(tensordict.get(ACTION)))
-        return self._read(self._step_fn(leaves, action), with_reward=True)
-
-    def _step_masked(self, tensordict: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
-        # the state is in the input: stepping every sub-env is exact, EnvBase keeps the skipped
-        return self._step(tensordict)
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(env={type(self._env).__name__}, "
-            f"batch_size={self.batch_size}, jit={self._jit}, device={self.device})"
-        )
+        return keys
 
 
 def _available_envs(cls: type) -> list[str]:
@@ -543,9 +392,3 @@ class JumanjiEnv(JumanjiWrapper):
             validate_actions=validate_actions,
         )
         self.env_name = env_name
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(env={self.env_name}, batch_size={self.batch_size}, "
-            f"jit={self._jit}, device={self.device})"
-        )
