@@ -49,6 +49,8 @@ LAYERS: dict[str, int] = {
     # The algorithm trainers and the builder helpers put losses into the generic trainer.
     "torchrl.trainers.algorithms": 5,
     "torchrl.trainers.helpers": 5,
+    # SaLinA-style agents and FLARE-style computation tasks sit on top of losses and collectors.
+    "torchrl.agents": 5,
     "torchrl": 5,
 }
 SHIM = "torchrl._td_compat"
