@@ -20,7 +20,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
-from torchrl._keys import IS_INIT, NEXT
+from torchrl._keys import DONE, IS_INIT, NEXT
 from torchrl._types import NestedKey
 from torchrl.modules._spec_utils import module_keys
 
@@ -83,6 +83,55 @@ class set_recurrent_mode:
                 return func(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
+
+
+def window_episode_starts(
+    tensordict: TensorDictBase,
+    *,
+    is_init_key: NestedKey = IS_INIT,
+    done_key: NestedKey = (NEXT, DONE),
+    owner: str = "the recurrent module",
+) -> torch.Tensor:
+    """Where episodes start inside a trajectory window ``[*B, T]`` (time is the last batch dim).
+
+    Read from ``is_init_key`` when the window has it, else from the previous step's
+    ``done_key``; in that case the first step is ``False``: whether it starts an episode is
+    unknown, and a module that takes its state or memory from trajectory views does not need
+    to know (the view is already zero-padded there).
+
+    Args:
+        tensordict: the window, batch ``[*B, T]``.
+        is_init_key: the entry marking episode starts.
+        done_key: the per-step done entry, used when ``is_init_key`` is absent.
+        owner: the name used in the error message.
+
+    Returns:
+        bool ``[*B, T]``.
+
+    Raises:
+        KeyError: neither entry is in the window.
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> td = TensorDict({("next", "done"): torch.tensor([[False], [True], [False]])}, [3])
+        >>> window_episode_starts(td).tolist()
+        [False, False, True]
+    """
+    lead = tensordict.batch_size
+    is_init = tensordict.get(is_init_key, None)
+    if is_init is not None:
+        return is_init.reshape(*lead, -1).any(-1)
+    done = tensordict.get(done_key, None)
+    if done is None:
+        raise KeyError(
+            f"{owner}: the window has neither {is_init_key!r} nor {done_key!r}, so its episode "
+            "starts are unknown. Add the InitTracker transform to the env "
+            "(env.append_transform(InitTracker())) or keep the done flags in the data."
+        )
+    done = done.reshape(*lead, -1).any(-1)
+    starts = torch.zeros_like(done)
+    starts[..., 1:] = done[..., :-1]
+    return starts
 
 
 def _segments(starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
