@@ -56,11 +56,13 @@ from typing import Any, Literal
 import torch
 from tensordict import TensorDictBase
 
-from torchrl._keys import ACTION, DONE, IS_INIT, NEXT, REWARD
+from torchrl._keys import ACTION, COLLECTOR, DONE, IS_INIT, NEXT, REWARD, TRAJ_IDS
 from torchrl._types import NestedKey
+from torchrl.data.specs import Bounded, Composite
 
 __all__ = [
     "TrajectoryView",
+    "ViewBuilder",
     "build_views",
     "episode_bounds",
     "gather_steps",
@@ -68,6 +70,7 @@ __all__ = [
     "prev_action",
     "prev_reward",
     "shift_index",
+    "view_spec",
 ]
 
 Padding = Literal["zeros", "first"]
@@ -425,34 +428,46 @@ def gather_steps(
     padding: Padding,
     stacked: bool,
 ) -> Any:
-    """Reads ``value`` (``[*B, T, *F]``) at ``index`` (``[*B, T, n]``) along the time dim.
+    """Reads ``value`` (``[*B, T, *F]``) at time positions ``index`` (``[*B, M, n]``).
 
     Args:
         value: a tensor or a TensorDict whose first ``batch_dims`` dims are ``[*B, T]``.
         batch_dims: ``len([*B, T])``.
-        index: long ``[*B, T, n]``, time positions to read (inside ``[0, T)``).
-        valid: bool ``[*B, T, n]``; with ``padding="zeros"`` the invalid reads are zeroed.
+        index: long ``[*B, M, n]``, time positions to read (inside ``[0, T)``); ``M`` is usually
+            ``T`` (one read set per step).
+        valid: bool ``[*B, M, n]``; with ``padding="zeros"`` the invalid reads are zeroed.
         padding: ``"zeros"`` or ``"first"``.
-        stacked: keep the shift dim (``[*B, T, n, *F]``); else ``n`` must be 1 and it is dropped.
+        stacked: keep the shift dim (``[*B, M, n, *F]``); else ``n`` must be 1 and it is dropped
+            (``[*B, M, *F]``).
 
     Returns:
         The gathered values, of the type of ``value``.
+
+    Examples:
+        >>> x = torch.tensor([[1.0, 2.0, 3.0]])
+        >>> index = torch.tensor([[[0, 0], [0, 1], [1, 2]]])
+        >>> valid = torch.tensor([[[False, True], [True, True], [True, True]]])
+        >>> gather_steps(x, 2, index, valid, "zeros", stacked=True)
+        tensor([[[0., 1.],
+                 [1., 2.],
+                 [2., 3.]]])
     """
     if isinstance(value, TensorDictBase):
+        shape = [*index.shape[:-1], *([index.shape[-1]] if stacked else [])]
         return value.apply(
             lambda x: gather_steps(x, batch_dims, index, valid, padding, stacked),
-            batch_size=[*index.shape[:-1], *([index.shape[-1]] if stacked else [])],
+            batch_size=shape,
         )
     lead = value.shape[:batch_dims]
     T = lead[-1]
-    n = index.shape[-1]
+    M, n = index.shape[-2], index.shape[-1]
     feat = value.shape[batch_dims:]
     flat = value.reshape(-1, T, *feat)
     rows = torch.arange(flat.shape[0], device=value.device).unsqueeze(-1)
-    out = flat[rows, index.reshape(flat.shape[0], T * n).to(value.device)]
-    out = out.reshape(*lead, n, *feat)
+    out = flat[rows, index.reshape(flat.shape[0], M * n).to(value.device)]
+    out = out.reshape(*lead[:-1], M, n, *feat)
     if padding == "zeros":
-        mask = valid.to(value.device).reshape(*lead, n, *([1] * len(feat)))
+        mask = valid.to(value.device).reshape(*lead[:-1], M, n, *([1] * len(feat)))
         out = torch.where(mask, out, torch.zeros((), dtype=out.dtype, device=out.device))
     return out if stacked else out.squeeze(batch_dims)
 
@@ -497,20 +512,275 @@ def build_views(
         raise ValueError("build_views needs a trajectory TensorDict with a time dim [*B, T]")
     if not views:
         return td
-    start = _episode_start_of(td, episode_start).to(td.device or torch.device("cpu"))
-    first, last = episode_bounds(start)
-    out = {}
+    values = {}
     for view in views:
         value = td.get(view.key, None)
         if value is None:
             raise KeyError(
                 f"view {_key_str(view.target_key)} reads the key {_key_str(view.key)}, which the "
-                f"trajectory lacks (keys: {sorted(map(str, td.keys(True, True)))})"
+                f"trajectory lacks (keys: {', '.join(_key_str(k) for k in td.keys(True, True))})"
             )
+        values[view.target_key] = value
+    start = _episode_start_of(td, episode_start).to(td.device or torch.device("cpu"))
+    first, last = episode_bounds(start)
+    out = {}
+    for view in views:
         index, valid = shift_index(first, last, view.shifts, view.padding)
         out[view.target_key] = gather_steps(
-            value, td.batch_dims, index, valid, view.padding, view.stacked
+            values[view.target_key], td.batch_dims, index, valid, view.padding, view.stacked
         )
     for key, value in out.items():
         td.set(key, value)
     return td
+
+
+def view_spec(view: TrajectoryView, source_spec: Any, *, batch_dims: int | None = None) -> Any:
+    """The spec of a view's out_key: the source spec, with the shift dim when stacked.
+
+    The shift dim goes right after the batch dims: ``[*B, *F]`` becomes ``[*B, n, *F]``. With
+    ``padding="zeros"``, a :class:`~torchrl.data.Bounded` range that excludes zero is widened to
+    include it (the padded reads are zeros).
+
+    Args:
+        view: the view.
+        source_spec: the spec of ``view.key``, or a :class:`~torchrl.data.Composite` holding it
+            (e.g. an env's ``full_observation_spec``, or a Composite of observation, action and
+            ``"next"`` entries).
+        batch_dims: how many leading dims of the source spec are batch dims; the Composite's
+            ``len(shape)`` when ``source_spec`` is one, else 0.
+
+    Returns:
+        The spec of ``view.out_key``.
+
+    Raises:
+        KeyError: ``source_spec`` is a Composite without ``view.key`` (the error names it).
+
+    Examples:
+        >>> from torchrl.data import Composite, Unbounded
+        >>> spec = Composite(observation=Unbounded(shape=(8, 3)), shape=(8,))
+        >>> view_spec(TrajectoryView("observation", "-3:0"), spec).shape
+        torch.Size([8, 4, 3])
+        >>> view_spec(prev_action(), spec)
+        Traceback (most recent call last):
+        ...
+        KeyError: "view 'prev_action' reads 'action', which the spec does not provide (it has: 'observation')"
+    """
+    if isinstance(source_spec, Composite):
+        if batch_dims is None:
+            batch_dims = len(source_spec.shape)
+        keys = [k if isinstance(k, str) else tuple(k) for k in source_spec.keys(True, True)]
+        if view.key not in keys and view.key not in list(source_spec.keys(True)):
+            raise KeyError(
+                f"view {_key_str(view.target_key)} reads {_key_str(view.key)}, which the spec "
+                f"does not provide (it has: {', '.join(_key_str(k) for k in keys)})"
+            )
+        spec = source_spec[view.key]
+    else:
+        spec = source_spec
+        batch_dims = 0 if batch_dims is None else batch_dims
+    if view.padding == "zeros" and isinstance(spec, Bounded):
+        low, high = spec.space.low, spec.space.high
+        if bool((low > 0).any()) or bool((high < 0).any()):
+            spec = Bounded(
+                low=low.clamp(max=0),
+                high=high.clamp(min=0),
+                shape=spec.shape,
+                dtype=spec.dtype,
+                device=spec.device,
+            )
+    if not view.stacked:
+        return spec.clone()
+    n = len(view.shifts)
+    shape = spec.shape
+    if not 0 <= batch_dims <= len(shape):
+        raise ValueError(f"batch_dims={batch_dims} does not fit a spec of shape {tuple(shape)}")
+    return spec.unsqueeze(batch_dims).expand(*shape[:batch_dims], n, *shape[batch_dims:])
+
+
+class ViewBuilder:
+    """Rebuilds the training views of sampled items from the single-step data of a storage.
+
+    The buffer calls it with the storage and the sampled index (a ``TensorDictReplayBuffer``
+    built with ``views=[...]`` does, under its lock, before the sampler's post-processing). For
+    each sampled item it reads the neighbours the views need along the storage's write (time)
+    dim, in the same row for ``ndim > 1`` storages ``[*lead, T]``, following the ring: the slot
+    before the oldest item is the newest one, which is not its past, and slots never written
+    are no one's past. Episodes are separated wherever the trajectory id ``traj_key`` changes,
+    ``is_init_key`` is set or the previous step's ``done_key`` is set (each when stored). Reads
+    outside the item's episode are padded as the view says, exactly as :func:`build_views` pads
+    them on the contiguous trajectory. Views with ``used_for_training=False`` are skipped.
+
+    Args:
+        views: the views (e.g. ``get_views(policy)``).
+        traj_key: the stored trajectory id (``("collector", "traj_ids")``).
+        is_init_key: the stored episode-start flag.
+        done_key: the stored end flag of a step (``("next", "done")``).
+
+    Examples:
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import LazyTensorStorage
+        >>> storage = LazyTensorStorage(6)
+        >>> done = torch.tensor([False, False, True, False, False, False]).unsqueeze(-1)
+        >>> storage.set(torch.arange(6), TensorDict({"obs": torch.arange(1.0, 7.0),
+        ...     ("next", "done"): done}, [6]))
+        >>> builder = ViewBuilder([TrajectoryView("obs", "-2:0")])
+        >>> index = torch.tensor([1, 3, 5])
+        >>> builder(storage.get(index), storage, index, cursor=0)["obs_view"]
+        tensor([[0., 1., 2.],
+                [0., 0., 4.],
+                [4., 5., 6.]])
+    """
+
+    def __init__(
+        self,
+        views: Sequence[TrajectoryView] | TrajectoryView,
+        *,
+        traj_key: NestedKey = (COLLECTOR, TRAJ_IDS),
+        is_init_key: NestedKey = IS_INIT,
+        done_key: NestedKey = (NEXT, DONE),
+    ) -> None:
+        all_views = _check_views(views)
+        out_keys = [v.target_key for v in all_views]
+        dup = {k for k in out_keys if out_keys.count(k) > 1}
+        if dup:
+            raise ValueError(f"views: the out_key {_key_str(dup.pop())} is declared twice")
+        self.views = [v for v in all_views if v.used_for_training]
+        self.traj_key = _normalize_key(traj_key, "traj_key")
+        self.is_init_key = _normalize_key(is_init_key, "is_init_key")
+        self.done_key = _normalize_key(done_key, "done_key")
+        self.lookback = max((v.lookback for v in self.views), default=0)
+        self.lookahead = max((v.lookahead for v in self.views), default=0)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(views={self.views!r})"
+
+    def neighbours(
+        self, slot: torch.Tensor, *, slots: int, filled: int, cursor: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The window of slots around each item, and which of them hold its written past/future.
+
+        Args:
+            slot: long ``[N]``, the items' positions along the write dim.
+            slots: the ring's length.
+            filled: how many slots were ever written.
+            cursor: the slot the next write goes to (after the newest item).
+
+        Returns:
+            ``(window, in_ring)``: long ``[N, W]`` slots (``W = lookback + 1 + lookahead``; slots
+            outside the ring are replaced by the item's own) and bool ``[N, W]``.
+        """
+        offsets = torch.arange(-self.lookback, self.lookahead + 1)
+        # age order: 0 = oldest slot of the ring (slots never written count as older still)
+        order = (slot - cursor) % slots
+        target = order.unsqueeze(-1) + offsets
+        in_ring = (target >= slots - filled) & (target <= slots - 1)
+        window = (slot.unsqueeze(-1) + offsets) % slots
+        return torch.where(in_ring, window, slot.unsqueeze(-1)), in_ring
+
+    def __call__(
+        self, data: TensorDictBase, storage: Any, index: Any, *, cursor: int
+    ) -> TensorDictBase:
+        """Writes every training view into ``data``, the items stored at ``index``.
+
+        Args:
+            data: the sampled items (batch shape of the index), written in place.
+            storage: the storage they come from: ``get``, ``shape`` (``[*lead, filled]``),
+                ``slots`` and ``ndim`` are read.
+            index: the sampled index: a tensor ``[N]`` (``ndim == 1``) or a tuple of ``ndim``
+                tensors.
+            cursor: the slot the storage's next write goes to (``0`` for a storage that has
+                not wrapped and is full, ``filled`` while it fills).
+
+        Returns:
+            ``data``.
+
+        Raises:
+            KeyError: the stored data lacks a view's key, or has no episode information at all.
+        """
+        if not self.views:
+            return data
+        shape = storage.shape
+        lead, filled, slots, ndim = shape[:-1], int(shape[-1]), int(storage.slots), storage.ndim
+        if ndim == 1:
+            slot = torch.as_tensor(index).reshape(-1).long().cpu()
+            row = torch.zeros_like(slot)
+        else:
+            parts = [torch.as_tensor(p).reshape(-1).long().cpu() for p in index]
+            slot, row = parts[-1], torch.zeros_like(parts[-1])
+            for part, size in zip(parts[:-1], lead):
+                row = row * size + part
+        window, in_ring = self.neighbours(slot, slots=slots, filled=filled, cursor=cursor)
+        flat = row.unsqueeze(-1) * slots + window
+        # neighbours of sampled items overlap (slices): read each stored item once
+        unique, inverse = torch.unique(flat, return_inverse=True)
+        if ndim == 1:
+            read_index: Any = unique
+        else:
+            t = unique % slots
+            rest = torch.div(unique, slots, rounding_mode="floor")
+            lead_parts = []
+            for size in reversed(lead):
+                lead_parts.append(rest % size)
+                rest = torch.div(rest, size, rounding_mode="floor")
+            read_index = (*reversed(lead_parts), t)
+        stored = storage.get(read_index)
+        if not isinstance(stored, TensorDictBase):
+            raise TypeError("trajectory views need a storage of TensorDicts")
+        win = stored[inverse.to(stored.device) if stored.device is not None else inverse]
+        start = self._episode_start(win, in_ring)
+        first, last = episode_bounds(start)
+        centre = self.lookback
+        out: dict[NestedKey, Any] = {}
+        for view in self.views:
+            value = win.get(view.key, None)
+            if value is None:
+                raise KeyError(
+                    f"view {_key_str(view.target_key)} reads the key {_key_str(view.key)}, which "
+                    f"the stored data lacks (stored keys: "
+                    f"{', '.join(sorted(_key_str(k) for k in stored.keys(True, True)))})"
+                )
+            target = centre + torch.as_tensor(view.shifts, dtype=torch.long)
+            lo, hi = first[:, centre : centre + 1], last[:, centre : centre + 1]
+            valid = (target >= lo) & (target <= hi)
+            idx = torch.minimum(torch.maximum(target.expand(valid.shape), lo), hi)
+            built = gather_steps(
+                value, 2, idx.unsqueeze(1), valid.unsqueeze(1), view.padding, view.stacked
+            )
+            # [N, 1, ...] -> the sampled batch shape
+            if isinstance(built, TensorDictBase):
+                built = built.reshape(*data.batch_size, *built.batch_size[2:])
+            else:
+                built = built.reshape(*data.batch_size, *built.shape[2:])
+            out[view.target_key] = built.to(data.device) if data.device is not None else built
+        for key, value in out.items():
+            data.set(key, value)
+        return data
+
+    def _episode_start(self, win: TensorDictBase, in_ring: torch.Tensor) -> torch.Tensor:
+        """Bool ``[N, W]``: where an episode (or the readable part of the ring) starts."""
+        device = in_ring.device
+        start = ~in_ring
+        start[:, 1:] |= ~in_ring[:, :-1]
+        start[:, 0] = True
+        found = False
+        n, w = in_ring.shape
+        ids = win.get(self.traj_key, None)
+        if ids is not None:
+            found = True
+            ids = ids.reshape(n, w, -1)[..., 0].to(device)
+            start[:, 1:] |= ids[:, 1:] != ids[:, :-1]
+        is_init = win.get(self.is_init_key, None)
+        if is_init is not None:
+            found = True
+            start |= is_init.reshape(n, w, -1).to(device).bool().any(-1)
+        done = win.get(self.done_key, None)
+        if done is not None:
+            found = True
+            start[:, 1:] |= done.reshape(n, w, -1)[:, :-1].to(device).bool().any(-1)
+        if not found and w > 1:
+            raise KeyError(
+                f"trajectory views cannot find episode boundaries: the stored data has none of "
+                f"{_key_str(self.traj_key)}, {_key_str(self.is_init_key)}, "
+                f"{_key_str(self.done_key)}"
+            )
+        return start

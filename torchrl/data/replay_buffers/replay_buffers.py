@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from pathlib import Path
@@ -46,6 +46,7 @@ from torchrl.data.replay_buffers.writers import (
     TensorDictRoundRobinWriter,
     Writer,
 )
+from torchrl.data.trajectory_views import TrajectoryView, ViewBuilder
 
 __all__ = [
     "PrioritizedReplayBuffer",
@@ -401,11 +402,16 @@ class ReplayBuffer:
         """Hook adding sampling information into the batch (TensorDict buffers)."""
         return data
 
+    def _rebuild_views(self, data: Any, index: Any) -> Any:
+        """Hook run under the lock on the items read at ``index`` (trajectory views)."""
+        return data
+
     def _sample_now(self, batch_size: int) -> tuple[Any, dict[NestedKey, Any], bool]:
         with self._lock:
             index, info = self._sampler.sample(self._storage, batch_size)
             index, info = self._sample_unit.expand(index, info, self._storage)
             data = self._storage.get(index)
+            data = self._rebuild_views(data, index)
             ran_out = self._sampler.ran_out
         info[INDEX] = index
         data = self._collate_fn(data)
@@ -769,8 +775,16 @@ class TensorDictReplayBuffer(ReplayBuffer):
     :meth:`update_tensordict_priority`. Written TensorDicts get their ``"index"`` too, and their
     ``priority_key`` entry, when present, sets the priority of the new items.
 
+    With ``views=[...]`` (:class:`~torchrl.data.trajectory_views.TrajectoryView` objects, e.g.
+    ``get_views(policy)``), every sample gets the training views rebuilt from the stored
+    single-step data (see :class:`~torchrl.data.trajectory_views.ViewBuilder`): neighbours are
+    read along the storage's write dim, never across an episode start or the ring's wrap, and
+    padded as each view says. Indexing the buffer (``rb[i]``) returns stored data only.
+
     Args:
         priority_key: the entry holding priorities (``"td_error"`` by default).
+        views: trajectory views rebuilt on every sample, or a ``ViewBuilder`` (to set the
+            trajectory-id, episode-start and done keys it reads); needs a tensor storage.
         **kwargs: the :class:`ReplayBuffer` arguments; the writer defaults to
             :class:`TensorDictRoundRobinWriter`.
 
@@ -784,9 +798,33 @@ class TensorDictReplayBuffer(ReplayBuffer):
         True
     """
 
-    def __init__(self, *, priority_key: NestedKey = PRIORITY, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        priority_key: NestedKey = PRIORITY,
+        views: Sequence[TrajectoryView] | ViewBuilder | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.priority_key = priority_key
         super().__init__(**kwargs)
+        self._view_builder: ViewBuilder | None = None
+        if views is not None:
+            if not isinstance(self._storage, TensorStorage):
+                raise TypeError(
+                    f"views need a tensor storage (LazyTensorStorage, LazyMemmapStorage, ...) "
+                    f"to read neighbouring steps from, got {type(self._storage).__name__}"
+                )
+            self._view_builder = views if isinstance(views, ViewBuilder) else ViewBuilder(views)
+
+    @property
+    def view_builder(self) -> ViewBuilder | None:
+        """What rebuilds the trajectory views of samples (``None`` without views)."""
+        return self._view_builder
+
+    def _rebuild_views(self, data: Any, index: Any) -> Any:
+        if self._view_builder is None or not isinstance(data, TensorDictBase):
+            return data
+        return self._view_builder(data, self._storage, index, cursor=self._storage._cursor)
 
     def _default_writer(self) -> Writer:
         return TensorDictRoundRobinWriter()
@@ -875,6 +913,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         batch_size: see :class:`ReplayBuffer`.
         generator: see :class:`ReplayBuffer`.
         dtype: float type of the priority trees.
+        views: see :class:`TensorDictReplayBuffer`.
 
     Examples:
         >>> from tensordict import TensorDict
@@ -905,10 +944,12 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         batch_size: int | None = None,
         generator: torch.Generator | None = None,
         dtype: torch.dtype = torch.float,
+        views: Sequence[TrajectoryView] | ViewBuilder | None = None,
     ) -> None:
         storage = storage if storage is not None else ListStorage(max_size=1000)
         super().__init__(
             priority_key=priority_key,
+            views=views,
             storage=storage,
             sampler=PrioritizedSampler(_capacity(storage), alpha, beta, eps, dtype, reduction),
             collate_fn=collate_fn,
