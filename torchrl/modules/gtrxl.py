@@ -454,17 +454,16 @@ class GTrXLModule(TensorDictModuleBase):
         out.default_recurrent_mode = mode
         return out
 
-    def make_tensordict_primer(self) -> TensorDictPrimer:
-        """The primer that makes an env carry the memory (``memory_mode="primer"`` only).
+    def make_tensordict_primer(self) -> TensorDictPrimer | None:
+        """The primer that makes an env carry the memory (``memory_mode="primer"``).
 
         It declares ``memory_key [n, num_layers, hidden_size]`` (zeros at reset) and
-        ``memory_mask_key [n]`` (False at reset); add an ``InitTracker`` to the env too.
+        ``memory_mask_key [n]`` (False at reset); add an ``InitTracker`` to the env too. In views
+        mode nothing needs priming (the memory is a view): ``None``, which
+        :func:`~torchrl.modules.get_primers_from_module` skips.
 
         Returns:
-            A :class:`~torchrl.envs.transforms.TensorDictPrimer`.
-
-        Raises:
-            RuntimeError: in views mode, which needs no primer (the memory is a view).
+            A :class:`~torchrl.envs.transforms.TensorDictPrimer`, or ``None`` in views mode.
 
         Examples:
             >>> from torchrl.envs import PendulumEnv
@@ -477,11 +476,7 @@ class GTrXLModule(TensorDictModuleBase):
             torch.Size([2, 4, 1, 8])
         """
         if self.memory_mode != "primer":
-            raise RuntimeError(
-                "GTrXLModule(memory_mode='views') needs no primer: its memory is the view "
-                f"{self.memory_key!r} that the collector or the replay buffer builds. Use "
-                "memory_mode='primer' to carry the memory in the TensorDict instead."
-            )
+            return None
         from torchrl.data.specs import Unbounded
         from torchrl.envs.transforms import TensorDictPrimer
 

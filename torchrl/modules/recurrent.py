@@ -6,6 +6,12 @@ under ``"next"`` so that ``step_mdp`` carries it to the next step. Training runs
 sequences (``set_recurrent_mode(True)``): each row is cut into segments at its episode starts
 and all segments go through the RNN in one padded batch, starting from the stored state (first
 segment of a row) or from zeros (later segments). Both paths compute the same outputs.
+
+With ``state_views=True`` the states are stored once: the module declares each input state as
+a trajectory view of its own output state one step earlier
+(``TrajectoryView(("next", "recurrent_state_h"), -1, out_key="recurrent_state_h")``), so a
+views-aware collector or replay buffer (or :func:`~torchrl.data.trajectory_views.build_views`)
+builds it, zero at an episode start, and no primer is needed.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from torch import nn
 
 from torchrl._keys import DONE, IS_INIT, NEXT
 from torchrl._types import NestedKey
+from torchrl.data.trajectory_views import TrajectoryView
 from torchrl.modules._spec_utils import module_keys
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -160,8 +167,11 @@ class _RecurrentModule(TensorDictModuleBase):
         default_state_keys: list[str],
         default_recurrent_mode: bool | None,
         is_init_key: NestedKey,
+        state_views: bool = False,
     ) -> None:
         super().__init__()
+        if not isinstance(state_views, bool):
+            raise TypeError(f"state_views must be a bool, got {state_views!r}")
         if not rnn.batch_first:
             raise ValueError(f"{self._rnn_name}Module needs batch_first=True")
         if rnn.bidirectional:
@@ -184,6 +194,16 @@ class _RecurrentModule(TensorDictModuleBase):
             )
         self.default_recurrent_mode = bool(default_recurrent_mode)
         self.is_init_key = is_init_key
+        self.state_views = state_views
+        # the state read at t is the state written at t-1: stored once, under "next"
+        self.views: list[TrajectoryView] = (
+            [
+                TrajectoryView(out_state, -1, out_key=in_state)
+                for in_state, out_state in zip(self.in_keys[1:], self.out_keys[1:])
+            ]
+            if state_views
+            else []
+        )
 
     def _keys(
         self,
@@ -221,14 +241,17 @@ class _RecurrentModule(TensorDictModuleBase):
         out.default_recurrent_mode = mode
         return out
 
-    def make_tensordict_primer(self) -> TensorDictPrimer:
+    def make_tensordict_primer(self) -> TensorDictPrimer | None:
         """The ``TensorDictPrimer`` that makes an env write zero recurrent states at reset.
 
         Append it to the env (with an ``InitTracker``) so that every reset sub-env starts from
         zero states of shape ``[*batch, num_layers, hidden_size]`` and steps carry them over.
+        With ``state_views=True`` nothing needs priming (the states are views): ``None``,
+        which :func:`~torchrl.modules.get_primers_from_module` skips.
 
         Returns:
-            A :class:`~torchrl.envs.transforms.TensorDictPrimer` declaring the state entries.
+            A :class:`~torchrl.envs.transforms.TensorDictPrimer` declaring the state entries,
+            or ``None`` with ``state_views=True``.
 
         Examples:
             >>> from torchrl.envs import PendulumEnv
@@ -239,6 +262,8 @@ class _RecurrentModule(TensorDictModuleBase):
             >>> env.reset()["recurrent_state_h"].shape
             torch.Size([2, 1, 8])
         """
+        if self.state_views:
+            return None
         from torchrl.data.specs import Unbounded
         from torchrl.envs.transforms import TensorDictPrimer
 
@@ -247,15 +272,25 @@ class _RecurrentModule(TensorDictModuleBase):
 
     # --------------------------------------------------------------------------- state I/O
     def _get_states(self, tensordict: TensorDictBase) -> list[torch.Tensor]:
-        states = []
+        states: list[torch.Tensor] = []
         for key in self.in_keys[1:]:
             state = tensordict.get(key, None)
             if state is None:
+                if self.state_views:
+                    how = (
+                        "With state_views=True it is a view of the previous step's "
+                        f"{self.out_keys[1 + len(states)]!r}, built by a views-aware collector "
+                        "or replay buffer, or by build_views(td, get_views(policy))."
+                    )
+                else:
+                    how = (
+                        "Add the primer to the env so that reset writes zero states: "
+                        "env.append_transform(module.make_tensordict_primer()) (a "
+                        "TensorDictPrimer)."
+                    )
                 raise KeyError(
                     f"{self._rnn_name}Module: the tensordict has no recurrent state {key!r}. "
-                    "Add the primer to the env so that reset writes zero states: "
-                    "env.append_transform(module.make_tensordict_primer()) (a TensorDictPrimer). "
-                    "The module never starts from implicit zeros."
+                    f"{how} The module never starts from implicit zeros."
                 )
             states.append(state)
         return states
@@ -288,10 +323,18 @@ class _RecurrentModule(TensorDictModuleBase):
     def _forward_step(self, tensordict: TensorDictBase) -> TensorDictBase:
         x = tensordict.get(self.in_keys[0])
         states = self._get_states(tensordict)
-        is_init = self._get_is_init(tensordict)
+        # a state view is already zero at an episode start: is_init is optional then
+        is_init = (
+            tensordict.get(self.is_init_key, None)
+            if self.state_views
+            else self._get_is_init(tensordict)
+        )
         batch = x.shape[:-1]
         n = batch.numel()
-        reset = is_init.reshape(n, -1).any(-1)
+        if is_init is None:
+            reset = torch.zeros(n, dtype=torch.bool, device=x.device)
+        else:
+            reset = is_init.reshape(n, -1).any(-1)
         # [*B, L, H] -> [L, N, H], zeroed where an episode starts
         flat_states = [
             s.reshape(n, *s.shape[-2:]).masked_fill(reset[:, None, None], 0).transpose(0, 1)
@@ -311,11 +354,17 @@ class _RecurrentModule(TensorDictModuleBase):
             )
         x = tensordict.get(self.in_keys[0])
         states = self._get_states(tensordict)
-        is_init = self._get_is_init(tensordict)
         lead = tensordict.batch_size
         n, t = lead[:-1].numel(), lead[-1]
         x = x.reshape(n, t, x.shape[-1])
-        is_init = is_init.reshape(n, t, -1).any(-1)
+        if self.state_views:
+            # is_init if present, else the previous step's done (the first step's state is a
+            # view, zero at an episode start either way)
+            is_init = window_episode_starts(
+                tensordict, is_init_key=self.is_init_key, owner=f"{self._rnn_name}Module"
+            ).reshape(n, t)
+        else:
+            is_init = self._get_is_init(tensordict).reshape(n, t, -1).any(-1)
         starts = is_init.clone()
         starts[:, 0] = True
         seg_id, pos, seg_start, max_len = _segments(starts)
@@ -364,6 +413,8 @@ class LSTMModule(_RecurrentModule):
         lstm: an existing ``nn.LSTM`` to wrap instead of building one.
         default_recurrent_mode: mode used outside :class:`set_recurrent_mode`.
         is_init_key: entry marking episode starts.
+        state_views: declare each state as a view of the previous step's next state (stored
+            once, no primer, ``is_init`` optional; see the module docstring).
 
     Examples:
         >>> from tensordict import TensorDict
@@ -374,6 +425,9 @@ class LSTMModule(_RecurrentModule):
         >>> td = lstm(td)
         >>> td["features"].shape, td["next", "recurrent_state_h"].shape
         (torch.Size([4, 8]), torch.Size([4, 1, 8]))
+        >>> viewed = LSTMModule(3, 8, in_key="embed", out_key="features", state_views=True)
+        >>> [(v.key, v.shift, v.out_key) for v in viewed.views][0]
+        (('next', 'recurrent_state_h'), -1, 'recurrent_state_h')
     """
 
     _rnn_name = "LSTM"
@@ -398,6 +452,7 @@ class LSTMModule(_RecurrentModule):
         lstm: nn.LSTM | None = None,
         default_recurrent_mode: bool | None = None,
         is_init_key: NestedKey = IS_INIT,
+        state_views: bool = False,
     ) -> None:
         if lstm is None:
             if input_size is None or hidden_size is None:
@@ -424,6 +479,7 @@ class LSTMModule(_RecurrentModule):
             ["recurrent_state_h", "recurrent_state_c"],
             default_recurrent_mode,
             is_init_key,
+            state_views,
         )
 
     @property
@@ -454,6 +510,8 @@ class GRUModule(_RecurrentModule):
         gru: an existing ``nn.GRU`` to wrap instead of building one.
         default_recurrent_mode: mode used outside :class:`set_recurrent_mode`.
         is_init_key: entry marking episode starts.
+        state_views: declare the state as a view of the previous step's next state (stored
+            once, no primer, ``is_init`` optional).
 
     Examples:
         >>> from tensordict import TensorDict
@@ -486,6 +544,7 @@ class GRUModule(_RecurrentModule):
         gru: nn.GRU | None = None,
         default_recurrent_mode: bool | None = None,
         is_init_key: NestedKey = IS_INIT,
+        state_views: bool = False,
     ) -> None:
         if gru is None:
             if input_size is None or hidden_size is None:
@@ -511,6 +570,7 @@ class GRUModule(_RecurrentModule):
             ["recurrent_state"],
             default_recurrent_mode,
             is_init_key,
+            state_views,
         )
 
     @property
