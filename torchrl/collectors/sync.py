@@ -34,6 +34,7 @@ from torchrl.collectors._policy import (
     wrap_policy,
 )
 from torchrl.collectors._trajectories import TrajectoryIds
+from torchrl.collectors._views import ViewRing, collection_views
 from torchrl.collectors.utils import split_trajectories
 from torchrl.envs.common import EnvBase
 from torchrl.envs.utils import ExplorationType, RandomPolicy, set_exploration_type, step_mdp
@@ -321,6 +322,10 @@ class SyncDataCollector(DataCollectorBase):
         self._policy_call = direct_call(call)
         self._random_call = random_policy(env)
         self._uses_random_policy = isinstance(policy, RandomPolicy)
+        # Trajectory views the policy declares: built from per-env rings before each call,
+        # left out of the batches (see torchrl.collectors._views).
+        views = collection_views(policy)
+        self._views: ViewRing | None = ViewRing(views, env, policy, name) if views else None
         self._init_weight_sync(weight_sync_schemes, weight_updater)
         self._track_version = bool(options.track_policy_version)
 
@@ -511,16 +516,21 @@ class SyncDataCollector(DataCollectorBase):
         # The loop does the policy call, the env step and one copy per key: trajectory ids are
         # derived from the done flags once per batch (see TrajectoryIds.assign).
         stamp = self._stamp_version if self._track_version else None
+        views = self._views
         for t in range(start, steps):
             if stop is not None and stop.collection_stopped():
                 steps = t
                 break
             if stamp is not None:
                 stamp(td)
+            if views is not None:
+                views.build(td)
             out = policy(td)
             if out is not None:
                 td = out
             transition, td = step(td)
+            if views is not None:
+                views.record(transition)
             write(transition, t)
             if limit is not None:
                 td = limit(td, [views[t] for views in writer.done], writer, t, None)
@@ -531,11 +541,16 @@ class SyncDataCollector(DataCollectorBase):
     def _first_step(self, td: TensorDictBase, policy: Callable, random: bool) -> TensorDictBase:
         if self._track_version:
             self._stamp_version(td)
+        views = self._views
+        if views is not None:
+            views.build(td)
         probe = td.clone() if random else None
         out = policy(td)
         if out is not None:
             td = out
         transition, td_next = self._step_fn(td)
+        if views is not None:
+            views.record(transition)
         extra: dict[tuple[str, ...], torch.Tensor] = {}
         if probe is not None:
             # Random actions do not produce the policy's other outputs (log-probs, ...): run the
@@ -545,7 +560,9 @@ class SyncDataCollector(DataCollectorBase):
             probe = probe if out is None else out
             have = set(_paths(transition))
             extra = {p: probe.get(p) for p in _paths(probe) if p not in have}
-        self.batch_buffers.allocate(transition, extra, self.options.owner)
+        # view entries are not stored: the batch is allocated without them
+        like = transition if views is None else views.exclude(transition)
+        self.batch_buffers.allocate(like, extra, self.options.owner)
         writer = self.batch_buffers.writer(random)
         writer.write(transition, 0)
         if self._step_count is not None:
@@ -607,6 +624,8 @@ class SyncDataCollector(DataCollectorBase):
             shape = done.shape if done is not None else (*self.env.batch_size, 1)
             mask = hit.reshape(*hit.shape, *([1] * (len(shape) - nb))).expand(shape)
             td.set(key, mask.to(self.env_device) if self.env_device is not None else mask)
+        if self._views is not None:
+            self._views.start(hit)
         return self.env.reset(td)
 
     def _truncate_last(self, batch: TensorDictBase, steps: int) -> None:
@@ -630,15 +649,21 @@ class SyncDataCollector(DataCollectorBase):
         done_keys = [(NEXT, *_as_tuple(k)) for k in self.env.done_keys if _as_tuple(k)[-1] == DONE]
         tds = []
         stamp = self._stamp_version if self._track_version else None
+        views = self._views
         for t in range(self._steps):
             if stop is not None and stop.collection_stopped():
                 break
             if stamp is not None:
                 stamp(td)
+            if views is not None:
+                views.build(td)
             out = policy(td)
             if out is not None:
                 td = out
             transition, td = step(td)
+            if views is not None:
+                views.record(transition)
+                transition = views.exclude(transition)
             tds.append(transition)
             if self._step_count is not None:
                 flags = [transition.get(k) for k in done_keys]
@@ -663,6 +688,8 @@ class SyncDataCollector(DataCollectorBase):
     def _reset_all(self) -> None:
         self._carrier = self.env.reset()
         self._traj.start()
+        if self._views is not None:
+            self._views.start()
         if self._step_count is not None:
             self._step_count.zero_()
         self._needs_reset = False
@@ -684,6 +711,8 @@ class SyncDataCollector(DataCollectorBase):
             td.set(key, mask.unsqueeze(-1))
         self._carrier = self.env.reset(td)
         self._traj.start(mask)
+        if self._views is not None:
+            self._views.start(mask)
         if self._step_count is not None:
             self._step_count.masked_fill_(mask, 0)
 
