@@ -4,13 +4,16 @@
 registered with gymnasium (:func:`register_ale_envs`). :func:`make_atari_env` builds the
 standard pipeline (Mnih et al. 2015; Machado et al. 2018) out of our transforms:
 
-* inside each game (a single env): :class:`~torchrl.envs.transforms.NoopResetEnv` (up to
-  ``noop_max`` random steps after a reset), :class:`~torchrl.envs.transforms.atari.MaxPoolFrameSkip`
-  (repeat each action ``frame_skip`` times, max over the last two frames) and
-  :class:`~torchrl.envs.transforms.EndOfLifeTransform` (``"end-of-life"``: a life was lost);
+* inside each game (a single env), in numpy before the gymnasium env reaches
+  :class:`~torchrl.envs.GymWrapper`: up to ``noop_max`` NOOP frames after a reset, and each
+  action repeated ``frame_skip`` times with the max over the last two frames (the emulator's
+  own arrays, no TensorDict per frame; :class:`~torchrl.envs.transforms.NoopResetEnv` and
+  :class:`~torchrl.envs.transforms.atari.MaxPoolFrameSkip` are the same steps as transforms, for
+  any env); then :class:`~torchrl.envs.transforms.EndOfLifeTransform` (``"end-of-life"``: a
+  life was lost);
 * on the batch of games (:class:`~torchrl.envs.SerialEnv` or :class:`~torchrl.envs.ParallelEnv`):
-  :class:`~torchrl.envs.transforms.ToTensorImage`, :class:`~torchrl.envs.transforms.GrayScale`,
-  :class:`~torchrl.envs.transforms.Resize` (84x84), :class:`~torchrl.envs.transforms.CatFrames`
+  :class:`~torchrl.envs.transforms.ToTensorImage` (then :class:`~torchrl.envs.transforms.GrayScale`
+  with ``obs_type="rgb"``), :class:`~torchrl.envs.transforms.Resize` (84x84), :class:`~torchrl.envs.transforms.CatFrames`
   (the last 4 frames) and :class:`~torchrl.envs.transforms.SignTransform` (reward clipping).
 
 With ``backend="envpool"`` the games run in envpool's C++ thread pool, which does the same
@@ -28,14 +31,13 @@ from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.envs.batched import ParallelEnv, SerialEnv
 from torchrl.envs.common import EnvBase
-from torchrl.envs.libs.gym import GymEnv, register_ale_envs
+from torchrl.envs.libs.gym import GymWrapper, register_ale_envs
 from torchrl.envs.transforms import (
     CatFrames,
     Compose,
     EndOfLifeTransform,
     ExcludeTransform,
     GrayScale,
-    NoopResetEnv,
     Resize,
     RewardSum,
     SignTransform,
@@ -44,7 +46,6 @@ from torchrl.envs.transforms import (
     TransformedEnv,
     UnsqueezeTransform,
 )
-from torchrl.envs.transforms.atari import MaxPoolFrameSkip
 
 __all__ = ["atari_game_env", "make_atari_env", "register_ale_envs"]
 
@@ -68,26 +69,28 @@ def atari_game_env(
     repeat_action_probability: float = 0.25,
     full_action_space: bool = False,
     max_episode_frames: int = 108_000,
-    obs_type: Literal["rgb", "grayscale"] = "rgb",
+    obs_type: Literal["rgb", "grayscale"] = "grayscale",
     device: DeviceLike = "cpu",
 ) -> TransformedEnv:
     """One Atari game with the per-game preprocessing (no-op reset, frame skip, end of life).
 
-    The game runs with ``frameskip=1`` in ALE: frames are repeated and max-pooled by
-    :class:`~torchrl.envs.transforms.atari.MaxPoolFrameSkip`. Its observation is the RGB screen
-    (uint8 ``[210, 160, 3]`` under ``"observation"``, or ``[210, 160]`` with
-    ``obs_type="grayscale"``); actions are indices
-    (``Categorical``). :func:`make_atari_env` batches these.
+    The game runs with ``frameskip=1`` in ALE; the no-op starts and the repeated, max-pooled
+    frames run in numpy inside the gymnasium env (no TensorDict per emulator frame), then
+    :class:`~torchrl.envs.GymWrapper` wraps it. Its observation is ALE's grey screen (uint8
+    ``[210, 160]`` under ``"observation"``), or the RGB screen (``[210, 160, 3]``) with
+    ``obs_type="rgb"``; actions are indices (``Categorical``). :func:`make_atari_env` batches
+    these.
 
     Args:
         env_name: the ALE id (``"ALE/Pong-v5"``; the ``ALE/`` prefix may be left out).
         frame_skip: emulator frames per step (the action is repeated, rewards summed).
-        noop_max: the largest number of random steps after a reset (``0``: none).
+        noop_max: the largest number of NOOP frames after a reset, drawn uniformly from
+            ``[0, noop_max]`` with the game's generator (``0``: none).
         episodic_life: add ``"lives"`` and ``"end-of-life"`` (a life lost, or the game over).
         repeat_action_probability: ALE's sticky actions (0.25 in v5; 0 for the 2015 protocol).
         full_action_space: use all 18 actions instead of the game's minimal set.
         max_episode_frames: ALE's cap on emulator frames per episode (truncation).
-        obs_type: ``"rgb"`` (the colour screen) or ``"grayscale"`` (ALE's grey screen).
+        obs_type: ``"grayscale"`` (ALE's grey screen) or ``"rgb"`` (the colour screen).
         device: the device of the output tensors.
 
     Returns:
@@ -103,22 +106,27 @@ def atari_game_env(
         raise ValueError(f"atari_game_env: obs_type must be 'rgb' or 'grayscale', got {obs_type!r}")
     if int(frame_skip) < 1:
         raise ValueError(f"atari_game_env: frame_skip must be >= 1, got {frame_skip}")
+    if int(noop_max) < 0:
+        raise ValueError(f"atari_game_env: noop_max must be >= 0, got {noop_max}")
+    if not _has_ale:
+        import_optional("ale_py", extra="atari")
+    import gymnasium
+
+    from torchrl.envs.libs._atari_gym import AtariSkipPool
+
     register_ale_envs()
-    base = GymEnv(
+    game = gymnasium.make(
         _ale_id(env_name),
-        categorical_action_encoding=True,
-        device=device,
         frameskip=1,
         repeat_action_probability=float(repeat_action_probability),
         full_action_space=bool(full_action_space),
         max_num_frames_per_episode=int(max_episode_frames),
         obs_type=obs_type,
     )
+    pool = min(2, int(frame_skip))
+    game = AtariSkipPool(game, int(frame_skip), pool, int(noop_max))
+    base = GymWrapper(game, categorical_action_encoding=True, device=device)
     transforms: list[Transform] = []
-    if noop_max:
-        transforms.append(NoopResetEnv(noops=noop_max, random=True))
-    if frame_skip > 1:
-        transforms.append(MaxPoolFrameSkip(frame_skip, in_keys=[OBSERVATION], pool=2))
     if episodic_life:
         transforms.append(EndOfLifeTransform())
     return TransformedEnv(base, Compose(*transforms))
@@ -139,7 +147,7 @@ def make_atari_env(
     repeat_action_probability: float = 0.25,
     full_action_space: bool = False,
     max_episode_frames: int = 108_000,
-    obs_type: Literal["rgb", "grayscale"] = "rgb",
+    obs_type: Literal["rgb", "grayscale"] = "grayscale",
     track_return: bool = False,
     seed: int | None = None,
     device: DeviceLike = "cpu",
@@ -159,7 +167,7 @@ def make_atari_env(
         backend: ``"ale"`` (ale-py through gymnasium) or ``"envpool"`` (needs ``num_envs >= 1``).
         parallel: with the ALE backend, run the games in worker processes (``ParallelEnv``).
         frame_skip: emulator frames per step.
-        noop_max: the largest number of random steps after a reset.
+        noop_max: the largest number of NOOP frames after a reset.
         screen_size: the side of the square grey frames.
         frame_stack: how many frames are stacked.
         episodic_life: signal lost lives (see above).
@@ -167,9 +175,9 @@ def make_atari_env(
         repeat_action_probability: ALE's sticky actions (0.25 in v5).
         full_action_space: use all 18 actions.
         max_episode_frames: the cap on emulator frames per episode.
-        obs_type: ``"rgb"``: the games return colour screens made grey by ``GrayScale``;
-            ``"grayscale"``: ALE returns grey screens (what gymnasium's ``AtariPreprocessing``
-            reads; no ``GrayScale``, a third of the pixels to copy and pool).
+        obs_type: ``"grayscale"``: ALE returns grey screens (what gymnasium's
+            ``AtariPreprocessing`` reads: a third of the pixels to copy and pool);
+            ``"rgb"``: the games return colour screens made grey by ``GrayScale``.
         track_return: add ``"episode_reward"``, the game score so far (summed before clipping;
             :class:`~torchrl.envs.transforms.RewardSum`).
         seed: seed the env (``env.set_seed``) once built.
@@ -245,9 +253,9 @@ def make_atari_env(
             ]
         else:
             transforms = [
-                ToTensorImage(in_keys=[OBSERVATION], out_keys=[PIXELS], shape_tolerant=True),
+                UnsqueezeTransform(-1, in_keys=[OBSERVATION]),  # [..., H, W] -> [..., H, W, 1]
+                ToTensorImage(in_keys=[OBSERVATION], out_keys=[PIXELS]),
                 ExcludeTransform(OBSERVATION),
-                UnsqueezeTransform(-3, in_keys=[PIXELS]),
             ]
         transforms += [
             Resize(int(screen_size), int(screen_size), in_keys=[PIXELS]),
