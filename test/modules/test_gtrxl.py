@@ -242,7 +242,9 @@ def test_errors():
         primer(
             TensorDict(obs=torch.randn(B, F), is_init=torch.ones(B, 1, dtype=bool), batch_size=[B])
         )
-    assert m.make_tensordict_primer() is None  # views mode: nothing to prime
+    # views mode: the primer only declares the per-step entries (for a collector's rings)
+    spec = m.make_tensordict_primer().primers
+    assert spec["gtrxl_embeddings"].shape == (L, D) and spec["gtrxl_valid"].dtype == torch.bool
     window = TensorDict(
         obs=torch.randn(B, 3, F),
         gtrxl_memory=torch.zeros(B, 3, N_MEM, L, D),
@@ -291,3 +293,64 @@ def test_primer_env_rollout():
     with set_recurrent_mode(True):
         out = m(rollout.clone())["h"]
     torch.testing.assert_close(out, rollout["h"], atol=ATOL, rtol=0)
+
+
+def _cartpole_policy(memory_mode: str):
+    from tensordict.nn import TensorDictModule, TensorDictSequential
+
+    torch.manual_seed(0)
+    trunk = GTrXLModule(
+        2,
+        D,
+        L,
+        num_heads=2,
+        memory_length=3,
+        gate_bias=0.0,
+        in_key="observation",
+        out_key="h",
+        memory_mode=memory_mode,  # type: ignore[arg-type]
+    )
+    head = TensorDictModule(torch.nn.Linear(D, 2), ["h"], ["logits"])
+    act = TensorDictModule(lambda x: x.argmax(-1), ["logits"], ["action"])
+    return TensorDictSequential(trunk, head, act)
+
+
+def test_views_collector_stores_embeddings_once():
+    from torchrl.collectors import SyncDataCollector
+    from torchrl.envs.custom.stateless_cartpole import StatelessCartPole
+    from torchrl.envs.transforms import InitTracker, TransformedEnv
+
+    def env(primer=None):
+        base = StatelessCartPole(
+            batch_size=[2], seed=0, max_episode_steps=7, categorical_action_encoding=True
+        )
+        out = TransformedEnv(base, InitTracker())
+        return out if primer is None else out.append_transform(primer)
+
+    frames = 2 * 24
+    policy = _cartpole_policy("views")
+    collector = SyncDataCollector(env(), policy, frames_per_batch=frames, total_frames=frames)
+    batch = next(iter(collector))
+    collector.shutdown()
+    keys = set(batch.keys(True, True))
+    assert "gtrxl_memory" not in keys and "gtrxl_memory_mask" not in keys
+    assert batch["gtrxl_embeddings"].shape == (2, 24, L, D)
+    assert batch["is_init"][:, 1:].any()  # episodes end inside the batch
+    # the same weights with the memory carried by the env give the same rollout
+    primed = _cartpole_policy("primer")
+    primed.load_state_dict(policy.state_dict())
+    collector = SyncDataCollector(
+        env(primed[0].make_tensordict_primer()),
+        primed,
+        frames_per_batch=frames,
+        total_frames=frames,
+    )
+    reference = next(iter(collector))
+    collector.shutdown()
+    torch.testing.assert_close(batch["h"], reference["h"], atol=ATOL, rtol=0)
+    assert torch.equal(batch["action"], reference["action"])
+    # training: rebuild the memory from the stored embeddings, run windows
+    build_views(batch, get_views(policy))
+    with set_recurrent_mode(True):
+        out = policy[0](batch[:, 5:20].clone())["h"]
+    torch.testing.assert_close(out, reference["h"][:, 5:20], atol=ATOL, rtol=0)

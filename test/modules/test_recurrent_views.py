@@ -79,7 +79,8 @@ def _kind(m) -> str:
 def test_views_declared(kind):
     m = _module(kind, True)
     assert get_views(m) == [TrajectoryView(("next", k), -1, out_key=k) for k in STATES[kind]]
-    assert m.make_tensordict_primer() is None
+    # the primer still declares the states' shapes (a views collector sizes its rings with it)
+    assert sorted(m.make_tensordict_primer().primers.keys()) == sorted(STATES[kind])
     plain = _module(kind, False)
     assert plain.views == [] and get_views(plain) == []
     assert sorted(plain.make_tensordict_primer().primers.keys()) == sorted(STATES[kind])
@@ -155,3 +156,50 @@ def test_errors():
     plain = _module("lstm", False)
     with pytest.raises(KeyError, match="make_tensordict_primer"):
         plain(TensorDict(obs=torch.randn(B, F), batch_size=[B]))
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_views_collector_stores_states_once(kind):
+    from tensordict.nn import TensorDictModule, TensorDictSequential
+
+    from torchrl.collectors import SyncDataCollector
+    from torchrl.envs.custom.stateless_cartpole import StatelessCartPole
+    from torchrl.envs.transforms import InitTracker, TransformedEnv
+
+    def policy(state_views: bool):
+        torch.manual_seed(0)
+        cls = LSTMModule if kind == "lstm" else GRUModule
+        rnn = cls(2, H, in_key="observation", out_key="y", state_views=state_views)
+        head = TensorDictModule(torch.nn.Linear(H, 2), ["y"], ["logits"])
+        act = TensorDictModule(lambda x: x.argmax(-1), ["logits"], ["action"])
+        return TensorDictSequential(rnn, head, act)
+
+    def env():
+        base = StatelessCartPole(
+            batch_size=[2], seed=0, max_episode_steps=6, categorical_action_encoding=True
+        )
+        return TransformedEnv(base, InitTracker())
+
+    frames = 2 * 20
+    primed = policy(False)
+    collector = SyncDataCollector(
+        env().append_transform(primed[0].make_tensordict_primer()),
+        primed,
+        frames_per_batch=frames,
+        total_frames=frames,
+    )
+    reference = next(iter(collector))
+    collector.shutdown()
+    viewed = policy(True)
+    collector = SyncDataCollector(env(), viewed, frames_per_batch=frames, total_frames=frames)
+    batch = next(iter(collector))
+    collector.shutdown()
+    for k in STATES[kind]:
+        assert k not in batch.keys() and k in reference.keys()  # stored once, under "next"
+        torch.testing.assert_close(batch["next", k], reference["next", k], atol=ATOL, rtol=0)
+    torch.testing.assert_close(batch["y"], reference["y"], atol=ATOL, rtol=0)
+    assert batch["is_init"][:, 1:].any()
+    build_views(batch, get_views(viewed))
+    with set_recurrent_mode(True):
+        y = viewed[0](batch[:, 3:17].clone())["y"]
+    torch.testing.assert_close(y, reference["y"][:, 3:17], atol=ATOL, rtol=0)

@@ -454,16 +454,18 @@ class GTrXLModule(TensorDictModuleBase):
         out.default_recurrent_mode = mode
         return out
 
-    def make_tensordict_primer(self) -> TensorDictPrimer | None:
-        """The primer that makes an env carry the memory (``memory_mode="primer"``).
+    def make_tensordict_primer(self) -> TensorDictPrimer:
+        """The primer of the memory entries (``memory_mode="primer"``), or their per-step shapes.
 
-        It declares ``memory_key [n, num_layers, hidden_size]`` (zeros at reset) and
-        ``memory_mask_key [n]`` (False at reset); add an ``InitTracker`` to the env too. In views
-        mode nothing needs priming (the memory is a view): ``None``, which
-        :func:`~torchrl.modules.get_primers_from_module` skips.
+        Primer mode: it declares ``memory_key [n, num_layers, hidden_size]`` (zeros at reset)
+        and ``memory_mask_key [n]`` (False at reset); append it to the env with an
+        ``InitTracker``. Views mode: the env needs none; the primer declares the per-step
+        entries ``embeddings_key [num_layers, hidden_size]`` and ``valid_key [1]``, whose shapes
+        a views-aware collector reads to size its ring buffers (on an env it would only add
+        copies of them to the rollout).
 
         Returns:
-            A :class:`~torchrl.envs.transforms.TensorDictPrimer`, or ``None`` in views mode.
+            A :class:`~torchrl.envs.transforms.TensorDictPrimer`.
 
         Examples:
             >>> from torchrl.envs import PendulumEnv
@@ -475,12 +477,17 @@ class GTrXLModule(TensorDictModuleBase):
             >>> env.reset()["gtrxl_memory"].shape
             torch.Size([2, 4, 1, 8])
         """
-        if self.memory_mode != "primer":
-            return None
         from torchrl.data.specs import Unbounded
         from torchrl.envs.transforms import TensorDictPrimer
 
         shape = self.gtrxl.memory_shape
+        if self.memory_mode == "views":
+            return TensorDictPrimer(
+                {
+                    self.embeddings_key: Unbounded(shape=shape[1:]),
+                    self.valid_key: Unbounded(shape=(1,), dtype=torch.bool),
+                }
+            )
         return TensorDictPrimer(
             {
                 self.memory_key: Unbounded(shape=shape),

@@ -241,17 +241,17 @@ class _RecurrentModule(TensorDictModuleBase):
         out.default_recurrent_mode = mode
         return out
 
-    def make_tensordict_primer(self) -> TensorDictPrimer | None:
+    def make_tensordict_primer(self) -> TensorDictPrimer:
         """The ``TensorDictPrimer`` that makes an env write zero recurrent states at reset.
 
         Append it to the env (with an ``InitTracker``) so that every reset sub-env starts from
         zero states of shape ``[*batch, num_layers, hidden_size]`` and steps carry them over.
-        With ``state_views=True`` nothing needs priming (the states are views): ``None``,
-        which :func:`~torchrl.modules.get_primers_from_module` skips.
+        With ``state_views=True`` the env needs no primer (the states are views, and a primer
+        on the env only repeats their work); the primer still declares the states' shapes, which
+        a views-aware collector reads to size its ring buffers.
 
         Returns:
-            A :class:`~torchrl.envs.transforms.TensorDictPrimer` declaring the state entries,
-            or ``None`` with ``state_views=True``.
+            A :class:`~torchrl.envs.transforms.TensorDictPrimer` declaring the state entries.
 
         Examples:
             >>> from torchrl.envs import PendulumEnv
@@ -262,8 +262,6 @@ class _RecurrentModule(TensorDictModuleBase):
             >>> env.reset()["recurrent_state_h"].shape
             torch.Size([2, 1, 8])
         """
-        if self.state_views:
-            return None
         from torchrl.data.specs import Unbounded
         from torchrl.envs.transforms import TensorDictPrimer
 
