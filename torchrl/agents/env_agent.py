@@ -1,0 +1,190 @@
+"""``EnvAgent`` and ``ModelAgent``: an environment, or a model of one, as an agent.
+
+Both write the rollout layout of the library. Called at step ``t > 0``, they read step
+``t - 1`` (its observation, the action the policy wrote there, any state the policy left under
+``"next"``), step it, write the transition's ``("next", ...)`` entries at ``t - 1`` and the
+input of the next step (``step_mdp``, with finished sub-envs reset) at ``t``. Called at
+``t == 0`` an env agent writes its current state (after a reset the first time). So a run of
+``n`` steps ``Agents(env_agent, policy_agent)`` holds ``n - 1`` full transitions and a last step
+with observation and action: ``workspace.copy_n_last_steps(1)`` and a run from ``t=1`` go on
+where it ended.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from torchrl._keys import DONE, NEXT, REWARD
+from torchrl.agents.agent import Agent
+from torchrl.agents.workspace import Workspace
+from torchrl.envs import EnvBase
+from torchrl.envs.utils import step_mdp
+
+__all__ = ["EnvAgent", "ModelAgent"]
+
+
+class EnvAgent(Agent):
+    """Makes any :class:`~torchrl.envs.EnvBase` (with its transforms) an agent.
+
+    With ``auto_reset=True`` (acquisition) the env goes on across calls: finished sub-envs are
+    reset as they finish (``step_and_maybe_reset``) and a run at ``t=0`` starts from where the
+    last run left the env. With ``auto_reset=False`` (episodes) a run at ``t=0`` resets every
+    sub-env, and a sub-env that is done stays frozen: its later steps repeat its last one, with
+    zero reward, so that ``TemporalAgent(..., stop_variable="done")`` runs whole episodes.
+
+    Args:
+        env: the environment; the workspace's batch size is ``env.batch_size``.
+        auto_reset: see above.
+        done_key: the root done flag (frozen sub-envs with ``auto_reset=False``).
+        reward_key: the reward under ``"next"`` (zeroed on frozen steps).
+
+    Examples:
+        >>> import torch
+        >>> from torchrl.envs import PendulumEnv
+        >>> from torchrl.agents import Agents, TemporalAgent, Workspace
+        >>> env = PendulumEnv(batch_size=[3], seed=0)
+        >>> class Zero(Agent):
+        ...     def forward(self, workspace, t=0, **kwargs):
+        ...         workspace.set("action", t, torch.zeros(3, 1))
+        >>> ws = Workspace()
+        >>> TemporalAgent(Agents(EnvAgent(env), Zero()))(ws, t=0, n_steps=4)
+        >>> ws.to_tensordict()["next", "reward"].shape
+        torch.Size([3, 4, 1])
+    """
+
+    def __init__(
+        self,
+        env: EnvBase,
+        auto_reset: bool = True,
+        done_key: Any = DONE,
+        reward_key: Any = REWARD,
+    ) -> None:
+        super().__init__()
+        if not isinstance(env, EnvBase):
+            raise TypeError(f"EnvAgent: env must be an EnvBase, got {type(env).__name__}")
+        self.env = env
+        self.auto_reset = auto_reset
+        self.done_key = done_key
+        self.reward_key = reward_key
+        self._state: TensorDictBase | None = None
+
+    def seed(self, seed: int) -> None:
+        self.env.set_seed(seed)
+        self._state = None
+
+    def reset_state(self) -> None:
+        """Forgets the env's current state: the next run at ``t=0`` resets it."""
+        self._state = None
+
+    def forward(self, workspace: Workspace, t: int = 0, **kwargs: Any) -> None:
+        if t == 0:
+            if self._state is None or not self.auto_reset:
+                self._state = self.env.reset()
+            workspace.set_step(0, self._state)
+            return
+        if self._state is None:
+            raise RuntimeError(
+                f"EnvAgent: asked to step at t={t} but the env was never reset; start a run at t=0"
+            )
+        current = workspace.get_step(t - 1).copy()
+        if self.auto_reset:
+            transition, self._state = self.env.step_and_maybe_reset(current)
+        else:
+            transition = self.env.step(current)
+            self._state = step_mdp(transition)
+        next_td = transition.get(NEXT)
+        workspace.set_step(t - 1, _as_next(next_td))
+        workspace.set_step(t, self._state)
+        if not self.auto_reset:
+            self._freeze_finished(workspace, t, next_td.keys(True, True))
+
+    def replay(self, workspace: Workspace, t0: int = 0, **kwargs: Any) -> None:
+        """Nothing to do: the stored steps are the env's output."""
+
+    def _freeze_finished(self, workspace: Workspace, t: int, next_keys: Any) -> None:
+        """Sub-envs done before step ``t - 1`` repeat that step (zero reward)."""
+        assert self._state is not None
+        finished = workspace.get(self.done_key, t - 1)
+        if not bool(finished.any()):
+            return
+        rows = finished.reshape(*finished.shape[: len(workspace.batch_size or ())], -1).any(-1)
+        for key in next_keys:
+            nested = (NEXT, *key) if isinstance(key, tuple) else (NEXT, key)
+            if key == self.reward_key:
+                workspace.get(nested, t - 1)[rows] = 0
+            elif key in workspace:
+                workspace.get(nested, t - 1)[rows] = workspace.get(key, t - 1)[rows]
+        for key in self._state.keys(True, True):
+            workspace.get(key, t)[rows] = workspace.get(key, t - 1)[rows]
+        self._state = workspace.get_step(t).select(*self._state.keys(True, True))
+
+
+class ModelAgent(Agent):
+    """A model of the environment as an agent: steps come from a TensorDict module.
+
+    The model reads step ``t - 1`` (state and action) and writes the transition under
+    ``"next"`` (next observation, reward, done flags), as a
+    :class:`~torchrl.envs.model_based.WorldModelEnv`'s world model does. At ``t == 0`` it
+    writes nothing: imagination starts from the states already in the workspace (real ones
+    put there by a data-loader agent or an env agent). Swap it for the env agent of an
+    acquisition stack to run the same :class:`~torchrl.agents.TemporalAgent` in imagination.
+    (A ``WorldModelEnv`` can also be wrapped in :class:`EnvAgent` as any env.)
+
+    Args:
+        model: the transition model, e.g. a ``TensorDictModule`` writing
+            ``("next", "observation")`` and ``("next", "reward")``.
+        out_keys: the model's outputs (default: its ``out_keys``); those under ``"next"``
+            move to the root of step ``t`` (``step_mdp``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.agents import Workspace
+        >>> class Dyn(torch.nn.Module):
+        ...     def forward(self, obs, action):
+        ...         return obs + action, -obs.pow(2).sum(-1, keepdim=True)
+        >>> model = TensorDictModule(
+        ...     Dyn(), ["observation", "action"], [("next", "observation"), ("next", "reward")])
+        >>> ws = Workspace(batch_size=[2])
+        >>> ws.set("observation", 0, torch.ones(2, 1))
+        >>> ws.set("action", 0, torch.ones(2, 1))
+        >>> ModelAgent(model)(ws, t=1)
+        >>> ws.get("observation", 1)
+        tensor([[2.],
+                [2.]])
+    """
+
+    def __init__(self, model: TensorDictModuleBase, out_keys: list[Any] | None = None) -> None:
+        super().__init__()
+        self.model = model
+        keys = out_keys if out_keys is not None else getattr(model, "out_keys", None)
+        if keys is None:
+            raise ValueError(f"ModelAgent: {type(model).__name__} has no out_keys; pass out_keys")
+        self.out_keys = list(keys)
+
+    def forward(self, workspace: Workspace, t: int = 0, **kwargs: Any) -> None:
+        if t == 0:
+            return
+        current = workspace.get_step(t - 1).copy()
+        out = self.model(current)
+        out = current if out is None else out
+        for key in self.out_keys:
+            value = out.get(key, None)
+            if value is None:
+                raise KeyError(f"ModelAgent: the model did not write {key!r} at step {t - 1}")
+            workspace.set(key, t - 1, value)
+            if isinstance(key, tuple) and key[0] == NEXT:
+                root = key[1:] if len(key) > 2 else key[1]
+                if root != REWARD:
+                    workspace.set(root, t, value)
+
+    def replay(self, workspace: Workspace, t0: int = 0, **kwargs: Any) -> None:
+        """Nothing to do: the stored steps are the model's output."""
+
+
+def _as_next(next_td: TensorDictBase) -> TensorDictBase:
+    """``next_td`` nested under ``"next"`` (a TensorDict of the same batch, no copy)."""
+    return TensorDict({NEXT: next_td}, batch_size=next_td.batch_size, device=next_td.device)

@@ -1,0 +1,437 @@
+"""``Workspace``: variables indexed by name and time step, stored in the rollout layout.
+
+A workspace holds one TensorDict of batch ``[*B, capacity]`` (time is the last batch dim, as in
+every rollout of the library) and a ``time_length``: the steps written so far. Agents read and
+write single steps (``get``/``set``), whole sequences (``get_full``/``set_full``) or all the
+variables of one step at once (``get_step``/``set_step``). Writing past the capacity grows the
+storage (doubling); everything else is a view of the storage, so :meth:`to_tensordict` and
+:meth:`from_tensordict` never copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from torchrl._types import DeviceLike, NestedKey
+
+__all__ = ["Workspace"]
+
+# Capacity of a fresh workspace's time dim when the first write does not ask for more.
+_MIN_CAPACITY = 16
+
+
+def _time_index(n_batch: int, index: int | slice) -> tuple[Any, ...]:
+    return (slice(None),) * n_batch + (index,)
+
+
+class Workspace:
+    """Named variables over time, in one TensorDict of batch ``[*batch_size, T]`` (time last).
+
+    Args:
+        batch_size: the batch dims before time (e.g. ``[8]`` for 8 envs); ``None`` takes it
+            from the first write: a TensorDict's batch size (:meth:`set_step`), or a tensor's
+            first dim (:meth:`set`).
+        capacity: the time steps allocated at the first write (more are added on demand).
+        device: where new entries are allocated (default: the device of the written data).
+
+    Examples:
+        >>> import torch
+        >>> ws = Workspace(batch_size=[2])
+        >>> ws.set("x", 0, torch.zeros(2, 3))
+        >>> ws.set("x", 1, torch.ones(2, 3))
+        >>> ws.time_length, ws.get_full("x").shape
+        (2, torch.Size([2, 2, 3]))
+        >>> td = ws.to_tensordict()
+        >>> td.batch_size, td["x"].data_ptr() == ws.get_full("x").data_ptr()
+        (torch.Size([2, 2]), True)
+    """
+
+    def __init__(
+        self,
+        batch_size: Sequence[int] | torch.Size | None = None,
+        capacity: int = _MIN_CAPACITY,
+        device: DeviceLike | None = None,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self._batch_size = None if batch_size is None else torch.Size(batch_size)
+        self._capacity = int(capacity)
+        self._device = None if device is None else torch.device(device)
+        self._td: TensorDictBase | None = None
+        self._length = 0
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_tensordict(cls, tensordict: TensorDictBase) -> Workspace:
+        """Wraps a rollout TensorDict ``[*B, T]`` (time last) without copying it.
+
+        Args:
+            tensordict: the data; its last batch dim is time.
+
+        Returns:
+            A workspace whose storage is ``tensordict`` and whose length is ``T``.
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> td = TensorDict({"obs": torch.zeros(4, 5, 3)}, batch_size=[4, 5])
+            >>> ws = Workspace.from_tensordict(td)
+            >>> ws.batch_size, ws.time_length, ws.get("obs", 2).data_ptr() > 0
+            (torch.Size([4]), 5, True)
+        """
+        ws = cls()
+        ws.load_tensordict(tensordict)
+        return ws
+
+    def load_tensordict(self, tensordict: TensorDictBase) -> None:
+        """Makes ``tensordict`` (``[*B, T]``, time last) this workspace's storage, without a copy.
+
+        The workspace forgets what it held; its batch size becomes ``[*B]`` and its length ``T``.
+
+        Args:
+            tensordict: the data.
+        """
+        if not isinstance(tensordict, TensorDictBase):
+            raise TypeError(f"tensordict must be a TensorDict, got {type(tensordict).__name__}")
+        if tensordict.ndim < 1:
+            raise ValueError(
+                "tensordict needs a time dim (batch [*B, T], time last), got batch_size="
+                f"{tuple(tensordict.batch_size)}"
+            )
+        self._batch_size = tensordict.batch_size[:-1]
+        self._device = None if tensordict.device is None else torch.device(tensordict.device)
+        self._td = tensordict
+        self._capacity = tensordict.batch_size[-1]
+        self._length = tensordict.batch_size[-1]
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def batch_size(self) -> torch.Size | None:
+        """The batch dims before time (``None`` until known)."""
+        return self._batch_size
+
+    @property
+    def time_length(self) -> int:
+        """The number of time steps written (one more than the last step written)."""
+        return self._length
+
+    @property
+    def capacity(self) -> int:
+        """The time steps allocated in the storage."""
+        return self._capacity if self._td is None else self._td.batch_size[-1]
+
+    @property
+    def device(self) -> torch.device | None:
+        """The device of the storage (or of new entries before the first write)."""
+        if self._td is not None and self._td.device is not None:
+            return self._td.device
+        return self._device
+
+    @property
+    def storage(self) -> TensorDictBase | None:
+        """The whole storage ``[*batch_size, capacity]`` (``None`` before the first write)."""
+        return self._td
+
+    def set_time_length(self, length: int) -> None:
+        """Marks steps ``0..length-1`` as written (they keep what the storage holds).
+
+        Args:
+            length: ``0 <= length <= capacity``.
+        """
+        if not 0 <= length <= self.capacity:
+            raise ValueError(f"set_time_length: need 0 <= length <= {self.capacity}, got {length}")
+        self._length = int(length)
+
+    def keys(self) -> list[NestedKey]:
+        """The stored variables (nested keys as tuples, leaves only)."""
+        if self._td is None:
+            return []
+        return list(self._td.keys(include_nested=True, leaves_only=True))
+
+    def __contains__(self, key: NestedKey) -> bool:
+        return self._td is not None and key in self._td.keys(include_nested=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"Workspace(batch_size={None if self._batch_size is None else list(self._batch_size)},"
+            f" time_length={self._length}, capacity={self.capacity}, keys={self.keys()})"
+        )
+
+    # ------------------------------------------------------------------ single steps
+    def get(self, key: NestedKey, t: int) -> torch.Tensor:
+        """The value of ``key`` at step ``t`` (a view, ``[*batch_size, *feature]``).
+
+        Args:
+            key: the variable.
+            t: the step, ``0 <= t < time_length`` (negative counts from the end).
+        """
+        entry = self._entry(key)
+        return entry.select(len(self._batch_size or ()), self._check_t(t, key))
+
+    def set(self, key: NestedKey, t: int, value: torch.Tensor) -> None:
+        """Writes ``value`` (``[*batch_size, *feature]``) as ``key`` at step ``t``.
+
+        The storage grows when ``t`` is past its capacity; a new key is allocated (zeros) over
+        the whole capacity.
+
+        Args:
+            key: the variable.
+            t: the step, ``t >= 0``.
+            value: the value; its leading dims must be the batch size.
+        """
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"Workspace.set({key!r}): value must be a tensor, got {type(value)}")
+        if self._batch_size is None:
+            if value.ndim == 0:
+                raise ValueError(
+                    f"Workspace.set({key!r}): the batch size is unknown and the value has no "
+                    "dims; pass batch_size to Workspace(...) or write a TensorDict first with "
+                    "set_step"
+                )
+            # SaLinA's convention: without a batch size, the first dim of the first write is it.
+            self._batch_size = value.shape[:1]
+        self._prepare_write(t)
+        nb = len(self._batch_size)
+        if tuple(value.shape[:nb]) != tuple(self._batch_size):
+            raise ValueError(
+                f"Workspace.set({key!r}): expected a value of shape [{list(self._batch_size)}, "
+                f"...], got {list(value.shape)}"
+            )
+        td = self._storage()
+        entry = td.get(key, None)
+        if entry is None:
+            entry = self._allocate(value)
+            td.set(key, entry)
+        elif entry.shape[nb + 1 :] != value.shape[nb:]:
+            raise ValueError(
+                f"Workspace.set({key!r}): stored steps have shape {list(entry.shape[nb + 1 :])} "
+                f"after the batch dims, got {list(value.shape[nb:])}"
+            )
+        entry.select(nb, t).copy_(value)
+        self._length = max(self._length, t + 1)
+
+    def get_step(self, t: int, keys: Sequence[NestedKey] | None = None) -> TensorDictBase:
+        """All variables (or ``keys``) at step ``t``: a TensorDict ``[*batch_size]`` of views.
+
+        Args:
+            t: the step, ``0 <= t < time_length`` (negative counts from the end).
+            keys: the variables to include (default: all).
+        """
+        td = self._storage()
+        t = self._check_t(t, "<step>")
+        if keys is not None:
+            missing = [k for k in keys if k not in td.keys(include_nested=True)]
+            if missing:
+                raise KeyError(f"Workspace has no variable {missing[0]!r}; it has {self.keys()}")
+            td = td.select(*keys)
+        step = td[_time_index(len(self._batch_size or ()), t)]
+        # a shared-memory storage is locked; its steps take new keys all the same
+        return step.copy() if step.is_locked else step
+
+    def set_step(self, t: int, tensordict: TensorDictBase) -> None:
+        """Writes every entry of ``tensordict`` (batch ``[*batch_size]``) at step ``t``.
+
+        Args:
+            t: the step, ``t >= 0``.
+            tensordict: the values; sets the batch size of a workspace that has none yet.
+        """
+        if self._batch_size is None:
+            self._batch_size = tensordict.batch_size
+        elif tensordict.batch_size != self._batch_size:
+            raise ValueError(
+                f"Workspace.set_step: expected a TensorDict of batch size {list(self._batch_size)}"
+                f", got {list(tensordict.batch_size)}"
+            )
+        for key, value in tensordict.items(include_nested=True, leaves_only=True):
+            self.set(key, t, value)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ whole sequences
+    def get_full(self, key: NestedKey) -> torch.Tensor:
+        """All written steps of ``key``: a view ``[*batch_size, time_length, *feature]``."""
+        entry = self._entry(key)
+        return entry.narrow(len(self._batch_size or ()), 0, self._length)
+
+    def set_full(self, key: NestedKey, value: torch.Tensor) -> None:
+        """Stores ``value`` (``[*batch_size, T, *feature]``) as all the steps of ``key``.
+
+        The tensor is stored as it is (no copy; gradients flow through later reads). ``T`` must
+        equal ``time_length``, or sets it when the workspace is empty; the storage's spare
+        capacity is dropped (views, no copy).
+
+        Args:
+            key: the variable.
+            value: the sequence.
+        """
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"Workspace.set_full({key!r}): value must be a tensor, got {type(value)}"
+            )
+        if self._batch_size is None:
+            raise ValueError(
+                f"Workspace.set_full({key!r}): the batch size is unknown; pass batch_size to "
+                "Workspace(...)"
+            )
+        nb = len(self._batch_size)
+        if value.ndim <= nb or tuple(value.shape[:nb]) != tuple(self._batch_size):
+            raise ValueError(
+                f"Workspace.set_full({key!r}): expected a value of shape "
+                f"[{list(self._batch_size)}, T, ...], got {list(value.shape)}"
+            )
+        steps = value.shape[nb]
+        if self._length == 0 and self._td is None:
+            self._td = TensorDict({}, batch_size=[*self._batch_size, steps], device=self._device)
+            self._length = steps
+        elif steps != self._length:
+            raise ValueError(
+                f"Workspace.set_full({key!r}): the workspace holds {self._length} steps, the "
+                f"value has {steps}"
+            )
+        td = self._storage()
+        if td.batch_size[-1] != steps:
+            self._td = td[_time_index(nb, slice(0, steps))]
+        self._storage().set(key, value)
+
+    # ------------------------------------------------------------------ maintenance
+    def copy_n_last_steps(self, n: int) -> None:
+        """Copies the last ``n`` written steps to steps ``0..n-1``; the length becomes ``n``.
+
+        Runs between two acquisitions: the next run starts at ``t=n`` from where the last ended.
+
+        Args:
+            n: ``1 <= n <= time_length``.
+
+        Examples:
+            >>> import torch
+            >>> ws = Workspace(batch_size=[1])
+            >>> for t in range(4):
+            ...     ws.set("x", t, torch.full((1,), float(t)))
+            >>> ws.copy_n_last_steps(2)
+            >>> ws.get_full("x")
+            tensor([[2., 3.]])
+        """
+        if not 1 <= n <= self._length:
+            raise ValueError(f"copy_n_last_steps: n must be in [1, {self._length}], got {n}")
+        td = self._storage()
+        nb = len(self._batch_size or ())
+        last = td[_time_index(nb, slice(self._length - n, self._length))].clone()
+        td[_time_index(nb, slice(0, n))] = last
+        self._length = n
+
+    def clear(self) -> None:
+        """Forgets the written steps (the storage is kept and overwritten by later writes)."""
+        self._length = 0
+
+    def to(self, device: DeviceLike) -> Workspace:
+        """A workspace with the same steps on ``device`` (``self`` when already there)."""
+        device = torch.device(device)  # type: ignore[arg-type]
+        if self._td is None:
+            return Workspace(self._batch_size, self._capacity, device)
+        leaves = self._td.values(include_nested=True, leaves_only=True)
+        if self._td.device == device or all(x.device == device for x in leaves):
+            return self
+        out = Workspace(self._batch_size, self._capacity, device)
+        out._td = self._td.to(device)
+        out._length = self._length
+        return out
+
+    def share_memory_(self) -> Workspace:
+        """Moves the storage to shared memory (for worker processes); returns ``self``."""
+        self._storage().share_memory_()
+        return self
+
+    def to_tensordict(self) -> TensorDictBase:
+        """The written steps as a rollout TensorDict ``[*batch_size, time_length]`` (views).
+
+        Examples:
+            >>> import torch
+            >>> ws = Workspace(batch_size=[3])
+            >>> ws.set("a", 0, torch.ones(3))
+            >>> td = ws.to_tensordict()
+            >>> td.batch_size, td["a"].data_ptr() == ws.get("a", 0).data_ptr()
+            (torch.Size([3, 1]), True)
+        """
+        td = self._storage()
+        if td.batch_size[-1] == self._length:
+            return td
+        return td[_time_index(len(self._batch_size or ()), slice(0, self._length))]
+
+    def time_slice(self, start: int, stop: int) -> TensorDictBase:
+        """Steps ``start..stop-1`` as a rollout TensorDict (views)."""
+        if not 0 <= start <= stop <= self._length:
+            raise ValueError(
+                f"time_slice: need 0 <= start <= stop <= {self._length}, got ({start}, {stop})"
+            )
+        return self._storage()[_time_index(len(self._batch_size or ()), slice(start, stop))]
+
+    def batch_slice(self, index: slice) -> Workspace:
+        """A workspace over the rows ``index`` of the batch (first batch dim), sharing storage."""
+        td = self._storage()
+        out = Workspace(None, self._capacity, self._device)
+        out._td = td[index]
+        out._batch_size = out._td.batch_size[:-1]
+        out._length = self._length
+        return out
+
+    def items(self) -> Iterator[tuple[NestedKey, torch.Tensor]]:
+        """``(key, get_full(key))`` for every variable."""
+        for key in self.keys():
+            yield key, self.get_full(key)
+
+    # ------------------------------------------------------------------ internals
+    def _storage(self) -> TensorDictBase:
+        if self._td is None:
+            if self._batch_size is None:
+                raise ValueError("the workspace is empty and its batch size is unknown")
+            self._td = TensorDict(
+                {}, batch_size=[*self._batch_size, self._capacity], device=self._device
+            )
+        return self._td
+
+    def _entry(self, key: NestedKey) -> torch.Tensor:
+        entry = None if self._td is None else self._td.get(key, None)
+        if entry is None:
+            raise KeyError(f"Workspace has no variable {key!r}; it has {self.keys()}")
+        if not isinstance(entry, torch.Tensor):
+            raise KeyError(f"Workspace variable {key!r} is a nested TensorDict, not a tensor")
+        return entry
+
+    def _check_t(self, t: int, key: Any) -> int:
+        if t < 0:
+            t += self._length
+        if not 0 <= t < self._length:
+            raise IndexError(
+                f"Workspace: step {t} of {key!r} is out of range: {self._length} steps written"
+            )
+        return t
+
+    def _prepare_write(self, t: int) -> None:
+        if t < 0:
+            raise IndexError(f"Workspace: cannot write at negative step {t}")
+        td = self._storage()
+        capacity = td.batch_size[-1]
+        if t >= capacity:
+            self._grow(max(t + 1, 2 * capacity))
+
+    def _grow(self, capacity: int) -> None:
+        td = self._storage()
+        nb = len(self._batch_size or ())
+        old = td.batch_size[-1]
+
+        def grow(x: torch.Tensor) -> torch.Tensor:
+            shape = list(x.shape)
+            shape[nb] = capacity
+            out = x.new_zeros(shape)
+            out.narrow(nb, 0, old).copy_(x)
+            return out
+
+        self._td = td.apply(grow, batch_size=[*td.batch_size[:-1], capacity])
+
+    def _allocate(self, value: torch.Tensor) -> torch.Tensor:
+        nb = len(self._batch_size or ())
+        shape = [*value.shape[:nb], self._storage().batch_size[-1], *value.shape[nb:]]
+        device = self.device if self.device is not None else value.device
+        return torch.zeros(shape, dtype=value.dtype, device=device)
