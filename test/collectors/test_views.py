@@ -358,3 +358,39 @@ def test_rebuilder_errors_and_kept_tails() -> None:
     )
     assert out["x_view"][0, 0].item() == 0.0
     rebuild.reset()
+
+
+def _reference_next(batch: TensorDictBase, view: TrajectoryView, row: int, t: int) -> torch.Tensor:
+    """The view at the step after ``t`` (a loop over shifts; ``batch`` holds the whole run)."""
+    ids = batch[TRAJ][row]
+    first = t
+    while first > 0 and ids[first - 1] == ids[t]:
+        first -= 1
+    root = batch[view.key][row]
+    parts = []
+    for s in view.shifts:
+        if s == 0:
+            parts.append(batch["next", view.key][row, t])
+        elif t + 1 + s >= first:
+            parts.append(root[t + 1 + s])
+        elif view.padding == "first":
+            parts.append(root[first])
+        else:
+            parts.append(torch.zeros_like(root[0]))
+    return torch.stack(parts) if view.stacked else parts[0]
+
+
+@pytest.mark.parametrize("kind", ["list", "first", "prev", "mixed"])
+def test_next_views_are_what_the_policy_sees_next(kind: str) -> None:
+    views = VIEWS[kind]
+    rebuild = ViewRebuilder(views, next_views=True)
+    full = torch.cat([rebuild(b.clone()) for b in _collect(views)], 1)
+    ids = full[TRAJ]
+    same = ids[:, 1:] == ids[:, :-1]  # steps whose next step was collected in the episode
+    for view in views:
+        out = view.target_key
+        nxt = full["next", out]
+        torch.testing.assert_close(nxt[:, :-1][same], full[f"seen_{out}"][:, 1:][same])
+        # episode ends (no next step collected) and the run's last step: against a loop
+        for row, t in [*(~same).nonzero().tolist(), (0, ids.shape[1] - 1)]:
+            torch.testing.assert_close(nxt[row, t], _reference_next(full, view, row, t))

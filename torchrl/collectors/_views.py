@@ -320,9 +320,15 @@ class ViewRebuilder:
     A trajectory whose earlier batch it never saw (a rebuilder made mid-run) is padded as if it
     had started with the batch.
 
+    With ``next_views=True`` it also writes ``("next", out_key)``: the view as the policy would
+    see it at the next step (e.g. a critic's input for the bootstrap value of GAE), from the
+    stored ``("next", key)`` for shift 0 and from ``key`` for the past shifts; it is right at
+    an episode's last step too, where no next step was collected.
+
     Args:
         views: the views, or a module declaring them (read with ``get_views``).
         training_only: rebuild only the views ``used_for_training`` (default).
+        next_views: also write ``("next", out_key)`` for every view.
         traj_key: the trajectory-id entry of the batches.
         keep: how many batches an unfinished trajectory's tail is kept for without a sequel
             (then it is dropped: e.g. after a reset between batches).
@@ -346,6 +352,7 @@ class ViewRebuilder:
         views: Sequence[TrajectoryView] | TrajectoryView | Any,
         *,
         training_only: bool = True,
+        next_views: bool = False,
         traj_key: NestedKey = (COLLECTOR, TRAJ_IDS),
         keep: int = 64,
     ) -> None:
@@ -369,6 +376,22 @@ class ViewRebuilder:
             if view.key not in keys:
                 keys.append(view.key)
         self._keys = keys
+        self.next_views = bool(next_views)
+        # the next step's view: its shift k reads step t + 1 + k (the past part from the
+        # window, which holds it), except shift 0, which reads ("next", key) at t
+        self._next_plan: list[tuple[TrajectoryView, TrajectoryView, list[int]]] = []
+        if self.next_views:
+            for n, view in enumerate(self.views):
+                moved = [s + 1 for s in view.shifts]
+                shift: int | list[int] = moved if view.stacked else moved[0]
+                temp = TrajectoryView(view.key, shift, ("_next_view", str(n)), view.padding)
+                now = [i for i, s in enumerate(view.shifts) if s == 0]
+                self._next_plan.append((view, temp, now))
+        self._now_keys: list[NestedKey] = []
+        for view, _, now in self._next_plan:
+            key = (NEXT, *_as_key(view.key))
+            if now and key not in self._now_keys:
+                self._now_keys.append(key)
         # tails of unfinished trajectories: sources [M, L], their step ids [M, L], their age
         self._tails: TensorDictBase | None = None
         self._ages: torch.Tensor | None = None
@@ -390,7 +413,7 @@ class ViewRebuilder:
                 f"ViewRebuilder: the batch has no {self.traj_key!r} entry (the collector's "
                 "trajectory ids), which tells which batch steps continue which trajectory"
             )
-        missing = [k for k in self._keys if batch.get(k, None) is None]
+        missing = [k for k in [*self._keys, *self._now_keys] if batch.get(k, None) is None]
         if missing:
             raise KeyError(
                 f"ViewRebuilder: the batch lacks the view source(s) {missing} "
@@ -419,10 +442,21 @@ class ViewRebuilder:
         start[:, 1:] = window_ids[:, 1:] != window_ids[:, :-1]
         if lookback:  # before the views are written into the window
             self._keep_tails(window[:, -lookback:], window_ids[:, -lookback:], batch)
-        built = build_views(window, self.views, episode_start=start)
+        temps = [temp for _, temp, _ in self._next_plan]
+        built = build_views(window, [*self.views, *temps], episode_start=start)
         for view in self.views:
             value = built.get(view.target_key)[:, lookback:]
             batch.set(view.target_key, value.reshape(*lead, *value.shape[2:]))
+        for view, temp, now in self._next_plan:
+            value = built.get(temp.target_key)[:, lookback:]
+            if now:
+                current = batch.get((NEXT, *_as_key(view.key)))
+                current = current.reshape(rows, steps, *current.shape[len(lead) :])
+                if view.stacked:
+                    value[:, :, now] = current.unsqueeze(2).to(value.dtype)
+                else:
+                    value = current.clone()
+            batch.set((NEXT, *_as_key(view.target_key)), value.reshape(*lead, *value.shape[2:]))
         return batch
 
     def _context(
