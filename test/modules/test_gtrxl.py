@@ -266,6 +266,19 @@ def test_errors():
         GTrXL(F, D, memory_length=0)
 
 
+def test_primer_expands_when_memory_length_equals_num_envs():
+    from torchrl.envs import PendulumEnv
+    from torchrl.envs.transforms import InitTracker, TransformedEnv
+
+    m = GTrXLModule(3, D, memory_length=4, in_key="observation", out_key="h", memory_mode="primer")
+    env = TransformedEnv(PendulumEnv(batch_size=[4], seed=0), InitTracker())
+    env = env.append_transform(m.make_tensordict_primer())
+    td = env.reset()
+    assert td["gtrxl_memory"].shape == (4, 4, 1, D)
+    assert td["gtrxl_memory_mask"].shape == (4, 4)
+    assert m(td)["h"].shape == (4, D)
+
+
 def test_primer_env_rollout():
     from torchrl.envs import PendulumEnv, check_env_specs
     from torchrl.envs.transforms import InitTracker, TransformedEnv

@@ -203,3 +203,13 @@ def test_views_collector_stores_states_once(kind):
     with set_recurrent_mode(True):
         y = viewed[0](batch[:, 3:17].clone())["y"]
     torch.testing.assert_close(y, reference["y"][:, 3:17], atol=ATOL, rtol=0)
+
+
+def test_primer_expands_when_state_starts_like_the_batch():
+    from torchrl.envs import PendulumEnv
+    from torchrl.envs.transforms import InitTracker, TransformedEnv
+
+    lstm = LSTMModule(3, H, in_key="observation", out_key="y")  # state [1, H], batch [1]
+    env = TransformedEnv(PendulumEnv(batch_size=[1], seed=0), InitTracker())
+    env = env.append_transform(lstm.make_tensordict_primer())
+    assert env.reset()["recurrent_state_h"].shape == (1, 1, H)

@@ -481,18 +481,22 @@ class GTrXLModule(TensorDictModuleBase):
         from torchrl.envs.transforms import TensorDictPrimer
 
         shape = self.gtrxl.memory_shape
+        # expand_specs=True: the env's batch dims are always prepended, even when the memory's
+        # shape happens to start like them (memory_length == number of envs)
         if self.memory_mode == "views":
             return TensorDictPrimer(
                 {
                     self.embeddings_key: Unbounded(shape=shape[1:]),
                     self.valid_key: Unbounded(shape=(1,), dtype=torch.bool),
-                }
+                },
+                expand_specs=True,
             )
         return TensorDictPrimer(
             {
                 self.memory_key: Unbounded(shape=shape),
                 self.memory_mask_key: Unbounded(shape=shape[:1], dtype=torch.bool),
-            }
+            },
+            expand_specs=True,
         )
 
     # ----------------------------------------------------------------------- inputs

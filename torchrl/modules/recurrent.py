@@ -266,7 +266,10 @@ class _RecurrentModule(TensorDictModuleBase):
         from torchrl.envs.transforms import TensorDictPrimer
 
         shape = (self.rnn.num_layers, self.rnn.hidden_size)
-        return TensorDictPrimer({key: Unbounded(shape=shape) for key in self.in_keys[1:]})
+        # always prepend the env's batch dims: a state [num_layers, hidden] may start like them
+        return TensorDictPrimer(
+            {key: Unbounded(shape=shape) for key in self.in_keys[1:]}, expand_specs=True
+        )
 
     # --------------------------------------------------------------------------- state I/O
     def _get_states(self, tensordict: TensorDictBase) -> list[torch.Tensor]:
