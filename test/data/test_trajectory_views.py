@@ -446,8 +446,13 @@ class TestBufferRebuild:
         rb.extend(
             TensorDict({"x": torch.ones(4), ("next", "done"): torch.zeros(4, 1, dtype=bool)}, [4])
         )
-        with pytest.raises(KeyError, match="reads the key 'action', which the stored data lacks"):
+        with pytest.raises(
+            KeyError, match=r"reads the key 'action', which the stored data lacks \(stored keys: "
+        ):
             rb.sample()
+        index = torch.arange(2)
+        with pytest.raises(KeyError, match="stored keys: 'x', \\('next', 'done'\\)"):
+            rb.view_builder(rb.storage.get(index), rb.storage, index, cursor=0)
         rb = TensorDictReplayBuffer(
             storage=LazyTensorStorage(4), views=[prev_action()], batch_size=2
         )
@@ -469,3 +474,54 @@ class TestBufferRebuild:
         index = torch.arange(6)
         got = builder(rb.storage.get(index), rb.storage, index, cursor=0)
         assert got["x_view"].tolist() == [0, 1, 2, 0, 4, 5]
+
+
+def test_rebuild_from_collector_batches_equals_build_views():
+    """A SyncDataCollector over 3 envs fills an ndim=2 storage; samples = build_views."""
+    from _envs import CountingEnv
+
+    from torchrl.collectors import SyncDataCollector
+
+    env = CountingEnv(batch_size=[3], max_steps=torch.tensor([3, 5, 7]))
+    collector = SyncDataCollector(env, None, frames_per_batch=12, total_frames=12 * 7)
+    views = [
+        TrajectoryView(("next", "observation"), "-2:0"),
+        TrajectoryView("observation", [-1, 1], padding="first", out_key="around"),
+        prev_action(),
+    ]
+    slots = 10
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(3 * slots, ndim=2), views=views, batch_size=24
+    )
+    batches = []
+    for batch in collector:
+        rb.extend(batch)
+        batches.append(batch)
+    collector.shutdown()
+    data = torch.cat(batches, -1)
+    written = data.shape[-1]
+    window = data[:, written - slots :].clone()
+    ids = window["collector", "traj_ids"]
+    start = torch.ones_like(ids, dtype=torch.bool)
+    start[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    want = build_views(window, views, episode_start=start)
+    # the ring's slot s holds the stream step i with i % slots == s
+    pos_of_slot = (torch.arange(slots) - written) % slots
+    for _ in range(3):
+        sample = rb.sample()
+        row, slot = sample["index"].unbind(-1)
+        ref = want[row, pos_of_slot[slot]]
+        torch.testing.assert_close(sample["observation"], ref["observation"])
+        for view in views:
+            torch.testing.assert_close(sample[view.out_key], ref[view.out_key])
+    # in the counting env, ("next", "observation") at step t of an episode is t + 1
+    full = rb.view_builder(
+        rb.storage.get((torch.arange(3).repeat_interleave(slots), torch.arange(slots).repeat(3))),
+        rb.storage,
+        (torch.arange(3).repeat_interleave(slots), torch.arange(slots).repeat(3)),
+        cursor=written % slots,
+    )
+    t = full["observation"].squeeze(-1)
+    nxt = full["next_observation_view"].squeeze(-1)
+    far_enough = (t >= 2) & ((torch.arange(slots).repeat(3) - written) % slots >= 2)
+    assert (nxt[far_enough] == torch.stack([t - 1, t, t + 1], -1)[far_enough]).all()

@@ -49,7 +49,7 @@ the view ``TrajectoryView(("next", "h"), shift=-1, out_key="h")`` (zeros at an e
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -70,6 +70,7 @@ __all__ = [
     "prev_action",
     "prev_reward",
     "shift_index",
+    "take_rows",
     "view_spec",
 ]
 
@@ -131,9 +132,10 @@ class TrajectoryView:
     """A time-shifted view of a per-step entry that a module reads.
 
     A shift ``k`` reads the entry at step ``t + k`` of the same episode (negative: the past). A
-    positive shift reads the future: a collector cannot build it while it steps the env (the step
-    does not exist yet), so such a view serves losses (declare it with
-    ``used_for_training=True``); collectors that meet one at collection time raise.
+    positive shift reads the future: the declaration is valid and :func:`build_views` and the
+    replay buffer build it, but a collector cannot (step ``t + k`` does not exist when the policy
+    runs at ``t``) and rejects such a view when it is built; declare future shifts on the views
+    a loss reads, not on the policy's.
 
     Args:
         key: the per-step source entry, e.g. ``"observation"``, ``("next", "reward")``.
@@ -158,7 +160,7 @@ class TrajectoryView:
     """
 
     key: NestedKey
-    shift: int | tuple[int, ...] | str = 0
+    shift: int | Sequence[int] | str = 0
     out_key: NestedKey | None = None
     padding: Padding = "zeros"
     used_for_training: bool = True
@@ -168,7 +170,7 @@ class TrajectoryView:
     def __post_init__(self) -> None:
         key = _normalize_key(self.key, "key")
         shifts, stacked = _parse_shift(self.shift)
-        shift: int | tuple[int, ...] | str = self.shift
+        shift: int | Sequence[int] | str = self.shift
         if isinstance(shift, (list, range)):
             shift = tuple(shift)  # a frozen dataclass must stay hashable
         if self.out_key is None:
@@ -420,6 +422,33 @@ def _episode_start_of(td: TensorDictBase, episode_start: torch.Tensor | None) ->
     return start
 
 
+def take_rows(value: Any, rows: torch.Tensor, zero: torch.Tensor | None = None) -> Any:
+    """Rows ``rows`` of ``value`` (``[R, *F]``), with the rows flagged in ``zero`` set to zeros.
+
+    Args:
+        value: a tensor or a TensorDict of batch ``[R]`` (or ``[R, ...]``).
+        rows: long ``[K]``, the rows to read.
+        zero: optional bool ``[K]``: these reads give zeros (padding).
+
+    Returns:
+        ``[K, *F]``, of the type of ``value``.
+
+    Examples:
+        >>> take_rows(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2, 0, 1]),
+        ...     torch.tensor([False, True, False]))
+        tensor([3., 0., 2.])
+    """
+    if isinstance(value, TensorDictBase):
+        return value.apply(lambda x: take_rows(x, rows, zero), batch_size=[rows.shape[0]])
+    out = value.index_select(0, rows.to(value.device))
+    if zero is not None:
+        bad = zero.nonzero().squeeze(-1)
+        if bad.numel():
+            # a few padded rows: zero them in place instead of a masked copy of the whole batch
+            out.index_fill_(0, bad.to(out.device), 0)
+    return out
+
+
 def gather_steps(
     value: Any,
     batch_dims: int,
@@ -452,23 +481,17 @@ def gather_steps(
                  [1., 2.],
                  [2., 3.]]])
     """
-    if isinstance(value, TensorDictBase):
-        shape = [*index.shape[:-1], *([index.shape[-1]] if stacked else [])]
-        return value.apply(
-            lambda x: gather_steps(x, batch_dims, index, valid, padding, stacked),
-            batch_size=shape,
-        )
-    lead = value.shape[:batch_dims]
+    is_td = isinstance(value, TensorDictBase)
+    shape = value.batch_size if is_td else value.shape
+    lead, feat = shape[:batch_dims], shape[batch_dims:]
     T = lead[-1]
+    R = lead[:-1].numel()
     M, n = index.shape[-2], index.shape[-1]
-    feat = value.shape[batch_dims:]
-    flat = value.reshape(-1, T, *feat)
-    rows = torch.arange(flat.shape[0], device=value.device).unsqueeze(-1)
-    out = flat[rows, index.reshape(flat.shape[0], M * n).to(value.device)]
+    offsets = torch.arange(R, device=index.device).unsqueeze(-1) * T
+    rows = (offsets + index.reshape(R, M * n)).reshape(-1)
+    zero = ~valid.reshape(-1) if padding == "zeros" else None
+    out = take_rows(value.reshape(R * T, *feat), rows, zero)
     out = out.reshape(*lead[:-1], M, n, *feat)
-    if padding == "zeros":
-        mask = valid.to(value.device).reshape(*lead[:-1], M, n, *([1] * len(feat)))
-        out = torch.where(mask, out, torch.zeros((), dtype=out.dtype, device=out.device))
     return out if stacked else out.squeeze(batch_dims)
 
 
@@ -678,18 +701,27 @@ class ViewBuilder:
         return torch.where(in_ring, window, slot.unsqueeze(-1)), in_ring
 
     def __call__(
-        self, data: TensorDictBase, storage: Any, index: Any, *, cursor: int
+        self,
+        data: TensorDictBase,
+        storage: Any,
+        index: Any,
+        *,
+        cursor: int,
+        column: Callable[[NestedKey], Any] | None = None,
     ) -> TensorDictBase:
         """Writes every training view into ``data``, the items stored at ``index``.
 
         Args:
             data: the sampled items (batch shape of the index), written in place.
-            storage: the storage they come from: ``get``, ``shape`` (``[*lead, filled]``),
-                ``slots`` and ``ndim`` are read.
+            storage: the storage they come from: ``shape`` (``[*lead, filled]``), ``slots``,
+                ``ndim`` and, without ``column``, ``get`` are read.
             index: the sampled index: a tensor ``[N]`` (``ndim == 1``) or a tuple of ``ndim``
                 tensors.
             cursor: the slot the storage's next write goes to (``0`` for a storage that has
                 not wrapped and is full, ``filled`` while it fills).
+            column: optional ``column(key)`` returning a key's stored values for every slot
+                (``[*lead, slots, *F]``; raising ``KeyError`` for a key not stored): the views
+                then read only their keys, each step once, instead of whole items.
 
         Returns:
             ``data``.
@@ -711,72 +743,107 @@ class ViewBuilder:
                 row = row * size + part
         window, in_ring = self.neighbours(slot, slots=slots, filled=filled, cursor=cursor)
         flat = row.unsqueeze(-1) * slots + window
-        # neighbours of sampled items overlap (slices): read each stored item once
-        unique, inverse = torch.unique(flat, return_inverse=True)
-        if ndim == 1:
-            read_index: Any = unique
+        read: Callable[[NestedKey], Any]
+        if column is not None:
+            # positions are flat storage positions [*lead, slots] -> [lead * slots]
+            pos = flat
+
+            def read(key: NestedKey) -> Any:
+                try:
+                    value = column(key)
+                except KeyError:
+                    return None
+                if isinstance(value, TensorDictBase):
+                    return value.reshape(-1, *value.batch_size[ndim:])
+                return value.reshape(-1, *value.shape[ndim:])
+
         else:
-            t = unique % slots
-            rest = torch.div(unique, slots, rounding_mode="floor")
-            lead_parts = []
-            for size in reversed(lead):
-                lead_parts.append(rest % size)
-                rest = torch.div(rest, size, rounding_mode="floor")
-            read_index = (*reversed(lead_parts), t)
-        stored = storage.get(read_index)
-        if not isinstance(stored, TensorDictBase):
-            raise TypeError("trajectory views need a storage of TensorDicts")
-        win = stored[inverse.to(stored.device) if stored.device is not None else inverse]
-        start = self._episode_start(win, in_ring)
-        first, last = episode_bounds(start)
-        centre = self.lookback
-        out: dict[NestedKey, Any] = {}
+            # neighbours of sampled items overlap (slices): read each stored item once
+            unique, pos = torch.unique(flat, return_inverse=True)
+            stored = storage.get(self._unflatten(unique, lead, slots, ndim))
+            if not isinstance(stored, TensorDictBase):
+                raise TypeError("trajectory views need a storage of TensorDicts")
+
+            def read(key: NestedKey) -> Any:
+                return stored.get(key, None)
+
+        sources = {}
         for view in self.views:
-            value = win.get(view.key, None)
+            value = read(view.key)
             if value is None:
+                # the sampled items hold every stored key
+                listed = ", ".join(sorted(_key_str(k) for k in data.keys(True, True)))
                 raise KeyError(
                     f"view {_key_str(view.target_key)} reads the key {_key_str(view.key)}, which "
-                    f"the stored data lacks (stored keys: "
-                    f"{', '.join(sorted(_key_str(k) for k in stored.keys(True, True)))})"
+                    f"the stored data lacks (stored keys: {listed})"
                 )
+            sources[view.target_key] = value
+        start = self._episode_start(read, pos, in_ring)
+        first, last = episode_bounds(start)
+        centre = self.lookback
+        lo, hi = first[:, centre : centre + 1], last[:, centre : centre + 1]
+        out: dict[NestedKey, Any] = {}
+        for view in self.views:
             target = centre + torch.as_tensor(view.shifts, dtype=torch.long)
-            lo, hi = first[:, centre : centre + 1], last[:, centre : centre + 1]
             valid = (target >= lo) & (target <= hi)
             idx = torch.minimum(torch.maximum(target.expand(valid.shape), lo), hi)
-            built = gather_steps(
-                value, 2, idx.unsqueeze(1), valid.unsqueeze(1), view.padding, view.stacked
-            )
-            # [N, 1, ...] -> the sampled batch shape
+            # window position -> read position; no [N, W] copy of the stored items
+            rows = pos.gather(1, idx).reshape(-1)
+            zero = ~valid.reshape(-1) if view.padding == "zeros" else None
+            built = take_rows(sources[view.target_key], rows, zero)
+            stack = [len(view.shifts)] if view.stacked else []
             if isinstance(built, TensorDictBase):
-                built = built.reshape(*data.batch_size, *built.batch_size[2:])
+                built = built.reshape(*data.batch_size, *stack, *built.batch_size[1:])
             else:
-                built = built.reshape(*data.batch_size, *built.shape[2:])
+                built = built.reshape(*data.batch_size, *stack, *built.shape[1:])
             out[view.target_key] = built.to(data.device) if data.device is not None else built
         for key, value in out.items():
             data.set(key, value)
         return data
 
-    def _episode_start(self, win: TensorDictBase, in_ring: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def _unflatten(flat: torch.Tensor, lead: torch.Size, slots: int, ndim: int) -> Any:
+        """Flat positions in ``[*lead, slots]`` -> the storage's index (tuple for ``ndim > 1``)."""
+        if ndim == 1:
+            return flat
+        t = flat % slots
+        rest = torch.div(flat, slots, rounding_mode="floor")
+        parts = []
+        for size in reversed(lead):
+            parts.append(rest % size)
+            rest = torch.div(rest, size, rounding_mode="floor")
+        return (*reversed(parts), t)
+
+    def _episode_start(
+        self, read: Callable[[NestedKey], Any], pos: torch.Tensor, in_ring: torch.Tensor
+    ) -> torch.Tensor:
         """Bool ``[N, W]``: where an episode (or the readable part of the ring) starts."""
-        device = in_ring.device
         start = ~in_ring
         start[:, 1:] |= ~in_ring[:, :-1]
         start[:, 0] = True
         found = False
         n, w = in_ring.shape
-        ids = win.get(self.traj_key, None)
+
+        def window(key: NestedKey) -> torch.Tensor | None:
+            value = read(key)
+            if value is None:
+                return None
+            value = value.reshape(value.shape[0], -1)
+            return value.index_select(0, pos.reshape(-1).to(value.device)).reshape(n, w, -1)
+
+        ids = window(self.traj_key)
         if ids is not None:
             found = True
-            ids = ids.reshape(n, w, -1)[..., 0].to(device)
+            ids = ids[..., 0].cpu()
             start[:, 1:] |= ids[:, 1:] != ids[:, :-1]
-        is_init = win.get(self.is_init_key, None)
+        is_init = window(self.is_init_key)
         if is_init is not None:
             found = True
-            start |= is_init.reshape(n, w, -1).to(device).bool().any(-1)
-        done = win.get(self.done_key, None)
+            start |= is_init.bool().any(-1).cpu()
+        done = window(self.done_key)
         if done is not None:
             found = True
-            start[:, 1:] |= done.reshape(n, w, -1)[:, :-1].to(device).bool().any(-1)
+            start[:, 1:] |= done[:, :-1].bool().any(-1).cpu()
         if not found and w > 1:
             raise KeyError(
                 f"trajectory views cannot find episode boundaries: the stored data has none of "

@@ -824,7 +824,10 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def _rebuild_views(self, data: Any, index: Any) -> Any:
         if self._view_builder is None or not isinstance(data, TensorDictBase):
             return data
-        return self._view_builder(data, self._storage, index, cursor=self._storage._cursor)
+        storage = self._storage
+        return self._view_builder(
+            data, storage, index, cursor=storage._cursor, column=storage._column
+        )
 
     def _default_writer(self) -> Writer:
         return TensorDictRoundRobinWriter()
