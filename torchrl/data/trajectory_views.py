@@ -44,6 +44,18 @@ tensor([[0., 1.],
 
 A recurrent state is stored once, as the module's output ``("next", "h")``; its input at ``t`` is
 the view ``TrajectoryView(("next", "h"), shift=-1, out_key="h")`` (zeros at an episode start).
+``prev_action()`` and ``prev_reward()`` are the two views most policies ask for.
+
+Episode starts. :func:`build_views` reads them from ``"is_init"``, else from the previous step's
+``("next", "done")``; a replay buffer also separates trajectories wherever
+``("collector", "traj_ids")`` changes. The first step of a window (and the oldest item of a
+buffer) starts an episode: nothing before it can be read.
+
+In a replay buffer, the same views come back at sampling time from the stored single-step data:
+``TensorDictReplayBuffer(storage=..., views=[...])`` rebuilds them on every sample through a
+:class:`ViewBuilder` (see :class:`~torchrl.data.TensorDictReplayBuffer` for an example). With a
+:class:`~torchrl.data.SliceSampler`, the state view of a sequence's first step is the stored
+``("next", "h")`` of the step before it, or zeros when the sequence starts an episode.
 """
 
 from __future__ import annotations

@@ -796,6 +796,20 @@ class TensorDictReplayBuffer(ReplayBuffer):
         >>> sample = rb.sample()
         >>> bool((sample["obs"] == sample["index"].float()).all())
         True
+
+        Views rebuilt from single-step data (here the last two observations of an episode;
+        ``TrajectoryView`` comes from :mod:`torchrl.data.trajectory_views`):
+
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=3,
+        ...     views=[TrajectoryView("obs", "-1:0")])
+        >>> done = torch.tensor([False, True, False, False]).unsqueeze(-1)
+        >>> _ = rb.extend(TensorDict({"obs": torch.arange(1.0, 5.0), ("next", "done"): done}, [4]))
+        >>> rb[torch.arange(4)].get("obs_view", None) is None  # nothing stacked is stored
+        True
+        >>> sample = rb.sample()
+        >>> expected = torch.tensor([[0.0, 1.0], [1.0, 2.0], [0.0, 3.0], [3.0, 4.0]])
+        >>> bool((sample["obs_view"] == expected[sample["index"]]).all())
+        True
     """
 
     def __init__(
