@@ -525,3 +525,52 @@ def test_rebuild_from_collector_batches_equals_build_views():
     nxt = full["next_observation_view"].squeeze(-1)
     far_enough = (t >= 2) & ((torch.arange(slots).repeat(3) - written) % slots >= 2)
     assert (nxt[far_enough] == torch.stack([t - 1, t, t + 1], -1)[far_enough]).all()
+
+
+def _filled_buffer(storage, views, **kwargs) -> TensorDictReplayBuffer:
+    gen = torch.Generator().manual_seed(5)
+    rb = TensorDictReplayBuffer(storage=storage, views=views, batch_size=16, **kwargs)
+    write_in_chunks(rb, stream(gen, 1, 37)[0], 5)
+    return rb
+
+
+def test_column_reads_equal_item_reads():
+    """The buffer reads storage columns; reading whole items through get() gives the same."""
+    rb = _filled_buffer(LazyTensorStorage(16), VIEWS)
+    index = torch.arange(16)
+    by_items = rb.view_builder(rb.storage.get(index), rb.storage, index, cursor=37 % 16)
+    by_sample = rb.sample(16, return_info=True)
+    sample, info = by_sample
+    for view in VIEWS:
+        torch.testing.assert_close(sample[view.out_key], by_items[view.out_key][info["index"]])
+
+
+def test_memmap_and_prioritized_buffers(tmp_path):
+    from torchrl.data import LazyMemmapStorage, TensorDictPrioritizedReplayBuffer
+
+    ref = _filled_buffer(LazyTensorStorage(16), VIEWS)
+    mm = _filled_buffer(LazyMemmapStorage(16, scratch_dir=tmp_path), VIEWS)
+    prio = TensorDictPrioritizedReplayBuffer(
+        alpha=0.7, beta=0.5, storage=LazyTensorStorage(16), views=VIEWS, batch_size=16
+    )
+    write_in_chunks(prio, stream(torch.Generator().manual_seed(5), 1, 37)[0], 5)
+    index = torch.arange(16)
+    want = ref.view_builder(ref.storage.get(index), ref.storage, index, cursor=37 % 16)
+    for rb in (mm, prio):
+        sample = rb.sample()
+        for view in VIEWS:
+            torch.testing.assert_close(sample[view.out_key], want[view.out_key][sample["index"]])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_storage_equals_cpu_storage():
+    cpu = _filled_buffer(LazyTensorStorage(16), VIEWS)
+    gpu = _filled_buffer(LazyTensorStorage(16, device="cuda"), VIEWS)
+    index = torch.arange(16)
+    want = cpu.view_builder(cpu.storage.get(index), cpu.storage, index, cursor=37 % 16)
+    sample = gpu.sample()
+    for view in VIEWS:
+        assert sample[view.out_key].device.type == "cuda"
+        torch.testing.assert_close(
+            sample[view.out_key].cpu(), want[view.out_key][sample["index"].cpu()]
+        )
