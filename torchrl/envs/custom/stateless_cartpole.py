@@ -48,6 +48,7 @@ _X_THRESHOLD = 2.4
 _INIT_BOUND = 0.05
 # Which entries of gymnasium's [x, x_dot, theta, theta_dot] stay visible.
 _VISIBLE = (0, 2)
+_VISIBLE_SLICE = slice(0, None, 2)  # the same entries, as a view
 
 
 class StatelessCartPole(EnvBase):
@@ -115,6 +116,10 @@ class StatelessCartPole(EnvBase):
         self._state = torch.zeros(*batch, 4, dtype=torch.float64, device=dev)
         self._steps = torch.zeros(batch, dtype=torch.int64, device=dev)
         self._ones = torch.ones(*batch, 1, dtype=torch.float32, device=dev)
+        inf = float("inf")
+        self._limits = torch.tensor(
+            [_X_THRESHOLD, inf, _THETA_THRESHOLD, inf], dtype=torch.float64, device=dev
+        )
         if seed is None:
             seed = int(torch.randint(0, 2**32 - 1, (), dtype=torch.int64))
         self.set_seed(seed)
@@ -149,7 +154,7 @@ class StatelessCartPole(EnvBase):
             self.rng.seed()
 
     def _observation(self) -> torch.Tensor:
-        return self._state[..., _VISIBLE].to(torch.float32)
+        return self._state[..., _VISIBLE_SLICE].to(torch.float32)
 
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
         batch = self.batch_size
@@ -171,25 +176,20 @@ class StatelessCartPole(EnvBase):
             push_right = action.reshape(self.batch_size) == 1
         else:
             push_right = action[..., 1].bool()
-        x, x_dot, theta, theta_dot = self._state.unbind(-1)
+        # gymnasium's equations, fused into few tensor ops (each costs more than its math here)
+        x_dot, theta, theta_dot = self._state[..., 1], self._state[..., 2], self._state[..., 3]
         force = torch.where(push_right, _FORCE, -_FORCE)
         cos, sin = theta.cos(), theta.sin()
-        temp = (force + _POLE_MASS_LENGTH * theta_dot.square() * sin) / _TOTAL_MASS
-        theta_acc = (_GRAVITY * sin - cos * temp) / (
-            _HALF_LENGTH * (4.0 / 3.0 - _MASS_POLE * cos.square() / _TOTAL_MASS)
+        temp = torch.addcmul(force, theta_dot.square(), sin, value=_POLE_MASS_LENGTH) / _TOTAL_MASS
+        theta_acc = torch.addcmul(sin * _GRAVITY, cos, temp, value=-1.0) / (
+            cos.square() * (-_HALF_LENGTH * _MASS_POLE / _TOTAL_MASS) + _HALF_LENGTH * 4.0 / 3.0
         )
-        x_acc = temp - _POLE_MASS_LENGTH * theta_acc * cos / _TOTAL_MASS
+        x_acc = torch.addcmul(temp, theta_acc, cos, value=-_POLE_MASS_LENGTH / _TOTAL_MASS)
         # gymnasium's "euler" integrator: positions move with the old velocities.
-        state = torch.stack(
-            [
-                x + _TAU * x_dot,
-                x_dot + _TAU * x_acc,
-                theta + _TAU * theta_dot,
-                theta_dot + _TAU * theta_acc,
-            ],
-            -1,
+        state = torch.add(
+            self._state, torch.stack([x_dot, x_acc, theta_dot, theta_acc], -1), alpha=_TAU
         )
-        terminated = (state[..., 0].abs() > _X_THRESHOLD) | (state[..., 2].abs() > _THETA_THRESHOLD)
+        terminated = (state.abs() > self._limits).any(-1)
         return state, self._steps + 1, terminated
 
     def _output(self, terminated: torch.Tensor) -> TensorDictBase:
