@@ -461,8 +461,9 @@ class TestBufferRebuild:
             rb.sample()
         with pytest.raises(TypeError, match="views need a tensor storage"):
             TensorDictReplayBuffer(storage=ListStorage(4), views=[prev_action()])
-        with pytest.raises(ValueError, match="out_key 'prev_action' is declared twice"):
-            ViewBuilder([prev_action(), prev_action()])
+        with pytest.raises(ValueError, match="out_key 'prev_action' is declared twice differently"):
+            ViewBuilder([prev_action(), TrajectoryView("action", -2, out_key="prev_action")])
+        assert len(ViewBuilder([prev_action(), prev_action()]).views) == 1
 
     def test_custom_keys_through_a_view_builder(self):
         builder = ViewBuilder([TrajectoryView("x", -1)], traj_key="episode", done_key="end")

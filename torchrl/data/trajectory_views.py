@@ -318,17 +318,22 @@ def get_views(module: Any) -> list[TrajectoryView]:
                     f"{type(owner).__name__}.views must hold TrajectoryView objects, "
                     f"got {type(view).__name__} {view!r}"
                 )
-            seen = found.get(view.target_key)
-            if seen is None:
-                found[view.target_key] = view
-            elif not seen.same_declaration(view):
-                raise ValueError(
-                    f"out_key {_key_str(view.target_key)} is declared twice differently: "
-                    f"{seen!r} and {view!r} (in {type(owner).__name__})"
-                )
-            elif view.used_for_training and not seen.used_for_training:
-                found[view.target_key] = view
+            _merge_into(found, view, type(owner).__name__)
     return list(found.values())
+
+
+def _merge_into(found: dict[NestedKey, TrajectoryView], view: TrajectoryView, where: str) -> None:
+    """Adds ``view`` to ``found`` (by out_key): same declarations merge, different ones raise."""
+    seen = found.get(view.target_key)
+    if seen is None:
+        found[view.target_key] = view
+    elif not seen.same_declaration(view):
+        raise ValueError(
+            f"out_key {_key_str(view.target_key)} is declared twice differently: "
+            f"{seen!r} and {view!r} (in {where})"
+        )
+    elif view.used_for_training and not seen.used_for_training:
+        found[view.target_key] = view
 
 
 def _check_views(views: Any) -> list[TrajectoryView]:
@@ -375,7 +380,7 @@ def episode_bounds(episode_start: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 
 
 def shift_index(
-    first: torch.Tensor, last: torch.Tensor, shifts: Sequence[int], padding: Padding
+    first: torch.Tensor, last: torch.Tensor, shifts: Sequence[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Where each shifted step reads, and whether it lies inside the episode.
 
@@ -383,20 +388,18 @@ def shift_index(
         first: long ``[*B, T]``, the first step of each step's episode (see :func:`episode_bounds`).
         last: long ``[*B, T]``, the last step of each step's episode.
         shifts: the shifts, ``n`` of them.
-        padding: ``"zeros"`` or ``"first"`` (the index is clamped into the episode either way;
-            the returned mask says which reads fall outside it).
 
     Returns:
-        ``(index, valid)``: a long index ``[*B, T, n]`` into the time dim, and a bool mask of the
-        same shape.
+        ``(index, valid)``: a long index ``[*B, T, n]`` into the time dim, clamped into the
+        episode (what ``padding="first"`` reads), and a bool mask of the same shape, False where
+        the shifted step falls outside the episode (what ``padding="zeros"`` zeroes).
 
     Examples:
         >>> first, last = episode_bounds(torch.tensor([True, False, True]))
-        >>> index, valid = shift_index(first, last, [-1, 0], "zeros")
+        >>> index, valid = shift_index(first, last, [-1, 0])
         >>> index.tolist(), valid.tolist()
         ([[0, 0], [0, 1], [2, 2]], [[False, True], [True, True], [False, True]])
     """
-    del padding  # both paddings clamp; zeros then masks the clamped reads out
     T = first.shape[-1]
     steps = torch.arange(T, device=first.device)
     offsets = torch.as_tensor(list(shifts), dtype=torch.long, device=first.device)
@@ -560,7 +563,7 @@ def build_views(
     first, last = episode_bounds(start)
     out = {}
     for view in views:
-        index, valid = shift_index(first, last, view.shifts, view.padding)
+        index, valid = shift_index(first, last, view.shifts)
         out[view.target_key] = gather_steps(
             values[view.target_key], td.batch_dims, index, valid, view.padding, view.stacked
         )
@@ -603,8 +606,8 @@ def view_spec(view: TrajectoryView, source_spec: Any, *, batch_dims: int | None 
     if isinstance(source_spec, Composite):
         if batch_dims is None:
             batch_dims = len(source_spec.shape)
-        keys = [k if isinstance(k, str) else tuple(k) for k in source_spec.keys(True, True)]
-        if view.key not in keys and view.key not in list(source_spec.keys(True)):
+        keys = list(source_spec.keys(True))  # nested Composites count: a view may read one
+        if view.key not in keys:
             raise KeyError(
                 f"view {_key_str(view.target_key)} reads {_key_str(view.key)}, which the spec "
                 f"does not provide (it has: {', '.join(_key_str(k) for k in keys)})"
@@ -674,12 +677,10 @@ class ViewBuilder:
         is_init_key: NestedKey = IS_INIT,
         done_key: NestedKey = (NEXT, DONE),
     ) -> None:
-        all_views = _check_views(views)
-        out_keys = [v.target_key for v in all_views]
-        dup = {k for k in out_keys if out_keys.count(k) > 1}
-        if dup:
-            raise ValueError(f"views: the out_key {_key_str(dup.pop())} is declared twice")
-        self.views = [v for v in all_views if v.used_for_training]
+        merged: dict[NestedKey, TrajectoryView] = {}
+        for view in _check_views(views):
+            _merge_into(merged, view, "views")
+        self.views = [v for v in merged.values() if v.used_for_training]
         self.traj_key = _normalize_key(traj_key, "traj_key")
         self.is_init_key = _normalize_key(is_init_key, "is_init_key")
         self.done_key = _normalize_key(done_key, "done_key")
