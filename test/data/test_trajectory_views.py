@@ -575,3 +575,33 @@ def test_cuda_storage_equals_cpu_storage():
         torch.testing.assert_close(
             sample[view.out_key].cpu(), want[view.out_key][sample["index"].cpu()]
         )
+
+
+def test_padded_slices_pad_the_views_too():
+    """SliceSampler(pad=...) fills padded items after the views are built: views included."""
+    data = TensorDict(
+        {
+            "x": torch.arange(1.0, 9.0),
+            ("collector", "traj_ids"): torch.tensor([0, 0, 0, 1, 1, 1, 1, 1]),
+        },
+        [8],
+    )
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(8),
+        sampler=SliceSampler(
+            slice_len=4, traj_key=("collector", "traj_ids"), strict_length=False, pad=-1.0
+        ),
+        views=[TrajectoryView("x", -1)],
+        batch_size=8,
+    )
+    rb.extend(data)
+    padded = 0
+    for _ in range(10):
+        sample = rb.sample()
+        mask = sample.get("mask", torch.ones(8, dtype=torch.bool))
+        padded += int((~mask).sum())
+        assert (sample["x_view"][~mask] == -1).all()
+        x, view = sample["x"][mask], sample["x_view"][mask]
+        first = (x == 1) | (x == 4)  # episode starts
+        assert (view[first] == 0).all() and (view[~first] == x[~first] - 1).all()
+    assert padded > 0

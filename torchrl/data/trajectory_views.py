@@ -647,6 +647,9 @@ class ViewBuilder:
     ``is_init_key`` is set or the previous step's ``done_key`` is set (each when stored). Reads
     outside the item's episode are padded as the view says, exactly as :func:`build_views` pads
     them on the contiguous trajectory. Views with ``used_for_training=False`` are skipped.
+    Neighbours in the ring are neighbours in time only for a round-robin writer (the default);
+    a buffer that fills freed slots out of order (a ``ConsumingSampler``) needs the trajectory
+    ids stored, so that a slot holding another trajectory is not read as the past.
 
     Args:
         views: the views (e.g. ``get_views(policy)``).
