@@ -477,3 +477,34 @@ def test_evaluation_errors() -> None:
         failing.finish(timeout=30)
     assert "policy exploded" in repr(info.value.__cause__)
     failing.shutdown()
+
+
+def test_runner_with_an_inference_server_collector() -> None:
+    """Envs step in 2 worker processes, the policy runs here on batched requests; the rounds
+    run on the learner's schedule and each round's weights reach the server."""
+    from functools import partial
+
+    from torchrl.collectors import AsyncBatchedCollector
+    from torchrl.envs import PendulumEnv
+
+    net = nn.Sequential(nn.Linear(3, 1), nn.Tanh())
+    policy = TensorDictModule(net, ["observation"], ["action"])
+    collector = AsyncBatchedCollector(
+        [partial(PendulumEnv, seed=0)] * 4, policy, frames_per_batch=64, total_frames=256,
+        num_workers=2,
+    )  # fmt: skip
+
+    def fit(td: TensorDictBase) -> TensorDictBase:
+        return TensorDict(loss_a=(net(td["observation"]) - 1).pow(2).mean())
+
+    task = ComputationTask(
+        "t", fit, torch.optim.SGD(net.parameters(), lr=0.01), every=64, updates=2, batch_size=16
+    )
+    versions: list[int] = []
+    runner = TaskRunner(collector, [task])
+    try:
+        runner.run(callback=lambda r, b: versions.append(int(b["0"]["policy_version"].max())))
+    finally:
+        runner.shutdown()
+    assert runner.frames == 256 and task.rounds == 4 and task.updates_done == 8
+    assert versions[0] == 0 and versions[-1] >= 1  # later batches come from pushed weights
