@@ -15,9 +15,11 @@ env, one batch = ``--frames`` frames):
 
 Every case reports ``bytes_per_frame`` (the sum of ``numel * element_size`` over every leaf of a
 collected batch, over its frames), the bytes of the entries in question (``pixels_bytes_per_frame``
-or ``state_bytes_per_frame``), and ``frames_per_s`` of collection (best of ``--repeats`` timed
-runs of ``--batches`` batches, after one warm-up batch). Runs on 1 torch thread; one JSON object
-per line. On a machine shared with other jobs, compare cases of one run only.
+or ``recurrent_state_bytes_per_frame``), and the collection speed: ``frames_per_s`` (wall
+clock) and ``frames_per_cpu_s`` (this process's CPU time, what a quiet machine would give when
+other jobs share the cores), each the best of ``--repeats`` timed runs of ``--batches`` batches
+after one warm-up batch, the two modes of a case timed in turn. Runs on 1 torch thread; one JSON
+object per line.
 
 Usage: ``python benchmarks/views.py [--frames 1024] [--batches 8] [--repeats 3]``.
 """
@@ -148,28 +150,43 @@ def batch_bytes(batch: TensorDictBase, match: str | None = None) -> float:
     return total / batch.numel()
 
 
-def measure(case: str, mode: str, frames: int, batches: int, repeats: int) -> dict[str, Any]:
-    env, policy = frames_case(mode) if case == "frames" else lstm_case(mode)
-    collector = SyncDataCollector(env, policy, frames_per_batch=frames)
-    batch = collector.rollout().clone()  # warm-up; allocates the batch
-    best = float("inf")
+def measure(case: str, frames: int, batches: int, repeats: int) -> list[dict[str, Any]]:
+    """Both modes of ``case``, timed in turn (so that other jobs' load hits both alike)."""
+    modes = {"frames": ["catframes", "views"], "lstm": ["primer", "views"]}[case]
+    collectors, first = {}, {}
+    for mode in modes:
+        env, policy = frames_case(mode) if case == "frames" else lstm_case(mode)
+        collectors[mode] = SyncDataCollector(env, policy, frames_per_batch=frames)
+        first[mode] = collectors[mode].rollout().clone()  # warm-up; allocates the batch
+    wall = dict.fromkeys(modes, float("inf"))
+    cpu = dict.fromkeys(modes, float("inf"))
     for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(batches):
-            collector.rollout()
-        best = min(best, time.perf_counter() - start)
-    collector.shutdown()
+        for mode in modes:
+            start, start_cpu = time.perf_counter(), time.process_time()
+            for _ in range(batches):
+                collectors[mode].rollout()
+            wall[mode] = min(wall[mode], time.perf_counter() - start)
+            cpu[mode] = min(cpu[mode], time.process_time() - start_cpu)
     key = "pixels" if case == "frames" else "recurrent_state"
-    return {
-        "case": case,
-        "mode": mode,
-        "envs": ENVS,
-        "frames_per_batch": batch.numel(),
-        "bytes_per_frame": round(batch_bytes(batch), 1),
-        f"{key}_bytes_per_frame": round(batch_bytes(batch, key), 1),
-        "stored_keys": sorted(str(k) for k in batch.keys(True, True) if str(k).find(key) >= 0),
-        "frames_per_s": round(batches * batch.numel() / best, 1),
-    }
+    records = []
+    for mode in modes:
+        collectors[mode].shutdown()
+        batch = first[mode]
+        n = batches * batch.numel()
+        records.append(
+            {
+                "case": case,
+                "mode": mode,
+                "envs": ENVS,
+                "frames_per_batch": batch.numel(),
+                "bytes_per_frame": round(batch_bytes(batch), 1),
+                f"{key}_bytes_per_frame": round(batch_bytes(batch, key), 1),
+                "stored_keys": sorted(str(k) for k in batch.keys(True, True) if key in str(k)),
+                "frames_per_s": round(n / wall[mode], 1),
+                "frames_per_cpu_s": round(n / cpu[mode], 1),
+            }
+        )
+    return records
 
 
 def main() -> None:
@@ -181,10 +198,8 @@ def main() -> None:
         "--cases", nargs="+", default=["frames", "lstm"], choices=["frames", "lstm"]
     )
     args = parser.parse_args()
-    modes = {"frames": ["catframes", "views"], "lstm": ["primer", "views"]}
     for case in args.cases:
-        for mode in modes[case]:
-            record = measure(case, mode, args.frames, args.batches, args.repeats)
+        for record in measure(case, args.frames, args.batches, args.repeats):
             print(json.dumps(record), flush=True)
 
 

@@ -115,11 +115,13 @@ class _Ring:
         shape, dtype = feature
         self.buffer = torch.zeros((*batch, size, *shape), dtype=dtype, device=device)
         self.dims = len(batch)
+        # one view per slot, made once: the per-step reads and writes index a list
+        self.slots = [self.buffer.select(self.dims, i) for i in range(size)]
         # the slot the next step is written to; step t - k sits at (pos - k) % size
         self.pos = 0
 
     def past(self, shift: int) -> torch.Tensor:
-        return self.buffer.select(self.dims, (self.pos + shift) % self.size)
+        return self.slots[(self.pos + shift) % self.size]
 
     def restart(self, mask: torch.Tensor, td: TensorDictBase) -> None:
         """Empties the rows of the sub-envs in ``mask`` (zeros, or their current value)."""
@@ -131,14 +133,11 @@ class _Ring:
             current = td.get(self.key).to(buffer.device).unsqueeze(self.dims)
             buffer.copy_(torch.where(where, current, buffer))
 
-    def push(self, transition: TensorDictBase) -> None:
-        slot = self.buffer.select(self.dims, self.pos)
-        value = transition.get(self.key, None)
-        if value is None:  # a random-action step has no policy outputs: stored as zeros too
-            slot.zero_()
-        else:
-            slot.copy_(value)
+    def advance(self) -> torch.Tensor:
+        """The slot the current step goes to; the next step goes to the one after."""
+        slot = self.slots[self.pos]
         self.pos = (self.pos + 1) % self.size
+        return slot
 
 
 class ViewRing:
@@ -291,17 +290,25 @@ class ViewRing:
 
     def record(self, transition: TensorDictBase) -> None:
         """Pushes one step (batch ``[*B]``, with ``"next"``) and notes the finished sub-envs."""
+        dests, sources = [], []
         for ring in self._rings:
-            ring.push(transition)
+            slot = ring.advance()
+            value = transition.get(ring.key, None)
+            if value is None:  # a random-action step has no policy outputs: zeros, as stored
+                slot.zero_()
+            else:
+                dests.append(slot)
+                sources.append(value)
+        if dests:
+            torch._foreach_copy_(dests, sources)  # one dispatch for every ring
         dims = self.batch_dims
         for key in self._done_keys:
             flag = transition.get(key, None)
-            if flag is None:
+            if flag is None or not bool(flag.any()):  # most steps end no episode
                 continue
             ended = flag.reshape(*flag.shape[:dims], -1).any(-1)
-            if bool(ended.any()):
-                self._pending |= ended.to(self._pending.device)
-                self._any_pending = True
+            self._pending |= ended.to(self._pending.device)
+            self._any_pending = True
 
     def exclude(self, td: TensorDictBase) -> TensorDictBase:
         """``td`` without the view entries (a new TensorDict; ``td`` is untouched)."""

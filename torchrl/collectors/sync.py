@@ -108,7 +108,10 @@ class SyncDataCollector(DataCollectorBase):
     returned as a batch of the caller's own (``return_same_td=False``): a copy of the buffer
     or, for big steps (thousands of vectorized envs), the buffer itself, the next batch going
     into an earlier batch the caller has dropped (or a new buffer). Keys that appear only later
-    are not kept.
+    are not kept. Trajectory views the policy declares (``get_views(policy)``) are built before
+    each policy call from per-env ring buffers and left out of the batches (see
+    :class:`~torchrl.collectors.ViewRing`; :class:`~torchrl.collectors.ViewRebuilder` rebuilds
+    them for a loss).
 
     Args:
         create_env_fn: an ``EnvBase`` or a callable returning one.
