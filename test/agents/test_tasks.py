@@ -345,6 +345,10 @@ def test_task_errors_name_the_task() -> None:
     too_big.add(batch)
     with pytest.raises(RuntimeError, match="batch_size=16 but the buffer holds 4"):
         too_big.run_due()
+    two_rounds = make_task("onpol", every=2, on_policy=True, buffer_size=4)
+    two_rounds.add(batch)
+    with pytest.raises(RuntimeError, match="'onpol'.*2 on-policy rounds are due at once"):
+        two_rounds.run_due()
     bad_pre = make_task("pre", every=4, preprocess=lambda td: td["observation"])
     with pytest.raises(TypeError, match="preprocess must return a TensorDict or None"):
         bad_pre.add(batch)
@@ -366,6 +370,8 @@ def test_runner_errors() -> None:
         TaskRunner(make_collector(), [object()])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="at least one"):
         TaskRunner(make_collector(), [])
+    with pytest.raises(TypeError, match="evaluations must be EvaluationTask"):
+        TaskRunner(make_collector(), [a], evaluations=[object()])  # type: ignore[list-item]
     env = CountingEnv(batch_size=[4])
     buffered = SyncDataCollector(
         env, None, frames_per_batch=8, total_frames=16,

@@ -301,8 +301,20 @@ class ComputationTask:
 
         Returns:
             One metrics dict per round run (see :meth:`run_round`).
+
+        Raises:
+            RuntimeError: an on-policy task has several rounds due at once (its data would
+                serve the first one only).
         """
-        return [self.run_round() for _ in range(self.rounds_due)]
+        due = self.rounds_due
+        if self.on_policy and due > 1:
+            raise RuntimeError(
+                f"ComputationTask({self.name!r}): {due} on-policy rounds are due at once "
+                f"(every={self.every} frames, {self.frames} frames fed, {self.rounds} rounds "
+                "run); the first round empties the buffer. Make every a multiple of the "
+                "frames a collector batch brings"
+            )
+        return [self.run_round() for _ in range(due)]
 
     # ----------------------------------------------------------------------------- checkpoint
     def state_dict(self) -> dict[str, Any]:
@@ -457,6 +469,12 @@ class TaskRunner:
         self.tasks = tasks
         self.feeds = self._check_feeds(feeds, names)
         self.evaluations = list(evaluations)
+        for evaluation in self.evaluations:
+            if not callable(getattr(evaluation, "maybe_run", None)):
+                raise TypeError(
+                    "TaskRunner: evaluations must be EvaluationTask instances, got "
+                    f"{type(evaluation).__name__}"
+                )
         self.logger = logger
         self.overlap = bool(overlap)
         self.policy = policy
@@ -581,7 +599,8 @@ class TaskRunner:
         """Collects one batch per collector, feeds the tasks, runs the due rounds.
 
         Returns:
-            The batches by collector name, or ``None`` once a collector has no more.
+            The batches by collector name, or ``None`` once a collector has no more (the
+            batches the other collectors gave in that step are then dropped).
         """
         if self._closed:
             raise RuntimeError("TaskRunner.step: the runner is shut down")
@@ -614,7 +633,7 @@ class TaskRunner:
         callback: Callable[[TaskRunner, dict[str, TensorDictBase]], bool | None] | None = None,
         wait_evaluations: bool = True,
     ) -> list[tuple[int, str, dict[str, float]]]:
-        """Steps until the collectors end, ``max_frames`` frames or ``callback`` returns True.
+        """Steps until a collector ends, ``max_frames`` frames or ``callback`` returns True.
 
         Args:
             max_frames: stop once this many frames are collected (``None``: no limit).
