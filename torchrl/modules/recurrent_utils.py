@@ -139,7 +139,8 @@ def get_env_transforms_from_module(
         >>> from torchrl.envs import PendulumEnv, TransformedEnv
         >>> from torchrl.modules import LSTMModule
         >>> lstm = LSTMModule(3, 8, in_key="observation", out_key="features")
-        >>> env = TransformedEnv(PendulumEnv(batch_size=[2], seed=0), get_env_transforms_from_module(lstm))
+        >>> transforms = get_env_transforms_from_module(lstm)
+        >>> env = TransformedEnv(PendulumEnv(batch_size=[2], seed=0), transforms)
         >>> td = env.reset()
         >>> td["is_init"].all().item(), td["recurrent_state_h"].shape
         (True, torch.Size([2, 1, 8]))

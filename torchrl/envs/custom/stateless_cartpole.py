@@ -97,7 +97,8 @@ class StatelessCartPole(EnvBase):
         super().__init__(device=device, batch_size=batch_size, validate_actions=validate_actions)
         if not isinstance(max_episode_steps, int) or max_episode_steps < 1:
             raise ValueError(
-                f"StatelessCartPole: max_episode_steps must be an int >= 1, got {max_episode_steps!r}"
+                "StatelessCartPole: max_episode_steps must be an int >= 1, "
+                f"got {max_episode_steps!r}"
             )
         self.max_episode_steps = max_episode_steps
         self.categorical_action_encoding = bool(categorical_action_encoding)
@@ -223,7 +224,7 @@ class StatelessCartPole(EnvBase):
 
 
 def drop_cartpole_velocities(observation: torch.Tensor) -> torch.Tensor:
-    """``[..., 4]`` CartPole observations ``[x, x_dot, theta, theta_dot]`` -> ``[..., 2]`` ``[x, theta]``.
+    """CartPole observations ``[..., 4]`` (``[x, x_dot, theta, theta_dot]``) -> ``[x, theta]``.
 
     Args:
         observation: gymnasium CartPole observations, ``[..., 4]``.
@@ -244,7 +245,7 @@ def drop_cartpole_velocities(observation: torch.Tensor) -> torch.Tensor:
 
 
 class DropCartPoleVelocities(UnaryTransform):
-    """Hides the velocities of gymnasium's CartPole: ``[x, x_dot, theta, theta_dot]`` -> ``[x, theta]``.
+    """Hides the velocities of gymnasium's CartPole observations: keeps ``[x, theta]``.
 
     Put it on ``GymEnv("CartPole-v1")`` to get the same task as :class:`StatelessCartPole`
     from gymnasium's own env (see :func:`make_gym_stateless_cartpole`).
