@@ -394,3 +394,20 @@ def test_next_views_are_what_the_policy_sees_next(kind: str) -> None:
         # episode ends (no next step collected) and the run's last step: against a loop
         for row, t in [*(~same).nonzero().tolist(), (0, ids.shape[1] - 1)]:
             torch.testing.assert_close(nxt[row, t], _reference_next(full, view, row, t))
+
+
+def test_source_shape_disagreeing_with_its_spec_is_named() -> None:
+    class WideTick(TickEnv):
+        def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+            out = super()._step(tensordict)
+            out["tick"] = out["tick"].expand(*self.batch_size, 3).clone()  # spec: 1 value
+            return out
+
+    env = WideTick(batch_size=[2], max_steps=torch.tensor([3, 5]))
+    ring = ViewRing([TrajectoryView(("next", "tick"), -1)], env, None)
+    td = env.reset()
+    ring.build(td)
+    td["action"] = torch.zeros(2, 1, dtype=torch.long)
+    transition = env._step(td)
+    with pytest.raises(RuntimeError, match=r"'next', 'tick'\) has shape \(2, 3\).*\(2, 1\)"):
+        ring.record(TensorDict({"next": transition, "tick": td["tick"]}, [2]))

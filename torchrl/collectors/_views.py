@@ -290,17 +290,21 @@ class ViewRing:
 
     def record(self, transition: TensorDictBase) -> None:
         """Pushes one step (batch ``[*B]``, with ``"next"``) and notes the finished sub-envs."""
-        dests, sources = [], []
+        owners, dests, sources = [], [], []
         for ring in self._rings:
             slot = ring.advance()
             value = transition.get(ring.key, None)
             if value is None:  # a random-action step has no policy outputs: zeros, as stored
                 slot.zero_()
             else:
+                owners.append(ring)
                 dests.append(slot)
                 sources.append(value)
         if dests:
-            torch._foreach_copy_(dests, sources)  # one dispatch for every ring
+            try:
+                torch._foreach_copy_(dests, sources)  # one dispatch for every ring
+            except RuntimeError:
+                self._copy_one_by_one(owners, dests, sources)
         dims = self.batch_dims
         for key in self._done_keys:
             flag = transition.get(key, None)
@@ -309,6 +313,20 @@ class ViewRing:
             ended = flag.reshape(*flag.shape[:dims], -1).any(-1)
             self._pending |= ended.to(self._pending.device)
             self._any_pending = True
+
+    def _copy_one_by_one(
+        self, rings: list[_Ring], dests: list[torch.Tensor], sources: list[torch.Tensor]
+    ) -> None:
+        # e.g. devices that foreach does not mix; a shape that disagrees with its spec is named
+        for ring, dest, source in zip(rings, dests, sources):
+            try:
+                dest.copy_(source)
+            except RuntimeError as err:
+                raise RuntimeError(
+                    f"{self.owner}: the view source {ring.key!r} has shape "
+                    f"{tuple(source.shape)} at this step, while its spec gives "
+                    f"{tuple(dest.shape)} per step: {err}"
+                ) from err
 
     def exclude(self, td: TensorDictBase) -> TensorDictBase:
         """``td`` without the view entries (a new TensorDict; ``td`` is untouched)."""
