@@ -10,9 +10,11 @@ of a ``[num_envs, T]`` replay buffer. Learning follows R2D2 (Kapturowski et al.,
 * a :class:`~torchrl.data.SliceSampler` draws sequences of ``burn_in + train_len + n_step``
   consecutive steps of one env's stream; a sequence may cross episode ends: the LSTM restarts
   from zeros at every ``"is_init"`` step;
-* the recurrent state stored at the sequence's first step (the state the actor had then) starts
-  the unroll; it is stored once per step: the input state is kept, the ``("next", ...)`` copy
-  the module writes is dropped before the buffer;
+* the recurrent state the actor had at the sequence's first step starts the unroll; it is stored
+  once per step: the buffer keeps the state the LSTM wrote under ``("next", ...)``, and rebuilds
+  the state it read at ``t`` as a trajectory view of the one written at ``t - 1`` (zeros at an
+  episode start; ``TensorDictReplayBuffer(views=STATE_VIEWS)``). Collection still carries the
+  state with the LSTM's primer;
 * the first ``burn_in`` steps only refresh that (stale) state, without gradients, for the online
   and for the target network;
 * the loss is a Huber loss on the ``train_len`` steps after the burn-in, towards n-step double-Q
@@ -44,23 +46,32 @@ from tqdm import tqdm
 
 from torchrl.collectors import SyncDataCollector
 from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+from torchrl.data.trajectory_views import TrajectoryView
 from torchrl.envs import InitTracker, RewardSum, TransformedEnv
 from torchrl.envs.custom.stateless_cartpole import StatelessCartPole
 from torchrl.modules import MLP, EGreedyModule, LSTMModule, QValueModule, set_recurrent_mode
 
-# What the buffer keeps of each step: the LSTM's input state is stored, its ("next", ...) copy
-# is not (the state consumed at t + 1 is the one produced at t).
+# What the buffer keeps of each step: the state the LSTM wrote, not the one it read (the state
+# read at t is the state written at t - 1: the buffer rebuilds it as a view, see STATE_VIEWS).
 STORED_KEYS = [
     "observation",
     "action",
     "is_init",
-    "recurrent_state_h",
-    "recurrent_state_c",
     "env_row",
+    ("next", "recurrent_state_h"),
+    ("next", "recurrent_state_c"),
     ("next", "reward"),
     ("next", "done"),
     ("next", "terminated"),
     ("next", "truncated"),
+]
+
+
+# The input state at t is the output state at t - 1 (zeros at an episode start), rebuilt for
+# every sampled step from the stored single-step data.
+STATE_VIEWS = [
+    TrajectoryView(("next", "recurrent_state_h"), -1, out_key="recurrent_state_h"),
+    TrajectoryView(("next", "recurrent_state_c"), -1, out_key="recurrent_state_c"),
 ]
 
 
@@ -280,6 +291,7 @@ def train(cfg: Config) -> dict:
         # one "trajectory" per env row: sequences cross episode ends, the LSTM resets there
         sampler=SliceSampler(slice_len=seq_len, traj_key="env_row", truncated_key="slice_end"),
         batch_size=cfg.num_sequences * seq_len,
+        views=STATE_VIEWS,
     )
     optim = torch.optim.Adam(qnet.parameters(), lr=cfg.lr)
     env_row = torch.arange(cfg.num_envs)[:, None]

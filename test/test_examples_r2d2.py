@@ -38,6 +38,15 @@ def collected():
     return qnet, batch
 
 
+def stored_sequence(batch):
+    """What the buffer keeps of ``batch``, with the input states rebuilt as views."""
+    from torchrl.data.trajectory_views import build_views
+
+    batch = batch.clone()
+    batch.set("env_row", torch.arange(batch.shape[0])[:, None].expand(batch.batch_size))
+    return build_views(batch.select(*r2d2.STORED_KEYS), r2d2.STATE_VIEWS)
+
+
 def test_smoke_run(tmp_path, monkeypatch, capsys):
     argv = [
         "r2d2_stateless_cartpole.py",
@@ -78,10 +87,38 @@ def test_collected_states_are_carried(collected):
     assert (h[is_init] == 0).all()
 
 
+def test_state_views_equal_the_actors_input_state(collected):
+    _, batch = collected
+    seq = stored_sequence(batch)
+    for key in ("recurrent_state_h", "recurrent_state_c"):
+        torch.testing.assert_close(seq[key], batch[key])
+
+
+def test_buffer_rebuilds_the_state_at_sequence_starts(collected):
+    from torchrl.data import LazyTensorStorage, SliceSampler, TensorDictReplayBuffer
+
+    _, batch = collected
+    batch = batch.clone()
+    batch.set("env_row", torch.arange(3)[:, None].expand(batch.batch_size))
+    buffer = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(120, ndim=2),
+        sampler=SliceSampler(slice_len=10, traj_key="env_row", truncated_key="slice_end"),
+        batch_size=40,
+        views=r2d2.STATE_VIEWS,
+    )
+    buffer.extend(batch.select(*r2d2.STORED_KEYS))
+    sample = buffer.sample().reshape(4, 10)
+    stored = buffer.storage.get((torch.tensor([0]), torch.tensor([0])))
+    assert "recurrent_state_h" not in stored.keys()  # stored once, under "next"
+    row, t = sample["index"][..., 0], sample["index"][..., 1]
+    torch.testing.assert_close(sample["recurrent_state_h"], batch["recurrent_state_h"][row, t])
+    torch.testing.assert_close(sample["recurrent_state_c"], batch["recurrent_state_c"][row, t])
+
+
 @pytest.mark.parametrize("burn_in", [1, 7, 20])
 def test_burn_in_state_equals_the_actors_state(collected, burn_in):
     qnet, batch = collected
-    seq = batch.select(*[k for k in r2d2.STORED_KEYS if k != "env_row"])
+    seq = stored_sequence(batch)
     h, c = r2d2.burn_in_state(qnet, seq, burn_in)
     # The actor's state entering step burn_in is the next state it wrote at burn_in - 1.
     torch.testing.assert_close(h, batch["next", "recurrent_state_h"][:, burn_in - 1])
@@ -91,7 +128,7 @@ def test_burn_in_state_equals_the_actors_state(collected, burn_in):
 @pytest.mark.parametrize("burn_in", [0, 5])
 def test_sequence_values_equal_collection(collected, burn_in):
     qnet, batch = collected
-    seq = batch.select(*[k for k in r2d2.STORED_KEYS if k != "env_row"])
+    seq = stored_sequence(batch)
     values = r2d2.sequence_values(qnet, seq, burn_in)
     torch.testing.assert_close(values, batch["action_value"][:, burn_in:])
 
