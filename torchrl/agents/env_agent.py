@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from torchrl._keys import DONE, NEXT, REWARD
 from torchrl.agents.agent import Agent
 from torchrl.agents.workspace import Workspace
 from torchrl.envs import EnvBase
-from torchrl.envs.utils import step_mdp
 
 __all__ = ["EnvAgent", "ModelAgent"]
 
@@ -32,8 +31,9 @@ class EnvAgent(Agent):
     With ``auto_reset=True`` (acquisition) the env goes on across calls: finished sub-envs are
     reset as they finish (``step_and_maybe_reset``) and a run at ``t=0`` starts from where the
     last run left the env. With ``auto_reset=False`` (episodes) a run at ``t=0`` resets every
-    sub-env, and a sub-env that is done stays frozen: its later steps repeat its last one, with
-    zero reward, so that ``TemporalAgent(..., stop_variable="done")`` runs whole episodes.
+    sub-env, and a sub-env that is done stays frozen in the workspace: its later steps repeat
+    its last one, with zero reward, so that ``TemporalAgent(..., stop_variable="done")`` runs
+    whole episodes (the env itself resets it and steps on unseen).
 
     Args:
         env: the environment; the workspace's batch size is ``env.batch_size``.
@@ -70,6 +70,8 @@ class EnvAgent(Agent):
         self.done_key = done_key
         self.reward_key = reward_key
         self._state: TensorDictBase | None = None
+        self._root_keys: list[Any] = []  # what a reset writes (observations, flags, states)
+        self._next_keys: list[Any] = []  # what a step writes under "next" and is no state
 
     def seed(self, seed: int) -> None:
         self.env.set_seed(seed)
@@ -83,21 +85,29 @@ class EnvAgent(Agent):
         if t == 0:
             if self._state is None or not self.auto_reset:
                 self._state = self.env.reset()
-            workspace.set_step(0, self._state)
+                self._root_keys = list(self._state.keys(True, True))
+            workspace.set_step(0, self._state, keys=self._root_keys)
             return
         if self._state is None:
             raise RuntimeError(
                 f"EnvAgent: asked to step at t={t} but the env was never reset; start a run at t=0"
             )
-        current = workspace.get_step(t - 1).copy()
-        if self.auto_reset:
-            transition, self._state = self.env.step_and_maybe_reset(current)
-        else:
-            transition = self.env.step(current)
-            self._state = step_mdp(transition)
+        # Step t - 1 without the env's "next" outputs that are no state (the reward): entries
+        # under "next" that are states may come from the policy (a recurrent policy's next
+        # state), which step_mdp carries to step t.
+        current = workspace.get_step(t - 1, exclude=self._next_keys)
+        # Finished sub-envs are reset in both modes (many envs refuse a step after a done);
+        # without auto_reset the workspace then shows them frozen instead.
+        transition, self._state = self.env.step_and_maybe_reset(current)
         next_td = transition.get(NEXT)
-        workspace.set_step(t - 1, _as_next(next_td))
-        workspace.set_step(t, self._state)
+        if not self._next_keys:
+            roots = set(self._root_keys)
+            self._next_keys = [
+                (NEXT, *_path(k)) for k in next_td.keys(True, True) if k not in roots
+            ]
+        workspace.set_step(t - 1, next_td, under=NEXT)
+        # the policy's outputs kept by step_mdp are left out: the policy writes them at t
+        workspace.set_step(t, self._state, keys=self._root_keys)
         if not self.auto_reset:
             self._freeze_finished(workspace, t, next_td.keys(True, True))
 
@@ -105,21 +115,31 @@ class EnvAgent(Agent):
         """Nothing to do: the stored steps are the env's output."""
 
     def _freeze_finished(self, workspace: Workspace, t: int, next_keys: Any) -> None:
-        """Sub-envs done before step ``t - 1`` repeat that step (zero reward)."""
+        """Sub-envs that finished stay at their last step: done, zero reward from then on."""
         assert self._state is not None
-        finished = workspace.get(self.done_key, t - 1)
-        if not bool(finished.any()):
+        nb = len(workspace.batch_size or ())
+
+        def rows(flag: Any) -> Any:
+            return flag.reshape(*flag.shape[:nb], -1).any(-1)
+
+        before = rows(workspace.get(self.done_key, t - 1))  # frozen already
+        now = rows(workspace.get((NEXT, self.done_key), t - 1)) & ~before  # finished at t - 1
+        if not bool((before | now).any()):
             return
-        rows = finished.reshape(*finished.shape[: len(workspace.batch_size or ())], -1).any(-1)
+        next_keys = list(next_keys)
+        state_keys = self._root_keys
+        for key in self._root_keys:
+            workspace.get(key, t)[before | now] = workspace.get(key, t - 1)[before | now]
         for key in next_keys:
             nested = (NEXT, *key) if isinstance(key, tuple) else (NEXT, key)
             if key == self.reward_key:
-                workspace.get(nested, t - 1)[rows] = 0
-            elif key in workspace:
-                workspace.get(nested, t - 1)[rows] = workspace.get(key, t - 1)[rows]
-        for key in self._state.keys(True, True):
-            workspace.get(key, t)[rows] = workspace.get(key, t - 1)[rows]
-        self._state = workspace.get_step(t).select(*self._state.keys(True, True))
+                workspace.get(nested, t - 1)[before] = 0
+                continue
+            if key in state_keys:  # the root of step t shows where the episode ended
+                workspace.get(key, t)[now] = workspace.get(nested, t - 1)[now]
+            if key in workspace:
+                workspace.get(nested, t - 1)[before] = workspace.get(key, t - 1)[before]
+        self._state = workspace.get_step(t).select(*state_keys)
 
 
 class ModelAgent(Agent):
@@ -168,7 +188,7 @@ class ModelAgent(Agent):
     def forward(self, workspace: Workspace, t: int = 0, **kwargs: Any) -> None:
         if t == 0:
             return
-        current = workspace.get_step(t - 1).copy()
+        current = workspace.get_step(t - 1, exclude=(NEXT,))
         out = self.model(current)
         out = current if out is None else out
         for key in self.out_keys:
@@ -185,6 +205,5 @@ class ModelAgent(Agent):
         """Nothing to do: the stored steps are the model's output."""
 
 
-def _as_next(next_td: TensorDictBase) -> TensorDictBase:
-    """``next_td`` nested under ``"next"`` (a TensorDict of the same batch, no copy)."""
-    return TensorDict({NEXT: next_td}, batch_size=next_td.batch_size, device=next_td.device)
+def _path(key: Any) -> tuple[str, ...]:
+    return key if isinstance(key, tuple) else (key,)

@@ -9,6 +9,7 @@ from typing import Any
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
+from torchrl._keys import NEXT
 from torchrl._types import NestedKey
 from torchrl.agents.agent import Agent
 from torchrl.agents.workspace import Workspace
@@ -20,8 +21,9 @@ __all__ = ["ModuleAgent"]
 class ModuleAgent(Agent):
     """Runs a TensorDict module on step ``t`` of a workspace and writes its outputs there.
 
-    At each call the module sees every variable of step ``t`` (a TensorDict ``[*B]`` of views),
-    so it finds what it reads beyond its ``in_keys`` (``"is_init"`` for a recurrent module);
+    At each call the module sees every variable of step ``t`` but those under ``"next"`` (a
+    TensorDict ``[*B]`` of views), so it finds what it reads beyond its ``in_keys``
+    (``"is_init"`` for a recurrent module);
     its ``out_keys`` are written back at ``t``. Replayed (:func:`~torchrl.agents.replay`), the
     module runs once on the whole sequence ``[*B, T]`` in recurrent mode.
 
@@ -74,7 +76,7 @@ class ModuleAgent(Agent):
         return td if out is None else out
 
     def forward(self, workspace: Workspace, t: int = 0, **kwargs: Any) -> None:
-        out = self._run(workspace.get_step(t))
+        out = self._run(workspace.get_step(t, exclude=(NEXT,)))
         for key in self.out_keys:
             value = out.get(key, None)
             if value is None:

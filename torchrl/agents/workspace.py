@@ -10,12 +10,13 @@ storage (doubling); everything else is a view of the storage, so :meth:`to_tenso
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from torchrl._td_compat import new_unchecked
 from torchrl._types import DeviceLike, NestedKey
 
 __all__ = ["Workspace"]
@@ -63,6 +64,9 @@ class Workspace:
         self._device = None if device is None else torch.device(device)
         self._td: TensorDictBase | None = None
         self._length = 0
+        # leaves of the storage, flat and as a tree (rebuilt after the storage or its keys change)
+        self._flat: dict[Any, torch.Tensor] | None = None
+        self._tree: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -104,7 +108,7 @@ class Workspace:
             )
         self._batch_size = tensordict.batch_size[:-1]
         self._device = None if tensordict.device is None else torch.device(tensordict.device)
-        self._td = tensordict
+        self._set_storage(tensordict)
         self._capacity = tensordict.batch_size[-1]
         self._length = tensordict.batch_size[-1]
 
@@ -195,49 +199,87 @@ class Workspace:
             # SaLinA's convention: without a batch size, the first dim of the first write is it.
             self._batch_size = value.shape[:1]
         self._prepare_write(t)
-        nb = len(self._batch_size)
-        if tuple(value.shape[:nb]) != tuple(self._batch_size):
-            raise ValueError(
-                f"Workspace.set({key!r}): expected a value of shape [{list(self._batch_size)}, "
-                f"...], got {list(value.shape)}"
-            )
-        td = self._storage()
-        entry = td.get(key, None)
+        self._write(key, t, value)
+        self._length = max(self._length, t + 1)
+
+    def _write(self, key: NestedKey, t: int, value: torch.Tensor) -> None:
+        """``set`` once the batch size is known and ``t`` fits in the storage."""
+        nb = len(self._batch_size or ())
+        entry = self._leaves().get(key)
         if entry is None:
+            if tuple(value.shape[:nb]) != tuple(self._batch_size or ()):
+                raise ValueError(
+                    f"Workspace.set({key!r}): expected a value of shape "
+                    f"[{list(self._batch_size or ())}, ...], got {list(value.shape)}"
+                )
             entry = self._allocate(value)
-            td.set(key, entry)
-        elif entry.shape[nb + 1 :] != value.shape[nb:]:
+            self._storage().set(key, entry)
+            self._flat = self._tree = None
+        elif entry.shape[:nb] + entry.shape[nb + 1 :] != value.shape:
+            if tuple(value.shape[:nb]) != tuple(self._batch_size or ()):
+                raise ValueError(
+                    f"Workspace.set({key!r}): expected a value of shape "
+                    f"[{list(self._batch_size or ())}, ...], got {list(value.shape)}"
+                )
             raise ValueError(
                 f"Workspace.set({key!r}): stored steps have shape {list(entry.shape[nb + 1 :])} "
                 f"after the batch dims, got {list(value.shape[nb:])}"
             )
         entry.select(nb, t).copy_(value)
-        self._length = max(self._length, t + 1)
 
-    def get_step(self, t: int, keys: Sequence[NestedKey] | None = None) -> TensorDictBase:
+    def get_step(
+        self,
+        t: int,
+        keys: Sequence[NestedKey] | None = None,
+        exclude: Collection[NestedKey] = (),
+    ) -> TensorDictBase:
         """All variables (or ``keys``) at step ``t``: a TensorDict ``[*batch_size]`` of views.
 
         Args:
             t: the step, ``0 <= t < time_length`` (negative counts from the end).
             keys: the variables to include (default: all).
+            exclude: variables or groups left out (``"next"``, ``("next", "reward")``).
         """
-        td = self._storage()
         t = self._check_t(t, "<step>")
+        nb = len(self._batch_size or ())
         if keys is not None:
+            td = self._storage()
             missing = [k for k in keys if k not in td.keys(include_nested=True)]
             if missing:
                 raise KeyError(f"Workspace has no variable {missing[0]!r}; it has {self.keys()}")
-            td = td.select(*keys)
-        step = td[_time_index(len(self._batch_size or ()), t)]
-        # a shared-memory storage is locked; its steps take new keys all the same
-        return step.copy() if step.is_locked else step
+            step = td.select(*keys)[_time_index(nb, t)]
+            return step.copy() if step.is_locked else step
+        self._leaves()
+        assert self._tree is not None
+        skip = {(k,) if isinstance(k, str) else tuple(k) for k in exclude}
 
-    def set_step(self, t: int, tensordict: TensorDictBase) -> None:
+        def build(tree: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+            out = {}
+            for name, node in tree.items():
+                here = (*path, name)
+                if here in skip:
+                    continue
+                out[name] = build(node, here) if isinstance(node, dict) else node.select(nb, t)
+            return out
+
+        return new_unchecked(
+            build(self._tree, ()), batch_size=self._batch_size, device=self._td_device()
+        )
+
+    def set_step(
+        self,
+        t: int,
+        tensordict: TensorDictBase,
+        under: str | None = None,
+        keys: Sequence[NestedKey] | None = None,
+    ) -> None:
         """Writes every entry of ``tensordict`` (batch ``[*batch_size]``) at step ``t``.
 
         Args:
             t: the step, ``t >= 0``.
             tensordict: the values; sets the batch size of a workspace that has none yet.
+            under: write the entries under this key (``under="next"``: ``("next", key)``).
+            keys: write only these entries of ``tensordict`` (default: all its leaves).
         """
         if self._batch_size is None:
             self._batch_size = tensordict.batch_size
@@ -246,8 +288,16 @@ class Workspace:
                 f"Workspace.set_step: expected a TensorDict of batch size {list(self._batch_size)}"
                 f", got {list(tensordict.batch_size)}"
             )
-        for key, value in tensordict.items(include_nested=True, leaves_only=True):
-            self.set(key, t, value)  # type: ignore[arg-type]
+        self._prepare_write(t)
+        if keys is None:
+            items = tensordict.items(include_nested=True, leaves_only=True)
+        else:
+            items = ((key, tensordict.get(key)) for key in keys)
+        for key, value in items:
+            if under is not None:
+                key = (under, *key) if isinstance(key, tuple) else (under, key)
+            self._write(key, t, value)  # type: ignore[arg-type]
+        self._length = max(self._length, t + 1)
 
     # ------------------------------------------------------------------ whole sequences
     def get_full(self, key: NestedKey) -> torch.Tensor:
@@ -283,7 +333,9 @@ class Workspace:
             )
         steps = value.shape[nb]
         if self._length == 0 and self._td is None:
-            self._td = TensorDict({}, batch_size=[*self._batch_size, steps], device=self._device)
+            self._set_storage(
+                TensorDict({}, batch_size=[*self._batch_size, steps], device=self._device)
+            )
             self._length = steps
         elif steps != self._length:
             raise ValueError(
@@ -292,8 +344,9 @@ class Workspace:
             )
         td = self._storage()
         if td.batch_size[-1] != steps:
-            self._td = td[_time_index(nb, slice(0, steps))]
+            self._set_storage(td[_time_index(nb, slice(0, steps))])
         self._storage().set(key, value)
+        self._flat = self._tree = None
 
     # ------------------------------------------------------------------ maintenance
     def copy_n_last_steps(self, n: int) -> None:
@@ -334,7 +387,7 @@ class Workspace:
         if self._td.device == device or all(x.device == device for x in leaves):
             return self
         out = Workspace(self._batch_size, self._capacity, device)
-        out._td = self._td.to(device)
+        out._set_storage(self._td.to(device))
         out._length = self._length
         return out
 
@@ -371,8 +424,8 @@ class Workspace:
         """A workspace over the rows ``index`` of the batch (first batch dim), sharing storage."""
         td = self._storage()
         out = Workspace(None, self._capacity, self._device)
-        out._td = td[index]
-        out._batch_size = out._td.batch_size[:-1]
+        out._set_storage(td[index])
+        out._batch_size = td[index].batch_size[:-1]
         out._length = self._length
         return out
 
@@ -386,17 +439,39 @@ class Workspace:
         if self._td is None:
             if self._batch_size is None:
                 raise ValueError("the workspace is empty and its batch size is unknown")
-            self._td = TensorDict(
-                {}, batch_size=[*self._batch_size, self._capacity], device=self._device
+            self._set_storage(
+                TensorDict({}, batch_size=[*self._batch_size, self._capacity], device=self._device)
             )
+        assert self._td is not None
         return self._td
 
+    def _td_device(self) -> torch.device | None:
+        return None if self._td is None else self._td.device
+
+    def _set_storage(self, td: TensorDictBase) -> None:
+        self._td = td
+        self._flat = self._tree = None
+
+    def _leaves(self) -> dict[Any, torch.Tensor]:
+        if self._flat is None:
+            td = self._storage()
+            self._flat = dict(td.items(include_nested=True, leaves_only=True))
+            tree: dict[str, Any] = {}
+            for key, value in self._flat.items():
+                path = key if isinstance(key, tuple) else (key,)
+                node = tree
+                for name in path[:-1]:
+                    node = node.setdefault(name, {})
+                node[path[-1]] = value
+            self._tree = tree
+        return self._flat
+
     def _entry(self, key: NestedKey) -> torch.Tensor:
-        entry = None if self._td is None else self._td.get(key, None)
+        entry = None if self._td is None else self._leaves().get(key)
         if entry is None:
+            if key in self:
+                raise KeyError(f"Workspace variable {key!r} is a nested TensorDict, not a tensor")
             raise KeyError(f"Workspace has no variable {key!r}; it has {self.keys()}")
-        if not isinstance(entry, torch.Tensor):
-            raise KeyError(f"Workspace variable {key!r} is a nested TensorDict, not a tensor")
         return entry
 
     def _check_t(self, t: int, key: Any) -> int:
@@ -428,7 +503,7 @@ class Workspace:
             out.narrow(nb, 0, old).copy_(x)
             return out
 
-        self._td = td.apply(grow, batch_size=[*td.batch_size[:-1], capacity])
+        self._set_storage(td.apply(grow, batch_size=[*td.batch_size[:-1], capacity]))
 
     def _allocate(self, value: torch.Tensor) -> torch.Tensor:
         nb = len(self._batch_size or ())
