@@ -289,14 +289,16 @@ class Workspace:
                 f", got {list(tensordict.batch_size)}"
             )
         self._prepare_write(t)
+        items: Any
         if keys is None:
             items = tensordict.items(include_nested=True, leaves_only=True)
         else:
             items = ((key, tensordict.get(key)) for key in keys)
         for key, value in items:
+            dest: Any = key
             if under is not None:
-                key = (under, *key) if isinstance(key, tuple) else (under, key)
-            self._write(key, t, value)  # type: ignore[arg-type]
+                dest = (under, *key) if isinstance(key, tuple) else (under, key)
+            self._write(dest, t, value)
         self._length = max(self._length, t + 1)
 
     # ------------------------------------------------------------------ whole sequences
@@ -455,7 +457,7 @@ class Workspace:
     def _leaves(self) -> dict[Any, torch.Tensor]:
         if self._flat is None:
             td = self._storage()
-            self._flat = dict(td.items(include_nested=True, leaves_only=True))
+            self._flat = dict(td.items(include_nested=True, leaves_only=True))  # type: ignore[arg-type]
             tree: dict[str, Any] = {}
             for key, value in self._flat.items():
                 path = key if isinstance(key, tuple) else (key,)
@@ -503,7 +505,9 @@ class Workspace:
             out.narrow(nb, 0, old).copy_(x)
             return out
 
-        self._set_storage(td.apply(grow, batch_size=[*td.batch_size[:-1], capacity]))
+        grown = td.apply(grow, batch_size=[*td.batch_size[:-1], capacity])
+        assert grown is not None
+        self._set_storage(grown)
 
     def _allocate(self, value: torch.Tensor) -> torch.Tensor:
         nb = len(self._batch_size or ())
