@@ -84,7 +84,7 @@ def test_schedules_run_exactly_as_configured(overlap: bool) -> None:
     ref.append(runner)
     while runner.step() is not None:
         if overlap:  # the rounds of this step may still run; wait for them to count
-            runner._finish_training()
+            runner.wait_training()
         n = runner.frames
         expected = {"slow": n // 16, "fast": n // 4, "late": max(0, (n - 8) // 24), "onpol": n // 8}
         for task in tasks:

@@ -395,8 +395,9 @@ class TaskRunner:
     that are due. After a step, a task fed ``n`` frames has run exactly
     ``max(0, (n - start) // every)`` rounds of ``updates`` gradient steps. With ``overlap``,
     the rounds of a step run in a background thread while the collectors gather the next
-    batch (the data then lags the weights by one batch); the collectors must run copies of the
-    trained modules, refreshed from ``policy`` after each round.
+    batch (the data then lags the weights by one batch; :meth:`wait_training` waits for
+    them); the collectors must run copies of the trained modules, refreshed from ``policy``
+    after each round.
 
     Args:
         collectors: one collector, a sequence of them (named ``"0"``, ``"1"``, ...) or a
@@ -491,6 +492,7 @@ class TaskRunner:
         self._iters: dict[str, Any] = {}
         self._exhausted = False
         self._closed = False
+        #: seconds spent running rounds (in the background thread too, with ``overlap``).
         self.train_wall = 0.0
 
     @staticmethod
@@ -575,8 +577,12 @@ class TaskRunner:
         self.train_wall += time.perf_counter() - start
         return out
 
-    def _finish_training(self) -> None:
-        """Waits for the background rounds, records them and pushes the weights."""
+    def wait_training(self) -> None:
+        """Waits for the rounds running in the background (``overlap``).
+
+        The rounds are then recorded, the weights pushed and the tasks' counts exact; an
+        exception raised in a round is raised again here.
+        """
         future, self._training = self._training, None
         if future is None:
             return
@@ -607,7 +613,7 @@ class TaskRunner:
         if self._exhausted:
             return None
         batches = self._collect()  # (the previous rounds may still be running: overlap)
-        self._finish_training()
+        self.wait_training()
         if batches is None:
             self._exhausted = True
             return None
@@ -652,7 +658,7 @@ class TaskRunner:
                 break
             if callback is not None and callback(self, batches):
                 break
-        self._finish_training()
+        self.wait_training()
         if wait_evaluations:
             for evaluation in self.evaluations:
                 evaluation.finish()
