@@ -14,7 +14,7 @@ from torch import nn
 
 from torchrl.collectors import MultiaSyncDataCollector, MultiSyncDataCollector, SyncDataCollector
 from torchrl.collectors._views import ViewRebuilder, ViewRing, collection_views
-from torchrl.data import Unbounded
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer, Unbounded
 from torchrl.data.trajectory_views import TrajectoryView, build_views, prev_action, prev_reward
 from torchrl.envs.transforms import InitTracker, TransformedEnv
 from torchrl.modules import LSTMModule
@@ -411,3 +411,47 @@ def test_source_shape_disagreeing_with_its_spec_is_named() -> None:
     transition = env._step(td)
     with pytest.raises(RuntimeError, match=r"'next', 'tick'\) has shape \(2, 3\).*\(2, 1\)"):
         ring.record(TensorDict({"next": transition, "tick": td["tick"]}, [2]))
+
+
+def test_rebuilder_refuses_split_batches() -> None:
+    views = [TrajectoryView("tick", -1)]
+    collector = SyncDataCollector(
+        tick_env(), recording_policy(views), frames_per_batch=8, split_trajs=True
+    )
+    batch = collector.rollout()
+    split = next(iter(collector))
+    collector.shutdown()
+    assert batch.get(("collector", "mask"), None) is None
+    with pytest.raises(ValueError, match="split_trajs=False"):
+        ViewRebuilder(views)(split)
+
+
+@pytest.mark.parametrize("kind", ["mixed", "first", "prev"])
+@pytest.mark.parametrize("capacity", [64, 16], ids=["filling", "wrapped"])
+def test_buffer_rebuilds_what_the_policy_saw(kind: str, capacity: int) -> None:
+    views = VIEWS[kind]
+    # [2 envs, T] batches go to a 2-d storage: each row keeps its sub-env's time order
+    buffer = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(capacity, ndim=2), views=views, batch_size=12
+    )
+    collector = SyncDataCollector(
+        tick_env(), recording_policy(views), frames_per_batch=8, total_frames=40,
+        replay_buffer=buffer,
+    )  # fmt: skip
+    for _ in collector:
+        pass
+    collector.shutdown()
+    lookback = max(v.lookback for v in views)
+    per_row, steps = capacity // 2, 20  # 20 steps of each sub-env were written
+    for _ in range(3):
+        sample = buffer.sample()
+        # the step each item holds; in a wrapped buffer, items whose lookback was overwritten
+        # (the oldest `lookback` steps) cannot get their past back: they are left out
+        slot = sample["index"][:, 1]
+        keep = torch.ones_like(slot, dtype=torch.bool)
+        if steps > per_row:
+            oldest = steps - per_row
+            step = oldest + (slot - steps % per_row) % per_row
+            keep = step >= oldest + lookback
+        assert keep.any()
+        _check_seen(sample[keep], views)

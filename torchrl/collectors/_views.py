@@ -23,7 +23,7 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from torchrl._keys import COLLECTOR, DONE, NEXT, TRAJ_IDS
+from torchrl._keys import COLLECTOR, DONE, MASK, NEXT, TRAJ_IDS
 from torchrl._types import NestedKey
 from torchrl.data.trajectory_views import TrajectoryView, build_views, get_views
 from torchrl.envs.common import EnvBase
@@ -437,6 +437,12 @@ class ViewRebuilder:
             raise KeyError(
                 f"ViewRebuilder: the batch has no {self.traj_key!r} entry (the collector's "
                 "trajectory ids), which tells which batch steps continue which trajectory"
+            )
+        if batch.get((COLLECTOR, MASK), None) is not None:
+            raise ValueError(
+                "ViewRebuilder: the batch was split into padded trajectories (it has "
+                f"{(COLLECTOR, MASK)!r}); rebuild the views on the batches as collected "
+                "(split_trajs=False), then split them"
             )
         missing = [k for k in [*self._keys, *self._now_keys] if batch.get(k, None) is None]
         if missing:
