@@ -13,7 +13,7 @@ from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
 from torchrl.collectors import MultiaSyncDataCollector, MultiSyncDataCollector, SyncDataCollector
-from torchrl.collectors._views import ViewRebuilder, ViewRing, collection_views
+from torchrl.collectors._views import ViewPolicy, ViewRebuilder, ViewRing, collection_views
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer, Unbounded
 from torchrl.data.trajectory_views import TrajectoryView, build_views, prev_action, prev_reward
 from torchrl.envs.transforms import InitTracker, TransformedEnv
@@ -455,3 +455,28 @@ def test_buffer_rebuilds_what_the_policy_saw(kind: str, capacity: int) -> None:
             keep = step >= oldest + lookback
         assert keep.any()
         _check_seen(sample[keep], views)
+
+
+# --------------------------------------------------------------------------- ViewPolicy
+@pytest.mark.parametrize("kind", ["mixed", "first", "prev"])
+def test_view_policy_in_env_rollout(kind: str) -> None:
+    views = VIEWS[kind]
+    env = tick_env()
+    policy = ViewPolicy(recording_policy(views), env)
+    assert set(policy.out_keys) >= {v.target_key for v in views}
+    rollout = env.rollout(12, policy, break_when_any_done=False)  # auto-resets inside
+    _check_seen(build_views(rollout.clone(), views), views)
+    # a second rollout starts afresh after reset() (no InitTracker to say so)
+    policy.reset()
+    again = env.rollout(4, policy, break_when_any_done=False)
+    _check_seen(build_views(again.clone(), views), views)
+
+
+def test_view_policy_follows_is_init() -> None:
+    views = [TrajectoryView("tick", "-2:0")]
+    env = TransformedEnv(tick_env(max_steps=(50, 50)), InitTracker())
+    policy = ViewPolicy(recording_policy(views), env)
+    env.rollout(3, policy)
+    second = env.rollout(3, policy)  # a new rollout resets the env: is_init says so
+    assert (second["seen_tick_view"][:, 0, :2] == 0).all()
+    _check_seen(build_views(second.clone(), views), views)

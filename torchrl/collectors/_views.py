@@ -22,13 +22,14 @@ from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
 
-from torchrl._keys import COLLECTOR, DONE, MASK, NEXT, TRAJ_IDS
+from torchrl._keys import COLLECTOR, DONE, IS_INIT, MASK, NEXT, TRAJ_IDS
 from torchrl._types import NestedKey
 from torchrl.data.trajectory_views import TrajectoryView, build_views, get_views
 from torchrl.envs.common import EnvBase
 
-__all__ = ["ViewRebuilder", "ViewRing", "collection_views"]
+__all__ = ["ViewPolicy", "ViewRebuilder", "ViewRing", "collection_views"]
 
 Key = tuple[str, ...]
 
@@ -331,6 +332,75 @@ class ViewRing:
     def exclude(self, td: TensorDictBase) -> TensorDictBase:
         """``td`` without the view entries (a new TensorDict; ``td`` is untouched)."""
         return td.exclude(*self.out_keys)
+
+
+class ViewPolicy(TensorDictModuleBase):
+    """A policy that builds its own trajectory views: for ``env.rollout`` and hand-written loops.
+
+    Collectors build a policy's views themselves; ``env.rollout(max_steps, policy)`` (e.g. an
+    evaluation) does not. Wrapped in a ``ViewPolicy``, the policy gets them from a
+    :class:`ViewRing`: each call first records the step the previous call's TensorDict went
+    through (``env.step`` writes its ``"next"`` entries into it), then builds the views and runs
+    the policy. Episodes start at the first call, after every done step, where ``"is_init"`` is
+    set (an ``InitTracker`` in the env) and after :meth:`reset`: call it before a new rollout
+    when the env has no ``InitTracker``. Give a collector the policy itself, not this wrapper.
+
+    Args:
+        policy: the policy (a TensorDict module declaring ``views``).
+        env: the env it runs in (specs, batch size, device).
+        views: the views to build (default: ``get_views(policy)``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.data.trajectory_views import TrajectoryView
+        >>> from torchrl.envs import PendulumEnv
+        >>> env = PendulumEnv(seed=0)
+        >>> net = torch.nn.Sequential(torch.nn.Flatten(-2), torch.nn.Linear(6, 1), torch.nn.Tanh())
+        >>> net.views = [TrajectoryView("observation", "-1:0")]
+        >>> policy = ViewPolicy(TensorDictModule(net, ["observation_view"], ["action"]), env)
+        >>> rollout = env.rollout(5, policy)
+        >>> rollout["observation_view"].shape
+        torch.Size([5, 2, 3])
+        >>> torch.equal(rollout["observation_view"][1:, 0], rollout["observation"][:-1])
+        True
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        env: EnvBase,
+        views: Sequence[TrajectoryView] | None = None,
+    ) -> None:
+        super().__init__()
+        self.policy = policy
+        views = get_views(policy) if views is None else list(views)
+        self.ring = ViewRing(views, env, policy, owner=type(self).__name__)
+        outs = {_as_key(k) for k in self.ring.out_keys}
+        self.in_keys = [k for k in getattr(policy, "in_keys", []) if _as_key(k) not in outs]
+        self.out_keys = [*getattr(policy, "out_keys", []), *self.ring.out_keys]
+        self._batch_dims = len(env.batch_size)
+        self._last: TensorDictBase | None = None
+
+    def reset(self) -> None:
+        """Starts new episodes in every sub-env at the next call (a new rollout)."""
+        self._last = None
+        self.ring.start()
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        last = self._last
+        if last is not None and last is not tensordict and last.get(NEXT, None) is not None:
+            self.ring.record(last)
+        is_init = tensordict.get(IS_INIT, None)
+        if is_init is not None:
+            dims = self._batch_dims
+            self.ring.start(is_init.reshape(*is_init.shape[:dims], -1).any(-1))
+        self.ring.build(tensordict)
+        out = self.policy(tensordict)
+        if out is not None:
+            tensordict = out
+        self._last = tensordict
+        return tensordict
 
 
 class ViewRebuilder:
