@@ -375,10 +375,13 @@ class ViewPolicy(TensorDictModuleBase):
         super().__init__()
         self.policy = policy
         views = get_views(policy) if views is None else list(views)
-        self.ring = ViewRing(views, env, policy, owner=type(self).__name__)
+        self.ring = ViewRing(views, env, policy, owner="ViewPolicy")
         outs = {_as_key(k) for k in self.ring.out_keys}
-        self.in_keys = [k for k in getattr(policy, "in_keys", []) if _as_key(k) not in outs]
-        self.out_keys = [*getattr(policy, "out_keys", []), *self.ring.out_keys]
+        in_keys: list[NestedKey] = list(getattr(policy, "in_keys", []))
+        out_keys: list[NestedKey] = [*getattr(policy, "out_keys", []), *self.ring.out_keys]
+        # tensordict types keys as str | tuple[str]; ours are any nested keys
+        self.in_keys = cast(Any, [k for k in in_keys if _as_key(k) not in outs])
+        self.out_keys = cast(Any, out_keys)
         self._batch_dims = len(env.batch_size)
         self._last: TensorDictBase | None = None
 
