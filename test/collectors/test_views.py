@@ -480,3 +480,23 @@ def test_view_policy_follows_is_init() -> None:
     second = env.rollout(3, policy)  # a new rollout resets the env: is_init says so
     assert (second["seen_tick_view"][:, 0, :2] == 0).all()
     _check_seen(build_views(second.clone(), views), views)
+
+
+# ---------------------------------------------------------------------------- benchmark
+def test_benchmark_stores_one_frame_and_one_state() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "views.py"
+    spec = importlib.util.spec_from_file_location("views_benchmark", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    frames = {r["mode"]: r for r in bench.measure("frames", 64, 1, 1)}
+    lstm = {r["mode"]: r for r in bench.measure("lstm", 64, 1, 1)}
+    # "pixels" and ("next", "pixels"): 4 frames each with CatFrames, 1 each with views
+    assert frames["views"]["pixels_bytes_per_frame"] == 2 * 84 * 84
+    assert frames["catframes"]["pixels_bytes_per_frame"] == 4 * 2 * 84 * 84
+    # h and c (256 float32): under "next" only with views, at the root too with the primer
+    assert lstm["views"]["recurrent_state_bytes_per_frame"] == 2 * 256 * 4
+    assert lstm["primer"]["recurrent_state_bytes_per_frame"] == 2 * 2 * 256 * 4
