@@ -4,17 +4,17 @@ The observation is ``[x, theta]`` only, so a memoryless policy cannot tell which
 moves. ``--memory`` picks how the policy remembers:
 
 - ``mlp``: no memory (the contrast: it does not reach 475);
-- ``lstm``: an :class:`~torchrl.modules.LSTMModule` shared by actor and critic, its state carried
-  by the env (``get_env_transforms_from_module``: ``InitTracker`` + primer);
+- ``lstm``: an :class:`~torchrl.modules.LSTMModule` in the actor and another in the critic, their
+  states carried by the env (``get_env_transforms_from_module``: ``InitTracker`` + primer);
 - ``frames``: an MLP on the last ``frame_stack`` observations, declared as a
   :class:`~torchrl.data.trajectory_views.TrajectoryView` (built by a views-aware collector);
-- ``gtrxl``: a :class:`~torchrl.modules.GTrXLModule` (gated transformer-XL) shared by actor and
-  critic, its memory carried by the env like the LSTM state.
+- ``gtrxl``: a :class:`~torchrl.modules.GTrXLModule` (gated transformer-XL) in actor and critic,
+  its memory carried by the env like the LSTM state.
 
 The loop reads top to bottom: a ``SyncDataCollector`` steps ``num_envs`` envs for
-``steps_per_env`` steps with the stochastic policy, which also writes the critic's value (the
-critic shares the memory module, so collection runs it once per step). The values of the next
-observations come from one batched call on the stored ``"next"`` data (each step's stored
+``steps_per_env`` steps with the stochastic policy, which also runs the critic, so that its
+value and memory state are stored with each step (as SB3's RecurrentPPO keeps the critic's LSTM
+state). The values of the next observations come from one batched call on the stored ``"next"`` data (each step's stored
 state: no sequence replay), then GAE. Training cuts the ``[num_envs, steps_per_env]`` batch into
 ``seq_len``-step chunks, each starting from the state stored at its first step (as SB3's
 RecurrentPPO does), and runs ``epochs`` passes of ``ClipPPOLoss`` on shuffled minibatches of
@@ -61,6 +61,12 @@ ENVS = ("torch", "gym")
 class Config:
     """Settings of one run; ``train(cfg)`` reads only these fields.
 
+    The defaults are the RL Zoo's RecurrentPPO settings for CartPoleNoVel-v1 (gamma 0.98,
+    lambda 0.8, 20 epochs, lr 1e-3, 64-unit LSTM and heads, 256 frames per batch), with 16 envs
+    of 16 steps instead of 8 of 32: half the policy calls per frame, and 16-step training chunks.
+    Measured (seeds 0-2, 1 torch thread, a shared 2-core machine): LSTM reaches 475 at 12288,
+    6144 and 12288 frames in 13, 8 and 16 s.
+
     Attributes:
         memory: ``"mlp"``, ``"lstm"``, ``"frames"`` or ``"gtrxl"`` (see the module docstring).
         env: ``"torch"`` (:class:`StatelessCartPole`) or ``"gym"`` (gymnasium's CartPole-v1
@@ -96,19 +102,19 @@ class Config:
     env: str = "torch"
     seed: int = 0
     frames: int = 50_000
-    num_envs: int = 8
-    steps_per_env: int = 32
+    num_envs: int = 16
+    steps_per_env: int = 16
     seq_len: int = 16
-    epochs: int = 10
+    epochs: int = 20
     minibatches: int = 1
-    lr: float = 2e-3
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
+    lr: float = 1e-3
+    gamma: float = 0.98
+    gae_lambda: float = 0.8
     clip_epsilon: float = 0.2
     entropy_coef: float = 0.0
     max_grad_norm: float = 0.5
     reward_scale: float = 0.1
-    hidden: int = 32
+    hidden: int = 64
     frame_stack: int = 4
     gtrxl_memory: int = 16
     eval_every: int = 2048
@@ -124,7 +130,7 @@ def make_env(cfg: Config, num_envs: int, seed: int) -> TransformedEnv | Stateles
     """The base env: ``num_envs`` StatelessCartPoles (pure torch or gymnasium), seeded."""
     if cfg.env == "torch":
         env = StatelessCartPole(batch_size=[num_envs], seed=seed)
-        # The policy's actions come from the spec's own distribution: checking each is waste.
+        # The actions are one-hot samples of the policy's distribution: checking each is waste.
         env.validate_actions = False
         return env
     env = make_gym_stateless_cartpole(num_envs=num_envs)
