@@ -17,6 +17,7 @@ from torchrl.collectors._options import (
     RemoteCollectorOptions,
 )
 from torchrl.collectors._pool import WorkerError
+from torchrl.collectors._views import ViewPolicy, ViewRebuilder, ViewRing, collection_views
 from torchrl.collectors._worker import RemoteTraceback
 from torchrl.collectors.async_batched import AsyncBatchedCollector
 from torchrl.collectors.evaluator import Evaluator
@@ -67,9 +68,13 @@ __all__ = [
     "RemoteTraceback",
     "SyncDataCollector",
     "VanillaWeightUpdater",
+    "ViewPolicy",
+    "ViewRebuilder",
+    "ViewRing",
     "WeightUpdaterBase",
     "WorkerError",
     "aSyncDataCollector",
+    "collection_views",
     "policy_lag_stats",
     "split_trajectories",
 ]

@@ -100,6 +100,15 @@ from torchrl.data.specs import (  # noqa: F401
     stack_specs,
 )
 from torchrl.data.ted import H5Combine, H5Split, Nested2TED, TED2Nested  # noqa: F401
+from torchrl.data.trajectory_views import (  # noqa: F401
+    TrajectoryView,
+    ViewBuilder,
+    build_views,
+    get_views,
+    prev_action,
+    prev_reward,
+    view_spec,
+)
 from torchrl.data.utils import (  # noqa: F401
     check_no_exclusive_keys,
     consolidate_spec,

@@ -23,6 +23,7 @@ from torchrl.modules.exploration import (
     OrnsteinUhlenbeckProcessModule,
     OrnsteinUhlenbeckProcessWrapper,
 )
+from torchrl.modules.gtrxl import GTrXL, GTrXLModule
 from torchrl.modules.models import *  # noqa: F403
 from torchrl.modules.models import __all__ as _models_all
 from torchrl.modules.planners import CEMPlanner, MPCPlannerBase, MPPIPlanner
@@ -32,7 +33,13 @@ from torchrl.modules.qvalue import (
     QValueActor,
     QValueModule,
 )
-from torchrl.modules.recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode
+from torchrl.modules.recurrent import (
+    GRUModule,
+    LSTMModule,
+    recurrent_mode,
+    set_recurrent_mode,
+    window_episode_starts,
+)
 from torchrl.modules.tensordict_module.action_chunk import ActionChunkExecutor
 from torchrl.modules.tensordict_module.diffusion import DiffusionActor
 from torchrl.modules.tensordict_module.exploration_spec import set_exploration_modules_spec_from_env
@@ -62,6 +69,8 @@ __all__ = [
     "EGreedyModule",
     "EGreedyWrapper",
     "GRUModule",
+    "GTrXL",
+    "GTrXLModule",
     "LSTMModule",
     "MPCPlannerBase",
     "MPPIPlanner",
@@ -81,6 +90,7 @@ __all__ = [
     "WorldModelWrapper",
     "recurrent_mode",
     "set_recurrent_mode",
+    "window_episode_starts",
     "ActionChunkExecutor",
     "DiffusionActor",
     "CausalTransformer",
