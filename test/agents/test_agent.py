@@ -66,6 +66,7 @@ def test_temporal_agent_n_steps_and_t0() -> None:
     assert tick.calls[3:] == [5, 6, 7] and ws.time_length == 8
     TemporalAgent(tick, n_steps=3)(ws, t=1, n_steps=2)  # call arguments override
     assert tick.calls[6:] == [1, 2]
+    assert ws.time_length == 3  # a run from t replaces the steps from t on
 
 
 def test_temporal_agent_stop_variable() -> None:

@@ -97,8 +97,10 @@ class TemporalAgent(Agent):
 
     The run stops after ``n_steps`` steps, or after the first step ``t`` at which the stop
     variable (a boolean ``[*batch_size]`` or ``[*batch_size, 1]`` entry, e.g. ``"done"``) is
-    True for every row, whichever comes first. The keyword arguments of a call override the
-    ones given here; the others go to the agent.
+    True for every row, whichever comes first. A run from ``t`` replaces the steps after ``t``
+    (step ``t`` may hold inputs, such as start states): the workspace's length becomes ``t``
+    plus the steps run. The keyword arguments of a
+    call override the ones given here; the others go to the agent.
 
     Args:
         agent: the agent run at each step.
@@ -149,6 +151,9 @@ class TemporalAgent(Agent):
             raise ValueError(f"TemporalAgent: n_steps must be >= 1, got {n_steps}")
         if t < 0:
             raise ValueError(f"TemporalAgent: t must be >= 0, got {t}")
+        if workspace.time_length > t + 1:
+            # this run replaces the steps after t (step t may hold its inputs, e.g. start states)
+            workspace.set_time_length(t + 1)
         step = t
         while n_steps is None or step < t + n_steps:
             self.agent(workspace, t=step, **kwargs)

@@ -66,6 +66,7 @@ class Workspace:
         self._length = 0
         # leaves of the storage, flat and as a tree (rebuilt after the storage or its keys change)
         self._flat: dict[Any, torch.Tensor] | None = None
+        self._step_shapes: dict[Any, torch.Size] = {}  # shape of one step of each leaf
         self._tree: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ construction
@@ -204,8 +205,12 @@ class Workspace:
 
     def _write(self, key: NestedKey, t: int, value: torch.Tensor) -> None:
         """``set`` once the batch size is known and ``t`` fits in the storage."""
+        flat = self._flat if self._flat is not None else self._leaves()
+        entry = flat.get(key)
         nb = len(self._batch_size or ())
-        entry = self._leaves().get(key)
+        if entry is not None and self._step_shapes[key] == value.shape:
+            entry.select(nb, t).copy_(value)
+            return
         if entry is None:
             if tuple(value.shape[:nb]) != tuple(self._batch_size or ()):
                 raise ValueError(
@@ -458,6 +463,10 @@ class Workspace:
         if self._flat is None:
             td = self._storage()
             self._flat = dict(td.items(include_nested=True, leaves_only=True))  # type: ignore[arg-type]
+            nb = len(self._batch_size or ())
+            self._step_shapes = {
+                key: value.shape[:nb] + value.shape[nb + 1 :] for key, value in self._flat.items()
+            }
             tree: dict[str, Any] = {}
             for key, value in self._flat.items():
                 path = key if isinstance(key, tuple) else (key,)
