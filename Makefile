@@ -12,7 +12,7 @@ TEST_EXTRAS ?= gym,dev,plot,offline,atari,open_spiel,mo_gym,minigrid,jumanji,muj
 SLOW_EXTRAS ?= brax
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-test build demo test test-slow lint format docs bench clean
+.PHONY: setup setup-test build demo test test-slow lint format docs bench bench-docs clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,8 +64,16 @@ format: setup-test
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
+# Tutorials are executed by sphinx-gallery and cached in docs/tutorials/ (re-run when changed).
 docs: setup-test build
+	$(PY) -c "import furo, sphinx_gallery" 2>/dev/null || $(PIP) install -q -e ".[docs]"
 	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	$(PY) tools/docs_linkcheck.py docs/_build/html
+
+# Records the benchmarks' JSON output for docs/benchmarks.rst (then run make docs).
+BENCH_DOCS ?= gae replay segment_tree specs transforms modules losses import_time
+bench-docs: setup-test build
+	$(PY) tools/docs_record.py bench $(BENCH_DOCS)
 
 bench: setup-test build
 	for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

@@ -1,4 +1,5 @@
-"""PPO from the components: env, actor, critic, collector, GAE, loss, buffer, optimizer.
+"""PPO from the components: env, actor, critic, collector, GAE, loss, buffer, optimizer
+====================================================================================
 
 Each piece is a separate, replaceable part; this tutorial assembles them into a PPO agent
 that solves CartPole-v1 in a few seconds (the same recipe as ``examples/ppo_cartpole.py``).
@@ -22,19 +23,23 @@ from torchrl.modules import MLP, OneHotCategorical, ProbabilisticActor, ValueOpe
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
 parser.add_argument("--smoke", action="store_true", help="small budgets, for the test suite")
 args = parser.parse_args()
 torch.manual_seed(0)
 torch.set_num_threads(1)  # tiny networks: extra threads only add overhead
 
-# %% 1. Environments: 8 CartPoles stepped as one batched env, with episode returns.
+# %%
+# 1. Environments: 8 CartPoles stepped as one batched env, with episode returns.
+#
 env = TransformedEnv(GymEnv("CartPole-v1", num_envs=8), RewardSum())
 env.set_seed(0)
 n_obs = env.observation_spec["observation"].shape[-1]
 n_act = env.action_spec.shape[-1]
 
-# %% 2. The actor: observation -> logits -> a categorical distribution -> "action".
+# %%
+# 2. The actor: observation -> logits -> a categorical distribution -> "action".
+#
 # ``return_log_prob`` stores the log-probability of each sampled action: PPO's importance
 # ratio needs the probabilities of the policy that collected the data.
 actor = ProbabilisticActor(
@@ -49,22 +54,30 @@ actor = ProbabilisticActor(
     return_log_prob=True,
 )
 
-# %% 3. The critic: observation -> "state_value".
+# %%
+# 3. The critic: observation -> "state_value".
+#
 critic = ValueOperator(
     MLP(n_obs, 1, num_cells=[64, 64], activation_class=nn.Tanh), in_keys=["observation"]
 )
 
-# %% 4. The collector yields batches of [8 envs, 32 steps] from the current policy.
+# %%
+# 4. The collector yields batches of [8 envs, 32 steps] from the current policy.
+#
 frames_per_batch = 256
 total_frames = 2 * frames_per_batch if args.smoke else 60 * frames_per_batch
 collector = SyncDataCollector(
     env, actor, frames_per_batch=frames_per_batch, total_frames=total_frames
 )
 
-# %% 5. Advantages: GAE over each batch writes "advantage" and "value_target".
+# %%
+# 5. Advantages: GAE over each batch writes "advantage" and "value_target".
+#
 advantage = GAE(gamma=0.98, lmbda=0.8, value_network=critic)
 
-# %% 6. The loss: clipped surrogate + value regression; it returns a TensorDict of terms.
+# %%
+# 6. The loss: clipped surrogate + value regression; it returns a TensorDict of terms.
+#
 loss_fn = ClipPPOLoss(
     actor,
     critic,
@@ -76,14 +89,18 @@ loss_fn = ClipPPOLoss(
 )
 optim = torch.optim.Adam(loss_fn.parameters(), lr=1e-3)
 
-# %% 7. A buffer that serves each batch in shuffled minibatches, every item once per epoch.
+# %%
+# 7. A buffer that serves each batch in shuffled minibatches, every item once per epoch.
+#
 buffer = TensorDictReplayBuffer(
     storage=LazyTensorStorage(frames_per_batch),
     sampler=SamplerWithoutReplacement(),
     batch_size=128,
 )
 
-# %% 8. The loop: collect, estimate advantages, a few epochs of minibatch steps, repeat.
+# %%
+# 8. The loop: collect, estimate advantages, a few epochs of minibatch steps, repeat.
+#
 eval_env = GymEnv("CartPole-v1", num_envs=4)
 eval_env.set_seed(1)
 for i, batch in enumerate(collector):

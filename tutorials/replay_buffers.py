@@ -1,4 +1,5 @@
-"""Replay buffers: storages, samplers, writers, priorities and trajectory slices.
+"""Replay buffers: storages, samplers, writers, priorities and trajectory slices
+=============================================================================
 
 A replay buffer is three small parts: a *storage* that holds items, a *sampler* that picks
 indices, and a *writer* that decides where new items go. ``TensorDictReplayBuffer`` stores
@@ -28,19 +29,23 @@ from torchrl.data import (
 )
 from torchrl.envs import GymEnv
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
 parser.add_argument("--smoke", action="store_true", help="small budgets, for the test suite")
 args = parser.parse_args()
 torch.manual_seed(0)
 
-# %% 1. Any Python objects: ListStorage
+# %%
+# 1. Any Python objects: ListStorage
+# ----------------------------------
 # The simplest buffer keeps a list. ``extend`` adds items, ``sample`` draws a batch with
 # replacement (the default RandomSampler).
 rb = ReplayBuffer(storage=ListStorage(max_size=100), batch_size=4)
 rb.extend(["a", "b", "c", "d", "e"])
 print("ListStorage sample:", rb.sample())
 
-# %% 2. TensorDicts in preallocated tensors: LazyTensorStorage
+# %%
+# 2. TensorDicts in preallocated tensors: LazyTensorStorage
+# ---------------------------------------------------------
 # The storage is allocated on the first write, from the shapes of the first batch, then filled
 # in place (a ring buffer: when full, the oldest items are overwritten).
 data = TensorDict(
@@ -51,7 +56,9 @@ rb.extend(data)
 sample = rb.sample()
 print("stored:", len(rb), "| sample keys:", sorted(sample.keys()), "| batch:", sample.batch_size)
 
-# %% 3. Epochs: SamplerWithoutReplacement
+# %%
+# 3. Epochs: SamplerWithoutReplacement
+# ------------------------------------
 # Every item once per epoch (what PPO's minibatches want).
 rb = TensorDictReplayBuffer(
     storage=LazyTensorStorage(64), sampler=SamplerWithoutReplacement(), batch_size=16
@@ -60,7 +67,9 @@ rb.extend(TensorDict(x=torch.arange(64), batch_size=[64]))
 seen = torch.cat([rb.sample()["x"] for _ in range(4)])
 print("one epoch covers every item once:", bool((seen.sort().values == torch.arange(64)).all()))
 
-# %% 4. Prioritized replay
+# %%
+# 4. Prioritized replay
+# ---------------------
 # PrioritizedSampler draws item i with probability p_i^alpha / sum_j p_j^alpha (sum tree in
 # C++, O(log n)). Update priorities from the sampled "index", e.g. with TD errors.
 rb = TensorDictReplayBuffer(
@@ -77,7 +86,9 @@ for _ in range(20 if args.smoke else 200):
 hot = counts[sample["index"]].sum() / counts.sum()
 print(f"share of draws on the 8 boosted items: {hot:.2f} (uniform would be 0.08)")
 
-# %% 5. Trajectory slices: SliceSampler
+# %%
+# 5. Trajectory slices: SliceSampler
+# ----------------------------------
 # Store rollouts of a real env, then sample contiguous sub-trajectories (for recurrent
 # policies, n-step returns, sequence models). The episode boundaries come from ("next", "done").
 env = GymEnv("CartPole-v1")
@@ -93,7 +104,9 @@ print(
     bool((slices["next", "observation"][:, :-1] == slices["observation"][:, 1:]).all()),
 )
 
-# %% 6. On disk: LazyMemmapStorage, and saving a whole buffer
+# %%
+# 6. On disk: LazyMemmapStorage, and saving a whole buffer
+# --------------------------------------------------------
 # Memory-mapped files hold the data outside the process's memory; ``dumps``/``loads`` save
 # and restore a buffer (storage, sampler and writer state).
 with tempfile.TemporaryDirectory() as tmp:

@@ -1,4 +1,5 @@
-"""Write your own environment: a batched, pure-torch env in four methods.
+"""Write your own environment: a batched, pure-torch env in four methods
+=====================================================================
 
 An env subclasses ``EnvBase``, declares its specs, and writes ``_reset``, ``_step`` and
 ``_set_seed``; ``reset``, ``step``, ``rollout``, ``step_and_maybe_reset``, partial resets and
@@ -19,7 +20,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Composite, Unbounded
 from torchrl.envs import EnvBase, RewardSum, TransformedEnv, check_env_specs
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
 parser.add_argument("--smoke", action="store_true", help="small budgets, for the test suite")
 args = parser.parse_args()
 
@@ -80,12 +81,16 @@ class Reach(EnvBase):
 
 env = Reach(batch_size=(4,))
 
-# %% Check the env against its specs: a short rollout, every entry compared with its spec.
+# %%
+# Check the env against its specs: a short rollout, every entry compared with its spec.
+#
 check_env_specs(env)
 env.set_seed(0)
 
 
-# %% A hand-written policy: move towards 0 at full speed. Any callable on TensorDicts works.
+# %%
+# A hand-written policy: move towards 0 at full speed. Any callable on TensorDicts works.
+#
 def go_home(td: TensorDictBase) -> TensorDictBase:
     td["action"] = -td["observation"].sign()
     return td
@@ -95,7 +100,9 @@ rollout = env.rollout(max_steps=20, policy=go_home, break_when_any_done=False)
 print("rollout:", rollout.batch_size, "(4 envs x 20 steps)")
 print("positions of env 0:", rollout["next", "observation"][0].squeeze(-1)[:8].tolist())
 
-# %% Transforms and partial resets work unchanged: step_and_maybe_reset resets only the
+# %%
+# Transforms and partial resets work unchanged: step_and_maybe_reset resets only the
+#
 # sub-envs that finished, and RewardSum reports each episode's return.
 env = TransformedEnv(env, RewardSum())
 td = env.reset()

@@ -1,0 +1,163 @@
+"""Records runs of examples and benchmarks for the documentation site.
+
+``python tools/docs_record.py example ppo_cartpole [-- EXTRA ARGS]`` runs
+``examples/ppo_cartpole.py --out DIR --no-progress`` and writes ``docs/results/ppo_cartpole.json``
+(the command, the machine, the date, the final score and frames parsed from the summary line the
+example prints) and ``docs/results/ppo_cartpole.png`` (the learning curve the example wrote).
+
+``python tools/docs_record.py bench gae [-- EXTRA ARGS]`` runs ``benchmarks/gae.py`` and writes
+``docs/benchmarks/gae.json``: every JSON object the benchmark printed, the command and the
+machine. ``make bench-docs`` records every benchmark named in ``BENCH_DOCS`` of the Makefile.
+
+The documentation build only reads these files (see ``tools/docs_pages.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SUMMARY_RE = re.compile(
+    r"^(?P<title>.+?): final deterministic evaluation return (?P<score>-?[\d.]+(?:e[-+]?\d+)?)"
+    r"(?P<rest>.*?); (?P<frames>\d+) frames in (?P<wall>[\d.]+) s\s*$"
+)
+TARGET_RE = re.compile(r"\(target (?P<target>-?[\d.e+]+)\); (?:solved at (?P<solved>\d+)|not)")
+
+
+def machine() -> dict:
+    """What the figures were measured on."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": f"{os.cpu_count()} cores",
+        "torch": f"torch {torch.__version__}",
+        "python": f"Python {platform.python_version()}",
+    }
+
+
+def parse_summary(stdout: str) -> dict | None:
+    """The fields of the last ``...: final deterministic evaluation return ...`` line."""
+    for line in reversed(stdout.splitlines()):
+        m = SUMMARY_RE.match(line.strip())
+        if m:
+            out = {
+                "title": m.group("title"),
+                "final_score": float(m.group("score")),
+                "final_score_text": line.strip().split(": ", 1)[1].split(";")[0],
+                "frames": int(m.group("frames")),
+                "wall_s": float(m.group("wall")),
+                "target": None,
+                "solved_at": None,
+            }
+            t = TARGET_RE.search(m.group("rest"))
+            if t:
+                out["target"] = float(t.group("target"))
+                out["solved_at"] = int(t.group("solved")) if t.group("solved") else None
+            return out
+    return None
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    env = dict(os.environ, MPLBACKEND="Agg")
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+def record_example(name: str, extra: list[str]) -> Path:
+    """Runs ``examples/<name>.py`` and writes its record; raises when it fails or prints no score."""
+    out_json = ROOT / "docs" / "results" / f"{name}.json"
+    with tempfile.TemporaryDirectory() as tmp:
+        shown = ["python", f"examples/{name}.py", *extra]
+        proc = _run([sys.executable, f"examples/{name}.py", "--out", tmp, "--no-progress", *extra])
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"examples/{name}.py failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+            )
+        summary = parse_summary(proc.stdout)
+        if summary is None:
+            raise RuntimeError(
+                f"examples/{name}.py printed no 'final deterministic evaluation' line"
+            )
+        pngs = sorted(Path(tmp).rglob("*.png"))
+        record = {
+            "example": f"examples/{name}.py",
+            "command": " ".join(shown),
+            "machine": machine(),
+            "date": datetime.date.today().isoformat(),
+            **summary,
+            "curve": None,
+        }
+        out_json.parent.mkdir(parents=True, exist_ok=True)
+        if pngs:
+            curve = out_json.with_suffix(".png")
+            shutil.copyfile(pngs[0], curve)
+            record["curve"] = curve.relative_to(ROOT / "docs" / "results").as_posix()
+    out_json.write_text(json.dumps(record, indent=1) + "\n")
+    return out_json
+
+
+def record_bench(name: str, extra: list[str]) -> Path:
+    """Runs ``benchmarks/<name>.py`` and writes every JSON line it printed."""
+    proc = _run([sys.executable, f"benchmarks/{name}.py", *extra])
+    records = []
+    for line in proc.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    out = ROOT / "docs" / "benchmarks" / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "benchmark": f"benchmarks/{name}.py",
+        "command": " ".join(["python", f"benchmarks/{name}.py", *extra]),
+        "returncode": proc.returncode,
+        "machine": machine(),
+        "date": datetime.date.today().isoformat(),
+        "records": records,
+    }
+    if proc.returncode != 0:
+        data["stderr_tail"] = proc.stderr[-2000:]
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=["example", "bench"])
+    parser.add_argument("names", nargs="+", help="example or benchmark names, without .py")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    status = 0
+    for name in args.names:
+        try:
+            path = (record_example if args.kind == "example" else record_bench)(name, extra)
+            print(f"wrote {path.relative_to(ROOT)}")
+        except RuntimeError as err:
+            print(f"error: {err}", file=sys.stderr)
+            status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
