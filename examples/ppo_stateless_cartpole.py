@@ -7,7 +7,8 @@ moves. ``--memory`` picks how the policy remembers:
 - ``lstm``: an :class:`~torchrl.modules.LSTMModule` in the actor and another in the critic, their
   states carried by the env (``get_env_transforms_from_module``: ``InitTracker`` + primer);
 - ``frames``: an MLP on the last ``frame_stack`` observations, declared as a
-  :class:`~torchrl.data.trajectory_views.TrajectoryView` (built by a views-aware collector);
+  :class:`~torchrl.data.trajectory_views.TrajectoryView`: the collector builds the stack from a
+  ring buffer and leaves it out of the batch, ``ViewRebuilder`` rebuilds it for the loss;
 - ``gtrxl``: a :class:`~torchrl.modules.GTrXLModule` (gated transformer-XL) in actor and critic,
   its memory carried by the env like the LSTM state.
 
@@ -39,7 +40,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
-from torchrl.collectors import SyncDataCollector
+from torchrl.collectors import SyncDataCollector, ViewPolicy, ViewRebuilder
 from torchrl.envs import TransformedEnv
 from torchrl.envs.custom.stateless_cartpole import StatelessCartPole, make_gym_stateless_cartpole
 from torchrl.modules import (
@@ -291,15 +292,13 @@ def train(cfg: Config) -> dict:
         # The collector builds the stacked observations from a ring buffer and leaves them out
         # of the batch; the rebuilder writes them back (and those of the next steps, for the
         # bootstrap values), carrying each trajectory's last steps across batches.
-        try:
-            from torchrl.collectors import ViewRebuilder
-        except ImportError as err:
-            raise NotImplementedError(
-                "--memory frames needs collector-side trajectory views (a collector that builds "
-                "the policy's TrajectoryView inputs, and torchrl.collectors.ViewRebuilder); "
-                "this build does not have them yet"
-            ) from err
         rebuild_views = ViewRebuilder(policy, next_views=True)
+
+    def for_rollouts(env: TransformedEnv) -> TensorDictModuleBase:
+        # env.rollout builds no views: the wrapper keeps its own ring of past observations.
+        return actor if rebuild_views is None else ViewPolicy(actor, env)
+
+    eval_actor = for_rollouts(eval_env)
 
     frames_per_batch = cfg.num_envs * cfg.steps_per_env
     collector = SyncDataCollector(
@@ -326,21 +325,8 @@ def train(cfg: Config) -> dict:
     history["eval_wall"] = 0.0
     frames, next_eval = 0, cfg.eval_every
     start = time.perf_counter()
-    batches = iter(collector)
     try:
-        while True:
-            try:
-                batch = next(batches)
-            except StopIteration:
-                break
-            except KeyError as err:
-                if cfg.memory == "frames" and "observation_view" in str(err):
-                    raise NotImplementedError(
-                        "--memory frames needs a collector that builds trajectory views "
-                        "(the policy declares TrajectoryView('observation', ...)); this "
-                        "SyncDataCollector does not build them yet"
-                    ) from err
-                raise
+        for batch in collector:
             frames += batch.numel()
             if rebuild_views is not None:
                 batch = rebuild_views(batch)
@@ -369,7 +355,7 @@ def train(cfg: Config) -> dict:
             if frames >= next_eval:
                 next_eval += cfg.eval_every
                 eval_start = time.perf_counter()
-                ret = evaluate(eval_env, actor, max_steps=500)
+                ret = evaluate(eval_env, eval_actor, max_steps=500)
                 history["eval_wall"] += time.perf_counter() - eval_start
                 wall = time.perf_counter() - start
                 history["eval"].append((frames, ret))
@@ -388,7 +374,7 @@ def train(cfg: Config) -> dict:
         make_env(cfg, cfg.final_eval_episodes, cfg.seed + 20_000),
         get_env_transforms_from_module(policy),
     )
-    history["final_return"] = evaluate(final_env, actor, max_steps=500)
+    history["final_return"] = evaluate(final_env, for_rollouts(final_env), max_steps=500)
     final_env.close()
     return history
 

@@ -34,7 +34,7 @@ def _json_lines(out: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-@pytest.mark.parametrize("memory", ["mlp", "lstm", "gtrxl"])
+@pytest.mark.parametrize("memory", ["mlp", "lstm", "frames", "gtrxl"])
 def test_smoke(memory: str, tmp_path, monkeypatch, capsys) -> None:
     _run([*TINY, "--memory", memory, "--out", str(tmp_path)], monkeypatch)
     out = capsys.readouterr().out
@@ -47,17 +47,6 @@ def test_smoke(memory: str, tmp_path, monkeypatch, capsys) -> None:
     assert final["final_return"] > 0
     assert "final deterministic evaluation return" in out
     assert list(tmp_path.glob("*.png"))
-
-
-def test_frames_mode(tmp_path, monkeypatch, capsys) -> None:
-    # Needs a collector that builds trajectory views; without one it must say so clearly.
-    try:
-        _run([*TINY, "--memory", "frames", "--out", str(tmp_path)], monkeypatch)
-    except NotImplementedError as err:
-        assert "trajectory views" in str(err)
-        pytest.xfail("the collector does not build trajectory views yet")
-    final = _json_lines(capsys.readouterr().out)[-1]
-    assert final["memory"] == "frames" and final["frames"] == 128
 
 
 def test_gym_env(tmp_path, monkeypatch, capsys) -> None:
