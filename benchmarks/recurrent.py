@@ -97,6 +97,7 @@ def run_peer(lib: str, seed: int, args: argparse.Namespace) -> dict:
         "train_target": 300.0,
         "max_frames": args.max_frames if lib == "sb3" else args.rllib_max_frames,
         "num_env_runners": args.rllib_runners,
+        "max_wall_s": args.rllib_max_wall_s,
     }
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     # From a temporary directory, so that our ``torchrl`` cannot shadow anything of the peer's.
@@ -149,6 +150,7 @@ def main() -> None:
     parser.add_argument("--max-frames", type=int, default=100_000)
     parser.add_argument("--rllib-max-frames", type=int, default=300_000)
     parser.add_argument("--rllib-runners", type=int, default=4)
+    parser.add_argument("--rllib-max-wall-s", type=float, default=3600.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
     results: dict[str, list[dict]] = {}

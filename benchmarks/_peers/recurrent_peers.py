@@ -4,7 +4,7 @@ Usage: ``python recurrent_peers.py FUNCTION SEED [CONFIG_JSON]`` with FUNCTION o
 ``sb3_recurrent_ppo`` (SB3-contrib's RecurrentPPO, under a venv with ``sb3-contrib``) and
 ``rllib_ppo_lstm`` (RLlib's PPO with its LSTM, under a venv with ``ray[rllib]``). CONFIG_JSON
 holds the protocol: ``eval_every``, ``eval_episodes``, ``target_return``, ``max_frames``,
-``train_target`` (RLlib) and ``num_env_runners`` (RLlib). Prints one JSON object. Torch uses 1
+``train_target``, ``num_env_runners`` and ``max_wall_s`` (RLlib). Prints one JSON object. Torch uses 1
 thread in the driver process.
 
 Both peers see the same task as ours: gymnasium's CartPole-v1 (500-step cap) with the cart and
@@ -173,6 +173,7 @@ def rllib_ppo_lstm(seed: int) -> dict:
         "train_475": cfg.get("target_return", 475.0),
     }
     runners = int(cfg.get("num_env_runners", 4))
+    max_wall = float(cfg.get("max_wall_s", float("inf")))
     torch.set_num_threads(1)
     register_env("cartpole_no_velocity", lambda _config: _no_velocity_env())
     ray.init(num_cpus=max(2, runners + 1), include_dashboard=False, log_to_driver=False)
@@ -209,7 +210,11 @@ def rllib_ppo_lstm(seed: int) -> dict:
         reached: dict[str, tuple[int, float]] = {}
         curve = []
         steps = 0
-        while steps < max_frames and len(reached) < len(targets):
+        while (
+            steps < max_frames
+            and len(reached) < len(targets)
+            and time.perf_counter() - start < max_wall
+        ):
             result = algo.train()
             runners_metrics = result.get("env_runners", {})
             steps = int(
