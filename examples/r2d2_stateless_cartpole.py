@@ -77,10 +77,10 @@ STATE_VIEWS = [
 
 @dataclass
 class Config:
-    frames: int = 150_016  # upper bound; training stops once solved
+    frames: int = 60_032  # upper bound; training stops once the target is reached
     num_envs: int = 8
     frames_per_batch: int = 128  # 16 steps per env
-    updates_per_batch: int = 4
+    updates_per_batch: int = 16
     learning_starts: int = 2048  # frames collected before the first gradient step
     buffer_size: int = 100_000
     num_sequences: int = 32  # sequences per gradient step
@@ -88,10 +88,10 @@ class Config:
     train_len: int = 16  # steps per sequence that carry a loss
     n_step: int = 3
     lr: float = 1e-3
-    gamma: float = 0.99
+    gamma: float = 0.97
     eps_end: float = 0.02
-    eps_frames: int = 30_000  # frames over which epsilon anneals from 1 to eps_end
-    target_update_interval: int = 200  # gradient steps
+    eps_frames: int = 15_000  # frames over which epsilon anneals from 1 to eps_end
+    target_update_interval: int = 50  # gradient steps
     max_grad_norm: float = 10.0
     hidden: int = 64
     eval_every: int = 4096
