@@ -78,12 +78,11 @@ class ModuleAgent(Agent):
     def forward(self, workspace: Workspace, t: int = 0, **kwargs: Any) -> None:
         out = self._run(workspace.get_step(t, exclude=(NEXT,)))
         for key in self.out_keys:
-            value = out.get(key, None)
-            if value is None:
+            if key not in out.keys(include_nested=True):
                 raise KeyError(
                     f"ModuleAgent: {type(self.module).__name__} did not write {key!r} at step {t}"
                 )
-            workspace.set(key, t, value)
+        workspace.set_step(t, out, keys=self.out_keys)
 
     def replay(self, workspace: Workspace, t0: int = 0, **kwargs: Any) -> None:
         length = workspace.time_length

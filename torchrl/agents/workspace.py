@@ -67,7 +67,8 @@ class Workspace:
         # leaves of the storage, flat and as a tree (rebuilt after the storage or its keys change)
         self._flat: dict[Any, torch.Tensor] | None = None
         self._step_shapes: dict[Any, torch.Size] = {}  # shape of one step of each leaf
-        self._tree: dict[str, Any] | None = None
+        self._tree: dict[str, Any] | None = None  # nested names -> full keys
+        self._views: dict[int, dict[Any, torch.Tensor]] = {}  # step -> {key: view of the step}
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -209,7 +210,7 @@ class Workspace:
         entry = flat.get(key)
         nb = len(self._batch_size or ())
         if entry is not None and self._step_shapes[key] == value.shape:
-            entry.select(nb, t).copy_(value)
+            self._step_views(t)[key].copy_(value)
             return
         if entry is None:
             if tuple(value.shape[:nb]) != tuple(self._batch_size or ()):
@@ -219,7 +220,7 @@ class Workspace:
                 )
             entry = self._allocate(value)
             self._storage().set(key, entry)
-            self._flat = self._tree = None
+            self._invalidate()
         elif entry.shape[:nb] + entry.shape[nb + 1 :] != value.shape:
             if tuple(value.shape[:nb]) != tuple(self._batch_size or ()):
                 raise ValueError(
@@ -254,7 +255,7 @@ class Workspace:
                 raise KeyError(f"Workspace has no variable {missing[0]!r}; it has {self.keys()}")
             step = td.select(*keys)[_time_index(nb, t)]
             return step.copy() if step.is_locked else step
-        self._leaves()
+        views = self._step_views(t)
         assert self._tree is not None
         skip = {(k,) if isinstance(k, str) else tuple(k) for k in exclude}
 
@@ -264,7 +265,7 @@ class Workspace:
                 here = (*path, name)
                 if here in skip:
                     continue
-                out[name] = build(node, here) if isinstance(node, dict) else node.select(nb, t)
+                out[name] = build(node, here) if isinstance(node, dict) else views[node]
             return out
 
         return new_unchecked(
@@ -299,11 +300,23 @@ class Workspace:
             items = tensordict.items(include_nested=True, leaves_only=True)
         else:
             items = ((key, tensordict.get(key)) for key in keys)
+        views = self._step_views(t)
+        shapes = self._step_shapes
+        dsts, srcs = [], []
         for key, value in items:
             dest: Any = key
             if under is not None:
                 dest = (under, *key) if isinstance(key, tuple) else (under, key)
-            self._write(dest, t, value)
+            view = views.get(dest)
+            if view is not None and shapes[dest] == value.shape:
+                dsts.append(view)
+                srcs.append(value)
+            else:  # a new variable (or a wrong shape, which raises)
+                self._write(dest, t, value)
+                views = self._step_views(t)
+        if dsts:
+            # one call for all the copies of the step (as the collectors write their buffers)
+            torch._foreach_copy_(dsts, srcs)
         self._length = max(self._length, t + 1)
 
     # ------------------------------------------------------------------ whole sequences
@@ -353,7 +366,7 @@ class Workspace:
         if td.batch_size[-1] != steps:
             self._set_storage(td[_time_index(nb, slice(0, steps))])
         self._storage().set(key, value)
-        self._flat = self._tree = None
+        self._invalidate()
 
     # ------------------------------------------------------------------ maintenance
     def copy_n_last_steps(self, n: int) -> None:
@@ -457,7 +470,20 @@ class Workspace:
 
     def _set_storage(self, td: TensorDictBase) -> None:
         self._td = td
+        self._invalidate()
+
+    def _invalidate(self) -> None:
         self._flat = self._tree = None
+        self._views = {}
+
+    def _step_views(self, t: int) -> dict[Any, torch.Tensor]:
+        """Views of every leaf at step ``t``, made once per storage layout."""
+        views = self._views.get(t)
+        if views is None:
+            nb = len(self._batch_size or ())
+            views = {key: value.select(nb, t) for key, value in self._leaves().items()}
+            self._views[t] = views
+        return views
 
     def _leaves(self) -> dict[Any, torch.Tensor]:
         if self._flat is None:
@@ -473,7 +499,7 @@ class Workspace:
                 node = tree
                 for name in path[:-1]:
                     node = node.setdefault(name, {})
-                node[path[-1]] = value
+                node[path[-1]] = key
             self._tree = tree
         return self._flat
 
