@@ -494,7 +494,7 @@ class Workspace:
                 key: value.shape[:nb] + value.shape[nb + 1 :] for key, value in self._flat.items()
             }
             tree: dict[str, Any] = {}
-            for key, value in self._flat.items():
+            for key in self._flat:
                 path = key if isinstance(key, tuple) else (key,)
                 node = tree
                 for name in path[:-1]:
