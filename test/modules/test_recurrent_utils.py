@@ -58,6 +58,16 @@ def test_primers_merge_several_modules_into_one() -> None:
     assert td["lh"].abs().sum() == 0
 
 
+def test_primers_state_dim_equal_to_batch_size() -> None:
+    # 2 layers in 2 envs: the state [2, 8] must still get the batch dim ([2, 2, 8])
+    lstm = LSTMModule(2, 8, num_layers=2, in_key="observation", out_key="features")
+    env = TransformedEnv(
+        StatelessCartPole(batch_size=[2], seed=0), get_env_transforms_from_module(lstm)
+    )
+    assert env.reset()["recurrent_state_h"].shape == (2, 2, 8)
+    check_env_specs(env)
+
+
 def test_primers_shared_module_counts_once() -> None:
     lstm = LSTMModule(2, 8, in_key="observation", out_key="features")
     actor = TensorDictSequential(lstm, TensorDictModule(nn.Linear(8, 2), ["features"], ["a"]))

@@ -64,9 +64,10 @@ def get_primers_from_module(
             that submodule and warns, naming its type.
 
     Returns:
-        One :class:`~torchrl.envs.transforms.TensorDictPrimer` holding every state entry (a
-        :class:`~torchrl.envs.transforms.Compose` of the primers when one of them draws random
-        values), or ``None`` when nothing needs priming.
+        One :class:`~torchrl.envs.transforms.TensorDictPrimer` holding every state entry, with
+        each module's default values and per-env specs (always expanded by the env's batch
+        dims); the modules' own primers (a :class:`~torchrl.envs.transforms.Compose` of them
+        when several) when one draws random values; ``None`` when nothing needs priming.
 
     Raises:
         ValueError: two modules declare the same state key.
@@ -100,19 +101,20 @@ def get_primers_from_module(
                     "state keys (in_keys/out_keys), or they overwrite each other's state"
                 )
             owner[key] = type(sub).__name__
-    if len(found) == 1:
-        return found[0][1]
     primers = [primer for _, primer in found]
     if any(primer.random for primer in primers):
-        return Compose(*primers)
+        return primers[0] if len(primers) == 1 else Compose(*primers)
     # One primer with each entry's default value (what each primer writes on an empty batch).
+    # A module's primer declares one env's state: its specs always get the env's batch dims
+    # (expand_specs=True), even when a state dim happens to equal the batch size (a GTrXL
+    # memory of 16 steps in 16 envs), which the default rule would take for batch dims.
     specs, defaults = {}, {}
     for primer in primers:
         filled = primer(TensorDict(batch_size=[]))
         for key, spec in primer.primers.items(include_nested=True, leaves_only=True):
             specs[key] = spec
             defaults[key] = functools.partial(torch.clone, filled.get(key))
-    return TensorDictPrimer(specs, default_value=defaults)
+    return TensorDictPrimer(specs, default_value=defaults, expand_specs=True)
 
 
 def get_env_transforms_from_module(
