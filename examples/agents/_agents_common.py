@@ -12,6 +12,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
+from tensordict import TensorDictBase  # noqa: E402
 from tensordict.nn import TensorDictModuleBase  # noqa: E402
 
 from torchrl.agents import Agents, EnvAgent, ModuleAgent, TemporalAgent, Workspace  # noqa: E402
@@ -38,9 +39,9 @@ def evaluate_agent(agent: TemporalAgent, max_steps: int) -> float:
     return mean_return(workspace)
 
 
-def episode_returns(workspace: Workspace, frames: int, steps: int) -> list[tuple[int, float]]:
-    """``(frames, return)`` of the episodes that end in the first ``steps`` transitions."""
-    nxt = workspace.time_slice(0, steps)["next"]
+def episode_returns(batch: TensorDictBase, frames: int) -> list[tuple[int, float]]:
+    """``(frames, return)`` of the episodes that end in ``batch`` (needs ``RewardSum``)."""
+    nxt = batch["next"]
     if "episode_reward" not in nxt.keys():
         return []
     done = nxt["done"].squeeze(-1)

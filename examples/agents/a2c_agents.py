@@ -99,7 +99,7 @@ def train(cfg: Config) -> dict:
         nn.utils.clip_grad_norm_(loss_fn.parameters(), 0.5)
         optim.step()
 
-        history["train"] += episode_returns(workspace, frames, steps)
+        history["train"] += episode_returns(batch, frames)
         bar.update(n)
         if frames >= next_eval:
             next_eval += cfg.eval_every

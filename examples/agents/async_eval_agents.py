@@ -106,7 +106,7 @@ def train(cfg: Config) -> dict:
                     loss.backward()
                     nn.utils.clip_grad_norm_(loss_fn.parameters(), cfg.max_grad_norm)
                     optim.step()
-            history["train"] += episode_returns(workspace, frames, steps)
+            history["train"] += episode_returns(batch, frames)
             bar.update(n)
 
             if not remote_eval.is_running():  # an evaluation is over: record it, start the next

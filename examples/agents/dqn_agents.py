@@ -120,7 +120,7 @@ def train(cfg: Config) -> dict:
                 optim.step()
                 target_updater.step()
 
-        history["train"] += episode_returns(workspace, frames, steps)
+        history["train"] += episode_returns(batch, frames)
         bar.update(n)
         if frames >= next_eval:
             next_eval += cfg.eval_every

@@ -388,10 +388,14 @@ class Workspace:
         """
         if not 1 <= n <= self._length:
             raise ValueError(f"copy_n_last_steps: n must be in [1, {self._length}], got {n}")
-        td = self._storage()
-        nb = len(self._batch_size or ())
-        last = td[_time_index(nb, slice(self._length - n, self._length))].clone()
-        td[_time_index(nb, slice(0, n))] = last
+        start = self._length - n
+        # in increasing order: a step is read before any write lands on it (sources >= dests)
+        for i in range(n):
+            if start + i == i:
+                continue
+            src, dst = self._step_views(start + i), self._step_views(i)
+            keys = list(dst)
+            torch._foreach_copy_([dst[k] for k in keys], [src[k] for k in keys])
         self._length = n
 
     def clear(self) -> None:
@@ -430,7 +434,7 @@ class Workspace:
         td = self._storage()
         if td.batch_size[-1] == self._length:
             return td
-        return td[_time_index(len(self._batch_size or ()), slice(0, self._length))]
+        return self._narrow(0, self._length)
 
     def time_slice(self, start: int, stop: int) -> TensorDictBase:
         """Steps ``start..stop-1`` as a rollout TensorDict (views)."""
@@ -438,7 +442,27 @@ class Workspace:
             raise ValueError(
                 f"time_slice: need 0 <= start <= stop <= {self._length}, got ({start}, {stop})"
             )
-        return self._storage()[_time_index(len(self._batch_size or ()), slice(start, stop))]
+        return self._narrow(start, stop)
+
+    def _narrow(self, start: int, stop: int) -> TensorDictBase:
+        """Steps ``start..stop-1`` as a TensorDict of views, built without TensorDict indexing."""
+        self._leaves()
+        assert self._tree is not None and self._flat is not None
+        flat, nb = self._flat, len(self._batch_size or ())
+
+        def build(tree: dict[str, Any]) -> dict[str, Any]:
+            return {
+                name: build(node)
+                if isinstance(node, dict)
+                else flat[node].narrow(nb, start, stop - start)
+                for name, node in tree.items()
+            }
+
+        return new_unchecked(
+            build(self._tree),
+            batch_size=torch.Size([*(self._batch_size or ()), stop - start]),
+            device=self._td_device(),
+        )
 
     def batch_slice(self, index: slice) -> Workspace:
         """A workspace over the rows ``index`` of the batch (first batch dim), sharing storage."""
