@@ -197,6 +197,8 @@ class ExampleResultsDirective(_RstDirective):
     def run(self) -> list[nodes.Node]:
         name = self.arguments[0]
         path = RESULTS / f"{name}.json"
+        # re-read this page when the record appears or changes (a missing file counts as changed)
+        self.state.document.settings.env.note_dependency(str(path))
         if not path.exists():
             return self.render(
                 [
@@ -249,14 +251,48 @@ def _cell(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def bar_plot(records: list[dict], label_keys: list[str], metric: str, path: Path) -> bool:
+    """A horizontal bar chart of ``metric`` per record, labelled by ``label_keys``.
+
+    Returns False (and writes nothing) when no record has a numeric ``metric``.
+    """
+    rows = [
+        (" / ".join(str(r.get(k, "")) for k in label_keys), float(r[metric]))
+        for r in records
+        if isinstance(r.get(metric), (int, float))
+    ]
+    if not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.3 * len(rows) + 1.0))
+    ax.barh([r[0] for r in rows], [r[1] for r in rows], color="tab:blue")
+    ax.invert_yaxis()
+    ax.set_xlabel(metric)
+    ax.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
 class BenchmarkResultsDirective(_RstDirective):
-    """``.. benchmark-results:: NAME``: the records of ``benchmarks/NAME.py`` as a table."""
+    """``.. benchmark-results:: NAME``: the records of ``benchmarks/NAME.py`` as a table.
+
+    Options: ``:metric: KEY`` and ``:label: KEY1, KEY2`` add a bar chart of that metric.
+    """
 
     required_arguments = 1
+    option_spec = {"metric": str, "label": str}
 
     def run(self) -> list[nodes.Node]:
         name = self.arguments[0]
         path = BENCHMARKS / f"{name}.json"
+        self.state.document.settings.env.note_dependency(str(path))
         if not path.exists():
             return self.render(
                 [
@@ -272,8 +308,12 @@ class BenchmarkResultsDirective(_RstDirective):
             f"machine: {_machine_line(data)}.",
             "",
         ]
-        if data.get("plot"):
-            lines += [f".. image:: /benchmarks/{data['plot']}", "   :width: 640", ""]
+        metric = self.options.get("metric")
+        if metric:
+            labels = [k.strip() for k in self.options.get("label", "impl").split(",")]
+            png = GENERATED / "benchmarks" / f"{name}-{metric}.png"
+            if bar_plot(data.get("records", []), labels, metric, png):
+                lines += [f".. image:: /_generated/benchmarks/{png.name}", "   :width: 640", ""]
         if not records:
             lines += ["The run printed no JSON records.", ""]
             return self.render(lines)
