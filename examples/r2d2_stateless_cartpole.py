@@ -91,7 +91,7 @@ class Config:
     gamma: float = 0.97
     eps_end: float = 0.02
     eps_frames: int = 15_000  # frames over which epsilon anneals from 1 to eps_end
-    target_update_interval: int = 50  # gradient steps
+    target_update_interval: int = 200  # gradient steps
     max_grad_norm: float = 10.0
     hidden: int = 64
     eval_every: int = 4096
