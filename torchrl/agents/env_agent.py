@@ -71,7 +71,8 @@ class EnvAgent(Agent):
         self.reward_key = reward_key
         self._state: TensorDictBase | None = None
         self._root_keys: list[Any] = []  # what a reset writes (observations, flags, states)
-        self._next_keys: list[Any] = []  # what a step writes under "next" and is no state
+        self._step_keys: list[Any] = []  # what a step writes under "next"
+        self._next_keys: list[Any] = []  # those that are no state (left out of the env's input)
 
     def seed(self, seed: int) -> None:
         self.env.set_seed(seed)
@@ -100,12 +101,11 @@ class EnvAgent(Agent):
         # without auto_reset the workspace then shows them frozen instead.
         transition, self._state = self.env.step_and_maybe_reset(current)
         next_td = transition.get(NEXT)
-        if not self._next_keys:
+        if not self._step_keys:
             roots = set(self._root_keys)
-            self._next_keys = [
-                (NEXT, *_path(k)) for k in next_td.keys(True, True) if k not in roots
-            ]
-        workspace.set_step(t - 1, next_td, under=NEXT)
+            self._step_keys = list(next_td.keys(True, True))
+            self._next_keys = [(NEXT, *_path(k)) for k in self._step_keys if k not in roots]
+        workspace.set_step(t - 1, next_td, under=NEXT, keys=self._step_keys)
         # the policy's outputs kept by step_mdp are left out: the policy writes them at t
         workspace.set_step(t, self._state, keys=self._root_keys)
         if not self.auto_reset:

@@ -16,13 +16,26 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from torchrl._td_compat import new_unchecked
+from torchrl._td_compat import new_unchecked, plain_entries
 from torchrl._types import DeviceLike, NestedKey
 
 __all__ = ["Workspace"]
 
 # Capacity of a fresh workspace's time dim when the first write does not ask for more.
 _MIN_CAPACITY = 16
+
+
+def _leaf(td: TensorDictBase, key: NestedKey) -> Any:
+    """``td.get(key)``, reading the entries' dicts of plain TensorDicts directly (hot path)."""
+    node: Any = td
+    for name in key if isinstance(key, tuple) else (key,):
+        found = plain_entries(node) if isinstance(node, TensorDictBase) else None
+        if found is None:
+            return td.get(key)
+        node = found.get(name)
+        if node is None:
+            return td.get(key)  # raises the usual KeyError
+    return node
 
 
 def _time_index(n_batch: int, index: int | slice) -> tuple[Any, ...]:
@@ -299,7 +312,7 @@ class Workspace:
         if keys is None:
             items = tensordict.items(include_nested=True, leaves_only=True)
         else:
-            items = ((key, tensordict.get(key)) for key in keys)
+            items = ((key, _leaf(tensordict, key)) for key in keys)
         views = self._step_views(t)
         shapes = self._step_shapes
         dsts, srcs = [], []
