@@ -7,8 +7,8 @@ budget, must not (the velocities are hidden: without memory the task is not solv
 level). Each test prints the frames and wall time it needed (``pytest -s`` shows them).
 
 Measured (seeds 0-2, 1 torch thread, a shared and loaded 2-core machine): LSTM 12288/6144/12288
-frames (13-24 s); stacked frames 14336/12288/36864; GTrXL 4096/36864 frames (seeds 0, 1: 23 s,
-250 s); MLP best evaluations 46/49/45.
+frames (13-24 s); stacked frames 14336/12288/36864 (27-77 s); GTrXL 4096/36864/18432 frames
+(23/250/104 s); MLP best evaluations 46/49/45.
 """
 
 from __future__ import annotations
