@@ -127,6 +127,17 @@ def test_summary_line_parser() -> None:
         "X: final deterministic evaluation return -150.5 (10 episodes); 9 frames in 1.0 s"
     )
     assert s["final_score"] == -150.5 and s["target"] is None
+    s = docs_record.parse_summary(
+        "GAIL CartPole-v1: expert return 500.0 (9 PPO frames, 1.0 s); final deterministic "
+        "evaluation return 480.5 (target 450.0); reached at 2048 frames; 4096 GAIL frames in 20.5 s"
+    )
+    assert (s["final_score"], s["target"], s["solved_at"]) == (480.5, 450.0, 2048)
+    assert (s["frames"], s["wall_s"]) == (4096, 20.5)
+    s = docs_record.parse_summary(
+        "IQL Pendulum-v1 (offline): final deterministic evaluation return -160.2; behaviour "
+        "policy -499.0; 5000 gradient steps in 60.0 s"
+    )
+    assert (s["final_score"], s["frames"], s["budget_unit"]) == (-160.2, 5000, "gradient steps")
     assert docs_record.parse_summary("no summary here") is None
 
 

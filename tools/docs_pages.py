@@ -210,7 +210,7 @@ class ExampleResultsDirective(_RstDirective):
         data = json.loads(path.read_text())
         rows = [
             ("final score", data.get("final_score_text", "")),
-            ("frames", str(data.get("frames", ""))),
+            (data.get("budget_unit") or "frames", str(data.get("frames") or "")),
             ("wall time", f"{data['wall_s']:.1f} s" if data.get("wall_s") is not None else ""),
             ("command", f"``{data['command']}``"),
             ("machine", _machine_line(data)),

@@ -27,11 +27,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SUMMARY_RE = re.compile(
-    r"^(?P<title>.+?): final deterministic evaluation return (?P<score>-?[\d.]+(?:e[-+]?\d+)?)"
-    r"(?P<rest>.*?); (?P<frames>\d+) frames in (?P<wall>[\d.]+) s\s*$"
+SCORE_RE = re.compile(r"final deterministic evaluation return (?P<score>-?[\d.]+(?:e[-+]?\d+)?)")
+TARGET_RE = re.compile(r"\(target (?P<target>-?[\d.]+(?:e[-+]?\d+)?)\)")
+SOLVED_RE = re.compile(r"(?:solved|reached) at (?P<solved>\d+) frames")
+BUDGET_RE = re.compile(
+    r"(?P<n>\d+) (?:[A-Za-z]+ )?(?P<unit>frames|gradient steps) in (?P<wall>[\d.]+) s"
 )
-TARGET_RE = re.compile(r"\(target (?P<target>-?[\d.e+]+)\); (?:solved at (?P<solved>\d+)|not)")
 
 
 def machine() -> dict:
@@ -55,24 +56,37 @@ def machine() -> dict:
 
 
 def parse_summary(stdout: str) -> dict | None:
-    """The fields of the last ``...: final deterministic evaluation return ...`` line."""
+    """The fields of the last line holding ``final deterministic evaluation return X``.
+
+    Every example ends with such a line: ``TITLE: ... final deterministic evaluation return X
+    [(target T)]; [solved|reached at N frames]; N [word] frames|gradient steps in W s``.
+    """
     for line in reversed(stdout.splitlines()):
-        m = SUMMARY_RE.match(line.strip())
-        if m:
-            out = {
-                "title": m.group("title"),
-                "final_score": float(m.group("score")),
-                "final_score_text": line.strip().split(": ", 1)[1].split(";")[0],
-                "frames": int(m.group("frames")),
-                "wall_s": float(m.group("wall")),
-                "target": None,
-                "solved_at": None,
-            }
-            t = TARGET_RE.search(m.group("rest"))
-            if t:
-                out["target"] = float(t.group("target"))
-                out["solved_at"] = int(t.group("solved")) if t.group("solved") else None
-            return out
+        m = SCORE_RE.search(line)
+        if not m:
+            continue
+        line = line.strip()
+        title, _, rest = line.partition(": ")
+        out: dict = {
+            "title": title,
+            "final_score": float(m.group("score")),
+            "final_score_text": rest,
+            "frames": None,
+            "budget_unit": None,
+            "wall_s": None,
+            "target": None,
+            "solved_at": None,
+        }
+        if t := TARGET_RE.search(line):
+            out["target"] = float(t.group("target"))
+        if solved := SOLVED_RE.search(line):
+            out["solved_at"] = int(solved.group("solved"))
+        budgets = list(BUDGET_RE.finditer(line))
+        if budgets:
+            out["frames"] = int(budgets[-1].group("n"))
+            out["budget_unit"] = budgets[-1].group("unit")
+            out["wall_s"] = float(budgets[-1].group("wall"))
+        return out
     return None
 
 
