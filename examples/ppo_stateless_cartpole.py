@@ -41,10 +41,12 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequ
 from torch import nn
 
 from torchrl.collectors import SyncDataCollector, ViewPolicy, ViewRebuilder
+from torchrl.data.trajectory_views import TrajectoryView, get_views
 from torchrl.envs import TransformedEnv
 from torchrl.envs.custom.stateless_cartpole import StatelessCartPole, make_gym_stateless_cartpole
 from torchrl.modules import (
     MLP,
+    GTrXLModule,
     LSTMModule,
     OneHotCategorical,
     ProbabilisticActor,
@@ -91,6 +93,9 @@ class Config:
         reward_scale: factor on the rewards before GAE (keeps value targets near 1, as
             SB3's reward normalisation does).
         hidden: width of the memory module (LSTM/GTrXL) and of the heads.
+        state_views: ``lstm`` only: store each LSTM state once (the state read at t is a view of
+            the state written at t-1, built by the collector and rebuilt for the loss) instead
+            of carrying it with a primer (stored under the root and ``"next"``).
         frame_stack: observations the ``frames`` policy sees (the current one included).
         gtrxl_memory: past steps a GTrXL layer attends to.
         eval_every: frames between deterministic evaluations.
@@ -119,6 +124,7 @@ class Config:
     max_grad_norm: float = 0.5
     reward_scale: float = 0.1
     hidden: int = 64
+    state_views: bool = False
     frame_stack: int = 4
     gtrxl_memory: int = 16
     eval_every: int = 2048
@@ -174,11 +180,10 @@ def make_trunk(cfg: Config, name: str) -> TensorDictModuleBase:
             h,
             in_keys=[obs, *states],
             out_keys=[features, *[("next", k) for k in states]],
+            state_views=cfg.state_views,
         )
         return TensorDictSequential(scale, lstm)
     if cfg.memory == "frames":
-        from torchrl.data.trajectory_views import TrajectoryView
-
         k = cfg.frame_stack
         net = nn.Sequential(
             ScaleObservation(),
@@ -189,8 +194,6 @@ def make_trunk(cfg: Config, name: str) -> TensorDictModuleBase:
         trunk.views = [TrajectoryView("observation", f"-{k - 1}:0")]
         return trunk
     if cfg.memory == "gtrxl":
-        from torchrl.modules.gtrxl import GTrXLModule
-
         gtrxl = GTrXLModule(
             n_obs,
             h,
@@ -291,10 +294,11 @@ def train(cfg: Config) -> dict:
     )
 
     rebuild_views = None
-    if cfg.memory == "frames":
-        # The collector builds the stacked observations from a ring buffer and leaves them out
-        # of the batch; the rebuilder writes them back (and those of the next steps, for the
-        # bootstrap values), carrying each trajectory's last steps across batches.
+    if get_views(policy):
+        # The collector builds the views (stacked observations, LSTM states) from a ring buffer
+        # and leaves them out of the batch; the rebuilder writes them back (and those of the
+        # next steps, for the bootstrap values), carrying each trajectory's last steps across
+        # batches.
         rebuild_views = ViewRebuilder(policy, next_views=True)
 
     def for_rollouts(env: TransformedEnv) -> TensorDictModuleBase:

@@ -49,6 +49,25 @@ def test_smoke(memory: str, tmp_path, monkeypatch, capsys) -> None:
     assert list(tmp_path.glob("*.png"))
 
 
+def test_lstm_state_views(tmp_path, monkeypatch, capsys) -> None:
+    _run([*TINY, "--memory", "lstm", "--state-views", "true", "--out", str(tmp_path)], monkeypatch)
+    final = _json_lines(capsys.readouterr().out)[-1]
+    assert final["config"]["state_views"] and final["frames"] == 128
+    # the LSTM states are stored once: the collected batch holds the written ("next", h) only
+    import ppo_stateless_cartpole as example
+
+    cfg = example.Config(memory="lstm", state_views=True, hidden=8)
+    policy, _, _ = example.make_agent(cfg)
+    env = example.TransformedEnv(
+        example.make_env(cfg, 2, 0), example.get_env_transforms_from_module(policy)
+    )
+    collector = example.SyncDataCollector(env, policy, frames_per_batch=8, total_frames=8)
+    batch = next(iter(collector))
+    collector.shutdown()
+    keys = set(batch.keys(True))
+    assert ("next", "pi_h") in keys and "pi_h" not in keys and "pi_c" not in keys
+
+
 def test_gym_env(tmp_path, monkeypatch, capsys) -> None:
     pytest.importorskip("gymnasium")
     _run([*TINY, "--memory", "lstm", "--env", "gym", "--out", str(tmp_path)], monkeypatch)
