@@ -5,7 +5,9 @@ moves. ``--memory`` picks how the policy remembers:
 
 - ``mlp``: no memory (the contrast: it does not reach 475);
 - ``lstm``: an :class:`~torchrl.modules.LSTMModule` in the actor and another in the critic, their
-  states carried by the env (``get_env_transforms_from_module``: ``InitTracker`` + primer);
+  states carried by the env (``get_env_transforms_from_module``: ``InitTracker`` + primer), or,
+  with ``--state-views true``, stored once (the state read at t is a view of the one written at
+  t-1);
 - ``frames``: an MLP on the last ``frame_stack`` observations, declared as a
   :class:`~torchrl.data.trajectory_views.TrajectoryView`: the collector builds the stack from a
   ring buffer and leaves it out of the batch, ``ViewRebuilder`` rebuilds it for the loss;
