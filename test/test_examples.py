@@ -231,6 +231,8 @@ SMOKED_ELSEWHERE = {
     "ppo_atari.py",  # test_examples_atari.py
     "dqn_atari.py",
     "openspiel_tictactoe.py",  # envs/test_libs_openspiel.py
+    "ppo_stateless_cartpole.py",  # test_examples_recurrent.py
+    "r2d2_stateless_cartpole.py",  # test_examples_r2d2.py
 }
 # Examples that need an optional simulator: skipped when it is not installed.
 NEEDS = {"sac_mujoco.py": "mujoco", "ppo_mujoco.py": "mujoco", "ppo_jumanji.py": "jumanji"}

@@ -9,6 +9,7 @@ from torchrl.envs.custom import (
     AntEnv,
     BallBowlEnv,
     ChessEnv,
+    DropCartPoleVelocities,
     FinancialRegimeEnv,
     HopperEnv,
     HumanoidEnv,
@@ -16,8 +17,11 @@ from torchrl.envs.custom import (
     MujocoEnv,
     PendulumEnv,
     SatelliteEnv,
+    StatelessCartPole,
     TicTacToeEnv,
     Walker2dEnv,
+    drop_cartpole_velocities,
+    make_gym_stateless_cartpole,
 )
 from torchrl.envs.env_creator import EnvCreator
 from torchrl.envs.gym_like import GymLikeEnv
@@ -259,14 +263,18 @@ __all__ += [
     "AntEnv",
     "BallBowlEnv",
     "ChessEnv",
+    "DropCartPoleVelocities",
     "FinancialRegimeEnv",
     "HopperEnv",
     "HumanoidEnv",
     "MujocoEnv",
     "SatelliteEnv",
+    "StatelessCartPole",
     "LLMHashingEnv",
     "TicTacToeEnv",
     "Walker2dEnv",
+    "drop_cartpole_velocities",
+    "make_gym_stateless_cartpole",
 ]
 
 # Policy, macro-action, normalization (v2), RND, gSDE and vector-gym transforms.

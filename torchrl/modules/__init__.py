@@ -40,9 +40,11 @@ from torchrl.modules.recurrent import (
     set_recurrent_mode,
     window_episode_starts,
 )
+from torchrl.modules.recurrent_utils import get_env_transforms_from_module, get_primers_from_module
 from torchrl.modules.tensordict_module.action_chunk import ActionChunkExecutor
 from torchrl.modules.tensordict_module.diffusion import DiffusionActor
 from torchrl.modules.tensordict_module.exploration_spec import set_exploration_modules_spec_from_env
+from torchrl.modules.tensordict_module.multistep import MultiStepActorWrapper
 from torchrl.modules.tensordict_module.safe import (
     SafeModule,
     SafeProbabilisticModule,
@@ -92,6 +94,9 @@ __all__ = [
     "set_recurrent_mode",
     "window_episode_starts",
     "ActionChunkExecutor",
+    "MultiStepActorWrapper",
+    "get_env_transforms_from_module",
+    "get_primers_from_module",
     "DiffusionActor",
     "CausalTransformer",
     "SafeModule",

@@ -1,4 +1,8 @@
-"""Positive mappings for scale parameters, at TorchRL's ``torchrl.modules.utils`` path.
+"""Positive mappings for scale parameters and the recurrent-module helpers, at TorchRL's
+``torchrl.modules.utils`` path.
+
+``get_primers_from_module`` and ``get_env_transforms_from_module`` are
+:mod:`torchrl.modules.recurrent_utils`'s, re-exported here.
 
 ``mappings``, ``inv_softplus`` and ``biased_softplus`` are tensordict's own functions
 (``tensordict.nn.utils``), re-exported so that code written against TorchRL's module path
@@ -25,4 +29,12 @@ from __future__ import annotations
 
 from tensordict.nn.utils import biased_softplus, inv_softplus, mappings
 
-__all__ = ["biased_softplus", "inv_softplus", "mappings"]
+from torchrl.modules.recurrent_utils import get_env_transforms_from_module, get_primers_from_module
+
+__all__ = [
+    "biased_softplus",
+    "get_env_transforms_from_module",
+    "get_primers_from_module",
+    "inv_softplus",
+    "mappings",
+]

@@ -14,10 +14,20 @@ from torchrl.envs.custom.mujoco import (
     Walker2dEnv,
 )
 from torchrl.envs.custom.pendulum import PendulumEnv
+from torchrl.envs.custom.stateless_cartpole import (
+    DropCartPoleVelocities,
+    StatelessCartPole,
+    drop_cartpole_velocities,
+    make_gym_stateless_cartpole,
+)
 from torchrl.envs.custom.tictactoeenv import TicTacToeEnv
 from torchrl.envs.custom.trading import FinancialRegimeEnv
 
 __all__ = [
+    "DropCartPoleVelocities",
+    "StatelessCartPole",
+    "drop_cartpole_velocities",
+    "make_gym_stateless_cartpole",
     "AntEnv",
     "BallBowlEnv",
     "ChessEnv",

@@ -28,6 +28,7 @@ from torchrl.modules.tensordict_module.exploration import (
     OrnsteinUhlenbeckProcessWrapper,
 )
 from torchrl.modules.tensordict_module.exploration_spec import set_exploration_modules_spec_from_env
+from torchrl.modules.tensordict_module.multistep import MultiStepActorWrapper
 from torchrl.modules.tensordict_module.rnn import (
     GRUModule,
     LSTMModule,
@@ -67,6 +68,7 @@ __all__ = [
     "recurrent_mode",
     "set_recurrent_mode",
     "ActionChunkExecutor",
+    "MultiStepActorWrapper",
     "ConsistentDropoutModule",
     "DiffusionActor",
     "SafeModule",
