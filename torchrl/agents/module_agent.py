@@ -77,12 +77,16 @@ class ModuleAgent(Agent):
 
     def forward(self, workspace: Workspace, t: int = 0, **kwargs: Any) -> None:
         out = self._run(workspace.get_step(t, exclude=(NEXT,)))
-        for key in self.out_keys:
-            if key not in out.keys(include_nested=True):
-                raise KeyError(
-                    f"ModuleAgent: {type(self.module).__name__} did not write {key!r} at step {t}"
-                )
-        workspace.set_step(t, out, keys=self.out_keys)
+        try:
+            workspace.set_step(t, out, keys=self.out_keys)
+        except KeyError:
+            missing = [k for k in self.out_keys if k not in out.keys(include_nested=True)]
+            if not missing:
+                raise
+            raise KeyError(
+                f"ModuleAgent: {type(self.module).__name__} did not write {missing[0]!r} "
+                f"at step {t}"
+            ) from None
 
     def replay(self, workspace: Workspace, t0: int = 0, **kwargs: Any) -> None:
         length = workspace.time_length

@@ -30,11 +30,11 @@ def _leaf(td: TensorDictBase, key: NestedKey) -> Any:
     node: Any = td
     for name in key if isinstance(key, tuple) else (key,):
         found = plain_entries(node) if isinstance(node, TensorDictBase) else None
-        if found is None:
-            return td.get(key)
-        node = found.get(name)
+        node = found.get(name) if found is not None else td.get(key, None)
         if node is None:
-            return td.get(key)  # raises the usual KeyError
+            raise KeyError(f"the TensorDict has no entry {key!r}")
+        if found is None:
+            return node
     return node
 
 
