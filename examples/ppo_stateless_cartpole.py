@@ -233,8 +233,8 @@ def make_agent(cfg: Config) -> tuple[nn.Module, TensorDictModuleBase, TensorDict
     v_trunk = make_trunk(cfg, "v")
     critic = TensorDictSequential(v_trunk, v_head)
     if cfg.memory in ("lstm", "gtrxl") and "is_init" not in critic.in_keys:
-        # The loss hands the critic only its in_keys; the memory module reads "is_init" without
-        # listing it, so a pass-through module declares it.
+        # The loss hands the critic only its in_keys; with state views the memory module reads
+        # "is_init" when present without listing it, so a pass-through module declares it.
         declare = TensorDictModule(_identity, in_keys=["is_init"], out_keys=["is_init"])
         critic = TensorDictSequential(declare, v_trunk, v_head)
     # Collection runs both: the value of each step is stored with it.

@@ -211,7 +211,12 @@ def test_primer_drives_env_rollout_like_recurrent_mode(cls):
 
 def test_modes_keys_and_errors():
     lstm = LSTMModule(3, HIDDEN, in_key="x", out_key="y")
-    assert lstm.in_keys == ["x", "recurrent_state_h", "recurrent_state_c"]
+    assert lstm.in_keys == ["x", "recurrent_state_h", "recurrent_state_c", "is_init"]
+    assert lstm.state_keys == ["recurrent_state_h", "recurrent_state_c"]
+    viewed = LSTMModule(3, HIDDEN, in_key="x", out_key="y", state_views=True)
+    assert viewed.in_keys == ["x", "recurrent_state_h", "recurrent_state_c"]  # is_init optional
+    torchrl_layout = GRUModule(3, 4, in_keys=["x", "h", "first"], out_keys=["y", ("next", "h")])
+    assert torchrl_layout.is_init_key == "first" and torchrl_layout.in_keys[-1] == "first"
     assert lstm.out_keys == ["y", ("next", "recurrent_state_h"), ("next", "recurrent_state_c")]
     assert not lstm.recurrent_mode
     seq = lstm.set_recurrent_mode(True)
@@ -220,6 +225,12 @@ def test_modes_keys_and_errors():
     with set_recurrent_mode(False):
         assert not seq.recurrent_mode and recurrent_mode() is False
     assert recurrent_mode() is None
+    with set_recurrent_mode("recurrent"):  # TorchRL's names for the two modes
+        assert recurrent_mode() is True
+    with set_recurrent_mode("sequential"):
+        assert recurrent_mode() is False
+    with pytest.raises(ValueError, match="'recurrent' or 'sequential'"):
+        set_recurrent_mode("sequence")
     custom = GRUModule(
         gru=nn.GRU(3, 4, batch_first=True), in_keys=["x", "h"], out_keys=["y", ("next", "h")]
     )

@@ -59,8 +59,8 @@ class set_recurrent_mode:
     :class:`GRUModule` uses this mode instead of its ``default_recurrent_mode``.
 
     Args:
-        mode: ``True`` (sequences ``[*B, T]``), ``False`` (single steps ``[*B]``) or ``None``
-            (each module's default).
+        mode: ``True`` or ``"recurrent"`` (sequences ``[*B, T]``), ``False`` or
+            ``"sequential"`` (single steps ``[*B]``), or ``None`` (each module's default).
 
     Examples:
         >>> @set_recurrent_mode(True)
@@ -70,10 +70,18 @@ class set_recurrent_mode:
         True
     """
 
-    def __init__(self, mode: bool | None = True) -> None:
+    _NAMED = {"recurrent": True, "sequential": False}
+
+    def __init__(self, mode: bool | str | None = True) -> None:
+        if isinstance(mode, str):
+            if mode not in self._NAMED:
+                raise ValueError(
+                    f"mode must be a bool, None, 'recurrent' or 'sequential', got {mode!r}"
+                )
+            mode = self._NAMED[mode]
         if mode is not None and not isinstance(mode, bool):
-            raise TypeError(f"mode must be a bool or None, got {mode!r}")
-        self.mode = mode
+            raise TypeError(f"mode must be a bool, None, 'recurrent' or 'sequential', got {mode!r}")
+        self.mode: bool | None = mode
         self._previous: list[bool | None] = []
 
     def __enter__(self) -> None:
@@ -181,7 +189,13 @@ class _RecurrentModule(TensorDictModuleBase):
         if getattr(rnn, "proj_size", 0):
             raise ValueError(f"{self._rnn_name}Module does not support proj_size > 0")
         self.rnn = rnn
-        self.in_keys = module_keys(self._keys(in_key, in_keys, default_state_keys, "in"))
+        keys = self._keys(in_key, in_keys, default_state_keys, "in")
+        if len(keys) == 2 + self._n_states:  # TorchRL's layout: the last in_key is is_init
+            is_init_key = keys.pop()
+        #: the recurrent state entries read at each step
+        self.state_keys: list[NestedKey] = list(keys[1:])
+        # is_init is an input unless the states come from views (then it is optional)
+        self.in_keys = module_keys(keys if state_views else [*keys, is_init_key])
         if out_keys is not None and out_key is not None:
             raise ValueError("pass exactly one of out_key and out_keys")
         if out_keys is None and out_key is not None:
@@ -199,7 +213,7 @@ class _RecurrentModule(TensorDictModuleBase):
         self.views: list[TrajectoryView] = (
             [
                 TrajectoryView(out_state, -1, out_key=in_state)
-                for in_state, out_state in zip(self.in_keys[1:], self.out_keys[1:])
+                for in_state, out_state in zip(self.state_keys, self.out_keys[1:])
             ]
             if state_views
             else []
@@ -217,10 +231,10 @@ class _RecurrentModule(TensorDictModuleBase):
         if keys is None:
             return [key, *state_keys]  # type: ignore[list-item]
         keys = [keys] if isinstance(keys, (str, tuple)) else list(keys)
-        if direction == "in" and len(keys) != 1 + self._n_states:
+        if direction == "in" and len(keys) not in (1 + self._n_states, 2 + self._n_states):
             raise ValueError(
                 f"{self._rnn_name}Module needs {1 + self._n_states} in_keys (input, "
-                f"{self._n_states} state(s)), got {keys}"
+                f"{self._n_states} state(s)), optionally followed by the is_init key, got {keys}"
             )
         return keys
 
@@ -268,13 +282,13 @@ class _RecurrentModule(TensorDictModuleBase):
         shape = (self.rnn.num_layers, self.rnn.hidden_size)
         # always prepend the env's batch dims: a state [num_layers, hidden] may start like them
         return TensorDictPrimer(
-            {key: Unbounded(shape=shape) for key in self.in_keys[1:]}, expand_specs=True
+            {key: Unbounded(shape=shape) for key in self.state_keys}, expand_specs=True
         )
 
     # --------------------------------------------------------------------------- state I/O
     def _get_states(self, tensordict: TensorDictBase) -> list[torch.Tensor]:
         states: list[torch.Tensor] = []
-        for key in self.in_keys[1:]:
+        for key in self.state_keys:
             state = tensordict.get(key, None)
             if state is None:
                 if self.state_views:
@@ -407,7 +421,8 @@ class LSTMModule(_RecurrentModule):
         proj_size: must be 0.
         bidirectional: must be ``False``.
         in_key: the input entry (state keys get their defaults).
-        in_keys: ``[input, h, c]`` (instead of ``in_key``).
+        in_keys: ``[input, h, c]`` or ``[input, h, c, is_init]`` (instead of ``in_key``);
+            ``module.in_keys`` ends with the is_init key unless ``state_views=True``.
         out_key: the output entry (next-state keys get their defaults).
         out_keys: ``[output, next h, next c]`` (instead of ``out_key``).
         device: device of the parameters.
@@ -504,7 +519,8 @@ class GRUModule(_RecurrentModule):
         dropout: dropout between layers.
         bidirectional: must be ``False``.
         in_key: the input entry.
-        in_keys: ``[input, state]`` (instead of ``in_key``).
+        in_keys: ``[input, state]`` or ``[input, state, is_init]`` (instead of ``in_key``);
+            ``module.in_keys`` ends with the is_init key unless ``state_views=True``.
         out_key: the output entry.
         out_keys: ``[output, next state]`` (instead of ``out_key``).
         device: device of the parameters.
