@@ -21,6 +21,7 @@ from torchrl._utils import (
 __version__ = "0.1.0"
 
 _SUBPACKAGES = (
+    "agents",
     "collectors",
     "data",
     "envs",

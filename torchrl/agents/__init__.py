@@ -6,27 +6,34 @@ batch dim). Agents read and write it: :class:`Agents` runs several in sequence,
 of one, :class:`ModuleAgent` runs any TensorDict module, :class:`DataLoaderAgent` puts stored
 data in, :class:`NRemoteAgent` runs an agent in several processes over one shared workspace,
 and :func:`replay` reruns an agent over stored steps.
+
+A :class:`ComputationTask` bundles a loss, its own buffer and its training schedule;
+:class:`TaskRunner` feeds several tasks (which may share modules) from the same collectors, and
+:class:`EvaluationTask` schedules background evaluations.
 """
 
 from torchrl.agents.agent import Agent, Agents, TemporalAgent, replay
 from torchrl.agents.data_agent import DataLoaderAgent
 from torchrl.agents.env_agent import EnvAgent, ModelAgent
+from torchrl.agents.evaluation import EvaluationTask
 from torchrl.agents.module_agent import ModuleAgent
 from torchrl.agents.remote import NRemoteAgent
+from torchrl.agents.tasks import ComputationTask, TaskRunner, shared_parameters
 from torchrl.agents.workspace import Workspace
-
-# --- computation tasks (helper "tasks": torchrl/agents/tasks.py, evaluation.py) -------------
-# Their public names are exported here once those modules land.
 
 __all__ = [
     "Agent",
     "Agents",
+    "ComputationTask",
     "DataLoaderAgent",
     "EnvAgent",
+    "EvaluationTask",
     "ModelAgent",
     "ModuleAgent",
     "NRemoteAgent",
+    "TaskRunner",
     "TemporalAgent",
     "Workspace",
     "replay",
+    "shared_parameters",
 ]
