@@ -21,6 +21,14 @@ subprocess, steadier on a loaded machine). RLlib is not evaluated: as the issue 
 anchor, we record the steps and wall time until its mean training return reaches 300, and 475
 if it does. Torch uses 1 thread in every driver process.
 
+Measured 2026-11-27 (seeds 0-2, ``--our-env gym``, 5 evaluation episodes; a 2-core machine
+at load 6-11 from other jobs, so wall times are inflated and noisy, CPU seconds steadier):
+ours reached 475 at 32,768 / 90,112 / 65,536 frames (wall 217 / 402 / 197 s, CPU 24 / 65 /
+51 s); SB3-contrib at 49,152 / 32,768 / 16,384 frames (wall 1120 / 548 / 194 s, CPU 162 / 143
+/ 72 s). Medians: ours 65,536 frames, 217 s, 51 s CPU; SB3-contrib 32,768 frames, 548 s, 143 s
+CPU: ours used about a third of the CPU time but twice the frames. RLlib (seed 0 only, 4 env
+runners): mean training return 99 after 151,511 steps and 1000 s, below 300.
+
 Prints one JSON object per run, then one summary (medians over solved seeds) per library.
 Usage: ``python benchmarks/recurrent.py [--seeds 3] [--libs ours,sb3,rllib]``.
 """
