@@ -26,6 +26,7 @@ import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
+import torchrl
 from torchrl.data.trajectory_views import TrajectoryView, build_views, get_views
 from torchrl.envs import TransformedEnv
 from torchrl.envs.custom.stateless_cartpole import StatelessCartPole
@@ -137,7 +138,8 @@ print(
 #
 # ``train`` is the example's loop: collector, GAE on stored states, ClipPPOLoss on chunks of the
 # batch in recurrent mode. It stops at the first deterministic evaluation >= 475.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+# the examples folder of the source tree (sphinx-gallery runs this file without ``__file__``)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(torchrl.__file__)), "examples"))
 from ppo_stateless_cartpole import Config, train  # noqa: E402
 
 budget = (
