@@ -131,7 +131,7 @@ for point, signature in HOOK_POINTS.items():
 # built by a function because the resume below builds them a second time, as a new process
 # would.
 frames_per_batch = 256
-total_frames = 1024 if args.smoke else 8192
+total_frames = 768 if args.smoke else 8192
 
 
 def make_ppo(total: int) -> tuple[SyncDataCollector, ProbabilisticActor, GAE, ClipPPOLoss]:
@@ -253,6 +253,8 @@ try:
     trainer.train()
 except RuntimeError as err:
     print("the run stopped:", err)
+evaluations_csv = logger.root / "scalars" / "return_evaluation.csv"
+rows_before_crash = len(evaluations_csv.read_text().split())
 
 # %%
 # The checkpoint is a plain ``torch.save`` file of tensors and numbers, read back without
@@ -267,7 +269,9 @@ print("registered modules:", sorted(saved["modules"]))
 # A new process builds the same objects, loads the file, and calls ``train`` again: it
 # continues from the saved frame count, with the saved weights, optimizer moments, hook
 # states and random generators. The logger appends to the same CSV files, so the curve
-# continues too (the values logged between the checkpoint and the crash are logged again).
+# continues too. The iterations between the checkpoint and the crash run a second time, so
+# their values appear twice in the CSV, and they differ: a simulator's internal state (here,
+# gymnasium's CartPoles mid-episode) is not part of a checkpoint.
 resumed, actor = make_trainer(total_frames, logger)
 resumed.load_from_file(checkpoint_file)
 print(
@@ -281,13 +285,14 @@ logger.close()
 # %%
 # The logged evaluations, read back from the CSV file: the run before the crash, and the
 # resumed one picking up from the checkpoint.
-scalars = logger.root / "scalars"
-rows = [line.split(",") for line in (scalars / "return_evaluation.csv").read_text().split()]
+rows = [line.split(",") for line in evaluations_csv.read_text().split()]
 steps, values = [int(s) for s, _ in rows], [float(v) for _, v in rows]
 print("evaluations (frames, return):", list(zip(steps, [round(v) for v in values])))
 fig, ax = plt.subplots(figsize=(6, 3.5))
-ax.plot(steps, values, marker="o", label="return_evaluation (CSV log)")
-ax.axvline(saved["collected_frames"], color="grey", linestyle="--", label="resumed from here")
+n = rows_before_crash
+ax.plot(steps[:n], values[:n], marker="o", label="first run (crashed)")
+ax.plot(steps[n:], values[n:], marker="o", label="resumed run")
+ax.axvline(saved["collected_frames"], color="grey", linestyle="--", label="checkpoint")
 ax.set_xlabel("frames")
 ax.set_ylabel("evaluation return")
 ax.set_title("PPO on CartPole-v1: crash and resume")

@@ -14,7 +14,7 @@ by piece on Pendulum-v1, with the recipe of ``examples/sac_pendulum.py``:
 6. the loop: collect a batch, store it, one gradient step per collected frame, evaluate.
 
 A full run takes about 1.5 minutes on two CPU cores and reaches a deterministic return around
--200 (a pendulum swung up and held; a random policy scores about -1200).
+-200 (a pendulum swung up and held; the untrained policy scores about -1300).
 
 Run it: ``python tutorials/sac_from_components.py`` (``--smoke`` for a quicker run).
 """
