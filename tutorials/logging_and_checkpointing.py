@@ -363,10 +363,10 @@ for i, batch in enumerate(run["collector"]):
     optimize(run, 8)
     run["progress"]["frames"] += batch.numel()
     # mean episode length in this batch (CartPole pays 1 per step)
-    length = batch.numel() / max(int(batch["next", "done"].sum()), 1)
+    length = round(batch.numel() / max(int(batch["next", "done"].sum()), 1), 1)
     run["progress"]["best_length"] = max(run["progress"]["best_length"], length)
     rotation.save(checkpoint, step=run["progress"]["frames"], metadata={"mean_length": length})
-    if i == (3 if args.smoke else 7):
+    if i == (2 if args.smoke else 7):
         break
 print("kept:", [p.name for p in rotation.checkpoints()], "best:", rotation.best().name)
 manifest = read_manifest(rotation.latest())
