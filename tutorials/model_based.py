@@ -1,5 +1,5 @@
-"""Model-based RL: learn a world model of Pendulum, imagine with it, plan through it with CEM
-========================================================================================
+"""Model-based RL: learn a Pendulum model, imagine with it, plan through it with CEM
+=================================================================================
 
 A learned model of the dynamics can stand in for the env: put it behind the env contract and
 ``rollout``, collectors and planners work on it unchanged. This tutorial, on Pendulum-v1:

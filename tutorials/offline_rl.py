@@ -1,5 +1,5 @@
-"""Offline RL: record a dataset, write it as a D4RL file, train BC and IQL on it alone
-====================================================================================
+"""Offline RL: record a dataset, save it as a D4RL file, train BC and IQL on it
+============================================================================
 
 Offline reinforcement learning learns a policy from a fixed dataset, without touching the env
 during training. This tutorial makes the whole pipeline on Pendulum-v1 in about a minute:
@@ -251,3 +251,12 @@ ax.set_title("Offline training on a mixed Pendulum dataset")
 ax.legend()
 fig.tight_layout()
 plt.show()
+
+# %%
+# What to read from it: IQL's greedy policy should end well above the dataset's mean, since it
+# imitates the actions its critics rate above the data's average. BC's score lands between the
+# two behaviours, and from one run to another it moves a lot. Filtered BC is not safe here
+# either: its 8 expert episodes cover only the states along 8 swing-ups, and the greedy clone
+# drifts off them into states it never saw; the random half of the data covers more of the state
+# space, which IQL uses and filtered BC throws away. ``examples/offline/`` trains IQL, CQL,
+# TD3+BC, BC and a decision transformer on a 10,000-transition SAC dataset with three seeds.
