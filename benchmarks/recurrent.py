@@ -21,7 +21,13 @@ subprocess, steadier on a loaded machine). RLlib is not evaluated: as the issue 
 anchor, we record the steps and wall time until its mean training return reaches 300, and 475
 if it does. Torch uses 1 thread in every driver process.
 
-Measured 2026-11-27 (seeds 0-2, ``--our-env gym``, 5 evaluation episodes; a 2-core machine
+Measured 2026-11-27, quiet machine (load 1-2), ``--seeds 3 --libs ours,sb3``: ours reached 475 at
+32,768 / 81,920 / 49,152 frames (wall 37 / 49 / 30 s, CPU 26 / 49 / 30 s); SB3-contrib at
+49,152 / 32,768 / 16,384 frames (wall 133 / 95 / 49 s, CPU 137 / 98 / 52 s). Medians: ours
+49,152 frames and 37 s, SB3-contrib 32,768 frames and 95 s: 0.39x the wall time at 1.5x the
+frames (the issue asks for at most 0.5x the wall time at no more frames: frames not met).
+
+An earlier run (seeds 0-2, ``--our-env gym``, 5 evaluation episodes; a 2-core machine
 at load 6-11 from other jobs, so wall times are inflated and noisy, CPU seconds steadier):
 ours reached 475 at 32,768 / 90,112 / 65,536 frames (wall 217 / 402 / 197 s, CPU 24 / 65 /
 51 s); SB3-contrib at 49,152 / 32,768 / 16,384 frames (wall 1120 / 548 / 194 s, CPU 162 / 143
