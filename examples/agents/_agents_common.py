@@ -39,6 +39,16 @@ def evaluate_agent(agent: TemporalAgent, max_steps: int) -> float:
     return mean_return(workspace)
 
 
+def final_return(env: EnvBase, actor: TensorDictModuleBase, seed: int) -> float:
+    """The held-out evaluation after training: one deterministic episode per sub-env of ``env``
+    (seeded ``seed + 20_000``, away from training and evaluation seeds); closes ``env``."""
+    env.set_seed(seed + 20_000)
+    try:
+        return evaluate_agent(evaluation_agent(env, actor), max_steps=500)
+    finally:
+        env.close()
+
+
 def episode_returns(batch: TensorDictBase, frames: int) -> list[tuple[int, float]]:
     """``(frames, return)`` of the episodes that end in ``batch`` (needs ``RewardSum``)."""
     nxt = batch["next"]

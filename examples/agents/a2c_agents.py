@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 import torch
-from _agents_common import episode_returns, evaluate_agent, evaluation_agent
+from _agents_common import episode_returns, evaluate_agent, evaluation_agent, final_return
 from _common import parse_config, plot_curve, report
 from ppo_cartpole import make_agent
 from torch import nn
@@ -116,10 +116,9 @@ def train(cfg: Config) -> dict:
     bar.close()
     env.close()
     eval_env.close()
-    final_env = GymEnv(cfg.env_name, num_envs=cfg.final_eval_episodes)
-    final_env.set_seed(cfg.seed + 20_000)
-    history["final_return"] = evaluate_agent(evaluation_agent(final_env, actor), max_steps=500)
-    final_env.close()
+    history["final_return"] = final_return(
+        GymEnv(cfg.env_name, num_envs=cfg.final_eval_episodes), actor, cfg.seed
+    )
     return history
 
 
