@@ -536,7 +536,7 @@ class SyncDataCollector(DataCollectorBase):
                 views.record(transition)
             write(transition, t)
             if limit is not None:
-                td = limit(td, [views[t] for views in writer.done], writer, t, None)
+                td = limit(td, [flags[t] for flags in writer.done], writer, t, None)
         writer.flush()
         self._carrier = td
         return steps
