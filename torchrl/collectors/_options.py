@@ -23,12 +23,13 @@ import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
+from torchrl._compile import compile_options
 from torchrl._types import DeviceLike, ReplayBufferLike
 from torchrl.collectors._base import check_count
 from torchrl.envs.utils import ExplorationType
@@ -39,6 +40,8 @@ __all__ = [
     "MultiCollectorOptions",
     "RemoteCollectorOptions",
     "check_total_frames",
+    "policy_compile_options",
+    "policy_cudagraph_options",
 ]
 
 
@@ -87,6 +90,101 @@ def _exploration(value: Any, owner: str) -> ExplorationType | None:
         f"{owner}: exploration_type must be an ExplorationType, one of the names {names}, or "
         f"None; got {value!r} ({type(value).__name__})"
     )
+
+
+def policy_compile_options(value: object, owner: str) -> dict[str, Any] | None:
+    """Validates a ``compile_policy`` keyword: ``torch.compile`` keyword arguments or ``None``.
+
+    Args:
+        value: ``None``/``False`` (eager), ``True`` (``torch.compile`` defaults) or a dict of
+            :func:`torch.compile` keywords, plus ``"warmup"`` (eager calls before compiling).
+        owner: the collector's class name, for messages.
+
+    Returns:
+        ``None``, or a new dict of keyword arguments.
+
+    Examples:
+        >>> policy_compile_options(True, "Collector")
+        {}
+        >>> policy_compile_options({"backend": "eager", "warmup": 2}, "Collector")
+        {'backend': 'eager', 'warmup': 2}
+        >>> policy_compile_options({"fullgraf": True}, "Collector")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: Collector: compile_policy has unknown keys ['fullgraf']; torch.compile takes [...
+    """
+    options = compile_options(
+        cast("bool | Mapping[str, Any] | None", value), owner, "compile_policy"
+    )
+    if options is None:
+        return None
+    allowed = sorted(_torch_compile_keywords())
+    unknown = sorted(k for k in options if k not in allowed and k != "warmup")
+    if unknown:
+        raise ValueError(
+            f"{owner}: compile_policy has unknown keys {unknown}; torch.compile takes "
+            f"{allowed} (and 'warmup': eager calls before compiling)"
+        )
+    warmup = options.get("warmup", 0)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"{owner}: compile_policy['warmup'] must be an int >= 0, got {warmup!r}")
+    return options
+
+
+def _torch_compile_keywords() -> set[str]:
+    import inspect
+
+    return set(inspect.signature(torch.compile).parameters) - {"model"}
+
+
+#: The keywords of ``tensordict.nn.CudaGraphModule`` a collector passes on (it sets the keys).
+_CUDAGRAPH_KEYWORDS = ("device", "warmup")
+
+
+def policy_cudagraph_options(value: object, owner: str) -> dict[str, Any] | None:
+    """Validates a ``cudagraph_policy`` keyword: ``CudaGraphModule`` keyword arguments or ``None``.
+
+    CUDA graphs need CUDA: any value but ``None``/``False`` raises ``ValueError`` on a machine
+    without it (the collector then checks that the policy runs on a CUDA device).
+
+    Args:
+        value: ``None``/``False`` (no graph), ``True`` (defaults) or a dict with the
+            ``CudaGraphModule`` keywords ``"warmup"`` (the call that records the graph) and
+            ``"device"``.
+        owner: the collector's class name, for messages.
+
+    Returns:
+        ``None``, or a new dict of keyword arguments.
+
+    Examples:
+        >>> policy_cudagraph_options(None, "Collector") is None
+        True
+        >>> policy_cudagraph_options({"in_keys": ["x"]}, "Collector")
+        Traceback (most recent call last):
+        ...
+        ValueError: Collector: cudagraph_policy has unknown keys ['in_keys']; allowed: ['device', 'warmup'] (the collector sets in_keys and out_keys from the policy)
+    """
+    options = compile_options(
+        cast("bool | Mapping[str, Any] | None", value), owner, "cudagraph_policy"
+    )
+    if options is None:
+        return None
+    unknown = sorted(k for k in options if k not in _CUDAGRAPH_KEYWORDS)
+    if unknown:
+        raise ValueError(
+            f"{owner}: cudagraph_policy has unknown keys {unknown}; allowed: "
+            f"{sorted(_CUDAGRAPH_KEYWORDS)} (the collector sets in_keys and out_keys from the "
+            "policy)"
+        )
+    warmup = options.get("warmup", 2)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
+        raise ValueError(f"{owner}: cudagraph_policy['warmup'] must be an int >= 1, got {warmup!r}")
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"{owner}: cudagraph_policy needs CUDA (CUDA graphs record GPU kernels), but "
+            "torch.cuda.is_available() is False; leave cudagraph_policy=None on this machine"
+        )
+    return options
 
 
 def check_total_frames(owner: str, total_frames: object) -> int | float:
@@ -156,11 +254,16 @@ class CollectorOptions:
     trust_policy: bool | None = None
     extend_buffer: bool = True
     track_policy_version: bool = False
+    # dicts (not hashable): left out of the dataclass hash
+    compile_policy: bool | Mapping[str, Any] | None = field(default=None, hash=False)
+    cudagraph_policy: bool | Mapping[str, Any] | None = field(default=None, hash=False)
     owner: str = field(default="SyncDataCollector", compare=False)
 
     def __post_init__(self) -> None:
         owner = self.owner
         put = object.__setattr__  # normalizing the fields of a frozen dataclass, once
+        put(self, "compile_policy", policy_compile_options(self.compile_policy, owner))
+        put(self, "cudagraph_policy", policy_cudagraph_options(self.cudagraph_policy, owner))
         put(
             self,
             "frames_per_batch",

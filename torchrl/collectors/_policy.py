@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, skip_existing
 from torch import nn
 
+from torchrl._compile import maybe_compile
 from torchrl._td_compat import entries, set_unchecked
 from torchrl.envs.common import EnvBase
 from torchrl.envs.utils import RandomPolicy
@@ -30,6 +31,8 @@ __all__ = [
     "WeightsLike",
     "DevicePolicy",
     "DirectModuleCall",
+    "accelerate_in_place",
+    "accelerated_policy",
     "bind_weights",
     "copy_weights",
     "device_of",
@@ -137,23 +140,41 @@ class DirectModuleCall:
     with the parameters read once per batch. :meth:`refresh` re-reads the layers, parameters
     and hooks: the collector calls it before every batch.
 
+    With ``wrap_net`` (a compiled or CUDA-graph call of the network, see
+    :func:`accelerated_policy`), the network is called through ``wrap_net(network)``, made
+    once per network object, instead of the layer chain.
+
     Args:
         module: a ``TensorDictModule`` accepted by :func:`direct_call`.
+        wrap_net: maps the network to what is called in its place (``None``: the network).
     """
 
-    def __init__(self, module: TensorDictModule) -> None:
+    def __init__(
+        self,
+        module: TensorDictModule,
+        wrap_net: Callable[[nn.Module], Callable[..., Any]] | None = None,
+    ) -> None:
         self.module = module
-        self.net = module.module
+        self.net: Callable[..., Any] = module.module
         self.in_keys = list(module.in_keys)
         self.out_keys = list(module.out_keys)
         self.single = len(self.out_keys) == 1
         self.chain: list[Callable[[Any], Any]] | None = None
+        self.wrap_net = wrap_net
+        self._wrapped_of: nn.Module | None = None
         self.refresh()
 
     def refresh(self) -> None:
         """Re-reads the network's layers (a hook or a layer added since is then honoured)."""
-        self.net = self.module.module
-        self.chain = _forward_chain(self.net) if len(self.in_keys) == 1 else None
+        net = cast(nn.Module, self.module.module)
+        if self.wrap_net is not None:
+            # wrapped once per network object: a new wrapper would compile (or record) again
+            if net is not self._wrapped_of:
+                self.net = self.wrap_net(net)
+                self._wrapped_of = net
+            return
+        self.net = net
+        self.chain = _forward_chain(net) if len(self.in_keys) == 1 else None
 
     def __call__(self, td: TensorDictBase) -> TensorDictBase:
         if type(td) is not TensorDict or skip_existing():
@@ -263,10 +284,15 @@ def direct_call(policy: PolicyLike) -> PolicyLike:
     Plain means: exactly ``TensorDictModule``, string keys, positional inputs, in-place
     outputs, no ``method``, no hooks on the wrapper.
     """
+    return DirectModuleCall(cast(TensorDictModule, policy)) if _plain_module(policy) else policy
+
+
+def _plain_module(policy: object) -> bool:
+    """Whether :func:`direct_call` may call ``policy``'s network itself."""
     if type(policy) is not TensorDictModule:
-        return policy
+        return False
     keys = [*policy.in_keys, *policy.out_keys]
-    plain = (
+    return (
         all(type(k) is str and k != "_" for k in keys)
         and policy._kwargs is None
         and policy.method is None
@@ -279,4 +305,169 @@ def direct_call(policy: PolicyLike) -> PolicyLike:
         and not policy._backward_hooks
         and isinstance(policy.module, nn.Module)
     )
-    return DirectModuleCall(policy) if plain else policy
+
+
+class _NetCall:
+    """Calls a network: a plain function for ``CudaGraphModule``'s tensor path (a network with
+    an ``in_keys`` attribute would otherwise be taken for a TensorDict module)."""
+
+    def __init__(self, net: Callable[..., Any]) -> None:
+        self.net = net
+
+    def __call__(self, *args: Any) -> Any:
+        return self.net(*args)
+
+
+def _cuda_graph(fn: Callable[..., Any], options: dict[str, Any], **keys: Any) -> Any:
+    from tensordict.nn import CudaGraphModule
+
+    return CudaGraphModule(fn, **keys, **options)
+
+
+def accelerated_policy(
+    policy: PolicyLike,
+    compile_options: dict[str, Any] | None,
+    cudagraph_options: dict[str, Any] | None,
+    owner: str,
+) -> PolicyLike:
+    """What a collector calls in place of ``policy`` for ``compile_policy``/``cudagraph_policy``.
+
+    A plain ``TensorDictModule`` (see :func:`direct_call`) keeps the direct call: only its
+    network is compiled (:func:`~torchrl._compile.maybe_compile`, which runs it eagerly with a
+    warning if compilation fails) and/or recorded in a ``tensordict.nn.CudaGraphModule``, and
+    the keys are read and written eagerly, so dynamo sees tensors only. Any other policy is
+    compiled whole (TensorDict in, TensorDict out) and recorded with its ``in_keys`` and
+    ``out_keys``. Compiled code reads the parameters at every call and a CUDA graph reads
+    them where they were at recording: weights written into the parameters in place (what
+    ``update_policy_weights_`` and the weight-sync schemes do) are seen by both.
+
+    Args:
+        policy: the TensorDict policy the collector runs (on its device).
+        compile_options: ``torch.compile`` keywords (and ``"warmup"``), or ``None``.
+        cudagraph_options: ``CudaGraphModule`` keywords (``"warmup"``, ``"device"``), or ``None``.
+        owner: the collector's name, for messages.
+
+    Returns:
+        ``policy`` itself when both options are ``None``, else a TensorDict-in, TensorDict-out
+        callable.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> policy = TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["action"])
+        >>> call = accelerated_policy(policy, {"backend": "eager"}, None, "demo")
+        >>> call(TensorDict(observation=torch.ones(2, 3), batch_size=[2]))["action"].shape
+        torch.Size([2, 1])
+    """
+    if compile_options is None and cudagraph_options is None:
+        return policy
+    if _plain_module(policy):
+
+        def wrap_net(net: nn.Module) -> Callable[..., Any]:
+            call: Callable[..., Any] = maybe_compile(net, compile_options, owner=owner)
+            if cudagraph_options is not None:
+                call = _cuda_graph(_NetCall(call), cudagraph_options)
+            return call
+
+        return DirectModuleCall(cast(TensorDictModule, policy), wrap_net=wrap_net)
+    call: Any = maybe_compile(policy, compile_options, owner=owner)
+    if cudagraph_options is not None:
+        in_keys = getattr(policy, "in_keys", None)
+        out_keys = getattr(policy, "out_keys", None)
+        if in_keys is None or out_keys is None:
+            raise TypeError(
+                f"{owner}: cudagraph_policy needs a policy with in_keys and out_keys (a "
+                f"TensorDictModuleBase), got {type(policy).__name__}"
+            )
+        call = _cuda_graph(call, cudagraph_options, in_keys=list(in_keys), out_keys=list(out_keys))
+    return cast(PolicyLike, call)
+
+
+class _GraphPerShape:
+    """One ``CudaGraphModule`` per input shape, made at the first call with that shape.
+
+    A CUDA graph replays fixed shapes; a policy served to batches of varying size (an
+    inference server) gets a graph per batch size (at most ``max_batch_size`` of them).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        options: dict[str, Any],
+        in_keys: list[Any] | None,
+        out_keys: list[Any] | None,
+    ) -> None:
+        self.fn = fn
+        self.options = options
+        self.keys = {} if in_keys is None else {"in_keys": in_keys, "out_keys": out_keys}
+        self.graphs: dict[tuple[Any, ...], Any] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        shape = tuple(
+            tuple(a.batch_size) if isinstance(a, TensorDictBase) else tuple(getattr(a, "shape", ()))
+            for a in args
+        )
+        graph = self.graphs.get(shape)
+        if graph is None:
+            fn = self.fn if self.keys else _NetCall(self.fn)
+            graph = self.graphs[shape] = _cuda_graph(fn, self.options, **self.keys)
+        return graph(*args)
+
+
+def accelerate_in_place(
+    module: nn.Module,
+    compile_options: dict[str, Any] | None,
+    cudagraph_options: dict[str, Any] | None,
+    owner: str,
+) -> nn.Module:
+    """Compiles and/or records a served policy's ``forward`` in place (for inference servers).
+
+    A server keeps the module itself (it writes new weights into it in place), so the
+    compiled call replaces the instance's ``forward``: ``module(td)`` runs it with the
+    module's hooks, and the parameters and state-dict keys are unchanged. A plain
+    ``TensorDictModule`` (see :func:`direct_call`) has its network's ``forward`` replaced
+    (dynamo then sees tensors only). With ``cudagraph_options``, one CUDA graph is recorded
+    per batch size. Apply it to a copy of the user's policy, never to the policy itself.
+
+    Args:
+        module: the policy (a copy the caller owns).
+        compile_options: ``torch.compile`` keywords (and ``"warmup"``), or ``None``.
+        cudagraph_options: ``CudaGraphModule`` keywords, or ``None``.
+        owner: the collector's name, for messages.
+
+    Returns:
+        ``module`` itself.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> policy = TensorDictModule(torch.nn.Linear(3, 1), ["observation"], ["action"])
+        >>> policy = accelerate_in_place(policy, {"backend": "eager"}, None, "demo")
+        >>> policy(TensorDict(observation=torch.ones(2, 3), batch_size=[2]))["action"].shape
+        torch.Size([2, 1])
+        >>> sorted(policy.state_dict())
+        ['module.bias', 'module.weight']
+    """
+    if compile_options is None and cudagraph_options is None:
+        return module
+    if not isinstance(module, nn.Module):
+        raise TypeError(
+            f"{owner}: compile_policy and cudagraph_policy need an nn.Module policy, got "
+            f"{type(module).__name__}"
+        )
+    target = cast(nn.Module, module.module) if _plain_module(module) else module
+    call: Callable[..., Any] = maybe_compile(target.forward, compile_options, owner=owner)
+    if cudagraph_options is not None:
+        tensordict_in = target is module
+        call = _GraphPerShape(
+            call,
+            cudagraph_options,
+            list(getattr(module, "in_keys", [])) if tensordict_in else None,
+            list(getattr(module, "out_keys", [])) if tensordict_in else None,
+        )
+    # an instance attribute, not a Module: nn.Module.__call__ finds it before the class's
+    # forward; no parameter, buffer or state-dict entry changes
+    object.__setattr__(target, "forward", call)
+    return module

@@ -40,6 +40,7 @@ from typing import Any, cast
 
 import torch
 from tensordict import TensorDictBase
+from torch import nn
 
 from torchrl._keys import POLICY_VERSION
 from torchrl._processes import (
@@ -49,9 +50,10 @@ from torchrl._processes import (
     use_temp_dir,
     watch_parent,
 )
-from torchrl._types import NestedKey, ReplayBufferLike
+from torchrl._types import DeviceLike, NestedKey, ReplayBufferLike
 from torchrl.collectors._base import DataCollectorBase, check_count, check_frames
 from torchrl.collectors._options import CollectorOptions
+from torchrl.collectors._policy import accelerate_in_place
 from torchrl.collectors._pool import WorkerPool
 from torchrl.collectors._worker import SharedFlag, send_error
 from torchrl.collectors.policy_lag import policy_lag_stats
@@ -142,6 +144,17 @@ class AsyncBatchedCollector(DataCollectorBase):
             taken as hung (``None``: forever).
         seed: seeds the envs (env ``i`` gets ``seed + i``) and the workers; default: drawn
             from torch's generator.
+        device: default for ``env_device``, ``policy_device`` and ``storing_device``.
+        storing_device: where batches are stored: the CPU only (shared memory).
+        env_device: where the workers' envs run (their requests travel through CPU memory).
+        policy_device: where the servers run their policy (a copy is moved there).
+        compile_policy: ``True`` or :func:`torch.compile` keywords (plus ``"warmup"``): each
+            server compiles its copy of the policy (dynamic batch sizes); a failed
+            compilation warns once and runs eagerly. It pays off for bigger policies and many
+            steps; compilation is paid once per server (a ``"multiprocessing"`` server's
+            policy is also run once in this process, to learn the response layout).
+        cudagraph_policy: ``True`` or ``CudaGraphModule`` keywords: each server records one
+            CUDA graph per batch size it computes; needs CUDA and a CUDA ``policy_device``.
 
     Each batch is ``[rows, rollout_length]``: every row a contiguous chunk of one env's steps,
     with ``("collector", "env_index")``, ``("collector", "traj_ids")`` and ``"policy_version"``.
@@ -191,6 +204,12 @@ class AsyncBatchedCollector(DataCollectorBase):
         num_sub_threads: int = 1,
         timeout: float | None = 600.0,
         seed: int | None = None,
+        device: DeviceLike = None,
+        storing_device: DeviceLike = None,
+        env_device: DeviceLike = None,
+        policy_device: DeviceLike = None,
+        compile_policy: bool | dict[str, Any] | None = None,
+        cudagraph_policy: bool | dict[str, Any] | None = None,
     ) -> None:
         name = type(self).__name__
         self._init_base()
@@ -224,6 +243,41 @@ class AsyncBatchedCollector(DataCollectorBase):
             max_policy_lag = check_count(name, "max_policy_lag", max_policy_lag, 0)
         if postproc is not None and not callable(postproc):
             raise TypeError(f"{name}: postproc must be callable, got {type(postproc).__name__}")
+        # devices and compile options, checked as a local collector checks them
+        checked = CollectorOptions(
+            frames_per_batch=1,
+            device=device,
+            storing_device=storing_device,
+            env_device=env_device,
+            policy_device=policy_device,
+            compile_policy=compile_policy,
+            cudagraph_policy=cudagraph_policy,
+            owner=name,
+        )
+        default = checked.device
+        storing = checked.storing_device or default
+        if storing is not None and torch.device(storing).type != "cpu":
+            raise ValueError(
+                f"{name}: batches are shared through CPU memory; storing_device must be the CPU "
+                f"(got {storing}); move the batches yourself"
+            )
+        workers_env_device = cast("torch.device | None", checked.env_device or default)
+        server_device = cast("torch.device | None", checked.policy_device or default)
+        if checked.cudagraph_policy is not None and (
+            server_device is None or server_device.type != "cuda"
+        ):
+            raise ValueError(
+                f"{name}: cudagraph_policy needs the servers' policy on a CUDA device, but it "
+                f"runs on {server_device or 'the CPU'}; pass policy_device='cuda'"
+            )
+        self.policy_device = server_device
+        self.env_device = workers_env_device
+        self._accelerate = _Accelerate(
+            server_device,
+            cast("dict[str, Any] | None", checked.compile_policy),
+            cast("dict[str, Any] | None", checked.cudagraph_policy),
+            name,
+        )
         served, self._policies = _served_policies(policy, policy_factory, name)
         n_policies = len(served)
         if policy_backend not in ("threading", "multiprocessing"):
@@ -262,9 +316,13 @@ class AsyncBatchedCollector(DataCollectorBase):
             if seed is None:
                 seed = int(torch.randint(0, 2**31 - 1, ()))
             self._flag = SharedFlag()
+            on_cpu = workers_env_device is None or workers_env_device.type == "cpu"
             options = CollectorOptions(
                 frames_per_batch=chunk,
                 total_frames=-1,
+                env_device=workers_env_device,
+                # the clients send CPU requests: envs elsewhere have their data moved
+                policy_device=None if on_cpu else "cpu",
                 storing_device="cpu",
                 return_same_td=True,
                 interruptor=self._flag,
@@ -339,12 +397,13 @@ class AsyncBatchedCollector(DataCollectorBase):
             in_keys, example = _probe(probe_fn, model, name)
             transport_p = transport if transport is not None else SharedMemoryTransport()
             server: InferenceServer | ProcessInferenceServer
+            kwargs["device"] = self.policy_device
             if backend == "multiprocessing":
                 server = ProcessInferenceServer(
-                    policy_factory=_Copy(model), transport=transport_p, **kwargs
+                    policy_factory=_Copy(model, self._accelerate), transport=transport_p, **kwargs
                 )
             else:
-                server = InferenceServer(model, transport_p, **kwargs)
+                server = InferenceServer(self._accelerate(model), transport_p, **kwargs)
             self._servers.append(server)
             requests.append((transport_p, example.select(*in_keys).expand(per_group), in_keys))
         out = []
@@ -497,13 +556,36 @@ def _env_fns(
 
 
 @dataclass
+class _Accelerate:
+    """Moves a served policy (the collector's copy) to its device, compiles and records it."""
+
+    device: torch.device | None
+    compile_options: dict[str, Any] | None
+    cudagraph_options: dict[str, Any] | None
+    owner: str
+
+    def __call__(self, policy: PolicyArg) -> PolicyArg:
+        if self.device is not None and isinstance(policy, nn.Module):
+            policy = policy.to(self.device)
+        if self.compile_options is None and self.cudagraph_options is None:
+            return policy
+        graph = self.cudagraph_options
+        if graph is not None:
+            graph = {"device": self.device, **graph}
+        module = cast(nn.Module, policy)
+        return cast(PolicyArg, accelerate_in_place(module, self.compile_options, graph, self.owner))
+
+
+@dataclass
 class _Copy:
     """A picklable factory of copies of a policy (a server process builds its own)."""
 
     policy: PolicyArg
+    accelerate: _Accelerate | None = None
 
     def __call__(self) -> PolicyArg:
-        return copy.deepcopy(self.policy)
+        policy = copy.deepcopy(self.policy)
+        return policy if self.accelerate is None else self.accelerate(policy)
 
 
 @dataclass

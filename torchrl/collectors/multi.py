@@ -126,6 +126,8 @@ class MultiCollector(DataCollectorBase):
         weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
         weight_updater: Any = None,
         track_policy_version: bool = False,
+        compile_policy: bool | dict[str, Any] | None = None,
+        cudagraph_policy: bool | dict[str, Any] | None = None,
     ) -> None:
         if sync is not None and sync != self._sync:
             raise ValueError(
@@ -161,6 +163,8 @@ class MultiCollector(DataCollectorBase):
             mp_start_method=mp_start_method,
             timeout=timeout,
             track_policy_version=track_policy_version,
+            compile_policy=compile_policy,
+            cudagraph_policy=cudagraph_policy,
         )
         self._setup(
             create_env_fn, policy, options, create_env_kwargs,
@@ -231,6 +235,14 @@ class MultiCollector(DataCollectorBase):
         scheme = self._init_weight_sync(weight_sync_schemes, weight_updater, policy)
         module = policy if isinstance(policy, nn.Module) else None
         dev = local.policy_device or local.device
+        if local.cudagraph_policy is not None:
+            runs_on = dev or device_of(policy)
+            if runs_on is None or torch.device(runs_on).type != "cuda":
+                raise ValueError(
+                    f"{name}: cudagraph_policy needs the policy on a CUDA device, but the workers "
+                    f"run it on {runs_on or 'the CPU'}; pass policy_device='cuda' (or a CUDA "
+                    "policy)"
+                )
         self._update_by_message = bool(
             isinstance(scheme, SharedMemWeightSyncScheme)
             and module is not None
@@ -539,6 +551,12 @@ class MultiSyncDataCollector(MultiCollector):
             and raises ``TimeoutError`` naming it. The default, 600 s, leaves room for slow
             simulators and long batches; ``None`` waits forever. (A worker that dies or
             raises is reported at once, whatever the timeout.)
+        compile_policy: ``True`` or :func:`torch.compile` keywords (plus ``"warmup"``):
+            each worker compiles its own copy of the policy call (see
+            :class:`~torchrl.collectors.SyncDataCollector`). It pays off for bigger policies
+            and many steps; every worker pays the compilation once.
+        cudagraph_policy: ``True`` or ``CudaGraphModule`` keywords: each worker records its
+            policy call as a CUDA graph (needs CUDA and a CUDA ``policy_device``).
         **others: as :class:`~torchrl.collectors.SyncDataCollector` (``device``,
             ``storing_device`` (CPU only), ``env_device``, ``policy_device``,
             ``create_env_kwargs``, ``max_frames_per_traj``, ``init_random_frames``,

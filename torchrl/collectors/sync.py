@@ -27,6 +27,7 @@ from torchrl.collectors._policy import (
     DirectModuleCall,
     PolicyLike,
     WeightsLike,
+    accelerated_policy,
     device_of,
     direct_call,
     named_weights,
@@ -154,6 +155,14 @@ class SyncDataCollector(DataCollectorBase):
         track_policy_version: write a ``"policy_version"`` entry (int64, the env's batch
             shape) into every step: the version of the weights that produced it, incremented
             by each :meth:`update_policy_weights_` (see :attr:`policy_version`).
+        compile_policy: ``True`` or a dict of :func:`torch.compile` keywords (plus
+            ``"warmup"``, eager calls before compiling) to compile the policy call; a failed
+            compilation warns once and runs eagerly. It pays off for bigger policies and many
+            steps: compilation costs seconds to minutes, once per process.
+        cudagraph_policy: ``True`` or a dict (``"warmup"``, ``"device"``) to record the
+            policy call in a ``tensordict.nn.CudaGraphModule`` and replay it; needs the policy
+            on CUDA (``ValueError`` otherwise, and on a machine without CUDA). Weights updated
+            in place are seen by compiled and recorded calls alike.
 
     Examples:
         >>> from torchrl.collectors import SyncDataCollector
@@ -199,6 +208,8 @@ class SyncDataCollector(DataCollectorBase):
         weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
         weight_updater: Any = None,
         track_policy_version: bool = False,
+        compile_policy: bool | dict[str, Any] | None = None,
+        cudagraph_policy: bool | dict[str, Any] | None = None,
     ) -> None:
         options = CollectorOptions(
             frames_per_batch=frames_per_batch,
@@ -222,6 +233,8 @@ class SyncDataCollector(DataCollectorBase):
             trust_policy=trust_policy,
             extend_buffer=extend_buffer,
             track_policy_version=track_policy_version,
+            compile_policy=compile_policy,
+            cudagraph_policy=cudagraph_policy,
             owner=type(self).__name__,
         )
         self._setup(
@@ -318,10 +331,10 @@ class SyncDataCollector(DataCollectorBase):
             policy = copy.deepcopy(self._policy_source).to(pdev)
         self.policy = policy
         self.policy_device = pdev if pdev is not None else current
-        call = policy
+        call = self._accelerated(policy, options)
         env_dev = self.env_device or torch.device("cpu")
         if self.policy_device is not None and self.policy_device != env_dev:
-            call = DevicePolicy(policy, self.policy_device, env_dev)
+            call = DevicePolicy(call, self.policy_device, env_dev)
         self._policy_call = direct_call(call)
         self._random_call = random_policy(env)
         self._uses_random_policy = isinstance(policy, RandomPolicy)
@@ -353,6 +366,24 @@ class SyncDataCollector(DataCollectorBase):
         )
         self.frames = 0
         self._iter = 0
+
+    def _accelerated(self, policy: PolicyLike, options: CollectorOptions) -> PolicyLike:
+        """The policy call compiled and/or recorded as a CUDA graph, as the options ask."""
+        graph = cast("dict[str, Any] | None", options.cudagraph_policy)
+        if graph is not None:
+            device = self.policy_device
+            if device is None or device.type != "cuda":
+                raise ValueError(
+                    f"{options.owner}: cudagraph_policy needs the policy on a CUDA device, but it "
+                    f"runs on {device or 'the CPU'}; pass policy_device='cuda' (or a CUDA policy)"
+                )
+            graph = {"device": device, **graph}
+        return accelerated_policy(
+            policy,
+            cast("dict[str, Any] | None", options.compile_policy),
+            graph,
+            options.owner,
+        )
 
     # ------------------------------------------------------------------------------- options
     @property

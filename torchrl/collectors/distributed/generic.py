@@ -867,6 +867,8 @@ COLLECTOR_KEYWORDS: dict[str, Any] = {
     "init_random_frames": -1,
     "reset_at_each_iter": False,
     "exploration_type": None,
+    "compile_policy": None,
+    "cudagraph_policy": None,
 }
 
 
@@ -875,8 +877,9 @@ class DistributedCollector(DistributedDataCollector):
 
     The local collectors' keywords may be given directly (``device``, ``storing_device``,
     ``env_device``, ``policy_device``, ``max_frames_per_traj``, ``init_random_frames``,
-    ``reset_at_each_iter``, ``exploration_type``): they are merged into every worker's
-    ``collector_kwargs``. ``split_trajs`` and ``postproc`` run here, on the batches the
+    ``reset_at_each_iter``, ``exploration_type``, ``compile_policy``, ``cudagraph_policy``):
+    they are merged into every worker's ``collector_kwargs`` (each worker compiles its own
+    policy). ``split_trajs`` and ``postproc`` run here, on the batches the
     workers deliver (whose layout is fixed). Workers are local ``spawn`` processes by default
     (``launcher="mp"``); ``launcher="submitit"`` submits them as jobs. Everything listens on
     ``host`` (loopback by default); a worker that dies or fails raises

@@ -79,7 +79,8 @@ class RayCollector(DataCollectorBase):
         collector_class: the local collector each actor runs (a class, or ``"single"``,
             ``"sync"``, ``"async"`` for the three local collectors).
         collector_kwargs: keyword arguments for ``collector_class`` (``frames_per_batch`` and
-            ``total_frames`` are set here); a list gives one dict per worker.
+            ``total_frames`` are set here); a list gives one dict per worker. Devices and
+            ``compile_policy``/``cudagraph_policy`` go here: each actor compiles its own policy.
         num_collectors: how many actors (default: the length of the lists, else 1).
         ray_init_config: keyword arguments of ``ray.init`` (used when Ray is not running yet,
             or to join the cluster at ``"address"``).

@@ -179,7 +179,8 @@ class RPCCollector(DataCollectorBase):
             calls its ``push_weights``.
         **collector_keywords: ``device``, ``storing_device``, ``env_device``,
             ``policy_device``, ``max_frames_per_traj``, ``init_random_frames``,
-            ``reset_at_each_iter``, ``exploration_type`` (passed to every worker's collector).
+            ``reset_at_each_iter``, ``exploration_type``, ``compile_policy``,
+            ``cudagraph_policy`` (passed to every worker's collector).
 
     Examples:
         >>> from torchrl.collectors.distributed import RPCCollector
