@@ -126,14 +126,68 @@ def _shutdown(executor: ThreadPoolExecutor, futures: deque[Future]) -> None:
     executor.shutdown(wait=False, cancel_futures=True)
 
 
+class _Pending:
+    """A prefetched batch: drawn (index and info) in order, read and finished in a thread."""
+
+    __slots__ = ("device", "error", "future", "index", "info", "items", "ran_out", "read")
+
+    def __init__(self, index: Index, info: dict[NestedKey, Any], ran_out: bool) -> None:
+        self.index = index
+        self.info = info
+        self.ran_out = ran_out
+        self.read = False
+        self.items: Any = None
+        self.device: torch.device | None = None
+        self.error: Exception | None = None
+        self.future: Future | None = None
+
+
+class _Ready:
+    """A CUDA event recorded after a batch's last copy, on the stream of its device."""
+
+    __slots__ = ("device", "event")
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.event = torch.cuda.Event()
+        self.event.record(torch.cuda.current_stream(device))
+
+
+def _ready_event(data: Any) -> _Ready | None:
+    """An event marking ``data`` ready when it lies on a CUDA device (``None`` otherwise)."""
+    device = getattr(data, "device", None)
+    if isinstance(device, torch.device) and device.type == "cuda":
+        return _Ready(device)
+    return None
+
+
+def _pinned(data: Any) -> Any:
+    """``data`` with its CPU tensors in pinned memory (tensors and TensorDicts; others as is)."""
+    if isinstance(data, torch.Tensor):
+        return data.pin_memory() if data.device.type == "cpu" else data
+    if isinstance(data, TensorDictBase):
+        if data.device is not None:
+            return data.pin_memory() if data.device.type == "cpu" else data
+        return data.apply(lambda t: t.pin_memory() if t.device.type == "cpu" else t)
+    return data
+
+
 class ReplayBuffer:
     """A replay buffer: writes go through a writer into a storage, samples come from a sampler.
 
     Every part is replaceable: see ``storages``, ``samplers`` and ``writers``. ``extend``,
     ``sample`` and ``update_priority`` hold a lock, so threads may write and sample concurrently.
-    With ``prefetch=N``, N background threads sample ahead (for the buffer's ``batch_size``).
     Invalid data (keys or shapes differing from the stored layout, bad priorities, out-of-range
-    indices) raises before anything is written.
+    indices) raises before anything is written. Samples come out on the storage's device
+    (``LazyTensorStorage(n, device=...)``; ``LazyMemmapStorage(n, device=...)`` reads on CPU
+    and sends them there; a ``ListStorage`` keeps items where they were).
+
+    With ``prefetch=N``, N batches of ``batch_size`` are sampled ahead by N threads. Their
+    indices are drawn in order by the caller, so that a seeded sampler returns the same batches
+    as without prefetching, as long as nothing else draws from its generator in between (give
+    the buffer its own ``generator`` to be safe). A prefetched batch holds the items as they were
+    when it was drawn, up to N calls earlier: writes and priority updates made since then show
+    from the following batches on. See :meth:`sample`.
 
     Args:
         storage: where items live; ``ListStorage(max_size=1000)`` by default. A callable
@@ -144,8 +198,12 @@ class ReplayBuffer:
             returning one).
         collate_fn: turns what the storage returns into a batch; stacks lists from a
             ``ListStorage`` and passes tensor storages' batches through by default.
-        pin_memory: pin sampled batches (only when CUDA is available).
-        prefetch: number of batches sampled ahead by background threads (0: none).
+        pin_memory: put sampled batches (their CPU tensors) in pinned memory, so that
+            ``batch.to("cuda", non_blocking=True)`` (or a transform doing it) copies
+            asynchronously; a ``LazyMemmapStorage(device="cuda")`` then copies from pinned
+            memory. Pinning needs CUDA: without it, this does nothing.
+        prefetch: number of batches sampled ahead by background threads (0: none); stopped by
+            :meth:`empty` and when the buffer is garbage-collected.
         transform: a callable (an ``nn.Module`` such as an env transform, or any function) run on
             every sample; see :meth:`append_transform`.
         batch_size: default batch size of :meth:`sample`, needed to iterate and to prefetch.
@@ -213,7 +271,10 @@ class ReplayBuffer:
         if transform is not None:
             self.append_transform(transform)
         self._executor: ThreadPoolExecutor | None = None
+        self._finalizer: weakref.finalize | None = None
         self._futures: deque[Future] = deque()
+        # Prefetched batches drawn but not read yet (guarded by the lock).
+        self._unread: list[_Pending] = []
         if len(self._storage):
             # A reopened storage already holds items: continue after them.
             self._writer._resume()
@@ -321,6 +382,8 @@ class ReplayBuffer:
         """
         data, priorities = self._prepare_write(data)
         with self._lock:
+            if self._unread:
+                self._read_ahead()
             free = self._sampler._free_slots() if self._storage.ndim == 1 else None
             index: int | Index | None
             if free is not None and free.numel() and isinstance(self._writer, RoundRobinWriter):
@@ -352,6 +415,8 @@ class ReplayBuffer:
         """
         data, priorities = self._prepare_write(data)
         with self._lock:
+            if self._unread:
+                self._read_ahead()
             free = self._sampler._free_slots() if self._storage.ndim == 1 else None
             if free is not None and free.numel():
                 index = self._extend_into(free, data)
@@ -392,6 +457,8 @@ class ReplayBuffer:
         if self._storage.ndim > 1:
             raise NotImplementedError("item assignment needs a storage with ndim=1")
         with self._lock:
+            if self._unread:
+                self._read_ahead()
             idx = self._storage._check_index(index)
             assert isinstance(idx, torch.Tensor)  # ndim == 1
             self._storage.set(idx if idx.ndim else int(idx), data)
@@ -406,42 +473,118 @@ class ReplayBuffer:
         """Hook run under the lock on the items read at ``index`` (trajectory views)."""
         return data
 
-    def _sample_now(self, batch_size: int) -> tuple[Any, dict[NestedKey, Any], bool]:
-        with self._lock:
-            index, info = self._sampler.sample(self._storage, batch_size)
-            index, info = self._sample_unit.expand(index, info, self._storage)
-            data = self._storage.get(index)
-            data = self._rebuild_views(data, index)
-            ran_out = self._sampler.ran_out
+    def _draw(self, batch_size: int) -> tuple[Index, dict[NestedKey, Any], bool]:
+        """Draws the index of a batch (under the lock): the sampler, then the sample unit."""
+        index, info = self._sampler.sample(self._storage, batch_size)
+        index, info = self._sample_unit.expand(index, info, self._storage)
         info[INDEX] = index
+        return index, info, self._sampler.ran_out
+
+    def _read(self, index: Index) -> tuple[Any, torch.device | None]:
+        """Reads the items at ``index`` (under the lock), and where the storage sends them."""
+        data, device = self._storage._read(index)
+        return self._rebuild_views(data, index), device
+
+    def _finish(self, data: Any, info: dict[NestedKey, Any], device: torch.device | None) -> Any:
+        """Turns the items read into the batch returned (outside the lock)."""
+        if device is not None:
+            # A storage that sends its items elsewhere (LazyMemmapStorage(device="cuda")): pin
+            # the host copy first, so that the transfer is asynchronous.
+            if self._pin_memory:
+                data = _pinned(data)
+            data = data.to(device, non_blocking=True)
         data = self._collate_fn(data)
         data = self._sampler.postprocess(data, info)
         data = self._sample_unit.postprocess(data, info)
         data = self._decorate(data, info)
         if self._pin_memory:
-            data = data.pin_memory()
+            data = _pinned(data)
         if len(self._transforms):
             data = self._transforms(data)
-        return data, info, ran_out
+        return data
 
+    def _sample_now(self, batch_size: int) -> tuple[Any, dict[NestedKey, Any], bool]:
+        with self._lock:
+            index, info, ran_out = self._draw(batch_size)
+            data, device = self._read(index)
+        return self._finish(data, info, device), info, ran_out
+
+    # -- prefetching ------------------------------------------------------------------------------
+    # The main thread draws every batch's index, in order, when it queues the batch: the random
+    # draws happen in the same order as without prefetching, so a seeded sampler gives the same
+    # batches. The items are read later, by a prefetch thread or, if a write comes first, by the
+    # writer (see _read_ahead): a batch always holds the items as they were when it was drawn.
     def _sample_prefetched(self, batch_size: int) -> tuple[Any, dict[NestedKey, Any], bool]:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(
                 self._prefetch, thread_name_prefix="torchrl-rb-prefetch"
             )
-            weakref.finalize(self, _shutdown, self._executor, self._futures)
+            self._finalizer = weakref.finalize(self, _shutdown, self._executor, self._futures)
         futures = self._futures
-        while len(futures) < self._prefetch:
-            futures.append(self._executor.submit(self._sample_now, batch_size))
+        while len(futures) <= self._prefetch:
+            future, drawn = self._queue(self._executor, batch_size)
+            futures.append(future)
+            if not drawn:  # the draw failed: raised when this batch is due
+                break
         future = futures.popleft()
         try:
-            out = future.result()
+            data, info, ran_out, ready = future.result()
         except BaseException:
             # Batches queued behind a failed one (e.g. sampled from an empty buffer) are stale.
             self._drain()
             raise
-        futures.append(self._executor.submit(self._sample_now, batch_size))
-        return out
+        if ready is not None:
+            # Kernels queued on the caller's stream wait for the copies of the prefetch thread.
+            torch.cuda.current_stream(ready.device).wait_event(ready.event)
+        return data, info, ran_out
+
+    def _queue(self, executor: ThreadPoolExecutor, batch_size: int) -> tuple[Future, bool]:
+        """Draws one batch now and has a prefetch thread read and finish it.
+
+        Returns:
+            The batch's future, and whether the draw succeeded (if not, the future holds the
+            error).
+        """
+        with self._lock:
+            try:
+                index, info, ran_out = self._draw(batch_size)
+            except Exception as err:
+                failed: Future = Future()
+                failed.set_exception(err)
+                return failed, False
+            pending = _Pending(index, info, ran_out)
+            self._unread.append(pending)
+        pending.future = executor.submit(self._complete, pending)
+        return pending.future, True
+
+    def _complete(self, pending: _Pending) -> tuple[Any, dict[NestedKey, Any], bool, Any]:
+        """Runs in a prefetch thread: reads the items of a drawn batch and finishes it."""
+        with self._lock:
+            self._read_pending(pending)
+        if pending.error is not None:
+            raise pending.error
+        data = self._finish(pending.items, pending.info, pending.device)
+        return data, pending.info, pending.ran_out, _ready_event(data)
+
+    def _read_pending(self, pending: _Pending) -> None:
+        """Reads the items of a drawn batch, once (under the lock)."""
+        if pending.read:
+            return
+        pending.read = True
+        self._unread.remove(pending)
+        try:
+            pending.items, pending.device = self._read(pending.index)
+        except Exception as err:  # raised in the thread, hence by sample()
+            pending.error = err
+
+    def _read_ahead(self) -> None:
+        """Reads the drawn batches whose items are not read yet (under the lock, before a write).
+
+        A write must not change the items of a batch drawn before it: a prefetch thread may not
+        have read them yet, so the writer reads them first.
+        """
+        for pending in list(self._unread):
+            self._read_pending(pending)
 
     def _drain(self) -> None:
         """Drops the prefetched batches (waiting for those being sampled)."""
@@ -450,9 +593,27 @@ class ReplayBuffer:
         for future in futures:
             future.cancel()
         wait_futures(futures)
+        with self._lock:
+            # Batches cancelled before a thread read them; those queued meanwhile stay.
+            self._unread = [p for p in self._unread if p.future is None or not p.future.cancelled()]
+
+    def _stop_prefetch_threads(self) -> None:
+        """Drops the prefetched batches and stops the threads (a later sample starts new ones)."""
+        self._drain()
+        finalizer, self._finalizer, self._executor = self._finalizer, None, None
+        if finalizer is not None:
+            finalizer()
 
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         """Samples a batch.
+
+        With ``prefetch=N`` and the buffer's ``batch_size``, the batch returned was drawn when an
+        earlier call queued it (the first call draws N + 1 batches, every later call one more,
+        in order): its items and weights are those of that time, and the transforms ran in a
+        prefetch thread (a transform drawing random numbers from torch's global generator then
+        races with the caller). Another ``batch_size`` is sampled now, after the queued ones.
+        Batches on a CUDA device are made by the prefetch thread on its current stream; the
+        caller's current stream waits for them before its next kernels.
 
         Args:
             batch_size: number of items; the buffer's ``batch_size`` when omitted.
@@ -545,10 +706,13 @@ class ReplayBuffer:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def empty(self) -> None:
-        """Removes every item and resets the sampler and the writer."""
+        """Removes every item, resets the sampler and the writer, and stops the prefetch threads.
+
+        Prefetched batches are dropped; the next prefetched sample starts new threads.
+        """
         # Drained outside the lock: a batch being sampled in the background needs the lock to
         # finish, and waiting for it while holding the lock would never end.
-        self._drain()
+        self._stop_prefetch_threads()
         with self._lock:
             self._storage._empty()
             self._sampler._empty()

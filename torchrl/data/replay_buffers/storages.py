@@ -337,6 +337,14 @@ class Storage(ABC):
     def get(self, index: IndexLike) -> Any:
         """Reads the items at ``index`` (no range check: samplers give valid indices)."""
 
+    def _read(self, index: IndexLike) -> tuple[Any, torch.device | None]:
+        """The items at ``index`` where they are kept, and the device :meth:`get` sends them to.
+
+        A buffer reads through this under its lock and moves the batch (after pinning it, when
+        asked) outside the lock. ``None``: :meth:`get` returns the items where they are.
+        """
+        return self.get(index), None
+
     @abstractmethod
     def set(self, index: int | slice | torch.Tensor, data: Any) -> None:
         """Writes ``data`` at the slots ``index`` along the write dim, after validating it."""
@@ -1366,8 +1374,13 @@ class LazyMemmapStorage(TensorStorage):
     def get(self, index: IndexLike) -> TensorDictBase | torch.Tensor:
         out = super().get(index)
         if self._out_device != self.device:
+            # Host to device: non_blocking is safe (the copy is ordered on the current stream).
             out = out.to(self._out_device, non_blocking=True)
         return out
+
+    def _read(self, index: IndexLike) -> tuple[Any, torch.device | None]:
+        out_device = self._out_device if self._out_device != self.device else None
+        return super().get(index), out_device
 
     def _empty(self) -> None:
         super()._empty()
