@@ -3,7 +3,9 @@
 Each case builds the same networks with the given ``modules``/``objectives`` namespaces (ours or
 TorchRL's, whose public names agree) and returns a callable that runs one update's loss work on
 a fixed batch of 256: forward, sum of the ``loss_*`` terms, backward, and the target update
-where the algorithm has one. No optimizer step (it is the same code for both libraries).
+where the algorithm has one. No optimizer step (it is the same code for both libraries), unless
+``make_cases(..., optimizer=True)`` asks for an Adam step before the target update (what
+``benchmarks/compile.py`` times, beside ``plain_cases.py``'s updates of the same form).
 """
 
 from __future__ import annotations
@@ -33,8 +35,12 @@ def _transitions(torch: Any, TensorDict: Any, action: Any) -> Any:
     )
 
 
-def _step(torch: Any, loss: Any, td: Any, updater: Any = None) -> Callable[[], None]:
+def step_fn(
+    torch: Any, loss: Any, td: Any, updater: Any = None, optimizer: bool = False
+) -> Callable[[], None]:
+    """One update of ``loss`` on ``td``: zero grads, forward, backward, (Adam), target update."""
     params = [p for p in loss.parameters() if p.requires_grad]
+    adam = torch.optim.Adam(params, lr=3e-4) if optimizer else None
 
     def run() -> None:
         for p in params:
@@ -42,14 +48,16 @@ def _step(torch: Any, loss: Any, td: Any, updater: Any = None) -> Callable[[], N
         out = loss(td.clone(False))
         total = sum(v for k, v in out.items() if k.startswith("loss"))
         total.backward()
+        if adam is not None:
+            adam.step()
         if updater is not None:
             updater.step()
 
     return run
 
 
-def make_cases(modules: Any, objectives: Any) -> dict[str, Callable[[], None]]:
-    """``{name: step}`` for DQN, SAC, TD3 and clipped PPO."""
+def make_losses(modules: Any, objectives: Any) -> dict[str, tuple[Any, Any, Any]]:
+    """``{name: (loss module, batch, target updater or None)}`` for DQN, SAC, TD3, clipped PPO."""
     import torch
     from tensordict import TensorDict
     from tensordict.nn import NormalParamExtractor, TensorDictModule
@@ -61,15 +69,17 @@ def make_cases(modules: Any, objectives: Any) -> dict[str, Callable[[], None]]:
     def mlp(n_in: int, n_out: int) -> nn.Module:
         return MLP(in_features=n_in, out_features=n_out, depth=2, num_cells=CELLS)
 
-    cases: dict[str, Callable[[], None]] = {}
+    cases: dict[str, tuple[Any, Any, Any]] = {}
 
     # DQN, double DQN, one-hot actions.
     qnet = modules.QValueActor(mlp(OBS, N_ACTIONS), action_space="one_hot")
     action = nn.functional.one_hot(torch.randint(N_ACTIONS, (BATCH,)), N_ACTIONS)
     loss = objectives.DQNLoss(qnet, delay_value=True, double_dqn=True, action_space="one_hot")
     loss.make_value_estimator(gamma=0.99)
-    cases["dqn_update"] = _step(
-        torch, loss, _transitions(torch, TensorDict, action), objectives.SoftUpdate(loss, eps=0.99)
+    cases["dqn_update"] = (
+        loss,
+        _transitions(torch, TensorDict, action),
+        objectives.SoftUpdate(loss, eps=0.99),
     )
 
     # SAC v2 with two critics, TanhNormal policy.
@@ -89,13 +99,13 @@ def make_cases(modules: Any, objectives: Any) -> dict[str, Callable[[], None]]:
     continuous = _transitions(torch, TensorDict, torch.rand(BATCH, ACT) * 1.8 - 0.9)
     loss = objectives.SACLoss(actor(), qvalue(), num_qvalue_nets=2, target_entropy=-float(ACT))
     loss.make_value_estimator(gamma=0.99)
-    cases["sac_update"] = _step(torch, loss, continuous, objectives.SoftUpdate(loss, eps=0.995))
+    cases["sac_update"] = (loss, continuous, objectives.SoftUpdate(loss, eps=0.995))
 
     # TD3 with two critics and target-policy smoothing.
     policy = modules.Actor(mlp(OBS, ACT))
     loss = objectives.TD3Loss(policy, qvalue(), bounds=(-1.0, 1.0), num_qvalue_nets=2)
     loss.make_value_estimator(gamma=0.99)
-    cases["td3_update"] = _step(torch, loss, continuous, objectives.SoftUpdate(loss, eps=0.995))
+    cases["td3_update"] = (loss, continuous, objectives.SoftUpdate(loss, eps=0.995))
 
     # Clipped PPO on a minibatch that already carries its advantage and value target.
     ppo_data = continuous.clone()
@@ -106,5 +116,17 @@ def make_cases(modules: Any, objectives: Any) -> dict[str, Callable[[], None]]:
     loss = objectives.ClipPPOLoss(actor(), critic, entropy_coeff=0.01, critic_coeff=0.5)
     # TorchRL 0.14 reads "action_log_prob" by default; both read the same key here.
     loss.set_keys(sample_log_prob="sample_log_prob")
-    cases["ppo_minibatch_update"] = _step(torch, loss, ppo_data)
+    cases["ppo_minibatch_update"] = (loss, ppo_data, None)
     return cases
+
+
+def make_cases(
+    modules: Any, objectives: Any, optimizer: bool = False
+) -> dict[str, Callable[[], None]]:
+    """``{name: step}`` for DQN, SAC, TD3 and clipped PPO (with an Adam step if ``optimizer``)."""
+    import torch
+
+    return {
+        name: step_fn(torch, loss, td, updater, optimizer)
+        for name, (loss, td, updater) in make_losses(modules, objectives).items()
+    }
