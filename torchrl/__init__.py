@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from torchrl._compile import compile_with_warmup
 from torchrl._utils import (
     auto_unwrap_transformed_env,
     cuda_memory_profile,
@@ -36,6 +37,7 @@ __all__ = [
     "__version__",
     *_SUBPACKAGES,
     "auto_unwrap_transformed_env",
+    "compile_with_warmup",
     "cuda_memory_profile",
     "cuda_memory_stats",
     "implement_for",
