@@ -97,6 +97,20 @@ def send_error(conn: Connection, err: BaseException) -> None:
         pass
 
 
+def drain_pipe(conn: Connection) -> None:
+    """Reads (and drops) what the parent sent that this exiting worker will not answer.
+
+    A socket closed with unread data in it resets the connection: the parent's next read then
+    fails with ``ConnectionResetError`` and loses the messages still in transit, such as the
+    error this worker just sent.
+    """
+    try:
+        while conn.poll():
+            conn.recv()
+    except (EOFError, OSError):
+        pass
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     """What a worker process needs to build and run its collector (pickled to it once).
@@ -186,6 +200,7 @@ def worker_main(
                 collector.shutdown()
             except Exception:  # noqa: BLE001 - the parent already knows, or is gone
                 pass
+        drain_pipe(conn)
         conn.close()
         if parent_gone():
             exit_worker()  # now, rather than after the interpreter's teardown

@@ -55,7 +55,7 @@ from torchrl.collectors._base import DataCollectorBase, check_count, check_frame
 from torchrl.collectors._options import CollectorOptions
 from torchrl.collectors._policy import accelerate_in_place
 from torchrl.collectors._pool import WorkerPool
-from torchrl.collectors._worker import SharedFlag, send_error
+from torchrl.collectors._worker import SharedFlag, drain_pipe, send_error
 from torchrl.collectors.policy_lag import policy_lag_stats
 from torchrl.collectors.sync import SyncDataCollector, extend_replay_buffer
 from torchrl.envs.batched_envs import SerialEnv
@@ -781,6 +781,7 @@ def rollout_main(
                 collector.shutdown()
             except Exception:  # noqa: BLE001 - the parent already knows, or is gone
                 pass
+        drain_pipe(conn)
         conn.close()
         if parent_gone():
             exit_worker()
