@@ -60,13 +60,22 @@ def _storage(kind: str, device: str, tmp_path):
         return TensorStorage(steps(50).zero_(), device=device)
     if kind == "LazyStackStorage":
         return LazyStackStorage(50, device=device)
+    if kind == "ListStorage(device)":
+        return ListStorage(50, device=device)
     return ListStorage(50)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(
     "kind",
-    ["LazyTensorStorage", "LazyMemmapStorage", "TensorStorage", "ListStorage", "LazyStackStorage"],
+    [
+        "LazyTensorStorage",
+        "LazyMemmapStorage",
+        "TensorStorage",
+        "ListStorage",
+        "ListStorage(device)",
+        "LazyStackStorage",
+    ],
 )
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_samples_land_on_the_storage_device(kind, device, prefetch, tmp_path):
@@ -92,9 +101,25 @@ def test_memmap_storage_stays_on_cpu_and_sends_samples_elsewhere(tmp_path):
     assert leaf_devices(batch) == {torch.device("meta")}
     assert storage.get(torch.arange(3))["obs"].device == torch.device("meta")
     # The host copy is what the buffer reads under its lock (and pins before sending).
-    host, device = storage._read(torch.arange(3))
+    host, device = storage._get_kept(torch.arange(3))
     assert host["obs"].device == torch.device("cpu") and device == torch.device("meta")
     assert host["obs"].squeeze(-1).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_list_storage_moves_items_to_its_device():
+    storage = ListStorage(10, device="meta")
+    rb = ReplayBuffer(storage=storage, batch_size=3)
+    rb.extend(steps(4))
+    rb.add(steps(1)[0])
+    assert all(leaf_devices(item) == {torch.device("meta")} for item in storage._items)
+    assert leaf_devices(rb.sample()) == {torch.device("meta")}
+    # Objects without a device are kept as they are; restored items are moved too.
+    objects = ListStorage(10, device="meta")
+    objects.set(torch.arange(2), ["a", torch.zeros(1)])
+    assert objects.get(0) == "a" and objects.get(1).device == torch.device("meta")
+    restored = ListStorage(10, device="meta")
+    restored.load_state_dict(ListStorage(10).state_dict() | {"items": [torch.ones(2)]})
+    assert restored.get(0).device == torch.device("meta")
 
 
 def test_lazy_tensor_storage_on_another_device_stores_there():

@@ -143,14 +143,27 @@ class _Pending:
 
 
 class _Ready:
-    """A CUDA event recorded after a batch's last copy, on the stream of its device."""
+    """A CUDA event recorded after a batch's last kernel, on the current stream of its device."""
 
-    __slots__ = ("device", "event")
+    __slots__ = ("device", "event", "stream")
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self.stream = torch.cuda.current_stream(device)
         self.event = torch.cuda.Event()
-        self.event.record(torch.cuda.current_stream(device))
+        self.event.record(self.stream)
+
+    def wait(self, data: Any) -> None:
+        """Makes the caller's current stream wait for the batch ``data`` (the caller's thread)."""
+        stream = torch.cuda.current_stream(self.device)
+        stream.wait_event(self.event)
+        if stream != self.stream:
+            # The batch was allocated on another stream: its memory must not be reused before
+            # the kernels queued here on the caller's stream are done with it.
+            leaves = data.values(True, True) if isinstance(data, TensorDictBase) else [data]
+            for leaf in leaves:
+                if isinstance(leaf, torch.Tensor) and leaf.is_cuda:
+                    leaf.record_stream(stream)
 
 
 def _ready_event(data: Any) -> _Ready | None:
@@ -482,7 +495,7 @@ class ReplayBuffer:
 
     def _read(self, index: Index) -> tuple[Any, torch.device | None]:
         """Reads the items at ``index`` (under the lock), and where the storage sends them."""
-        data, device = self._storage._read(index)
+        data, device = self._storage._get_kept(index)
         return self._rebuild_views(data, index), device
 
     def _finish(self, data: Any, info: dict[NestedKey, Any], device: torch.device | None) -> Any:
@@ -534,8 +547,8 @@ class ReplayBuffer:
             self._drain()
             raise
         if ready is not None:
-            # Kernels queued on the caller's stream wait for the copies of the prefetch thread.
-            torch.cuda.current_stream(ready.device).wait_event(ready.event)
+            # Kernels queued on the caller's stream wait for those of the prefetch thread.
+            ready.wait(data)
         return data, info, ran_out
 
     def _queue(self, executor: ThreadPoolExecutor, batch_size: int) -> tuple[Future, bool]:

@@ -337,7 +337,7 @@ class Storage(ABC):
     def get(self, index: IndexLike) -> Any:
         """Reads the items at ``index`` (no range check: samplers give valid indices)."""
 
-    def _read(self, index: IndexLike) -> tuple[Any, torch.device | None]:
+    def _get_kept(self, index: IndexLike) -> tuple[Any, torch.device | None]:
         """The items at ``index`` where they are kept, and the device :meth:`get` sends them to.
 
         A buffer reads through this under its lock and moves the batch (after pinning it, when
@@ -497,21 +497,44 @@ class ListStorage(Storage):
     """Keeps any Python objects in a list.
 
     Extending with a TensorDict or a tensor stores one item per element of its first dim. Items are
-    kept by reference (no copy). Sampling returns a list that the buffer's ``collate_fn`` batches.
+    kept by reference (no copy), where they are unless ``device`` is given. Sampling returns a list
+    that the buffer's ``collate_fn`` batches.
 
     Args:
         max_size: the most items kept; ``None`` means unbounded.
+        compilable: accepted for TorchRL compatibility; it changes nothing here.
+        device: where tensors and TensorDicts are moved on write (``None``: left where they
+            are; other objects are never moved).
 
     Examples:
         >>> storage = ListStorage(max_size=3)
         >>> storage.set(torch.arange(2), ["a", {"b": 1}])
         >>> len(storage), storage.get(1)
         (2, {'b': 1})
+        >>> storage = ListStorage(max_size=3, device="meta")
+        >>> storage.set(0, torch.zeros(2))
+        >>> storage.get(0).device
+        device(type='meta')
     """
 
-    def __init__(self, max_size: int | None = None) -> None:
+    def __init__(
+        self,
+        max_size: int | None = None,
+        *,
+        compilable: bool = False,
+        device: torch.device | str | None = None,
+    ) -> None:
         super().__init__(max_size, ndim=1)
         self._items: list[Any] = []
+        self._write_device = torch.device(device) if device is not None else None
+        self.device: torch.device | None = self._write_device
+
+    def _placed(self, data: Any) -> Any:
+        """``data`` moved to the storage's ``device`` (tensors and TensorDicts only)."""
+        device = self._write_device
+        if device is None or not isinstance(data, (TensorDictBase, torch.Tensor)):
+            return data
+        return data.to(device)
 
     def _as_items(self, data: Any, n: int) -> list[Any]:
         if isinstance(data, (TensorDictBase, torch.Tensor)):
@@ -519,15 +542,15 @@ class ListStorage(Storage):
                 raise ValueError(
                     f"got {n} indices but data with batch shape {tuple(batch_shape(data))}"
                 )
-            return list(data.unbind(0))
-        items = list(data)
+            return list(self._placed(data).unbind(0))
+        items = [self._placed(item) for item in data]
         if len(items) != n:
             raise ValueError(f"got {n} indices but {len(items)} items")
         return items
 
     def set(self, index: int | slice | torch.Tensor, data: Any) -> None:
         if isinstance(index, int):
-            idx, items = [index], [data]
+            idx, items = [index], [self._placed(data)]
         else:
             if isinstance(index, slice):
                 index = torch.arange(index.start, index.stop)
@@ -597,7 +620,7 @@ class ListStorage(Storage):
     def _prepare_state(self, state_dict: dict[str, Any]) -> LoadPlan:
         if not isinstance(state_dict, dict) or "items" not in state_dict:
             raise ValueError("a ListStorage state is a dict with an 'items' list")
-        items = list(state_dict["items"])
+        items = [self._placed(item) for item in state_dict["items"]]
         mine = None if self._max_size == UNBOUNDED else self._max_size
         if "max_size" in state_dict and state_dict["max_size"] != mine:
             raise ValueError(
@@ -1172,7 +1195,9 @@ class LazyMemmapStorage(TensorStorage):
     Args:
         max_size: the capacity in items.
         scratch_dir: directory of the files; must not already hold a storage unless ``existsok``.
-        device: where sampled items are returned (files are always on CPU).
+        device: where sampled items are returned (files are always on CPU). A buffer reads
+            them on CPU, pins them when built with ``pin_memory=True``, and sends them with
+            ``non_blocking=True``.
         ndim: ``2`` to store ``[n_envs, T]`` batches.
         existsok: replace a storage already in ``scratch_dir`` instead of raising.
 
@@ -1378,7 +1403,7 @@ class LazyMemmapStorage(TensorStorage):
             out = out.to(self._out_device, non_blocking=True)
         return out
 
-    def _read(self, index: IndexLike) -> tuple[Any, torch.device | None]:
+    def _get_kept(self, index: IndexLike) -> tuple[Any, torch.device | None]:
         out_device = self._out_device if self._out_device != self.device else None
         return super().get(index), out_device
 
@@ -1694,22 +1719,10 @@ class LazyStackStorage(ListStorage):
         stack_dim: int = 0,
         device: torch.device | str | None = None,
     ) -> None:
-        super().__init__(max_size)
+        super().__init__(max_size, device=device)
         if not isinstance(stack_dim, int):
             raise TypeError(f"stack_dim must be an int, got {stack_dim!r}")
         self.stack_dim = stack_dim
-        self.device = torch.device(device) if device is not None else None
-
-    def _as_items(self, data: Any, n: int) -> list[Any]:
-        items = super()._as_items(data, n)
-        if self.device is not None:
-            items = [x.to(self.device) if hasattr(x, "to") else x for x in items]
-        return items
-
-    def set(self, index: int | slice | torch.Tensor, data: Any) -> None:
-        if isinstance(index, int) and self.device is not None and hasattr(data, "to"):
-            data = data.to(self.device)
-        super().set(index, data)
 
     def get(self, index: IndexLike) -> Any:
         out = super().get(index)
