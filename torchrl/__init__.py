@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from torchrl._compile import compile_with_warmup
 from torchrl._utils import (
     auto_unwrap_transformed_env,
     cuda_memory_profile,
@@ -51,4 +50,8 @@ def __getattr__(name: str) -> Any:
     # without paying for every subpackage at import time.
     if name in _SUBPACKAGES:
         return importlib.import_module(f"{__name__}.{name}")
+    if name == "compile_with_warmup":  # imports torch: loaded on first use like the subpackages
+        from torchrl._compile import compile_with_warmup
+
+        return compile_with_warmup
     raise AttributeError(f"module 'torchrl' has no attribute {name!r}")
