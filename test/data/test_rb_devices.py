@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 
 import pytest
 import torch
@@ -40,10 +41,22 @@ def steps(n: int, start: int = 0, device: str = "cpu") -> TensorDict:
     )
 
 
+def _plain(device: torch.device) -> torch.device:
+    # "cuda" and "cuda:0" name the same device when 0 is the current one.
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def leaf_devices(data: TensorDictBase | torch.Tensor) -> set[torch.device]:
+    """The devices of every tensor in ``data``, spelled with an index for CUDA."""
     if isinstance(data, torch.Tensor):
-        return {data.device}
-    return {v.device for v in data.values(True, True)}
+        return {_plain(data.device)}
+    return {_plain(v.device) for v in data.values(True, True)}
+
+
+def on(device: str) -> set[torch.device]:
+    return {_plain(torch.device(device))}
 
 
 def prefetch_threads() -> set[threading.Thread]:
@@ -85,10 +98,10 @@ def test_samples_land_on_the_storage_device(kind, device, prefetch, tmp_path):
     rb.extend(steps(50, device=device if kind == "ListStorage" else "cpu"))
     for _ in range(3):
         batch = rb.sample()
-        assert leaf_devices(batch) == {torch.device(device)}, kind
+        assert leaf_devices(batch) == on(device), kind
         assert (batch["obs"].squeeze(-1).long() == batch["index"]).all()
     # Indexing reads the same place.
-    assert leaf_devices(rb[torch.arange(3)]) == {torch.device(device)}
+    assert leaf_devices(rb[torch.arange(3)]) == on(device)
 
 
 def test_memmap_storage_stays_on_cpu_and_sends_samples_elsewhere(tmp_path):
@@ -140,7 +153,7 @@ def test_slice_sampler_on_device(device, tmp_path):
     )
     rb.extend(steps(40))
     batch = rb.sample()
-    assert leaf_devices(batch) == {torch.device(device)}
+    assert leaf_devices(batch) == on(device)
     obs = batch["obs"].reshape(2, 5).cpu()
     assert (obs[:, 0] % 5 == 0).all() and (obs.diff(dim=1) == 1).all()
 
@@ -187,7 +200,7 @@ def test_pinned_batch_moved_by_a_transform(prefetch):
     rb.extend(steps(20))
     for _ in range(4):
         batch = rb.sample()
-        assert leaf_devices(batch) == {torch.device("cuda", torch.cuda.current_device())}
+        assert leaf_devices(batch) == on("cuda")
         assert (batch["obs"].squeeze(-1).long() == batch["index"]).all()
 
 
@@ -353,10 +366,17 @@ def test_a_failed_read_reaches_the_caller():
 
 
 # -- threads stop -----------------------------------------------------------------------------------
-def _join(threads: set[threading.Thread]) -> None:
-    for thread in threads:
-        thread.join(timeout=20)
-    assert not [t for t in threads if t.is_alive()]
+def _join(threads: set[threading.Thread], timeout: float = 20.0) -> None:
+    """Waits for ``threads`` to end, collecting garbage meanwhile (a buffer still referenced by
+    a batch being sampled becomes garbage once that batch is done)."""
+    deadline = time.monotonic() + timeout
+    alive = set(threads)
+    while alive and time.monotonic() < deadline:
+        gc.collect()
+        for thread in list(alive):
+            thread.join(timeout=0.05)
+        alive = {t for t in alive if t.is_alive()}
+    assert not alive, f"{len(alive)} prefetch thread(s) still running"
 
 
 def test_no_threads_without_prefetch():
