@@ -405,6 +405,18 @@ def test_bad_option_types_name_the_collector_and_option(name, value):
         SyncDataCollector(_pendulum(), _policy(), frames_per_batch=8, **{name: value})
 
 
+@pytest.mark.parametrize("name", ["DistributedCollector", "RPCCollector"])
+def test_distributed_bad_compile_option_raises_before_launch(name):
+    import torchrl.collectors.distributed as distributed
+
+    cls = getattr(distributed, name)
+    with pytest.raises(TypeError, match="compile_policy must be a bool, a dict"):
+        cls(
+            PendulumEnv, None, frames_per_batch=8, total_frames=8, num_workers=1,
+            compile_policy="inductor",
+        )  # fmt: skip
+
+
 def test_unknown_compile_keys_are_rejected_at_construction():
     with pytest.raises(ValueError, match=r"compile_policy has unknown keys \['fullgraf'\]"):
         SyncDataCollector(
