@@ -3,41 +3,43 @@
 Update cases (``--cases sac ppo``): one full update on a batch of 256 with 2x64 MLPs, the
 networks and loss terms of ``benchmarks/losses.py`` (``_peers/loss_cases.py`` for ours,
 ``_peers/plain_cases.py`` for plain PyTorch), plus an Adam step and, for SAC, the Polyak
-target update. Four rows per algorithm:
+target update. Rows, per algorithm:
 
-- ``impl=ours, mode=eager``: ``SACLoss``/``ClipPPOLoss`` on a TensorDict batch;
-- ``impl=ours, mode=compiled``: the same update function passed to ``torch.compile`` (what
-  ``--ours-compile loss`` changes: only the loss module is compiled, the backward, Adam step and
-  target update stay eager);
-- ``impl=plain, mode=eager`` / ``mode=compiled``: the hand-written update, eager and compiled.
+- ``impl=ours, variant=eager``: ``SACLoss``/``ClipPPOLoss`` on a TensorDict batch;
+- ``impl=ours, variant=V``: the same update function passed to ``torch.compile`` with the
+  settings ``V`` (``--ours-compile loss``: only the loss is compiled, with ``loss.compile()``;
+  the backward, Adam step and target update stay eager);
+- ``impl=plain``: the hand-written update, eager and compiled with each variant.
 
-Dynamo stops its graph at ``backward()``: the compiled update is a compiled forward (whose
-backward AOTAutograd also compiles) followed by a compiled optimizer step and target update.
-Each row gives ``compile_s`` (the first call: tracing and code generation; 0 for eager),
-``us_per_call`` (wall, best of ``--rounds``), ``cpu_us_per_call`` (this thread's CPU time per
-call, what a loaded machine disturbs least), ``updates_per_s`` (from the CPU time) and
-``over_plain_eager`` (CPU time over the plain eager update's).
+Variants (``--variants``, default ``default cpp_wrapper``): ``default`` (``torch.compile()``),
+``cpp_wrapper`` (inductor's ``cpp_wrapper=True``: the compiled graph calls its kernels from
+generated C++ instead of a Python wrapper, which saves microseconds per kernel),
+``max_autotune`` (``mode="max-autotune-no-cudagraphs"``), ``max_autotune_cpp_wrapper``, and
+``reduce_overhead``. Dynamo stops its graph at ``backward()``: a compiled update is a compiled
+forward (whose backward AOTAutograd compiles too) followed by a compiled Adam step and target
+update. Each row gives ``compile_s`` (the first call: tracing and code generation; 0 for
+eager), ``us_per_call`` (wall, best of ``--rounds``), ``cpu_us_per_call`` (this thread's CPU
+time per call, what a loaded machine disturbs least), ``updates_per_s`` (from the CPU time),
+``over_plain_eager`` (CPU time over the plain eager update's) and ``graph_breaks``. A variant
+that fails to compile prints a row with ``error``.
 
 Collector cases (``--cases collect``): ``SyncDataCollector`` on the repo's pure-torch
 ``PendulumEnv`` (``--env-batch`` pendulums, default 1 and 32), a 2x64 tanh policy,
-``frames_per_batch`` = 16 steps of every pendulum, without and with ``compile_policy=True``
-(when the collector does not take that keyword, the benchmark wraps the policy network in
-``torch.compile`` itself and says so in ``compiled_by``). Rows give ``first_batch_s`` (the
-first batch, compile included) and ``frames_per_s`` (the best of ``--rounds`` windows of
-``--seconds``).
+``frames_per_batch`` = 16 steps of every pendulum, eager and with ``compile_policy=`` each
+variant's settings (where the collector does not take that keyword, the benchmark wraps the
+policy network in ``torch.compile`` itself and says so in ``compiled_by``). Rows give
+``first_batch_s`` (the first batch, compile included), ``frames_per_s`` (the best of
+``--rounds`` windows of ``--seconds``, the collectors taking turns) and ``over_eager``.
 
-Flags: ``--mode`` (``torch.compile`` mode, e.g. ``max-autotune-no-cudagraphs``),
-``--fullgraph``, ``--dynamo-backward`` (``torch._dynamo.config.trace_autograd_ops``: dynamo
-traces ``backward()`` too, so forward, backward, Adam and the target update can form one
-graph), ``--inductor KEY=VALUE ...`` (``torch._inductor.config`` settings, e.g.
-``cpp_wrapper=True``: the compiled graph calls its kernels from generated C++ instead of
-Python).
-Runs with ``torch.set_num_threads(1)``. Compilation takes 10-100 s a graph on a small shared
-machine. One JSON object per line.
+Other flags: ``--fullgraph``; ``--dynamo-backward`` (``torch._dynamo.config.trace_autograd_ops``:
+dynamo traces ``backward()`` too); ``--inductor KEY=VALUE ...`` (global
+``torch._inductor.config`` settings). Runs with ``torch.set_num_threads(1)``. Compiling one
+update takes 10-60 s on a small shared machine (less on a rerun: inductor caches its code). One
+JSON object per line.
 
 Usage: ``python benchmarks/compile.py [--cases sac ppo collect] [--seconds 0.5] [--rounds 2]
-[--mode MODE] [--fullgraph] [--dynamo-backward] [--inductor cpp_wrapper=True]
-[--ours-compile update|loss] [--env-batch 1 32]``
+[--variants default cpp_wrapper max_autotune] [--fullgraph] [--dynamo-backward]
+[--inductor KEY=VALUE ...] [--ours-compile update|loss] [--env-batch 1 32]``
 """
 
 from __future__ import annotations
@@ -70,13 +72,33 @@ def _emit(record: dict) -> None:
     print(json.dumps(record), flush=True)
 
 
-def _compile_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    if args.mode:
-        kwargs["mode"] = args.mode
+# Named torch.compile settings (``--variants``). torch.compile takes ``mode`` or ``options``
+# (inductor settings), not both: max-autotune with the C++ wrapper goes through options.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "cpp_wrapper": {"options": {"cpp_wrapper": True}},
+    "max_autotune": {"mode": "max-autotune-no-cudagraphs"},
+    "max_autotune_cpp_wrapper": {"options": {"max_autotune": True, "cpp_wrapper": True}},
+    "reduce_overhead": {"mode": "reduce-overhead"},
+}
+
+
+def _compile_kwargs(args: argparse.Namespace, variant: str) -> dict[str, Any]:
+    kwargs = {k: dict(v) if isinstance(v, dict) else v for k, v in VARIANTS[variant].items()}
     if args.fullgraph:
         kwargs["fullgraph"] = True
     return kwargs
+
+
+def _describe(args: argparse.Namespace, variant: str, impl: str) -> dict[str, Any]:
+    out: dict[str, Any] = dict(_compile_kwargs(args, variant))
+    if args.inductor_applied:
+        out["inductor"] = args.inductor_applied
+    if args.dynamo_backward:
+        out["dynamo_backward"] = True
+    if impl == "ours":
+        out["what"] = args.ours_compile
+    return out
 
 
 def _set_inductor(settings: list[str]) -> dict[str, Any]:
@@ -106,24 +128,29 @@ def _first_call(fn: Callable[[], Any]) -> float:
 
 
 def make_updates(algo: str, args: argparse.Namespace) -> dict[tuple[str, str], Callable[[], Any]]:
-    """``{(impl, mode): update}`` for one algorithm, built fresh (each with its own networks)."""
-    kwargs = _compile_kwargs(args)
+    """``{(impl, variant): update}`` for one algorithm, each with its own networks.
+
+    ``variant`` is ``"eager"`` or a name of :data:`VARIANTS` (a compiled update).
+    """
     updates: dict[tuple[str, str], Callable[[], Any]] = {}
     name = LOSS_CASES[algo]
     loss, td, updater = make_losses(modules, objectives)[name]
     updates["ours", "eager"] = step_fn(torch, loss, td, updater, optimizer=True)
-    loss, td, updater = make_losses(modules, objectives)[name]
-    if args.ours_compile == "loss":
-        updates["ours", "compiled"] = step_fn(
-            torch, torch.compile(loss, **kwargs), td, updater, optimizer=True
-        )
-    else:
-        updates["ours", "compiled"] = torch.compile(
-            step_fn(torch, loss, td, updater, optimizer=True), **kwargs
-        )
     torch.manual_seed(0)
     updates["plain", "eager"] = PLAIN[algo](optimizer=True).update
-    updates["plain", "compiled"] = torch.compile(PLAIN[algo](optimizer=True).update, **kwargs)
+    for variant in args.variants:
+        kwargs = _compile_kwargs(args, variant)
+        loss, td, updater = make_losses(modules, objectives)[name]
+        if args.ours_compile == "loss":
+            # In place: LossModule.compile (nn.Module.compile where the loss has no own).
+            loss.compile(**kwargs)
+            updates["ours", variant] = step_fn(torch, loss, td, updater, optimizer=True)
+        else:
+            updates["ours", variant] = torch.compile(
+                step_fn(torch, loss, td, updater, optimizer=True), **kwargs
+            )
+        torch.manual_seed(0)
+        updates["plain", variant] = torch.compile(PLAIN[algo](optimizer=True).update, **kwargs)
     return updates
 
 
@@ -133,9 +160,22 @@ def bench_updates(algo: str, args: argparse.Namespace) -> None:
     updates = make_updates(algo, args)
     compile_s: dict[tuple[str, str], float] = {}
     breaks: dict[tuple[str, str], int] = {}
-    for key, fn in updates.items():
+    for key, fn in list(updates.items()):
         before = sum(torch._dynamo.utils.counters["graph_break"].values())
-        compile_s[key] = _first_call(fn) if key[1] == "compiled" else 0.0
+        try:
+            compile_s[key] = _first_call(fn) if key[1] != "eager" else 0.0
+        except Exception as err:  # a variant that does not compile is reported, not fatal
+            _emit(
+                {
+                    "bench": "compile",
+                    "case": f"{algo}_update",
+                    "impl": key[0],
+                    "variant": key[1],
+                    "error": f"{type(err).__name__}: {err}"[:500],
+                }
+            )
+            del updates[key]
+            continue
         breaks[key] = sum(torch._dynamo.utils.counters["graph_break"].values()) - before
     wall: dict[tuple[str, str], float] = {}
     cpu: dict[tuple[str, str], float] = {}
@@ -146,26 +186,21 @@ def bench_updates(algo: str, args: argparse.Namespace) -> None:
             wall[key] = min(w, wall.get(key, float("inf")))
             cpu[key] = min(c, cpu.get(key, float("inf")))
     floor = cpu["plain", "eager"]
-    for (impl, mode), c in cpu.items():
-        record = {
+    for (impl, variant), c in cpu.items():
+        record: dict[str, Any] = {
             "bench": "compile",
             "case": f"{algo}_update",
             "impl": impl,
-            "mode": mode,
-            "compile_s": round(compile_s[impl, mode], 1),
-            "us_per_call": round(wall[impl, mode], 1),
+            "variant": variant,
+            "compile_s": round(compile_s[impl, variant], 1),
+            "us_per_call": round(wall[impl, variant], 1),
             "cpu_us_per_call": round(c, 1),
             "updates_per_s": round(1e6 / c, 1),
             "over_plain_eager": round(c / floor, 3),
         }
-        if mode == "compiled":
-            record["compile_options"] = {
-                **_compile_kwargs(args),
-                **({"inductor": args.inductor_applied} if args.inductor_applied else {}),
-                "dynamo_backward": args.dynamo_backward,
-                **({"what": args.ours_compile} if impl == "ours" else {}),
-            }
-            record["graph_breaks"] = breaks[impl, mode]
+        if variant != "eager":
+            record["compile_options"] = _describe(args, variant, impl)
+            record["graph_breaks"] = breaks[impl, variant]
         record["torch_threads"] = 1
         _emit(record)
 
@@ -181,7 +216,8 @@ def _policy() -> Any:
     return TensorDictModule(net, ["observation"], ["action"])
 
 
-def _collector(env_batch: int, compiled: bool, kwargs: dict[str, Any]) -> tuple[Any, str]:
+def _collector(env_batch: int, kwargs: dict[str, Any] | None) -> tuple[Any, str]:
+    """A PendulumEnv collector; ``kwargs`` (``torch.compile`` keywords) compile its policy."""
     from torchrl.collectors import SyncDataCollector
     from torchrl.envs.custom.pendulum import PendulumEnv
 
@@ -189,7 +225,7 @@ def _collector(env_batch: int, compiled: bool, kwargs: dict[str, Any]) -> tuple[
     policy = _policy()
     extra: dict[str, Any] = {}
     compiled_by = ""
-    if compiled:
+    if kwargs is not None:
         if "compile_policy" in inspect.signature(SyncDataCollector).parameters:
             extra["compile_policy"] = kwargs or True
             compiled_by = "collector (compile_policy)"
@@ -203,35 +239,39 @@ def _collector(env_batch: int, compiled: bool, kwargs: dict[str, Any]) -> tuple[
 
 
 def bench_collect(args: argparse.Namespace) -> None:
-    kwargs = _compile_kwargs(args)
     for env_batch in args.env_batch:
-        for compiled in (False, True):
-            collector, compiled_by = _collector(env_batch, compiled, kwargs)
+        frames = 16 * env_batch
+        runs: dict[str, tuple[Any, Any, str]] = {}
+        first: dict[str, float] = {}
+        for variant in ["eager", *args.variants]:
+            kwargs = None if variant == "eager" else _compile_kwargs(args, variant)
+            collector, compiled_by = _collector(env_batch, kwargs)
             it = iter(collector)
-            first = _first_call(it.__next__)
-            frames = 16 * env_batch
-            best = 0.0
-            for _ in range(max(args.rounds, 1)):
+            first[variant] = _first_call(it.__next__)
+            runs[variant] = (collector, it, compiled_by)
+        best: dict[str, float] = {}
+        for _ in range(max(args.rounds, 1)):
+            for variant, (_, it, _) in runs.items():
                 n, start = 0, time.perf_counter()
                 while time.perf_counter() - start < args.seconds:
                     next(it)
                     n += frames
-                best = max(best, n / (time.perf_counter() - start))
+                rate = n / (time.perf_counter() - start)
+                best[variant] = max(rate, best.get(variant, 0.0))
+        for variant, (collector, _, compiled_by) in runs.items():
             collector.shutdown()
-            record = {
+            record: dict[str, Any] = {
                 "bench": "compile",
                 "case": "collect_pendulum",
                 "env_batch": env_batch,
-                "mode": "compiled" if compiled else "eager",
-                "first_batch_s": round(first, 2),
-                "frames_per_s": round(best),
+                "variant": variant,
+                "first_batch_s": round(first[variant], 2),
+                "frames_per_s": round(best[variant]),
+                "over_eager": round(best[variant] / best["eager"], 3),
             }
-            if compiled:
+            if variant != "eager":
                 record["compiled_by"] = compiled_by
-                record["compile_options"] = {
-                    **kwargs,
-                    **({"inductor": args.inductor_applied} if args.inductor_applied else {}),
-                }
+                record["compile_options"] = _describe(args, variant, "collector")
             record["torch_threads"] = 1
             _emit(record)
 
@@ -241,7 +281,13 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", default=["sac", "ppo", "collect"])
     parser.add_argument("--seconds", type=float, default=0.5, help="time per timed window")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds (best kept)")
-    parser.add_argument("--mode", default=None, help="torch.compile mode")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=["default", "cpp_wrapper"],
+        choices=sorted(VARIANTS),
+        help="torch.compile settings to time",
+    )
     parser.add_argument("--fullgraph", action="store_true")
     parser.add_argument("--dynamo-backward", action="store_true")
     parser.add_argument("--inductor", nargs="*", default=[], metavar="KEY=VALUE")
