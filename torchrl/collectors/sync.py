@@ -158,7 +158,8 @@ class SyncDataCollector(DataCollectorBase):
         compile_policy: ``True`` or a dict of :func:`torch.compile` keywords (plus
             ``"warmup"``, eager calls before compiling) to compile the policy call; a failed
             compilation warns once and runs eagerly. It pays off for bigger policies and many
-            steps: compilation costs seconds to minutes, once per process.
+            steps, mostly on GPUs: compilation costs seconds to minutes, once per process, and
+            a small MLP on a few CPU envs ran slower compiled (measure before keeping it).
         cudagraph_policy: ``True`` or a dict (``"warmup"``, ``"device"``) to record the
             policy call in a ``tensordict.nn.CudaGraphModule`` and replay it; needs the policy
             on CUDA (``ValueError`` otherwise, and on a machine without CUDA). Weights updated
