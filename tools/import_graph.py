@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "torchrl._recursions": 0,
     "torchrl._types": 0,
     "torchrl._td_compat": 0,
+    "torchrl._compile": 0,
     "torchrl.record.loggers": 0,
     "torchrl.data": 1,
     "torchrl.envs": 2,
