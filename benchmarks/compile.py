@@ -14,8 +14,8 @@ target update. Rows, per algorithm:
 Variants (``--variants``, default ``default cpp_wrapper``): ``default`` (``torch.compile()``),
 ``cpp_wrapper`` (inductor's ``cpp_wrapper=True``: the compiled graph calls its kernels from
 generated C++ instead of a Python wrapper, which saves microseconds per kernel),
-``max_autotune`` (``mode="max-autotune-no-cudagraphs"``), ``max_autotune_cpp_wrapper``, and
-``reduce_overhead``. Dynamo stops its graph at ``backward()``: a compiled update is a compiled
+``max_autotune`` (``mode="max-autotune-no-cudagraphs"``), ``max_autotune_cpp_wrapper``,
+``reduce_overhead`` and ``aot_eager`` (``backend="aot_eager"``: tracing without code generation). Dynamo stops its graph at ``backward()``: a compiled update is a compiled
 forward (whose backward AOTAutograd compiles too) followed by a compiled Adam step and target
 update. Each row gives ``compile_s`` (the first call: tracing and code generation; 0 for
 eager), ``us_per_call`` (wall, best of ``--rounds``), ``cpu_us_per_call`` (this thread's CPU
@@ -80,6 +80,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "max_autotune": {"mode": "max-autotune-no-cudagraphs"},
     "max_autotune_cpp_wrapper": {"options": {"max_autotune": True, "cpp_wrapper": True}},
     "reduce_overhead": {"mode": "reduce-overhead"},
+    # Dynamo and AOTAutograd without inductor's code generation: what tracing alone costs.
+    "aot_eager": {"backend": "aot_eager"},
 }
 
 
