@@ -31,9 +31,10 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase, TensorDictParams
+from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictParams
 from torch import Tensor, nn
 
+from torchrl._compile import maybe_compile
 from torchrl._types import NestedKey
 from torchrl._utils import warn_once
 from torchrl.objectives._params import ParamSet, TensorSlots
@@ -56,6 +57,9 @@ __all__ = [
     "add_random_module",
     "next_key",
 ]
+
+#: The dtypes ``set_autocast`` runs the networks in (their outputs are cast back to float32).
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 #: The validity masks ``loss_mask_key="auto"`` looks for (all found are ANDed): the padding mask
 #: of sampled slices and the mask of positions whose next step is valid.
@@ -141,6 +145,59 @@ def _apply_loss_mask(
         with torch.no_grad():
             loss.value_estimator(tensordict)
     return (tensordict[mask], *args[1:]), kwargs
+
+
+def _to_float32(out: Any) -> Any:
+    """``out`` with its float16/bfloat16 tensors cast to float32 (tuples and lists walked)."""
+    if isinstance(out, Tensor):
+        return out.float() if out.dtype in _LOW_PRECISION else out
+    if isinstance(out, (tuple, list)):
+        return type(out)(_to_float32(o) for o in out)
+    return out
+
+
+def _first_device_type(args: tuple[Any, ...]) -> str:
+    for arg in args:
+        if isinstance(arg, Tensor):
+            return arg.device.type
+    return "cpu"
+
+
+class _AutocastForward:
+    """Stands in for a network module's ``forward``: runs it under autocast, outputs float32.
+
+    Set as the instance attribute ``forward`` (``nn.Module.__call__`` looks it up there first),
+    so the module's hooks, state dict and parameter slots stay as they are; ``del
+    module.forward`` restores the class's forward. One ``with`` block in one function: unlike a
+    pre-hook entering the context and a post-hook leaving it, ``torch.compile`` can trace it.
+    """
+
+    def __init__(self, module: nn.Module, dtype: torch.dtype, device_type: str | None) -> None:
+        self.module = module
+        self.dtype = dtype
+        self.device_type = device_type
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        device_type = self.device_type or _first_device_type(args)
+        with torch.autocast(device_type, dtype=self.dtype):
+            out = type(self.module).forward(self.module, *args, **kwargs)
+        return _to_float32(out)
+
+
+def _autocast_targets(loss: nn.Module) -> list[nn.Module]:
+    """The inner modules of the loss's ``TensorDictModule``\\ s (each once), in order."""
+    seen: set[int] = set()
+    targets = []
+    for module in loss.modules():
+        if not isinstance(module, TensorDictModule):
+            continue
+        inner = module.module
+        if isinstance(inner, TensorDictModuleBase) or not isinstance(inner, nn.Module):
+            continue
+        if id(inner) not in seen:
+            seen.add(id(inner))
+            targets.append(inner)
+    return targets
 
 
 _ESTIMATOR_CLASSES: dict[ValueEstimators, type[ValueEstimatorBase]] = {
@@ -526,6 +583,10 @@ class LossModule(nn.Module):
             ) from None
 
     def _leaves(self, attr: str) -> list[Tensor]:
+        if torch.compiler.is_compiling():
+            # Traced, the walk costs nothing at run time, while reading (and filling) the
+            # cache would make the graph guard on its contents: a recompile once it fills.
+            return list(getattr(self, attr).values(True, True))
         leaves = self._leaves_cache.get(attr)
         if leaves is None:
             leaves = self._leaves_cache[attr] = list(getattr(self, attr).values(True, True))
@@ -694,6 +755,123 @@ class LossModule(nn.Module):
             return [torch.stack(group) for group in zip(*outs)]
         # Only the vmapped network's own modules decide (not the whole loss).
         return list(torch.vmap(one, randomness=_vmap_randomness(module))(list(tensors)))
+
+    # ---- compilation and mixed precision ---------------------------------------------------
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """Compiles the loss's call in place with :func:`torch.compile` (``loss(td)`` then runs it).
+
+        Like :meth:`torch.nn.Module.compile` (hooks, the loss mask and the lazy-network
+        initialisation included), except that when compilation itself fails (dynamo cannot
+        trace a network, no C++ compiler, ...) a ``RuntimeWarning`` naming the loss and the
+        error is issued once and the loss runs eagerly from then on
+        (:func:`torchrl._compile.maybe_compile`). The value estimator is traced with the loss
+        when the loss calls it; compile it alone with its own ``compile``. Batch-size changes
+        cost one recompilation (then the sizes are dynamic). For a whole update step, compile
+        a function calling the loss, ``backward`` and the optimizer: ``backward`` is a graph
+        break, the rest compiles.
+
+        Args:
+            *args: none accepted (``torch.compile`` takes keywords only).
+            **kwargs: :func:`torch.compile` keyword arguments (``backend``, ``mode``,
+                ``fullgraph``, ``dynamic``, ...), plus ``warmup``: the number of eager calls
+                before compiling (e.g. ``1`` for networks with lazy layers).
+
+        Examples:
+            >>> from torchrl.modules import QValueActor
+            >>> from torchrl.objectives import DQNLoss
+            >>> from tensordict import TensorDict
+            >>> loss = DQNLoss(QValueActor(nn.Linear(4, 2), action_space="one_hot"))
+            >>> loss.compile(backend="aot_eager")
+            >>> td = TensorDict({"observation": torch.randn(8, 4), "action": torch.eye(2)[
+            ...     torch.randint(2, (8,))], "next": {"observation": torch.randn(8, 4),
+            ...     "reward": torch.randn(8, 1), "done": torch.zeros(8, 1, dtype=torch.bool),
+            ...     "terminated": torch.zeros(8, 1, dtype=torch.bool)}}, batch_size=[8])
+            >>> loss(td)["loss"].shape
+            torch.Size([])
+        """
+        if args:
+            raise TypeError(
+                f"{type(self).__name__}.compile takes torch.compile's keyword arguments only, "
+                f"got {len(args)} positional argument(s)"
+            )
+        # nn.Module.__call__ runs _compiled_call_impl when set: nn.Module.compile sets it
+        # the same way (torch.compile(self._call_impl)); here with the eager fallback.
+        self._compiled_call_impl = maybe_compile(
+            self._call_impl, kwargs, owner=f"{type(self).__name__}.compile"
+        )
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The dtype the networks run in under :meth:`set_autocast` (``None``: their own)."""
+        return getattr(self, "_autocast_dtype", None)
+
+    def set_autocast(
+        self, dtype: torch.dtype | None = torch.bfloat16, device_type: str | None = None
+    ) -> LossModule:
+        """Runs the loss's networks under :func:`torch.autocast` (mixed precision).
+
+        The inner module of every ``TensorDictModule`` of the loss (the MLPs of actors, critics
+        and Q-networks, the estimator's value network) runs under autocast and returns its
+        float16/bfloat16 outputs cast to float32. Everything computed from them stays float32:
+        distributions' parameters and log-probabilities, value targets and advantages, TD
+        errors and priorities, the ``loss_*`` terms. Parameters and their gradients keep their
+        dtype. ``bfloat16`` needs nothing else; with ``float16``, scale the loss with
+        :class:`torch.amp.GradScaler` to keep small gradients from flushing to zero.
+
+        Args:
+            dtype: the networks' compute dtype (``torch.bfloat16`` or ``torch.float16``);
+                ``None`` turns autocast off again.
+            device_type: ``"cpu"``, ``"cuda"``, ...; default: the device of each network's
+                first input tensor, at every call.
+
+        Returns:
+            The loss.
+
+        Examples:
+            >>> from torchrl.modules import MLP, QValueActor
+            >>> from torchrl.objectives import DQNLoss
+            >>> from tensordict import TensorDict
+            >>> net = MLP(in_features=4, out_features=2, num_cells=[32])
+            >>> loss = DQNLoss(QValueActor(net, action_space="one_hot")).set_autocast()
+            >>> td = TensorDict({"observation": torch.randn(8, 4), "action": torch.eye(2)[
+            ...     torch.randint(2, (8,))], "next": {"observation": torch.randn(8, 4),
+            ...     "reward": torch.randn(8, 1), "done": torch.zeros(8, 1, dtype=torch.bool),
+            ...     "terminated": torch.zeros(8, 1, dtype=torch.bool)}}, batch_size=[8])
+            >>> out = loss(td)
+            >>> out["loss"].dtype, td["td_error"].dtype
+            (torch.float32, torch.float32)
+            >>> # float16: scale the loss (bfloat16 needs no scaler)
+            >>> _ = loss.set_autocast(torch.float16)
+            >>> optim = torch.optim.Adam(loss.parameters())
+            >>> scaler = torch.amp.GradScaler("cpu")
+            >>> scaler.scale(loss(td)["loss"]).backward()
+            >>> scaler.step(optim)
+            >>> scaler.update()
+            >>> _ = loss.set_autocast(None)  # back to the networks' own dtype
+        """
+        if dtype is not None and dtype not in _LOW_PRECISION:
+            raise ValueError(
+                f"{type(self).__name__}.set_autocast: dtype must be torch.bfloat16, "
+                f"torch.float16 or None, got {dtype!r}"
+            )
+        if device_type is not None and not isinstance(device_type, str):
+            raise TypeError(
+                f"{type(self).__name__}.set_autocast: device_type must be a str such as "
+                f"'cpu' or 'cuda', or None, got {type(device_type).__name__}"
+            )
+        for inner in _autocast_targets(self):
+            if isinstance(inner.__dict__.get("forward"), _AutocastForward):
+                del inner.forward
+            elif "forward" in inner.__dict__:
+                raise RuntimeError(
+                    f"{type(self).__name__}.set_autocast: {type(inner).__name__} has an "
+                    "instance-level forward already; it cannot be wrapped"
+                )
+            if dtype is not None:
+                inner.forward = _AutocastForward(inner, dtype, device_type)  # type: ignore[method-assign]
+        self._autocast_dtype = dtype
+        return self
 
     # ---- value estimator ---------------------------------------------------------------------
 

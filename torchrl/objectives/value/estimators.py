@@ -21,6 +21,7 @@ from tensordict.nn import skip_existing as global_skip_existing
 from torch import Tensor, nn
 
 import torchrl.objectives.value.functional as vf
+from torchrl._compile import maybe_compile
 from torchrl._keys import (
     ACTION_LOG_PROB,
     ADVANTAGE,
@@ -299,6 +300,46 @@ class ValueEstimatorBase(nn.Module):
         return nullcontext() if self.differentiable else torch.no_grad()
 
     # ---- API -----------------------------------------------------------------------------
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """Compiles the estimator's call in place with :func:`torch.compile`.
+
+        Traced, the recursions over time use the blocked scan (the ``vectorized`` solver: the
+        C++ kernel would be a graph break and a loop over time one graph per ``T``), with the
+        same results. With the default ``dynamic=None``, the first new batch size recompiles
+        once and marks the sizes dynamic; later sizes reuse that graph, except that the scan
+        has one more level each time ``T`` passes a power of its block size (8). When
+        compilation fails, a ``RuntimeWarning`` naming the estimator is issued once and it runs
+        eagerly from then on (:func:`torchrl._compile.maybe_compile`).
+
+        Args:
+            *args: none accepted (``torch.compile`` takes keywords only).
+            **kwargs: :func:`torch.compile` keyword arguments (``backend``, ``mode``,
+                ``dynamic``, ...), plus ``warmup``: eager calls before compiling.
+
+        Examples:
+            >>> from tensordict import TensorDict
+            >>> from torchrl.modules import ValueOperator
+            >>> gae = GAE(gamma=0.9, lmbda=0.95, value_network=ValueOperator(nn.Linear(3, 1)))
+            >>> gae.compile(backend="aot_eager")
+            >>> for n in (4, 6):
+            ...     td = TensorDict({"observation": torch.randn(n, 5, 3), "next": {
+            ...         "observation": torch.randn(n, 5, 3), "reward": torch.randn(n, 5, 1),
+            ...         "done": torch.zeros(n, 5, 1, dtype=torch.bool),
+            ...         "terminated": torch.zeros(n, 5, 1, dtype=torch.bool)}}, batch_size=[n, 5])
+            ...     print(gae(td)["advantage"].shape)
+            torch.Size([4, 5, 1])
+            torch.Size([6, 5, 1])
+        """
+        if args:
+            raise TypeError(
+                f"{type(self).__name__}.compile takes torch.compile's keyword arguments only, "
+                f"got {len(args)} positional argument(s)"
+            )
+        # nn.Module.__call__ runs _compiled_call_impl when set, as nn.Module.compile sets it.
+        self._compiled_call_impl = maybe_compile(
+            self._call_impl, kwargs, owner=f"{type(self).__name__}.compile"
+        )
 
     def forward(
         self,

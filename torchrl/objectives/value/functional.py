@@ -38,6 +38,7 @@ from torchrl._recursions import (
     is_varying,
     recursion,
     reward_to_go,
+    solve,
     solve_discounted_sum,
     stops,
     td_lambda,
@@ -60,6 +61,17 @@ __all__ = [
     "vec_td_lambda_return_estimate",
     "vtrace_advantage_estimate",
 ]
+
+
+def _vectorized(vectorized: bool) -> bool:
+    """``vectorized``, or True while ``torch.compile`` traces the caller.
+
+    Traced, the C++ kernel is a graph break (and a round trip through numpy) and the loop over
+    time puts one node per step in the graph (a new graph for every new ``T``); the blocked scan
+    traces into a few ops whose count grows with ``log(T)`` only, and gives the same answers.
+    """
+    return vectorized or torch.compiler.is_compiling()
+
 
 # --------------------------------------------------------------------------------------------
 # TD(0)
@@ -205,7 +217,7 @@ def td_lambda_return_estimate(
         terminated,
         rolling_gamma,
         time_dim,
-        vectorized,
+        _vectorized(vectorized),
     )
 
 
@@ -258,7 +270,7 @@ def td1_return_estimate(
         terminated,
         rolling_gamma,
         time_dim,
-        vectorized,
+        _vectorized(vectorized),
     )
 
 
@@ -308,7 +320,7 @@ def td1_advantage_estimate(
         terminated,
         rolling_gamma,
         time_dim,
-        vectorized,
+        _vectorized(vectorized),
     )
 
 
@@ -360,7 +372,7 @@ def td_lambda_advantage_estimate(
         terminated,
         rolling_gamma,
         time_dim,
-        vectorized,
+        _vectorized(vectorized),
     )
 
 
@@ -422,7 +434,7 @@ def generalized_advantage_estimate(
         done,
         terminated,
         time_dim,
-        vectorized,
+        _vectorized(vectorized),
     )
     assert target is not None
     return adv, target
@@ -675,7 +687,11 @@ def vtrace_advantage_estimate(
     boot = torch.where(term, zero, g * nv)
     delta = rho * (r + boot - v)
     coef = torch.where(stop, zero, g * trace)
-    correction = solve_discounted_sum(delta, coef, stop)
+    if torch.compiler.is_compiling():
+        # The kernel would be a graph break: the blocked scan traces (same answers).
+        correction = solve(delta, coef.expand_as(delta), vectorized=True)
+    else:
+        correction = solve_discounted_sum(delta, coef, stop)
     target = v + correction
     next_correction = torch.where(stop, zero, nnf.pad(correction[:, 1:], (0, 0, 0, 1)))
     next_target = nv + next_correction
