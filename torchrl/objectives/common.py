@@ -742,7 +742,13 @@ class LossModule(nn.Module):
         # vmap's fixed cost per call (batching every op, pytree handling) exceeds a second
         # Python call for the usual pair of critics on CPU: twin critics are looped there
         # (same results; ~20% of a small SAC update).
-        loop = self.deactivate_vmap or (members <= 2 and tensors[0].device.type == "cpu")
+        # Under set_autocast too: torch.vmap skips autocast for a linear layer with a bias
+        # (the members' matmuls would run in float32).
+        loop = (
+            self.deactivate_vmap
+            or self.autocast_dtype is not None
+            or (members <= 2 and tensors[0].device.type == "cpu")
+        )
         slots = self._networks[name].slots
 
         def one(flat: list[Tensor]) -> tuple[Tensor, ...]:
@@ -816,7 +822,9 @@ class LossModule(nn.Module):
         float16/bfloat16 outputs cast to float32. Everything computed from them stays float32:
         distributions' parameters and log-probabilities, value targets and advantages, TD
         errors and priorities, the ``loss_*`` terms. Parameters and their gradients keep their
-        dtype. ``bfloat16`` needs nothing else; with ``float16``, scale the loss with
+        dtype. Ensembles (``num_qvalue_nets``, ...) are called member by member instead of
+        under :func:`torch.vmap`, which skips autocast for linear layers with a bias.
+        ``bfloat16`` needs nothing else; with ``float16``, scale the loss with
         :class:`torch.amp.GradScaler` to keep small gradients from flushing to zero.
 
         Args:
