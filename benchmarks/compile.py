@@ -33,7 +33,9 @@ policy network in ``torch.compile`` itself and says so in ``compiled_by``). Rows
 ``per_s`` (frames per second of CPU time, the best of ``--rounds`` windows of ``--seconds``,
 the collectors taking turns), ``speedup`` over the eager collector and ``wall_frames_per_s``.
 
-Other flags: ``--fullgraph``; ``--dynamo-backward`` (``torch._dynamo.config.trace_autograd_ops``:
+Inductor keeps the code it generated in a cache on disk (``/tmp/torchinductor_<user>``), so a
+rerun compiles in a fraction of the first run's time; ``--cold`` turns the caches off, so that
+``first_call_s`` is what a fresh machine pays. Other flags: ``--fullgraph``; ``--dynamo-backward`` (``torch._dynamo.config.trace_autograd_ops``:
 dynamo traces ``backward()`` too); ``--inductor KEY=VALUE ...`` (global
 ``torch._inductor.config`` settings). Runs with ``torch.set_num_threads(1)``. Compiling one
 update takes 10-60 s on a small shared machine (less on a rerun: inductor caches its code). One
@@ -41,7 +43,7 @@ JSON object per line.
 
 Usage: ``python benchmarks/compile.py [--cases sac ppo collect] [--seconds 0.5] [--rounds 2]
 [--variants default cpp_wrapper max_autotune] [--fullgraph] [--dynamo-backward]
-[--inductor KEY=VALUE ...] [--ours-compile update|loss] [--env-batch 1 32]``
+[--inductor KEY=VALUE ...] [--cold] [--ours-compile update|loss] [--env-batch 1 32]``
 """
 
 from __future__ import annotations
@@ -303,12 +305,17 @@ def main() -> None:
     parser.add_argument("--fullgraph", action="store_true")
     parser.add_argument("--dynamo-backward", action="store_true")
     parser.add_argument("--inductor", nargs="*", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--cold", action="store_true", help="no inductor caches: first_call_s as on a fresh machine"
+    )
     parser.add_argument("--ours-compile", choices=["update", "loss"], default="update")
     parser.add_argument("--env-batch", type=int, nargs="+", default=[1, 32])
     args = parser.parse_args()
     unknown = sorted(set(args.cases) - {*LOSS_CASES, "collect"})
     if unknown:
         parser.error(f"unknown --cases {unknown}; choose from sac, ppo, collect")
+    if args.cold:
+        args.inductor.append("force_disable_caches=True")
     args.inductor_applied = _set_inductor(args.inductor)
     if args.dynamo_backward:
         import torch._dynamo
