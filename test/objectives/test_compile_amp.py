@@ -422,6 +422,23 @@ def test_compiled_loss_with_autocast_matches_eager_autocast():
     _assert_same(ref, got, COMPILE_TOL)
 
 
+def test_set_autocast_after_compile_takes_effect():
+    """Switching autocast on and off after compiling recompiles (dynamo guards on it)."""
+    loss, make_batch = _make("dqn")
+    td = make_batch()
+    loss.compile(backend="aot_eager")
+    seen, _ = _linear_output_dtypes(loss)
+    plain = loss(td.clone())["loss"].detach()
+    assert seen == {torch.float32}
+    seen.clear()
+    loss.set_autocast(torch.bfloat16)
+    mixed = loss(td.clone())["loss"].detach()
+    assert seen == {torch.bfloat16}
+    assert mixed.dtype == torch.float32 and not torch.equal(mixed, plain)
+    loss.set_autocast(None)
+    torch.testing.assert_close(loss(td.clone())["loss"].detach(), plain, atol=0.0, rtol=0.0)
+
+
 # ---- inductor (slow: tens of seconds to compile each on 2 cores) ------------------------
 
 

@@ -825,7 +825,8 @@ class LossModule(nn.Module):
         dtype. Ensembles (``num_qvalue_nets``, ...) are called member by member instead of
         under :func:`torch.vmap`, which skips autocast for linear layers with a bias.
         ``bfloat16`` needs nothing else; with ``float16``, scale the loss with
-        :class:`torch.amp.GradScaler` to keep small gradients from flushing to zero.
+        :class:`torch.amp.GradScaler` to keep small gradients from flushing to zero. Meant for
+        GPUs: on a CPU without native bfloat16 matmuls it is much slower than float32.
 
         Args:
             dtype: the networks' compute dtype (``torch.bfloat16`` or ``torch.float16``);
