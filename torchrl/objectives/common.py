@@ -826,7 +826,8 @@ class LossModule(nn.Module):
         under :func:`torch.vmap`, which skips autocast for linear layers with a bias.
         ``bfloat16`` needs nothing else; with ``float16``, scale the loss with
         :class:`torch.amp.GradScaler` to keep small gradients from flushing to zero. Meant for
-        GPUs: on a CPU without native bfloat16 matmuls it is much slower than float32.
+        GPUs and large networks: small networks on a CPU run slower (the casts cost more
+        than the bfloat16 matmuls save).
 
         Args:
             dtype: the networks' compute dtype (``torch.bfloat16`` or ``torch.float16``);
