@@ -40,6 +40,7 @@ from torchrl.objectives import (
     ClipPPOLoss,
     DDPGLoss,
     DQNLoss,
+    KLPENPPOLoss,
     SACLoss,
     SoftUpdate,
     TD3Loss,
@@ -137,6 +138,14 @@ def _make(name: str):
         return loss.make_value_estimator(ValueEstimators.TD0, gamma=0.9), transitions
     if name == "ppo":
         return ClipPPOLoss(_gaussian_actor(), _value()), (lambda n=4: _batch(n, 5))
+    if name == "klppo":  # adapts beta in place: a select, not a branch on a tensor
+
+        def with_old_dist(n=4):
+            td = _batch(n, 5)
+            td["loc"], td["scale"] = torch.randn(n, 5, ACT), torch.rand(n, 5, ACT) + 0.5
+            return td
+
+        return KLPENPPOLoss(_gaussian_actor(), _value()), with_old_dist
     if name == "a2c":
         return A2CLoss(_gaussian_actor(), _value()), (lambda n=4: _batch(n, 5))
     raise ValueError(name)
@@ -184,7 +193,7 @@ def test_compiled_loss_matches_eager(name):
     assert counter.frame_count == 1
 
 
-@pytest.mark.parametrize("name", ["a2c", "td3", "ddpg", "sac3"])
+@pytest.mark.parametrize("name", ["a2c", "td3", "ddpg", "sac3", "klppo"])
 def test_losses_trace_in_one_graph(name):
     loss, make_batch = _make(name)
     explanation = torch._dynamo.explain(loss)(make_batch())

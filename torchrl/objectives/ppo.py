@@ -497,9 +497,12 @@ class KLPENPPOLoss(PPOLoss):
         out["kl"] = kl_mean
         out["beta"] = beta
         if self.training:
+            # A select, not an `if` on the tensor: torch.compile traces it without a break.
             with torch.no_grad():
-                if kl_mean > self.dtarg * 1.5:
-                    self.beta.mul_(self.increment)
-                elif kl_mean < self.dtarg / 1.5:
-                    self.beta.mul_(self.decrement)
+                factor = torch.where(
+                    kl_mean > self.dtarg * 1.5,
+                    self.increment,
+                    torch.where(kl_mean < self.dtarg / 1.5, self.decrement, 1.0),
+                )
+                self.beta.mul_(factor)
         return objective
