@@ -17,7 +17,13 @@ A loss calls a network with one of three parameter sets, named by
 with them (the losses' ``_call_network`` and ``_call_ensemble`` build on both). The chosen
 tensors are put into the module's parameter and buffer slots for the duration of the call and
 the originals put back (:class:`~torchrl.objectives._params.TensorSlots`): a handful of dict
-writes, several times cheaper than ``TensorDict.to_module`` on small networks.
+writes, several times cheaper than ``TensorDict.to_module`` on small networks. The swaps are
+plain Python that ``torch.compile`` traces: a compiled loss (:meth:`LossModule.compile`) is one
+graph, ensembles included.
+
+Mixed precision (:meth:`LossModule.set_autocast`) wraps the ``forward`` of each network module
+(the inner module of every ``TensorDictModule``) in :func:`torch.autocast` and casts its
+outputs back to float32, so the loss arithmetic after the networks runs in float32.
 """
 
 from __future__ import annotations
@@ -156,10 +162,13 @@ def _to_float32(out: Any) -> Any:
     return out
 
 
-def _first_device_type(args: tuple[Any, ...]) -> str:
-    for arg in args:
+def _device_type(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The device type of the first tensor input (else of the module's first parameter)."""
+    for arg in itertools.chain(args, kwargs.values()):
         if isinstance(arg, Tensor):
             return arg.device.type
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        return tensor.device.type
     return "cpu"
 
 
@@ -178,7 +187,7 @@ class _AutocastForward:
         self.device_type = device_type
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        device_type = self.device_type or _first_device_type(args)
+        device_type = self.device_type or _device_type(self.module, args, kwargs)
         with torch.autocast(device_type, dtype=self.dtype):
             out = type(self.module).forward(self.module, *args, **kwargs)
         return _to_float32(out)
@@ -297,7 +306,9 @@ class LossModule(nn.Module):
     Sum the ``loss_*`` entries for the backward pass; the other entries are detached
     diagnostics. Subclasses declare their keys in a nested ``_AcceptedKeys`` dataclass (see
     :meth:`set_keys`), register their networks with :meth:`convert_to_functional`, and list the
-    value estimators they accept in ``_supported_estimators``.
+    value estimators they accept in ``_supported_estimators``. ``loss.compile(**kwargs)``
+    compiles the loss in place (:meth:`compile`); :meth:`set_autocast` runs its networks in
+    mixed precision while the losses, log-probabilities and targets stay float32.
 
     Examples:
         >>> from torchrl.modules import QValueActor
@@ -832,8 +843,8 @@ class LossModule(nn.Module):
         Args:
             dtype: the networks' compute dtype (``torch.bfloat16`` or ``torch.float16``);
                 ``None`` turns autocast off again.
-            device_type: ``"cpu"``, ``"cuda"``, ...; default: the device of each network's
-                first input tensor, at every call.
+            device_type: ``"cpu"``, ``"cuda"``, ...; default: at every call, the device of
+                the network's first input tensor.
 
         Returns:
             The loss.
