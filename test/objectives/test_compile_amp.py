@@ -193,7 +193,9 @@ def test_compiled_loss_matches_eager(name):
     assert counter.frame_count == 1
 
 
-@pytest.mark.parametrize("name", ["a2c", "td3", "ddpg", "sac3", "klppo"])
+@pytest.mark.parametrize(
+    "name", ["a2c", "td3", "sac3", "klppo", pytest.param("ddpg", marks=pytest.mark.slow)]
+)
 def test_losses_trace_in_one_graph(name):
     loss, make_batch = _make(name)
     explanation = torch._dynamo.explain(loss)(make_batch())
@@ -295,7 +297,13 @@ ESTIMATORS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.slow) if name == "td1" else name
+        for name in sorted(ESTIMATORS)
+    ],
+)
 def test_compiled_estimator_matches_eager_on_new_batch_sizes(name):
     """Three sizes: one recompilation (the sizes become dynamic), not one per new size."""
     torch.manual_seed(0)
