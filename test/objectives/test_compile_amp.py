@@ -16,6 +16,7 @@ Tolerances, and why:
 from __future__ import annotations
 
 import copy
+import pickle
 import warnings
 
 import pytest
@@ -239,6 +240,21 @@ def test_compiled_update_step_matches_eager(name, sizes):
     torch.testing.assert_close(results[1][0], results[0][0], **COMPILE_TOL)
     for a, b in zip(results[0][1], results[1][1]):
         torch.testing.assert_close(b, a, **COMPILE_TOL)
+
+
+def test_copies_of_a_compiled_loss_run_their_own_networks():
+    loss, make_batch = _make("dqn")
+    td = make_batch()
+    loss.compile(backend="aot_eager")
+    before = loss(td.clone())["loss"].detach()
+    clone = copy.deepcopy(loss)
+    with torch.no_grad():
+        for param in clone.parameters():
+            param.add_(1.0)
+    assert not torch.equal(clone(td.clone())["loss"].detach(), before)
+    torch.testing.assert_close(loss(td.clone())["loss"].detach(), before, atol=0.0, rtol=0.0)
+    restored = pickle.loads(pickle.dumps(loss))
+    torch.testing.assert_close(restored(td.clone())["loss"].detach(), before, atol=0.0, rtol=0.0)
 
 
 class _Breaking(nn.Module):

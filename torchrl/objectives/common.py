@@ -784,9 +784,11 @@ class LossModule(nn.Module):
         error is issued once and the loss runs eagerly from then on
         (:func:`torchrl._compile.maybe_compile`). The value estimator is traced with the loss
         when the loss calls it; compile it alone with its own ``compile``. Batch-size changes
-        cost one recompilation (then the sizes are dynamic). For a whole update step, compile
-        a function calling the loss, ``backward`` and the optimizer: ``backward`` is a graph
-        break, the rest compiles.
+        cost one recompilation (then the sizes are dynamic). An input with a validity mask
+        (see :attr:`loss_mask_key`) breaks the graph where the valid positions are selected
+        (their number depends on the data). For a whole update step, compile a function
+        calling the loss, ``backward`` and the optimizer: ``backward`` is a graph break, the
+        rest compiles. Copies (``deepcopy``, pickling) compile their own call.
 
         Args:
             *args: none accepted (``torch.compile`` takes keywords only).
