@@ -18,7 +18,10 @@ averages the returns of those first episodes. It runs after the update on the fr
 far (SB3: at the start of the next rollout). ``wall_s`` is the training loop's wall time
 including the evaluations, ``train_wall_s`` the same without them, ``cpu_s`` the CPU time of the process over the loop
 (steadier than wall time on a loaded machine). Torch uses 1 thread
-everywhere (``torch.set_num_threads(1)``).
+everywhere (``torch.set_num_threads(1)``). Our SAC rows also say whether the example compiled its
+gradient step (``compiled``, its default) and how long its first step took (``first_update_s``:
+the compilation, already counted in ``wall_s``; seconds with inductor's on-disk cache warm, tens
+of seconds on the first run of a machine).
 
 Prints one JSON object per run, then one summary object (medians) per library and task.
 Usage: ``python benchmarks/time_to_solve.py [--seeds 3] [--tasks ppo_cartpole,sac_pendulum]
@@ -62,7 +65,7 @@ def run_ours(task: str, seed: int) -> dict:
         # episodes is turned off so that all run the same protocol.
         cfg.confirm = False
     h = module.train(cfg)
-    return {
+    row = {
         "lib": "ours",
         "task": task,
         "seed": seed,
@@ -72,6 +75,11 @@ def run_ours(task: str, seed: int) -> dict:
         "cpu_s": round(h["cpu"], 2),
         "solved": h["solved_at"] is not None,
     }
+    if "compiled" in h:
+        # The first gradient step includes compiling it (already counted in wall_s).
+        row["compiled"] = h["compiled"]
+        row["first_update_s"] = round(h.get("first_update_wall", 0.0), 2)
+    return row
 
 
 def our_config(task: str) -> dict:

@@ -14,6 +14,7 @@ Usage: ``python examples/sac_pendulum.py [--frames N] [--seed S] [--out DIR]``.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -26,10 +27,12 @@ from _common import (
     plot_curve,
     report,
 )
+from tensordict import TensorDictBase
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 from tqdm import tqdm
 
+from torchrl._compile import maybe_compile
 from torchrl.collectors import SyncDataCollector
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs import GymEnv, RewardSum, TransformedEnv
@@ -58,6 +61,21 @@ class Config:
     seed: int = 0
     out: str = "outputs"
     progress: bool = True
+    # torch.compile the gradient step (loss, backward, Adam, target update) when the frame
+    # budget allows at least compile_min_updates of them: compiling takes seconds that fewer
+    # updates cannot repay (see the module docstring)
+    compile: bool = True
+    compile_min_updates: int = 2000
+
+
+def _bound(value: torch.Tensor) -> float | torch.Tensor:
+    """A bound shared by every action dim as a number, else the tensor.
+
+    ``TanhNormal`` checks tensor bounds with a data-dependent test, which ``torch.compile``
+    cannot trace: numbers keep the compiled update in one graph.
+    """
+    flat = value.flatten()
+    return float(flat[0]) if bool((flat == flat[0]).all()) else value
 
 
 def make_agent(env: GymEnv, hidden: int) -> tuple[ProbabilisticActor, ValueOperator]:
@@ -77,7 +95,10 @@ def make_agent(env: GymEnv, hidden: int) -> tuple[ProbabilisticActor, ValueOpera
         in_keys=["loc", "scale"],
         spec=env.action_spec,
         distribution_class=TanhNormal,
-        distribution_kwargs={"low": env.action_spec.space.low, "high": env.action_spec.space.high},
+        distribution_kwargs={
+            "low": _bound(env.action_spec.space.low),
+            "high": _bound(env.action_spec.space.high),
+        },
     )
     qvalue = ValueOperator(
         MLP(
@@ -89,6 +110,18 @@ def make_agent(env: GymEnv, hidden: int) -> tuple[ProbabilisticActor, ValueOpera
         in_keys=["observation", "action"],
     )
     return actor, qvalue
+
+
+def _trace_backward(enabled: bool) -> contextlib.AbstractContextManager:
+    """Lets dynamo trace ``loss.backward()`` into the compiled update (while compiling it).
+
+    Without it, dynamo breaks the graph at ``backward``: the loss and its backward still
+    compile, but the optimizer and target updates run as separate frames, each with its own
+    guard checks (measured: 0.64x the eager update's time, against 0.4x traced whole).
+    """
+    if not enabled or not hasattr(torch._dynamo.config, "trace_autograd_ops"):
+        return contextlib.nullcontext()
+    return torch._dynamo.config.patch(trace_autograd_ops=True)
 
 
 def train(cfg: Config) -> dict:
@@ -105,6 +138,20 @@ def train(cfg: Config) -> dict:
     # One fused kernel for all parameters: torch's CPU default is a Python loop over them.
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr, fused=True)
 
+    def update(sample: TensorDictBase) -> None:
+        losses = loss_fn(sample)
+        loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
+        loss.backward()
+        optim.step()
+        optim.zero_grad()
+        target_updater.step()
+
+    # Compiled, the whole gradient step (loss, backward, Adam, Polyak) runs as a few inductor
+    # graphs; where compilation fails (no C++ compiler, ...) it warns once and runs eagerly.
+    budget = int((cfg.frames - cfg.init_random_frames) * cfg.updates_per_frame)
+    compiled = cfg.compile and budget >= cfg.compile_min_updates
+    update_step = maybe_compile(update, {} if compiled else None, owner="sac_pendulum")
+
     collector = SyncDataCollector(
         env,
         actor,
@@ -116,7 +163,13 @@ def train(cfg: Config) -> dict:
         storage=LazyTensorStorage(cfg.buffer_size), batch_size=cfg.batch_size
     )
 
-    history: dict = {"train": [], "eval": [], "solved_at": None, "eval_wall": 0.0}
+    history: dict = {
+        "train": [],
+        "eval": [],
+        "solved_at": None,
+        "eval_wall": 0.0,
+        "compiled": compiled,
+    }
     frames, next_eval = 0, cfg.eval_every
     start, cpu_start = time.perf_counter(), time.process_time()
     bar = tqdm(total=cfg.frames, unit="frames", disable=not cfg.progress, desc="SAC Pendulum")
@@ -124,14 +177,19 @@ def train(cfg: Config) -> dict:
         n = batch.numel()
         frames += n
         buffer.extend(batch.reshape(-1))
-        if frames >= cfg.init_random_frames:
-            for _ in range(int(n * cfg.updates_per_frame)):
-                losses = loss_fn(buffer.sample())
-                loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
-                optim.zero_grad()
-                loss.backward()
-                optim.step()
-                target_updater.step()
+        updates = int(n * cfg.updates_per_frame)
+        if frames >= cfg.init_random_frames and updates:
+            # The buffer does not change during these updates: one draw of all their batches
+            # (uniform, with replacement) is distributed as `updates` draws, for one call.
+            batches = buffer.sample(updates * cfg.batch_size).reshape(updates, -1).unbind(0)
+            with _trace_backward(compiled):
+                if "first_update_wall" not in history:  # compiling, when compiled
+                    first_start = time.perf_counter()
+                    update_step(batches[0])
+                    history["first_update_wall"] = time.perf_counter() - first_start
+                    batches = batches[1:]
+                for sample in batches:
+                    update_step(sample)
             collector.update_policy_weights_()
 
         history["train"] += episode_returns(batch, frames)

@@ -266,6 +266,38 @@ def test_example_smoke(script: str, tmp_path, monkeypatch, capsys) -> None:
     assert list(tmp_path.glob("*.png")), "no learning-curve plot written"
 
 
+@pytest.mark.slow
+def test_sac_pendulum_compiled_smoke(tmp_path, monkeypatch) -> None:
+    """The compiled gradient step of ``sac_pendulum.py`` (an inductor compile: ~10-60 s here).
+
+    The tiny smoke run above stays eager (its budget is under ``compile_min_updates``).
+    """
+    import warnings
+
+    monkeypatch.syspath_prepend(EXAMPLES)
+    import sac_pendulum
+
+    cfg = sac_pendulum.Config(
+        frames=400,
+        frames_per_batch=100,
+        init_random_frames=200,
+        batch_size=32,
+        eval_every=200,
+        eval_episodes=2,
+        final_eval_episodes=2,
+        compile_min_updates=0,
+        out=str(tmp_path),
+        progress=False,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = sac_pendulum.train(cfg)
+    assert history["compiled"]
+    failed = [str(w.message) for w in caught if "torch.compile failed" in str(w.message)]
+    assert not failed, failed
+    assert history["first_update_wall"] > 0
+
+
 def test_ddpg_figure1_smoke(monkeypatch, capsys) -> None:
     path = os.path.join(EXAMPLES, "ddpg_figure1.py")
     if not os.path.exists(path):
