@@ -835,12 +835,13 @@ class LossModule(nn.Module):
         float16/bfloat16 outputs cast to float32. Everything computed from them stays float32:
         distributions' parameters and log-probabilities, value targets and advantages, TD
         errors and priorities, the ``loss_*`` terms. Parameters and their gradients keep their
-        dtype. Ensembles (``num_qvalue_nets``, ...) are called member by member instead of
-        under :func:`torch.vmap`, which skips autocast for linear layers with a bias.
-        ``bfloat16`` needs nothing else; with ``float16``, scale the loss with
-        :class:`torch.amp.GradScaler` to keep small gradients from flushing to zero. Meant for
-        GPUs and large networks: small networks on a CPU run slower (the casts cost more
-        than the bfloat16 matmuls save).
+        dtype. Networks held by other tensordict modules (``LSTMModule``, ``GRUModule``,
+        ``GTrXLModule``, ...) are left in their own dtype. Ensembles (``num_qvalue_nets``) are
+        called member by member instead of under :func:`torch.vmap`, which skips autocast for
+        linear layers with a bias. ``bfloat16`` needs nothing else; with ``float16``, scale
+        the loss with :class:`torch.amp.GradScaler` to keep small gradients from flushing to
+        zero. Meant for GPUs and large networks: small networks on a CPU run slower (the casts
+        cost more than the bfloat16 matmuls save).
 
         Args:
             dtype: the networks' compute dtype (``torch.bfloat16`` or ``torch.float16``);
