@@ -36,10 +36,19 @@ the collectors taking turns), ``speedup`` over the eager collector and ``wall_fr
 Inductor keeps the code it generated in a cache on disk (``/tmp/torchinductor_<user>``), so a
 rerun compiles in a fraction of the first run's time; ``--cold`` turns the caches off, so that
 ``first_call_s`` is what a fresh machine pays. Other flags: ``--fullgraph``; ``--dynamo-backward`` (``torch._dynamo.config.trace_autograd_ops``:
-dynamo traces ``backward()`` too); ``--inductor KEY=VALUE ...`` (global
+dynamo traces ``backward()`` too; with torch 2.13 it then fails inside Adam's ``step``,
+``AttributeError: 'Adam' object has no attribute 'params'``, reported as an error row); ``--inductor KEY=VALUE ...`` (global
 ``torch._inductor.config`` settings). Runs with ``torch.set_num_threads(1)``. Compiling one
 update takes 10-60 s on a small shared machine (less on a rerun: inductor caches its code). One
 JSON object per line.
+
+Measured on 2026-11-27 (2 shared cores, ``--rounds 3 --seconds 0.5 --variants default
+cpp_wrapper max_autotune --cold``; recorded in ``docs/benchmarks/compile.json``): our compiled
+update took 0.69-0.77 (SAC) and 0.65-0.94 (PPO) of the plain eager update's CPU time, so the
+0.6 target is not met (best: SAC with ``cpp_wrapper``, PPO with the default settings; an
+earlier run with warm caches reached 0.59 for SAC with ``cpp_wrapper``); compiling took 9-43 s;
+``compile_policy`` made the Pendulum collector slower (0.57-0.73 of eager frames/s at 1 and 32
+pendulums).
 
 Usage: ``python benchmarks/compile.py [--cases sac ppo collect] [--seconds 0.5] [--rounds 2]
 [--variants default cpp_wrapper max_autotune] [--fullgraph] [--dynamo-backward]
