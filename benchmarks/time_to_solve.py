@@ -16,16 +16,18 @@ initial states every time), runs the deterministic policy (most likely action / 
 until every env has finished one episode or after 500 (CartPole) / 200 (Pendulum) steps, and
 averages the returns of those first episodes. It runs after the update on the frames counted so
 far (SB3: at the start of the next rollout). ``wall_s`` is the training loop's wall time
-including the evaluations, ``train_wall_s`` the same without them, ``cpu_s`` the CPU time of the process over the loop
-(steadier than wall time on a loaded machine). Torch uses 1 thread
+including the evaluations, ``train_wall_s`` the same without them, ``cpu_s`` the CPU time of
+the process over the loop (steadier than wall time on a loaded machine). Torch uses 1 thread
 everywhere (``torch.set_num_threads(1)``). Our SAC rows also say whether the example compiled its
 gradient step (``compiled``, its default) and how long its first step took (``first_update_s``:
 the compilation, already counted in ``wall_s``; seconds with inductor's on-disk cache warm, tens
 of seconds on the first run of a machine).
 
-Prints one JSON object per run, then one summary object (medians) per library and task.
+Prints one JSON object per run, then one summary object (medians) per library and task, then
+our medians over each peer's (``"ratio": true``: wall, CPU, and per frame).
 Usage: ``python benchmarks/time_to_solve.py [--seeds 3] [--tasks ppo_cartpole,sac_pendulum]
-[--libs ours,sb3,sb3_zoo,torchrl]``.
+[--libs ours,sb3,sb3_zoo,torchrl] [--config KEY=VALUE ...]`` (``--config compile=false``: our
+SAC example with its gradient step eager, for comparison).
 """
 
 from __future__ import annotations
@@ -56,10 +58,13 @@ PEER_FN = {
 }
 
 
-def run_ours(task: str, seed: int) -> dict:
+def run_ours(task: str, seed: int, overrides: dict | None = None) -> dict:
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     module = __import__(EXAMPLE[task])
     cfg = module.Config(seed=seed, progress=False, out=tempfile.gettempdir())
+    for key, value in (overrides or {}).items():
+        if hasattr(cfg, key):
+            setattr(cfg, key, value)
     if hasattr(cfg, "confirm"):
         # The peers stop at the first passing evaluation; the example's extra check on fresh
         # episodes is turned off so that all run the same protocol.
@@ -108,19 +113,80 @@ def run_peer(lib: str, task: str, seed: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _ratios(ours: list[dict], peer: list[dict]) -> dict:
+    """Our medians over a peer's on solved runs: wall time, CPU time and wall time per frame.
+
+    Runs solve at different frame counts (seeds and libraries draw different random numbers),
+    so the wall time per frame compares the cost of equal frames.
+    """
+    ours = [r for r in ours if r.get("solved")]
+    peer = [r for r in peer if r.get("solved")]
+    if not ours or not peer:
+        return {}
+
+    def med(rows: list[dict], fn) -> float:
+        return statistics.median(fn(r) for r in rows)
+
+    out = {}
+    for name, fn in (
+        ("wall", lambda r: r["wall_s"]),
+        ("cpu", lambda r: r["cpu_s"]),
+        ("wall_per_frame", lambda r: r["wall_s"] / r["frames"]),
+        ("cpu_per_frame", lambda r: r["cpu_s"] / r["frames"]),
+    ):
+        out[f"ours_over_peer_{name}"] = round(med(ours, fn) / med(peer, fn), 3)
+    return out
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """``KEY=VALUE`` pairs for our examples' configs (``compile=false``); values stay strings
+    until :func:`_typed` casts them to the type of the field they replace."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--config takes KEY=VALUE, got {item!r}")
+        out[key.replace("-", "_")] = value
+    return out
+
+
+def _typed(task: str, overrides: dict) -> dict:
+    """Casts ``overrides`` to the types of ``task``'s config fields; drops keys it lacks."""
+    defaults = our_config(task)
+    out = {}
+    for key, value in overrides.items():
+        if key not in defaults:
+            continue
+        kind = type(defaults[key])
+        out[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--tasks", default="ppo_cartpole,sac_pendulum")
     parser.add_argument("--libs", default="ours,sb3,sb3_zoo,torchrl")
+    parser.add_argument(
+        "--config",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override our example's config, e.g. compile=false (ours only)",
+    )
     args = parser.parse_args()
+    overrides = parse_overrides(args.config)
     torch.set_num_threads(1)
     results: dict[tuple[str, str], list[dict]] = {}
     for task in args.tasks.split(","):
         for seed in range(args.seeds):
             # Interleave the libraries seed by seed, so load changes hit them alike.
             for lib in args.libs.split(","):
-                row = run_ours(task, seed) if lib == "ours" else run_peer(lib, task, seed)
+                row = (
+                    run_ours(task, seed, _typed(task, overrides))
+                    if lib == "ours"
+                    else run_peer(lib, task, seed)
+                )
                 print(json.dumps(row), flush=True)
                 results.setdefault((lib, task), []).append(row)
     for (lib, task), rows in results.items():
@@ -147,6 +213,12 @@ def main() -> None:
             "load_avg_1min": round(os.getloadavg()[0], 2),
         }
         print(json.dumps(summary), flush=True)
+    for (lib, task), rows in results.items():
+        if lib == "ours":
+            continue
+        ratio = _ratios(results.get(("ours", task), []), rows)
+        if ratio:
+            print(json.dumps({"ratio": True, "task": task, "peer": lib, **ratio}), flush=True)
 
 
 if __name__ == "__main__":
