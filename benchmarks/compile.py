@@ -11,18 +11,23 @@ target update. Rows, per algorithm:
   the backward, Adam step and target update stay eager);
 - ``impl=plain``: the hand-written update, eager and compiled with each variant.
 
-Variants (``--variants``, default ``default cpp_wrapper``): ``default`` (``torch.compile()``),
+Variants (``--variants``, default ``default trace_backward cpp_wrapper``): ``default``
+(``torch.compile()``); ``trace_backward`` (default settings, compiled under
+``torch._dynamo.config.trace_autograd_ops``: dynamo traces ``backward()`` too instead of
+breaking the graph there, so the loss, its backward and the optimizer step share graphs);
 ``cpp_wrapper`` (inductor's ``cpp_wrapper=True``: the compiled graph calls its kernels from
-generated C++ instead of a Python wrapper, which saves microseconds per kernel),
-``max_autotune`` (``mode="max-autotune-no-cudagraphs"``), ``max_autotune_cpp_wrapper``,
-``reduce_overhead`` and ``aot_eager`` (``backend="aot_eager"``: tracing without code generation). Dynamo stops its graph at ``backward()``: a compiled update is a compiled
-forward (whose backward AOTAutograd compiles too) followed by a compiled Adam step and target
-update. Each row gives ``first_call_s`` (the first call, which traces and generates the code
-of a compiled update), ``per_s`` (updates per second of this thread's CPU time, the best of
-``--rounds``: CPU time is what a loaded machine disturbs least), ``speedup`` (over the eager
-update of the same ``impl``), ``over_plain_eager`` (CPU time over the plain eager update's),
-``cpu_us_per_call``, ``us_per_call`` (wall clock) and ``graph_breaks``. A variant that fails
-to compile prints a row with ``error``.
+generated C++ instead of a Python wrapper); ``max_autotune``
+(``mode="max-autotune-no-cudagraphs"``); ``max_autotune_cpp_wrapper``; ``reduce_overhead``;
+``aot_eager`` (``backend="aot_eager"``: tracing without code generation). Without
+``trace_backward``, a compiled update is a compiled forward (whose backward AOTAutograd
+compiles too), then a compiled Adam step and target update. Each row gives ``first_call_s``
+(the first call, which traces and generates the code of a compiled update), ``per_s`` (updates
+per second of this thread's CPU time, the best of ``--rounds``: CPU time is what a loaded
+machine disturbs least), ``speedup`` (over the eager update of the same ``impl``),
+``over_plain_eager`` (CPU time over the plain eager update's), ``cpu_us_per_call``,
+``us_per_call`` (wall clock) and ``graph_breaks``. A variant that fails to compile prints a
+row with ``error``. The updates clear gradients with ``optimizer.zero_grad()``: with torch 2.13,
+``trace_autograd_ops`` fails inside ``Adam.step`` after a loop that sets ``p.grad = None``.
 
 Collector cases (``--cases collect``): ``SyncDataCollector`` on the repo's pure-torch
 ``PendulumEnv`` (``--env-batch`` pendulums, default 1 and 32), a 2x64 tanh policy,
@@ -36,8 +41,7 @@ the collectors taking turns), ``speedup`` over the eager collector and ``wall_fr
 Inductor keeps the code it generated in a cache on disk (``/tmp/torchinductor_<user>``), so a
 rerun compiles in a fraction of the first run's time; ``--cold`` turns the caches off, so that
 ``first_call_s`` is what a fresh machine pays. Other flags: ``--fullgraph``; ``--dynamo-backward`` (``torch._dynamo.config.trace_autograd_ops``:
-dynamo traces ``backward()`` too; with torch 2.13 it then fails inside Adam's ``step``,
-``AttributeError: 'Adam' object has no attribute 'params'``, reported as an error row); ``--inductor KEY=VALUE ...`` (global
+the same for every variant); ``--inductor KEY=VALUE ...`` (global
 ``torch._inductor.config`` settings). Runs with ``torch.set_num_threads(1)``. Compiling one
 update takes 10-60 s on a small shared machine (less on a rerun: inductor caches its code). One
 JSON object per line.
@@ -95,7 +99,31 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "reduce_overhead": {"mode": "reduce-overhead"},
     # Dynamo and AOTAutograd without inductor's code generation: what tracing alone costs.
     "aot_eager": {"backend": "aot_eager"},
+    # Default settings, compiled with torch._dynamo.config.trace_autograd_ops: dynamo traces
+    # backward() too, so the loss, its backward and the optimizer step share graphs.
+    "trace_backward": {},
 }
+TRACE_BACKWARD = {"trace_backward"}
+
+
+def _compiled(fn: Callable[[], Any], variant: str, kwargs: dict[str, Any]) -> Callable[[], Any]:
+    """``torch.compile(fn)``; a ``trace_backward`` variant compiles (its first call) tracing
+    ``backward()``, then runs the compiled graphs as they are."""
+    compiled = torch.compile(fn, **kwargs)
+    if variant not in TRACE_BACKWARD:
+        return compiled
+    first = [True]
+
+    def call() -> Any:
+        if first[0]:
+            import torch._dynamo
+
+            first[0] = False
+            with torch._dynamo.config.patch(trace_autograd_ops=True):
+                return compiled()
+        return compiled()
+
+    return call
 
 
 def _compile_kwargs(args: argparse.Namespace, variant: str) -> dict[str, Any]:
@@ -109,8 +137,8 @@ def _describe(args: argparse.Namespace, variant: str, impl: str) -> dict[str, An
     out: dict[str, Any] = dict(_compile_kwargs(args, variant))
     if args.inductor_applied:
         out["inductor"] = args.inductor_applied
-    if args.dynamo_backward:
-        out["dynamo_backward"] = True
+    if args.dynamo_backward or variant in TRACE_BACKWARD:
+        out["trace_autograd_ops"] = True
     if impl == "ours":
         out["what"] = args.ours_compile
     return out
@@ -161,11 +189,11 @@ def make_updates(algo: str, args: argparse.Namespace) -> dict[tuple[str, str], C
             loss.compile(**kwargs)
             updates["ours", variant] = step_fn(torch, loss, td, updater, optimizer=True)
         else:
-            updates["ours", variant] = torch.compile(
-                step_fn(torch, loss, td, updater, optimizer=True), **kwargs
+            updates["ours", variant] = _compiled(
+                step_fn(torch, loss, td, updater, optimizer=True), variant, kwargs
             )
         torch.manual_seed(0)
-        updates["plain", variant] = torch.compile(PLAIN[algo](optimizer=True).update, **kwargs)
+        updates["plain", variant] = _compiled(PLAIN[algo](optimizer=True).update, variant, kwargs)
     return updates
 
 
@@ -260,7 +288,8 @@ def bench_collect(args: argparse.Namespace) -> None:
         frames = 16 * env_batch
         runs: dict[str, tuple[Any, Any, str]] = {}
         first: dict[str, float] = {}
-        for variant in ["eager", *args.variants]:
+        # trace_backward changes nothing for a policy call (no backward): not repeated here.
+        for variant in ["eager", *(v for v in args.variants if v not in TRACE_BACKWARD)]:
             kwargs = None if variant == "eager" else _compile_kwargs(args, variant)
             collector, compiled_by = _collector(env_batch, kwargs)
             it = iter(collector)
@@ -307,7 +336,7 @@ def main() -> None:
     parser.add_argument(
         "--variants",
         nargs="+",
-        default=["default", "cpp_wrapper"],
+        default=["default", "trace_backward", "cpp_wrapper"],
         choices=sorted(VARIANTS),
         help="torch.compile settings to time",
     )

@@ -144,11 +144,11 @@ def test_plain_ppo_matches_clip_ppo_loss():
 def test_plain_update_with_adam_moves_parameters_and_targets(name):
     torch.manual_seed(0)
     case = plain.PLAIN[name](optimizer=True)
-    before = [p.detach().clone() for p in case.params]
+    before = [p.detach().clone() for p in case.trainable]
     targets = [t.detach().clone() for t in case.targets]
     case.update()
-    assert all(p.grad is not None for p in case.params)
-    assert any(not torch.equal(a, p) for a, p in zip(before, case.params))
+    assert all(p.grad is not None for p in case.trainable)
+    assert any(not torch.equal(a, p) for a, p in zip(before, case.trainable))
     if targets:
         assert any(not torch.equal(a, t) for a, t in zip(targets, case.targets))
 

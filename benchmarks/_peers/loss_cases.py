@@ -39,12 +39,15 @@ def step_fn(
     torch: Any, loss: Any, td: Any, updater: Any = None, optimizer: bool = False
 ) -> Callable[[], None]:
     """One update of ``loss`` on ``td``: zero grads, forward, backward, (Adam), target update."""
-    params = [p for p in loss.parameters() if p.requires_grad]
-    adam = torch.optim.Adam(params, lr=3e-4) if optimizer else None
+    trainable = [p for p in loss.parameters() if p.requires_grad]
+    adam = torch.optim.Adam(trainable, lr=3e-4) if optimizer else None
 
     def run() -> None:
-        for p in params:
-            p.grad = None
+        if adam is not None:
+            adam.zero_grad(set_to_none=True)
+        else:
+            for p in trainable:
+                p.grad = None
         out = loss(td.clone(False))
         total = sum(v for k, v in out.items() if k.startswith("loss"))
         total.backward()

@@ -109,7 +109,7 @@ class _Update:
     tau: float = 0.0
 
     def __init__(self, optimizer: bool) -> None:
-        self.params: list[Tensor] = []
+        self.trainable: list[Tensor] = []
         self.targets: list[Tensor] = []
         self.sources: list[Tensor] = []
         self.optimizer: torch.optim.Optimizer | None = None
@@ -120,15 +120,20 @@ class _Update:
             self.sources += list(net.parameters())
             self.targets += list(target.parameters())
         if self._with_optimizer:
-            self.optimizer = torch.optim.Adam(self.params, lr=3e-4)
+            self.optimizer = torch.optim.Adam(self.trainable, lr=3e-4)
 
     def losses(self) -> dict[str, Tensor]:
         raise NotImplementedError
 
     def update(self) -> None:
         """One update: forward, backward, (Adam step), target update."""
-        for p in self.params:
-            p.grad = None
+        if self.optimizer is not None:
+            # Dynamo's trace_autograd_ops (torch 2.13) fails on Adam.step after a loop that
+            # clears the gradients by hand; zero_grad traces.
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            for p in self.trainable:
+                p.grad = None
         total: Any = sum(self.losses().values())
         total.backward()
         if self.optimizer is not None:
@@ -148,7 +153,7 @@ class PlainDQN(_Update):
         self.qnet = PlainMLP(OBS, N_ACTIONS)
         self.qnet_target = _target(self.qnet)
         self.data = _batch(continuous=False)
-        self.params = list(self.qnet.parameters())
+        self.trainable = list(self.qnet.parameters())
         self._finish_init([self.qnet], [self.qnet_target])
 
     def losses(self) -> dict[str, Tensor]:
@@ -174,7 +179,7 @@ class PlainSAC(_Update):
         self.log_alpha = nn.Parameter(torch.zeros(()))
         self.target_entropy = -float(ACT)
         self.data = _batch(continuous=True)
-        self.params = [
+        self.trainable = [
             *self.actor.parameters(),
             *self.q1.parameters(),
             *self.q2.parameters(),
@@ -220,7 +225,7 @@ class PlainTD3(_Update):
         self.actor_target = _target(self.actor)
         self.q1_target, self.q2_target = _target(self.q1), _target(self.q2)
         self.data = _batch(continuous=True)
-        self.params = [*self.actor.parameters(), *self.q1.parameters(), *self.q2.parameters()]
+        self.trainable = [*self.actor.parameters(), *self.q1.parameters(), *self.q2.parameters()]
         self._finish_init(
             [self.actor, self.q1, self.q2], [self.actor_target, self.q1_target, self.q2_target]
         )
@@ -260,7 +265,7 @@ class PlainPPO(_Update):
         self.data["old_log_prob"] = torch.randn(BATCH, generator=g) * 0.1 - 1.0
         self.data["advantage"] = torch.randn(BATCH, generator=g)
         self.data["value_target"] = torch.randn(BATCH, 1, generator=g)
-        self.params = [*self.actor.parameters(), *self.critic.parameters()]
+        self.trainable = [*self.actor.parameters(), *self.critic.parameters()]
         self._finish_init([], [])
 
     def losses(self) -> dict[str, Tensor]:
