@@ -11,13 +11,14 @@ still fail.
 
 The SAC loss and its backward are compiled (``torch.compile``, one graph: dynamo traces
 ``backward``) by default when the frame budget allows at least ``compile_min_updates`` gradient
-steps; the batches of one round are drawn in one ``sample`` call. Measured
-on 2 AMD EPYC cores (torch 2.13 CPU, 1 thread): a compiled step costs 0.38x an eager one (1.3 vs
-3.4 ms); compiling costs 3-7 s with inductor's on-disk cache warm and ~40 s on a machine's first
-run, which a run that solves in 3-6k frames does not repay (``--compile false`` then).
-``benchmarks/time_to_solve.py --tasks sac_pendulum --libs ours,sb3``: compiled, median 9.1 s at
-4000 frames against Stable-Baselines3's 13.2 s at 4000 (0.69x; 0.87x per frame); eager, 19.8 s
-at 6000 frames against 12.2 s at 4000 (1.06x per frame).
+steps; the batches of one round are drawn in one ``sample`` call. Measured on 2 busy AMD EPYC
+cores (torch 2.13 CPU, 1 thread): a compiled step costs 0.36-0.39x an eager one (1.3-1.7 vs
+3.5-4.3 ms); compiling costs ~4.6 s with inductor's on-disk cache warm and ~40 s on a machine's
+first run, once per process (later ``train`` calls reuse the graph). A run that solves in 3-6k
+frames repays the warm cost only (``--compile false`` for a one-off run on a fresh machine).
+``benchmarks/time_to_solve.py --tasks sac_pendulum --libs ours,sb3`` (3 seeds, one process):
+ours 13.6 / 4.3 / 9.2 s at 6000 / 3000 / 6000 frames, Stable-Baselines3 13.2 / 12.8 / 9.1 s at
+4000 / 4000 / 3000: 0.48x its median wall time per frame, 0.72x its median wall time.
 
 Usage: ``python examples/sac_pendulum.py [--frames N] [--seed S] [--out DIR] [--compile false]``.
 """
