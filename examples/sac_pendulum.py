@@ -13,7 +13,7 @@ The SAC loss and its backward are compiled (``torch.compile``, one graph: dynamo
 ``backward``) by default when the frame budget allows at least ``compile_min_updates`` gradient
 steps; the batches of one round are drawn in one ``sample`` call. Measured on 2 busy AMD EPYC
 cores (torch 2.13 CPU, 1 thread): a compiled step costs 0.36-0.39x an eager one (1.3-1.7 vs
-3.5-4.3 ms); compiling costs ~4.6 s with inductor's on-disk cache warm and ~40 s on a machine's
+3.5-4.3 ms); compiling costs ~4.6 s with inductor's on-disk cache warm and ~23 s on a machine's
 first run, once per process (later ``train`` calls reuse the graph). A run that solves in 3-6k
 frames repays the warm cost only (``--compile false`` for a one-off run on a fresh machine).
 ``benchmarks/time_to_solve.py --tasks sac_pendulum --libs ours,sb3`` (3 seeds, one process):
