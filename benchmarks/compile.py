@@ -38,7 +38,9 @@ policy network in ``torch.compile`` itself and says so in ``compiled_by``). Rows
 ``per_s`` (frames per second of CPU time, the best of ``--rounds`` windows of ``--seconds``,
 the collectors taking turns), ``speedup`` over the eager collector and ``wall_frames_per_s``.
 
-Inductor keeps the code it generated in a cache on disk (``/tmp/torchinductor_<user>``), so a
+Each case and variant runs in a process of its own (dynamo caches compiled code per function, and
+a second variant compiled in the same process could reuse the first one's graphs). Inductor
+keeps the code it generated in a cache on disk (``/tmp/torchinductor_<user>``), so a
 rerun compiles in a fraction of the first run's time; ``--cold`` turns the caches off, so that
 ``first_call_s`` is what a fresh machine pays. Other flags: ``--fullgraph``; ``--dynamo-backward`` (``torch._dynamo.config.trace_autograd_ops``:
 the same for every variant); ``--inductor KEY=VALUE ...`` (global
@@ -64,6 +66,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -328,6 +331,43 @@ def bench_collect(args: argparse.Namespace) -> None:
             _emit(record)
 
 
+def run_children(args: argparse.Namespace) -> None:
+    """Runs every (case, variant) in its own process and prints their rows.
+
+    Dynamo caches compiled code per function: a second variant compiled in the same process
+    can silently reuse the first one's graphs. The eager rows come from the first child of each
+    case (every child times them again, back to back with its own compiled rows).
+    """
+    common = ["--seconds", str(args.seconds), "--rounds", str(args.rounds)]
+    common += ["--ours-compile", args.ours_compile, "--env-batch", *map(str, args.env_batch)]
+    common += ["--fullgraph"] * args.fullgraph + ["--dynamo-backward"] * args.dynamo_backward
+    common += ["--cold"] * args.cold + (["--inductor", *args.inductor] if args.inductor else [])
+    for case in args.cases:
+        variants = args.variants
+        if case == "collect":
+            variants = [v for v in variants if v not in TRACE_BACKWARD] or ["default"]
+        for i, variant in enumerate(variants):
+            cmd = [sys.executable, __file__, "--cases", case, "--variants", variant, *common]
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            if out.returncode != 0:
+                _emit(
+                    {
+                        "bench": "compile",
+                        "case": case,
+                        "variant": variant,
+                        "error": f"exit {out.returncode}: {out.stderr[-400:]}",
+                    }
+                )
+                continue
+            for line in out.stdout.splitlines():
+                if not line.startswith("{"):
+                    continue
+                record = json.loads(line)
+                if record.get("variant") == "eager" and i > 0:
+                    continue
+                _emit(record)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cases", nargs="+", default=["sac", "ppo", "collect"])
@@ -352,6 +392,9 @@ def main() -> None:
     unknown = sorted(set(args.cases) - {*LOSS_CASES, "collect"})
     if unknown:
         parser.error(f"unknown --cases {unknown}; choose from sac, ppo, collect")
+    if len(args.cases) > 1 or len(args.variants) > 1:
+        run_children(args)
+        return
     if args.cold:
         args.inductor.append("force_disable_caches=True")
     args.inductor_applied = _set_inductor(args.inductor)
