@@ -43,7 +43,7 @@ from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 from tqdm import tqdm
 
-from torchrl._compile import maybe_compile
+from torchrl import maybe_compile
 from torchrl.collectors import SyncDataCollector
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs import GymEnv, RewardSum, TransformedEnv

@@ -32,11 +32,14 @@ _SUBPACKAGES = (
     "weight_update",
 )
 
+_COMPILE_HELPERS = ("compile_with_warmup", "maybe_compile")
+
 __all__ = [
     "__version__",
     *_SUBPACKAGES,
     "auto_unwrap_transformed_env",
     "compile_with_warmup",
+    "maybe_compile",
     "cuda_memory_profile",
     "cuda_memory_stats",
     "implement_for",
@@ -50,8 +53,6 @@ def __getattr__(name: str) -> Any:
     # without paying for every subpackage at import time.
     if name in _SUBPACKAGES:
         return importlib.import_module(f"{__name__}.{name}")
-    if name == "compile_with_warmup":  # imports torch: loaded on first use like the subpackages
-        from torchrl._compile import compile_with_warmup
-
-        return compile_with_warmup
+    if name in _COMPILE_HELPERS:  # they import torch: loaded on first use like the subpackages
+        return getattr(importlib.import_module("torchrl._compile"), name)
     raise AttributeError(f"module 'torchrl' has no attribute {name!r}")

@@ -23,10 +23,12 @@ def _as_tensor(value: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def _check_bounds(low: float | torch.Tensor, high: float | torch.Tensor) -> None:
-    # Checked only when it costs no device sync (numbers or CPU tensors).
+    # Checked only when it costs no device sync (numbers or CPU tensors) and not under tracing.
     if not isinstance(low, torch.Tensor) and not isinstance(high, torch.Tensor):
         if not high > low:
             raise ValueError(f"high must be greater than low, got low={low}, high={high}")
+        return
+    if torch.compiler.is_compiling():  # a data-dependent check would break the graph
         return
     if isinstance(low, torch.Tensor) and low.device.type != "cpu":
         return
