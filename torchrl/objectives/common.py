@@ -713,6 +713,9 @@ class LossModule(nn.Module):
         """
         network = getattr(self, name)
         run = list(modules) if modules is not None else [network]
+        if param_set is ParamSet.DETACHED and not torch.is_grad_enabled():
+            # Nothing records gradients: the online tensors give the same values, unswapped.
+            param_set = ParamSet.ONLINE
         # The online tensors already sit in the slots: no swap needed.
         swap = (
             nullcontext()
@@ -768,7 +771,10 @@ class LossModule(nn.Module):
             return tuple(out.get(k) for k in out_keys)
 
         if loop:
-            outs = [one([t[i] for t in tensors]) for i in range(members)]
+            # unbind: one autograd node per tensor whose backward stacks the members' gradients,
+            # where indexing member by member adds a zero-filled gradient per member and sums.
+            per_member = [t.unbind(0) for t in tensors]
+            outs = [one([u[i] for u in per_member]) for i in range(members)]
             return [torch.stack(group) for group in zip(*outs)]
         # Only the vmapped network's own modules decide (not the whole loss).
         return list(torch.vmap(one, randomness=_vmap_randomness(module))(list(tensors)))
