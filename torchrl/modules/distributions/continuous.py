@@ -93,7 +93,8 @@ class TanhNormal(D.Distribution):
         _check_bounds(low, high)
         if tanh_loc:
             loc = upscale * torch.tanh(loc / upscale)
-        loc, scale = torch.broadcast_tensors(loc, scale)
+        if loc.shape != scale.shape:
+            loc, scale = torch.broadcast_tensors(loc, scale)
         low_t, high_t = _as_tensor(low, loc), _as_tensor(high, loc)
         self.loc = loc
         self.scale = scale
@@ -105,7 +106,10 @@ class TanhNormal(D.Distribution):
         self._half = (high_t - low_t) / 2
         self._mid = (high_t + low_t) / 2
         self._eps = torch.finfo(loc.dtype).eps
-        shape = torch.broadcast_shapes(loc.shape, self._half.shape)
+        shape = loc.shape
+        if self._half.ndim and self._half.shape != shape:
+            # torch.broadcast_shapes costs ~10 us per call: only bounds of another shape need it
+            shape = torch.broadcast_shapes(shape, self._half.shape)
         if event_dims is None:
             event_dims = min(1, len(shape))
         if event_dims > len(shape):
