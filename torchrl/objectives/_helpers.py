@@ -117,6 +117,11 @@ def dist_entropy(dist: torch.distributions.Distribution, samples_mc: int = 1) ->
     try:
         return dist.entropy()
     except NotImplementedError:
+        if dist.has_rsample and callable(getattr(dist, "rsample_and_log_prob", None)):
+            # Scored from its own draw (a TanhNormal's pre-tanh value): the exact density,
+            # without the atanh(tanh(x)) round trip of log_prob(rsample()) and its backward.
+            _, log_prob = dist.rsample_and_log_prob(torch.Size((samples_mc,)))  # type: ignore[attr-defined]
+            return -log_prob.mean(0)
         sample = dist.rsample((samples_mc,)) if dist.has_rsample else dist.sample((samples_mc,))
         return -dist.log_prob(sample).mean(0)
 

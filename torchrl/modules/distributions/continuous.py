@@ -95,19 +95,31 @@ class TanhNormal(D.Distribution):
             loc = upscale * torch.tanh(loc / upscale)
         if loc.shape != scale.shape:
             loc, scale = torch.broadcast_tensors(loc, scale)
-        low_t, high_t = _as_tensor(low, loc), _as_tensor(high, loc)
         self.loc = loc
         self.scale = scale
         self.upscale = upscale
         self.tanh_loc = tanh_loc
         self.safe_tanh = safe_tanh
-        self._low = low_t
-        self._high = high_t
-        self._half = (high_t - low_t) / 2
-        self._mid = (high_t + low_t) / 2
-        self._eps = torch.finfo(loc.dtype).eps
+        # The default bounds (numbers -1 and 1): tanh lands there already, so the affine map,
+        # its clamp and log(half) = 0 are skipped (same values, no tensor ops for them; the
+        # bound tensors are made when read).
+        self._unit_bounds = (
+            not isinstance(low, torch.Tensor)
+            and not isinstance(high, torch.Tensor)
+            and low == -1
+            and high == 1
+        )
+        self._low: torch.Tensor | None = None
+        self._high: torch.Tensor | None = None
         shape = loc.shape
-        if self._half.ndim and self._half.shape != shape:
+        if not self._unit_bounds:
+            low_t, high_t = _as_tensor(low, loc), _as_tensor(high, loc)
+            self._low = low_t
+            self._high = high_t
+            self._half = (high_t - low_t) / 2
+            self._mid = (high_t + low_t) / 2
+        self._eps = torch.finfo(loc.dtype).eps
+        if not self._unit_bounds and self._half.ndim and self._half.shape != shape:
             # torch.broadcast_shapes costs ~10 us per call: only bounds of another shape need it
             shape = torch.broadcast_shapes(shape, self._half.shape)
         if event_dims is None:
@@ -121,16 +133,20 @@ class TanhNormal(D.Distribution):
     @property
     def low(self) -> torch.Tensor:
         """Lower bound of the support."""
+        if self._low is None:
+            self._low = _as_tensor(-1.0, self.loc)
         return self._low
 
     @property
     def high(self) -> torch.Tensor:
         """Upper bound of the support."""
+        if self._high is None:
+            self._high = _as_tensor(1.0, self.loc)
         return self._high
 
     @constraints.dependent_property(is_discrete=False, event_dim=0)
     def support(self) -> constraints.Constraint:
-        return constraints.interval(self._low, self._high)
+        return constraints.interval(self.low, self.high)
 
     def _squash(self, x: torch.Tensor) -> torch.Tensor:
         unit = torch.tanh(x)
@@ -138,7 +154,9 @@ class TanhNormal(D.Distribution):
             unit = unit.clamp(-1 + self._eps, 1 - self._eps)
         # mid + half * unit can round one float step past a bound: keep samples in the support
         # (envs check actions against their bounds)
-        return torch.clamp(self._mid + self._half * unit, self._low, self._high)
+        if self._unit_bounds:
+            return unit
+        return torch.clamp(self._mid + self._half * unit, self.low, self.high)
 
     def rsample(self, sample_shape: ShapeLike = _NO_SAMPLE_DIMS) -> torch.Tensor:
         return self.rsample_and_log_prob(sample_shape, _score=False)[0]
@@ -164,7 +182,9 @@ class TanhNormal(D.Distribution):
         sample = self._squash(x)
         if not _score:
             return sample, sample
-        log_det = 2 * (_LOG2 - x - torch.nn.functional.softplus(-2 * x)) + self._half.log()
+        log_det = 2 * (_LOG2 - x - torch.nn.functional.softplus(-2 * x))
+        if not self._unit_bounds:
+            log_det = log_det + self._half.log()
         log_prob = -0.5 * noise.pow(2) - self.scale.log() - _LOG_SQRT_2PI - log_det
         return sample, _sum_event(log_prob, self.event_dims)
 
@@ -176,11 +196,14 @@ class TanhNormal(D.Distribution):
             return self.rsample_and_log_prob(sample_shape)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        unit = ((value - self._mid) / self._half).clamp(-1 + self._eps, 1 - self._eps)
+        unit = value if self._unit_bounds else (value - self._mid) / self._half
+        unit = unit.clamp(-1 + self._eps, 1 - self._eps)
         x = torch.atanh(unit)
         normal_lp = -0.5 * ((x - self.loc) / self.scale).pow(2) - self.scale.log() - _LOG_SQRT_2PI
         # log(1 - u^2) as log1p(-u) + log1p(u): no cancellation next to the bounds.
-        log_det = torch.log1p(-unit) + torch.log1p(unit) + self._half.log()
+        log_det = torch.log1p(-unit) + torch.log1p(unit)
+        if not self._unit_bounds:
+            log_det = log_det + self._half.log()
         return _sum_event(normal_lp - log_det, self.event_dims)
 
     @property
