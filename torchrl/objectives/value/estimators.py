@@ -438,13 +438,22 @@ class TD0Estimator(ValueEstimatorBase):
         super().__init__(gamma=gamma, **options)
         self.average_rewards = average_rewards
 
+    def _target(self, td: TensorDictBase, next_value: Tensor) -> Tensor:
+        reward, _, terminated = self._reward_done(td)
+        reward = standardize(reward) if self.average_rewards else reward
+        return vf.td0_return_estimate(self._gamma(td, reward), next_value, reward, terminated)
+
     def _estimate(
         self, td: TensorDictBase, value: Tensor, next_value: Tensor
     ) -> tuple[Tensor, Tensor]:
-        reward, _, terminated = self._reward_done(td)
-        reward = standardize(reward) if self.average_rewards else reward
-        target = vf.td0_return_estimate(self._gamma(td, reward), next_value, reward, terminated)
+        target = self._target(td, next_value)
         return target - value, target
+
+    def _return_estimate(
+        self, td: TensorDictBase, value: Tensor | None, next_value: Tensor
+    ) -> Tensor:
+        # The target alone: no zero values and advantage made to be thrown away.
+        return self._target(td, next_value)
 
 
 class TD1Estimator(ValueEstimatorBase):
