@@ -60,6 +60,7 @@ from torchrl.objectives.value import GAE
 
 MEMORIES = ("mlp", "lstm", "frames", "gtrxl")
 ENVS = ("torch", "gym")
+LR_SCHEDULES = ("constant", "linear")
 
 
 @dataclass
@@ -90,6 +91,9 @@ class Config:
         gamma: discount.
         gae_lambda: GAE's lambda.
         clip_epsilon: PPO's clipping range.
+        lr_schedule: ``"constant"``, or ``"linear"``: the learning rate and the clipping range
+            fall linearly from ``lr`` / ``clip_epsilon`` at frame 0 towards 0 at ``frames`` (as
+            the RL Zoo's ``lin_1e-3`` / ``lin_0.2``), set before each batch's update.
         entropy_coef: weight of the entropy bonus (0: none).
         max_grad_norm: gradient-norm clip (actor and critic apart).
         reward_scale: factor on the rewards before GAE (keeps value targets near 1, as
@@ -122,6 +126,7 @@ class Config:
     gamma: float = 0.98
     gae_lambda: float = 0.8
     clip_epsilon: float = 0.2
+    lr_schedule: str = "constant"
     entropy_coef: float = 0.0
     max_grad_norm: float = 0.5
     reward_scale: float = 0.1
@@ -280,6 +285,8 @@ def train(cfg: Config) -> dict:
         raise ValueError(f"memory must be one of {MEMORIES}, got {cfg.memory!r}")
     if cfg.env not in ENVS:
         raise ValueError(f"env must be one of {ENVS}, got {cfg.env!r}")
+    if cfg.lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {cfg.lr_schedule!r}")
     if cfg.steps_per_env % cfg.seq_len:
         raise ValueError(f"seq_len ({cfg.seq_len}) must divide steps_per_env ({cfg.steps_per_env})")
     n_chunks = cfg.num_envs * cfg.steps_per_env // cfg.seq_len
@@ -345,6 +352,12 @@ def train(cfg: Config) -> dict:
                 advantage(batch)
             # [E, T] -> [E * T / seq_len, seq_len]: each chunk restarts from its stored state.
             chunks = batch.select(*train_keys).reshape(-1, cfg.seq_len)
+            if cfg.lr_schedule == "linear":
+                # The fraction of the budget left before this batch (SB3's progress_remaining).
+                remaining = 1.0 - (frames - batch.numel()) / cfg.frames
+                for group in optim.param_groups:
+                    group["lr"] = cfg.lr * remaining
+                loss_fn.clip_epsilon = cfg.clip_epsilon * remaining
             with set_recurrent_mode(True):
                 for _ in range(cfg.epochs):
                     for minibatch in _minibatches(chunks, cfg.minibatches):

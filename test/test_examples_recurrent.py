@@ -88,11 +88,16 @@ def test_train_api_and_errors(monkeypatch) -> None:
     assert {"wall", "eval_wall", "solved_at", "solved_wall", "final_return"} <= set(history)
     summary = example.summary(cfg, history)
     assert summary["config"]["memory"] == "lstm"
+    linear = example.train(
+        example.Config(**{**example.asdict(cfg), "lr_schedule": "linear", "frames": 128})
+    )
+    assert linear["frames"] == 128 and len(linear["eval"]) == 2
     for field, value, match in [
         ("memory", "gru", "memory must be one of"),
         ("env", "brax", "env must be one of"),
         ("seq_len", 5, "seq_len"),
         ("minibatches", 3, "minibatches"),
+        ("lr_schedule", "cosine", "lr_schedule must be one of"),
     ]:
         bad = example.Config(**{**example.asdict(cfg), field: value})
         with pytest.raises(ValueError, match=match):
