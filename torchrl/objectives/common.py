@@ -814,7 +814,9 @@ class LossModule(nn.Module):
         if tensors is None:
             tensors = self.network_tensors(name, param_set)
         module = getattr(self, name)
-        inputs = tensordict.select(*module.in_keys, strict=False)
+        direct = _direct(module) and list(out_keys) == list(module.out_keys)
+        args = _direct_inputs(module, tensordict) if direct else None
+        inputs = tensordict.select(*module.in_keys, strict=False) if args is None else None
         members = tensors[0].shape[0]
         # vmap's fixed cost per call (batching every op, pytree handling) exceeds a second
         # Python call for the usual pair of critics on CPU: twin critics are looped there
@@ -827,14 +829,12 @@ class LossModule(nn.Module):
             or (members <= 2 and tensors[0].device.type == "cpu")
         )
         slots = self._networks[name].slots
-        direct = _direct(module) and list(out_keys) == list(module.out_keys)
-        args = _direct_inputs(module, inputs) if direct else None
 
         def one(flat: list[Tensor]) -> tuple[Tensor, ...]:
             with slots.swapped(flat):
                 if args is not None:
                     return (module.module(*args),)
-                out = module(inputs.copy())
+                out = module(inputs.copy())  # type: ignore[union-attr]
             return tuple(out.get(k) for k in out_keys)
 
         if loop:
