@@ -10,7 +10,8 @@ uniform random actions, CPU, torch on 1 thread: ``torch.set_num_threads(1)``):
   ``ours_same_td`` is the same with ``return_same_td=True`` (no copy of each batch);
 - ``torchrl``: TorchRL's ``SyncDataCollector`` on its ``VmasEnv``, same settings, run by the
   peers' python (``benchmarks/_peers/vectorized_peers.py`` under ``TORCHRL_PEERS_PYTHON``,
-  default ``/work/peers-venv/bin/python``; skipped with a JSON note when absent).
+  default ``/work/peers-venv/bin/python``; skipped with a JSON note when absent or when it has
+  no ``vmas``).
 
 A frame is one env step of one sub-env (all agents together). The three cases run one batch
 each in turn for ``3 * seconds`` (so that they share the same machine load); each reports
@@ -133,6 +134,11 @@ def peers(envs: list[int], steps: int, seconds: float) -> list[dict]:
     python = os.environ.get("TORCHRL_PEERS_PYTHON", "/work/peers-venv/bin/python")
     if not Path(python).exists():
         return [{"impl": "torchrl", "skipped": f"no peers python at {python}"}]
+    check = subprocess.run([python, "-c", "import vmas"], capture_output=True, cwd="/")
+    if check.returncode != 0:
+        return [
+            {"impl": "torchrl", "skipped": f"vmas is not installed in the peers venv ({python})"}
+        ]
     cmd = [python, str(PEERS), str(seconds), str(steps), *map(str, envs)]
     env = {**os.environ, "PYTHONPATH": ""}
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd="/", env=env, check=False)
