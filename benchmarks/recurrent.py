@@ -79,6 +79,7 @@ def run_ours(seed: int, args: argparse.Namespace) -> dict:
         out=tempfile.gettempdir(),
         log_json=False,
         progress=False,
+        **json.loads(args.our_config),
     )
     cpu0 = time.process_time()
     h = module.train(cfg)
@@ -88,6 +89,7 @@ def run_ours(seed: int, args: argparse.Namespace) -> dict:
         "lib": "ours_lstm_ppo",
         "env": args.our_env,
         "seed": seed,
+        "config": json.loads(args.our_config),
         "solved": solved,
         "frames": h["solved_at"],
         "wall_s": round(h["solved_wall"], 2) if solved else None,
@@ -162,6 +164,11 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=8192)
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--max-frames", type=int, default=100_000)
+    parser.add_argument(
+        "--our-config",
+        default="{}",
+        help='JSON of Config fields that replace our defaults, e.g. \'{"lr_schedule": "linear"}\'',
+    )
     parser.add_argument("--rllib-max-frames", type=int, default=300_000)
     parser.add_argument("--rllib-runners", type=int, default=4)
     parser.add_argument("--rllib-max-wall-s", type=float, default=3600.0)
