@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["compile_with_warmup", "compile_options", "maybe_compile"]
+__all__ = ["compile_with_warmup", "compile_in_place", "compile_options", "maybe_compile"]
 
 
 class _WarmupCompiled:
@@ -249,3 +249,31 @@ def maybe_compile(fn: Callable, options: Mapping[str, Any] | None, *, owner: str
             f"{owner}: compile options must be a dict or None, got {type(options).__name__}"
         )
     return _CompiledWithFallback(fn, dict(options), owner)
+
+
+def compile_in_place(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> None:
+    """What ``module.compile(*args, **kwargs)`` does for our losses and value estimators.
+
+    Like :meth:`torch.nn.Module.compile`, ``module(...)`` then runs the compiled call (hooks
+    included), here through :func:`maybe_compile` (eager fallback when compiling fails).
+
+    Args:
+        module: the module whose call is compiled.
+        args: positional arguments given to ``compile`` (none are accepted).
+        kwargs: :func:`torch.compile` keyword arguments, plus ``"warmup"``.
+
+    Examples:
+        >>> import torch
+        >>> lin = torch.nn.Linear(2, 1)
+        >>> compile_in_place(lin, (), {"backend": "eager"})
+        >>> lin(torch.zeros(3, 2)).shape
+        torch.Size([3, 1])
+    """
+    owner = f"{type(module).__name__}.compile"
+    if args:
+        raise TypeError(
+            f"{owner} takes torch.compile's keyword arguments only, got {len(args)} "
+            f"positional argument(s)"
+        )
+    # nn.Module.__call__ runs _compiled_call_impl when set (nn.Module.compile sets it too).
+    module._compiled_call_impl = maybe_compile(module._call_impl, kwargs, owner=owner)

@@ -21,6 +21,10 @@ suite checks both paths give equal TensorDicts).
   reading only.
 - :func:`plain_entries` ``(td)``: :func:`entries` for a plain ``TensorDict``, ``None`` for any
   other kind (lazy stacks, TensorDictParams, ...).
+- :func:`plain_module_call` ``(module)``: whether calling a ``TensorDictModule`` is only reading
+  its inputs, calling its network and writing its outputs (the collectors' and the losses'
+  direct calls rely on it); it reads tensordict's private ``_kwargs``/``_get_kwargs`` and
+  ``nn.Module``'s hook dicts.
 """
 
 from __future__ import annotations
@@ -127,3 +131,32 @@ else:
 def plain_entries(td: TensorDictBase) -> Mapping[str, Any] | None:
     """:func:`entries` of a plain ``TensorDict``; ``None`` for other TensorDict kinds."""
     return entries(td) if type(td) is TensorDict else None
+
+
+def plain_module_call(module: Any) -> bool:
+    """Whether ``module(td)`` only reads ``module.in_keys`` from ``td``, calls ``module.module``
+    with them positionally and writes its outputs at ``module.out_keys`` in place.
+
+    True for a ``TensorDictModule`` (or subclass: the caller checks the class) without keyword
+    inputs, ``method``, renamed outputs, non-inplace output or hooks on the wrapper. A
+    tensordict version without the private attributes read here gives ``False``: the caller
+    then takes the module's own call.
+    """
+    from tensordict.nn import TensorDictModule
+
+    if not isinstance(module, TensorDictModule):
+        return False
+    return (
+        getattr(module, "_kwargs", False) is None
+        and not getattr(module, "_get_kwargs", True)
+        and module.method is None
+        and not module.method_kwargs
+        and module.inplace is True
+        and list(module.out_keys_source) == list(module.out_keys)
+        and not (
+            module._forward_hooks
+            or module._forward_pre_hooks
+            or module._backward_hooks
+            or module._backward_pre_hooks
+        )
+    )

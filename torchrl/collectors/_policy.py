@@ -12,7 +12,7 @@ from tensordict.nn import TensorDictModule, TensorDictModuleBase, skip_existing
 from torch import nn
 
 from torchrl._compile import maybe_compile
-from torchrl._td_compat import entries, set_unchecked
+from torchrl._td_compat import entries, plain_module_call, set_unchecked
 from torchrl.envs.common import EnvBase
 from torchrl.envs.utils import RandomPolicy
 from torchrl.weight_update.weights import (
@@ -294,15 +294,7 @@ def _plain_module(policy: object) -> bool:
     keys = [*policy.in_keys, *policy.out_keys]
     return (
         all(type(k) is str and k != "_" for k in keys)
-        and policy._kwargs is None
-        and policy.method is None
-        and not policy.method_kwargs
-        and not policy._get_kwargs
-        and policy.inplace is True
-        and list(policy.out_keys_source) == list(policy.out_keys)
-        and not policy._forward_hooks
-        and not policy._forward_pre_hooks
-        and not policy._backward_hooks
+        and plain_module_call(policy)
         and isinstance(policy.module, nn.Module)
     )
 
@@ -333,7 +325,7 @@ def accelerated_policy(
     """What a collector calls in place of ``policy`` for ``compile_policy``/``cudagraph_policy``.
 
     A plain ``TensorDictModule`` (see :func:`direct_call`) keeps the direct call: only its
-    network is compiled (:func:`~torchrl._compile.maybe_compile`, which runs it eagerly with a
+    network is compiled (:func:`~torchrl.maybe_compile`, which runs it eagerly with a
     warning if compilation fails) and/or recorded in a ``tensordict.nn.CudaGraphModule``, and
     the keys are read and written eagerly, so dynamo sees tensors only. Any other policy is
     compiled whole (TensorDict in, TensorDict out) and recorded with its ``in_keys`` and

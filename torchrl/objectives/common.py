@@ -40,7 +40,8 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictParams
 from torch import Tensor, nn
 
-from torchrl._compile import maybe_compile
+from torchrl._compile import compile_in_place
+from torchrl._td_compat import plain_module_call
 from torchrl._types import NestedKey
 from torchrl._utils import warn_once
 from torchrl.objectives._params import ParamSet, TensorSlots
@@ -241,23 +242,7 @@ def _direct(module: nn.Module) -> bool:
             return False
     inner = module.module
     last = inner[-1] if isinstance(inner, nn.Sequential) and len(inner) else inner
-    return (
-        isinstance(last, nn.Linear)
-        # tensordict's TensorDictModule keeps dict in_keys (keyword inputs) at _kwargs; a
-        # version without that attribute takes the generic call.
-        and getattr(module, "_kwargs", False) is None
-        and module.method is None
-        and not module.method_kwargs
-        and module.inplace is True
-        and len(module.out_keys) == 1
-        and list(module.out_keys_source) == list(module.out_keys)
-        and not (
-            module._forward_hooks
-            or module._forward_pre_hooks
-            or module._backward_hooks
-            or module._backward_pre_hooks
-        )
-    )
+    return isinstance(last, nn.Linear) and len(module.out_keys) == 1 and plain_module_call(module)
 
 
 def _direct_inputs(module: Any, tensordict: TensorDictBase) -> list[Tensor] | None:
@@ -855,7 +840,7 @@ class LossModule(nn.Module):
         initialisation included), except that when compilation itself fails (dynamo cannot
         trace a network, no C++ compiler, ...) a ``RuntimeWarning`` naming the loss and the
         error is issued once and the loss runs eagerly from then on
-        (:func:`torchrl._compile.maybe_compile`). The value estimator is traced with the loss
+        (:func:`torchrl.maybe_compile`). The value estimator is traced with the loss
         when the loss calls it; compile it alone with its own ``compile``. Batch-size changes
         cost one recompilation (then the sizes are dynamic). An input with a validity mask
         (see :attr:`loss_mask_key`) breaks the graph where the valid positions are selected
@@ -882,16 +867,7 @@ class LossModule(nn.Module):
             >>> loss(td)["loss"].shape
             torch.Size([])
         """
-        if args:
-            raise TypeError(
-                f"{type(self).__name__}.compile takes torch.compile's keyword arguments only, "
-                f"got {len(args)} positional argument(s)"
-            )
-        # nn.Module.__call__ runs _compiled_call_impl when set: nn.Module.compile sets it
-        # the same way (torch.compile(self._call_impl)); here with the eager fallback.
-        self._compiled_call_impl = maybe_compile(
-            self._call_impl, kwargs, owner=f"{type(self).__name__}.compile"
-        )
+        compile_in_place(self, args, kwargs)
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:

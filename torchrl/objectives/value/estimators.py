@@ -21,7 +21,7 @@ from tensordict.nn import skip_existing as global_skip_existing
 from torch import Tensor, nn
 
 import torchrl.objectives.value.functional as vf
-from torchrl._compile import maybe_compile
+from torchrl._compile import compile_in_place
 from torchrl._keys import (
     ACTION_LOG_PROB,
     ADVANTAGE,
@@ -310,7 +310,7 @@ class ValueEstimatorBase(nn.Module):
         once and marks the sizes dynamic; later sizes reuse that graph, except that the scan
         has one more level each time ``T`` passes a power of its block size (8). When
         compilation fails, a ``RuntimeWarning`` naming the estimator is issued once and it runs
-        eagerly from then on (:func:`torchrl._compile.maybe_compile`).
+        eagerly from then on (:func:`torchrl.maybe_compile`).
 
         Args:
             *args: none accepted (``torch.compile`` takes keywords only).
@@ -331,15 +331,7 @@ class ValueEstimatorBase(nn.Module):
             torch.Size([4, 5, 1])
             torch.Size([6, 5, 1])
         """
-        if args:
-            raise TypeError(
-                f"{type(self).__name__}.compile takes torch.compile's keyword arguments only, "
-                f"got {len(args)} positional argument(s)"
-            )
-        # nn.Module.__call__ runs _compiled_call_impl when set, as nn.Module.compile sets it.
-        self._compiled_call_impl = maybe_compile(
-            self._call_impl, kwargs, owner=f"{type(self).__name__}.compile"
-        )
+        compile_in_place(self, args, kwargs)
 
     def forward(
         self,
