@@ -80,7 +80,7 @@ class Config:
     frames): LSTM reaches 475 at 20480 / 6144 / 32768 frames on seeds 0-2 (12288 / 6144 /
     12288 with the previous defaults: on this protocol the new defaults are slower). GTrXL and the stacked frames were measured with the previous
     defaults (``lr_schedule="constant"``, ``gae_lambda=0.8``), which the learning tests keep for
-    them. The MLP's best evaluations stay below 50 within 50k frames.
+    them. The MLP's best evaluations within 50k frames are 50 / 51 / 45.
 
     Attributes:
         memory: ``"mlp"``, ``"lstm"``, ``"frames"`` or ``"gtrxl"`` (see the module docstring).

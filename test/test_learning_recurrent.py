@@ -10,7 +10,7 @@ Measured (seeds 0-2, 1 torch thread, a shared and loaded 2-core machine): LSTM 2
 frames (41-101 s at load 7-9) with the linear schedule and lambda 0.95 (12288/6144/12288, 13-24 s,
 with the previous defaults, which GTrXL and the stacked frames keep here); stacked frames
 14336/12288/36864 (27-77 s); GTrXL 4096/36864/18432 frames (23/250/104 s); MLP best evaluations
-46/49/45 (previous defaults).
+50/51/45 (46/49/45 with the previous defaults).
 """
 
 from __future__ import annotations
