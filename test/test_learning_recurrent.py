@@ -7,7 +7,7 @@ budget, must not (the velocities are hidden: without memory the task is not solv
 level). Each test prints the frames and wall time it needed (``pytest -s`` shows them).
 
 Measured (seeds 0-2, 1 torch thread, a shared and loaded 2-core machine): LSTM 20480/6144/32768
-frames (41-101 s at load 7-9) with the linear schedule and lambda 0.95 (12288/6144/12288, 13-24 s,
+frames (3-17 s) with the linear schedule and lambda 0.95 (12288/6144/12288, 13-24 s,
 with the previous defaults, which GTrXL and the stacked frames keep here); stacked frames
 14336/12288/36864 (27-77 s); GTrXL 4096/36864/18432 frames (23/250/104 s); MLP best evaluations
 50/51/45 (46/49/45 with the previous defaults).
