@@ -15,11 +15,13 @@ speed-up. Runs with ``torch.set_num_threads(1)``. On a shared machine, ``--round
 the three measurements several times and keeps the best time of each case.
 
 Measured on 2026-11-27 on a quiet 2-core machine (``--rounds 3``, recorded in
-``docs/benchmarks/losses.json``): ``ours_over_plain`` 1.39 (DQN), 1.41 (SAC), 1.51 (TD3) and
-1.46 (PPO); the 1.15 target is not met. The gap is Python bookkeeping spread over the loss
-call (TensorDict reads and writes, parameter swaps for target and detached networks, input
-checks): the networks themselves cost the same (a 2x64 MLP forward on 256 rows: ~150 us in
-both).
+``docs/benchmarks/losses.json``, after the loss hot-path work of that day): ``ours_over_plain``
+1.34 (DQN), 1.30 (SAC), 1.34 (TD3) and 1.29 (PPO), from 1.39 / 1.41 / 1.51 / 1.46 before; the
+1.15 target is not met. TorchRL 0.14.1's wall time over ours: 1.96 / 1.86 / 1.92 / 1.89. The
+gap to plain PyTorch is Python bookkeeping spread thinly over the loss call (TensorDict reads
+and writes, parameter swaps for target and detached networks, input checks, the logged
+diagnostics), no part above 10-20 us: the networks themselves cost the same (a 2x64 MLP
+forward on 256 rows: ~150 us in both). Compiling removes it (``benchmarks/compile.py``).
 
 Usage: ``python benchmarks/losses.py [--seconds 0.3] [--rounds 2] [--no-peers] [--no-plain]``
 """
