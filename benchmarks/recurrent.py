@@ -21,15 +21,16 @@ subprocess, steadier on a loaded machine). RLlib is not evaluated: as the issue 
 anchor, we record the steps and wall time until its mean training return reaches 300, and 475
 if it does. Torch uses 1 thread in every driver process.
 
-Measured 2026-11-27, ``--seeds 3 --libs ours,sb3`` (recorded in
-``docs/benchmarks/recurrent.json``), with our defaults ``lr_schedule="linear"`` (lr and clip
-range annealed to 0 over the budget, as the RL Zoo does) and GAE lambda 0.95; a shared 2-core
-machine at load 8-9 during the first seed (other jobs, and our own tuning runs), 2-4 after: ours
-reached 475 at 32,768 / 16,384 / 24,576 frames (wall 117 / 13 / 11 s, CPU 24 / 9 / 11 s);
-SB3-contrib at 65,536 / 57,344 / 24,576 frames (wall 285 / 112 / 52 s, CPU 147 / 107 / 54 s).
-Medians: ours 24,576 frames and 13 s, SB3-contrib 57,344 frames and 112 s: 0.11x the wall time
-(0.11x the median CPU time) at 0.43x the frames, no more frames on any seed. SB3-contrib's
-frames vary between runs of the same seed (the run before: 49,152 / 32,768 / 16,384, median
+Measured 2026-11-27, ``--seeds 3 --libs ours,sb3,rllib --rllib-max-wall-s 300`` (recorded in
+``docs/benchmarks/recurrent.json``; load 1-2), with our defaults ``lr_schedule="linear"`` (lr
+and clip range annealed to 0 over the budget, as the RL Zoo does) and GAE lambda 0.95: ours
+reached 475 at 32,768 / 16,384 / 24,576 frames (wall 19 / 8 / 13 s, CPU 17 / 8 / 13 s);
+SB3-contrib at 65,536 / 57,344 / 24,576 frames (wall 125 / 101 / 55 s, CPU 128 / 102 / 57 s);
+RLlib's mean training return stayed below 300 (last 173 / 204 / 160 after 298k / 298k / 281k
+steps and 300 s). Medians: ours 24,576 frames and 13 s, SB3-contrib 57,344 frames and 101 s:
+0.13x the wall time at 0.43x the frames, no more frames on any seed. An earlier run at load 8-9
+gave the same frames for both (ours 117 / 13 / 11 s, SB3-contrib 285 / 112 / 52 s). SB3-contrib's
+frames vary between runs of the same seed (another run: 49,152 / 32,768 / 16,384, median
 32,768): against that run ours still needs fewer frames on the median, more on seed 2.
 
 The previous defaults (constant lr and clip range, GAE lambda 0.8), quiet machine (load 1-2):
