@@ -284,6 +284,7 @@ class BenchmarkResultsDirective(_RstDirective):
     """``.. benchmark-results:: NAME``: the records of ``benchmarks/NAME.py`` as a table.
 
     Options: ``:metric: KEY`` and ``:label: KEY1, KEY2`` add a bar chart of that metric.
+    Every key of every record is shown: past 10 columns the table continues in another one.
     """
 
     required_arguments = 1
@@ -320,13 +321,19 @@ class BenchmarkResultsDirective(_RstDirective):
         columns: list[str] = []
         for r in records:
             columns += [k for k in r if k not in columns and k != "bench"]
-        columns = columns[:10]
-        lines += [".. list-table::", "   :header-rows: 1", ""]
-        lines += ["   * - " + columns[0]] + [f"     - {c}" for c in columns[1:]]
-        for r in records:
-            cells = [_cell(r.get(c, "")) or " " for c in columns]
-            lines += ["   * - " + cells[0]] + [f"     - {c}" for c in cells[1:]]
-        lines.append("")
+        # Wide records are shown as several tables of at most 10 columns, each repeating the
+        # first column; a row whose cells of a table are all empty is left out of it.
+        first, rest = columns[0], columns[1:]
+        for start in range(0, max(len(rest), 1), 9):
+            chunk = [first, *rest[start : start + 9]]
+            rows = [[_cell(r.get(c, "")) for c in chunk] for r in records]
+            rows = [row for row in rows if len(chunk) == 1 or any(row[1:])]
+            lines += [".. list-table::", "   :header-rows: 1", ""]
+            lines += ["   * - " + chunk[0]] + [f"     - {c}" for c in chunk[1:]]
+            for row in rows:
+                cells = [c or " " for c in row]
+                lines += ["   * - " + cells[0]] + [f"     - {c}" for c in cells[1:]]
+            lines.append("")
         return self.render(lines)
 
 
