@@ -14,44 +14,6 @@ import torch
 __all__ = ["compile_with_warmup", "compile_in_place", "compile_options", "maybe_compile"]
 
 
-class _WarmupCompiled:
-    """Calls ``fn`` eagerly for ``warmup`` calls, then its ``torch.compile``d version.
-
-    Compilation itself is deferred to the first compiled call, so building one costs nothing.
-    Pickling drops the compiled function: a copy in another process compiles its own.
-    """
-
-    def __init__(self, fn: Callable, warmup: int, compile_kwargs: dict[str, Any]) -> None:
-        self.fn = fn
-        self.warmup = warmup
-        self.compile_kwargs = compile_kwargs
-        self.calls = 0
-        self._compiled: Callable | None = None
-        functools.update_wrapper(self, fn, updated=())
-
-    def _compiled_fn(self) -> Callable:
-        if self._compiled is None:
-            self._compiled = torch.compile(self.fn, **self.compile_kwargs)
-        return self._compiled
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.calls < self.warmup:
-            self.calls += 1
-            return self.fn(*args, **kwargs)
-        return self._compiled_fn()(*args, **kwargs)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_compiled"] = None
-        return state
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(fn={self.fn!r}, warmup={self.warmup}, "
-            f"compile_kwargs={self.compile_kwargs!r})"
-        )
-
-
 def compile_with_warmup(fn: Callable, *, warmup: int = 1, **compile_kwargs: Any) -> Callable:
     """Returns ``fn`` run eagerly for its first ``warmup`` calls, then ``torch.compile``\\ d.
 
@@ -79,7 +41,7 @@ def compile_with_warmup(fn: Callable, *, warmup: int = 1, **compile_kwargs: Any)
     """
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"compile_with_warmup: warmup must be an int >= 0, got {warmup!r}")
-    return _WarmupCompiled(fn, warmup, dict(compile_kwargs))
+    return _Compiled(fn, {**compile_kwargs, "warmup": warmup}, "compile_with_warmup", False)
 
 
 def compile_options(value: bool | Mapping[str, Any] | None, owner: str, name: str) -> dict | None:
@@ -145,10 +107,13 @@ def _compile_failures() -> tuple[type[BaseException], ...]:
     return tuple(failures)
 
 
-class _CompiledWithFallback:
-    """A compiled ``fn`` that falls back to eager ``fn`` for good once compilation fails."""
+class _Compiled:
+    """``fn`` run eagerly for ``warmup`` calls, then compiled by ``torch.compile`` (at the first call past
+    the warm-up, never at construction). With ``fallback``, a compilation failure makes it run
+    ``fn`` eagerly for good, with one warning. Pickling drops the compiled function: a copy in
+    another process compiles its own."""
 
-    def __init__(self, fn: Callable, options: dict[str, Any], owner: str) -> None:
+    def __init__(self, fn: Callable, options: dict[str, Any], owner: str, fallback: bool) -> None:
         options = dict(options)
         warmup = options.pop("warmup", 0)
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
@@ -157,6 +122,7 @@ class _CompiledWithFallback:
             )
         self.fn = fn
         self.owner = owner
+        self.fallback = fallback
         self.compile_kwargs = options
         self.warmup = warmup
         self.calls = 0
@@ -178,6 +144,8 @@ class _CompiledWithFallback:
         try:
             return self._compiled(*args, **kwargs)
         except _compile_failures() as err:
+            if not self.fallback:
+                raise
             # Compilation happens before the graph runs, so the eager call below does the
             # work once (a graph broken into pieces may have run the pieces before the
             # failing one: documented in maybe_compile).
@@ -248,7 +216,7 @@ def maybe_compile(fn: Callable, options: Mapping[str, Any] | None, *, owner: str
         raise TypeError(
             f"{owner}: compile options must be a dict or None, got {type(options).__name__}"
         )
-    return _CompiledWithFallback(fn, dict(options), owner)
+    return _Compiled(fn, dict(options), owner, True)
 
 
 def compile_in_place(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> None:
