@@ -526,6 +526,7 @@ class ListStorage(Storage):
     ) -> None:
         super().__init__(max_size, ndim=1)
         self._items: list[Any] = []
+        # Kept apart from ``device``, which subclasses set to where they return items.
         self._write_device = torch.device(device) if device is not None else None
         self.device: torch.device | None = self._write_device
 
@@ -1397,10 +1398,10 @@ class LazyMemmapStorage(TensorStorage):
                 self.torn_slots = self.torn_slots[torch.from_numpy(keep)]
 
     def get(self, index: IndexLike) -> TensorDictBase | torch.Tensor:
-        out = super().get(index)
-        if self._out_device != self.device:
+        out, out_device = self._get_kept(index)
+        if out_device is not None:
             # Host to device: non_blocking is safe (the copy is ordered on the current stream).
-            out = out.to(self._out_device, non_blocking=True)
+            out = out.to(out_device, non_blocking=True)
         return out
 
     def _get_kept(self, index: IndexLike) -> tuple[Any, torch.device | None]:
