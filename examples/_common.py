@@ -56,6 +56,22 @@ def evaluate(env: Any, policy: Any, max_steps: int) -> float:
     return float((reward * alive_before).sum(-1).mean())
 
 
+@torch.no_grad()
+def evaluate_agents(env: Any, policy: Any, max_steps: int, group: str = "agents") -> float:
+    """Mean per-agent return of one deterministic episode in each sub-env of a multi-agent ``env``.
+
+    :func:`evaluate` for an env whose rewards are per agent (``("next", group, "reward")``,
+    ``[E, T, n_agents, 1]``) and whose episodes end per sub-env (root ``("next", "done")``): each
+    step's reward is averaged over the agents, then summed up to each sub-env's first ``done``.
+    """
+    with set_exploration_type(ExplorationType.DETERMINISTIC):
+        rollout = env.rollout(max_steps, policy, break_when_all_done=True)
+    reward = rollout["next", group, "reward"].reshape(*rollout.batch_size, -1).mean(-1)
+    done = rollout["next", "done"].reshape(*rollout.batch_size).long()
+    alive_before = (done.cumsum(-1) - done) == 0
+    return float((reward * alive_before).sum(-1).mean())
+
+
 def evaluate_confirmed(
     env: Any, policy: Any, max_steps: int, target: float, confirm: bool = True
 ) -> float:

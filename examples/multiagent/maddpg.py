@@ -9,8 +9,14 @@ observation to a ``tanh``-bounded 2-D force; Gaussian noise (annealed) explores.
 ``"agents"`` (its keys pointed there with ``set_keys``), with target actor and critic updated by
 ``SoftUpdate``, trained off-policy from a replay buffer.
 
-Usage: ``python examples/multiagent/maddpg.py [--maddpg B] [--iters N] [--num-envs E]``.
-Prints one JSON line per iteration (frames, mean reward per agent-step, losses, noise scale).
+Every ``eval_every`` iterations (and after the last) the greedy policy (no exploration noise)
+runs one episode in each of ``eval_envs`` fresh sub-envs; ``--out DIR`` gets the curve of these
+mean per-agent returns, and the last line printed is the usual summary.
+
+Usage: ``python examples/multiagent/maddpg.py [--maddpg B] [--iters N] [--num-envs E]
+[--out DIR] [--no-progress]``.
+Prints one JSON line per iteration (frames, mean reward per agent-step, losses, noise scale) unless
+``--no-progress`` or ``--verbose false``.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import parse_config  # noqa: E402
+from _common import evaluate_agents, parse_config, plot_curve, report  # noqa: E402
 
 from torchrl.collectors import SyncDataCollector
 from torchrl.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
@@ -59,7 +65,11 @@ class Config:
     hidden: int = 64
     max_grad_norm: float = 1.0
     seed: int = 0
+    eval_every: int = 5  # iterations between deterministic evaluations
+    eval_envs: int = 16
     verbose: bool = True
+    out: str = "outputs"
+    progress: bool = True
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
@@ -149,6 +159,15 @@ def train(cfg: Config) -> dict:
     optim_actor = torch.optim.Adam(loss_fn.actor_network.parameters(), lr=cfg.lr_actor)
     optim_critic = torch.optim.Adam(loss_fn.value_network.parameters(), lr=cfg.lr_critic)
 
+    eval_env = VmasEnv(
+        cfg.scenario,
+        num_envs=cfg.eval_envs,
+        continuous_actions=True,
+        max_steps=cfg.max_steps,
+        seed=cfg.seed + 1000,
+        n_agents=cfg.n_agents,
+    )
+    evals: list[tuple[int, float]] = []
     curve: list[dict] = []
     frames = 0
     start = time.perf_counter()
@@ -182,13 +201,17 @@ def train(cfg: Config) -> dict:
             "sigma": round(float(explore.sigma), 3),
             "wall_s": round(time.perf_counter() - start, 2),
         }
+        if (i + 1) % cfg.eval_every == 0 or i + 1 == cfg.iters:
+            point["eval_return"] = evaluate_agents(eval_env, actor, cfg.max_steps, GROUP)
+            evals.append((frames, point["eval_return"]))
         curve.append(point)
-        if cfg.verbose:
+        if cfg.verbose and cfg.progress:
             print(json.dumps(point))
     collector.shutdown()
     return {
         "curve": curve,
         "frames": frames,
+        "evals": evals,
         "wall_s": time.perf_counter() - start,
         "policy": actor,
     }
@@ -207,6 +230,10 @@ def main() -> None:
         f"{algo} {cfg.scenario}: mean reward per agent-step {first:.4f} (first episode) -> "
         f"{last:.4f} (last) in {out['frames']} frames ({out['wall_s']:.0f} s)"
     )
+    title = f"{algo} VMAS {cfg.scenario} ({cfg.n_agents} agents)"
+    history = {"eval": out["evals"], "frames": out["frames"], "wall": out["wall_s"]}
+    plot_curve(history, os.path.join(cfg.out, f"{algo.lower()}_vmas.png"), title)
+    report(title, history, None, out["evals"][-1][1], episodes=cfg.eval_envs)
 
 
 if __name__ == "__main__":

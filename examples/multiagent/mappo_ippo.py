@@ -10,8 +10,13 @@ own. The loss is :class:`~torchrl.objectives.multiagent.MAPPOLoss` or
 rewards and the per-env episode ends. All data stays in the group ``"agents"``; every loss key
 is pointed at it with ``set_keys`` (the estimator's follow).
 
-Usage: ``python examples/multiagent/mappo_ippo.py [--iters N] [--num-envs E] [--mappo B]``.
-Prints one line per iteration (frames, mean reward per agent-step, mean episode reward).
+Every ``eval_every`` iterations (and after the last) the actor runs one deterministic episode
+in each of ``eval_envs`` fresh sub-envs; the learning curve (``--out DIR``) shows these and the
+training episodes' mean reward per agent, and the last line is the usual summary.
+
+Usage: ``python examples/multiagent/mappo_ippo.py [--iters N] [--num-envs E] [--mappo B]
+[--out DIR] [--no-progress]``. Prints one line per iteration (frames, mean reward per
+agent-step, mean episode reward) unless ``--no-progress`` or ``--verbose false``.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import parse_config  # noqa: E402
+from _common import evaluate_agents, parse_config, plot_curve, report  # noqa: E402
 
 from torchrl.collectors import SyncDataCollector
 from torchrl.envs import RewardSum, TransformedEnv
@@ -58,7 +63,11 @@ class Config:
     mappo: bool = True  # centralised critic (MAPPO) or decentralised (IPPO)
     share_params: bool = True
     seed: int = 0
+    eval_every: int = 5  # iterations between deterministic evaluations
+    eval_envs: int = 16
     verbose: bool = True
+    out: str = "outputs"
+    progress: bool = True
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
@@ -66,10 +75,10 @@ def parse_args(argv: list[str] | None = None) -> Config:
     return parse_config(Config, __doc__, argv)
 
 
-def make_env(cfg: Config, seed: int) -> TransformedEnv:
+def make_env(cfg: Config, seed: int, num_envs: int | None = None) -> TransformedEnv:
     env = VmasEnv(
         cfg.scenario,
-        num_envs=cfg.num_envs,
+        num_envs=cfg.num_envs if num_envs is None else num_envs,
         continuous_actions=True,
         max_steps=cfg.max_steps,
         seed=seed,
@@ -164,6 +173,8 @@ def train(cfg: Config) -> dict:
     gae = loss_fn.value_estimator
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr)
 
+    eval_env = make_env(cfg, cfg.seed + 1000, cfg.eval_envs)
+    evals: list[tuple[int, float]] = []
     curve: list[dict] = []
     frames = 0
     start = time.perf_counter()
@@ -192,11 +203,19 @@ def train(cfg: Config) -> dict:
             "episode_reward": float(episode.mean()) if episode.numel() else float("nan"),
             "wall_s": round(time.perf_counter() - start, 2),
         }
+        if (i + 1) % cfg.eval_every == 0 or i + 1 == cfg.iters:
+            point["eval_return"] = evaluate_agents(eval_env, actor, cfg.max_steps, GROUP)
+            evals.append((frames, point["eval_return"]))
         curve.append(point)
-        if cfg.verbose:
+        if cfg.verbose and cfg.progress:
             print(json.dumps(point))
     collector.shutdown()
-    return {"curve": curve, "frames": frames, "wall_s": time.perf_counter() - start}
+    return {
+        "curve": curve,
+        "evals": evals,
+        "frames": frames,
+        "wall_s": time.perf_counter() - start,
+    }
 
 
 def main() -> None:
@@ -209,6 +228,15 @@ def main() -> None:
         f"{algo} {cfg.scenario}: mean episode reward {first['episode_reward']:.3f} -> "
         f"{last['episode_reward']:.3f} in {out['frames']} frames ({out['wall_s']:.0f} s)"
     )
+    title = f"{algo} VMAS {cfg.scenario} ({cfg.n_agents} agents)"
+    history = {
+        "train": [(p["frames"], p["episode_reward"]) for p in out["curve"]],
+        "eval": out["evals"],
+        "frames": out["frames"],
+        "wall": out["wall_s"],
+    }
+    plot_curve(history, os.path.join(cfg.out, f"{algo.lower()}_vmas.png"), title)
+    report(title, history, None, out["evals"][-1][1], episodes=cfg.eval_envs)
 
 
 if __name__ == "__main__":

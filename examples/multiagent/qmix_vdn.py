@@ -9,8 +9,14 @@ all agents' observations) or :class:`~torchrl.modules.VDNMixer` (a sum) and regr
 value on the team reward (the agents' mean reward) with a target network updated by
 ``SoftUpdate``. Transitions go through a replay buffer.
 
-Usage: ``python examples/multiagent/qmix_vdn.py [--mixer qmix|vdn] [--iters N] [--num-envs E]``.
-Prints one JSON line per iteration (frames, mean reward per agent-step, loss, epsilon).
+Every ``eval_every`` iterations (and after the last) the greedy policy (no exploration noise)
+runs one episode in each of ``eval_envs`` fresh sub-envs; ``--out DIR`` gets the curve of these
+mean per-agent returns, and the last line printed is the usual summary.
+
+Usage: ``python examples/multiagent/qmix_vdn.py [--mixer qmix|vdn] [--iters N] [--num-envs E]
+[--out DIR] [--no-progress]``.
+Prints one JSON line per iteration (frames, mean reward per agent-step, loss, epsilon) unless
+``--no-progress`` or ``--verbose false``.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import parse_config  # noqa: E402
+from _common import evaluate_agents, parse_config, plot_curve, report  # noqa: E402
 
 from torchrl.collectors import SyncDataCollector
 from torchrl.data import LazyTensorStorage, RandomSampler, TensorDictReplayBuffer
@@ -59,7 +65,11 @@ class Config:
     mixing_embed_dim: int = 32
     max_grad_norm: float = 10.0
     seed: int = 0
+    eval_every: int = 5  # iterations between deterministic evaluations
+    eval_envs: int = 16
     verbose: bool = True
+    out: str = "outputs"
+    progress: bool = True
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
@@ -150,6 +160,15 @@ def train(cfg: Config) -> dict:
     updater = SoftUpdate(loss_fn, tau=cfg.tau)
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr)
 
+    eval_env = VmasEnv(
+        cfg.scenario,
+        num_envs=cfg.eval_envs,
+        continuous_actions=False,
+        max_steps=cfg.max_steps,
+        seed=cfg.seed + 1000,
+        n_agents=cfg.n_agents,
+    )
+    evals: list[tuple[int, float]] = []
     curve: list[dict] = []
     frames = 0
     start = time.perf_counter()
@@ -177,11 +196,19 @@ def train(cfg: Config) -> dict:
             "eps": round(float(explore.eps), 3),
             "wall_s": round(time.perf_counter() - start, 2),
         }
+        if (i + 1) % cfg.eval_every == 0 or i + 1 == cfg.iters:
+            point["eval_return"] = evaluate_agents(eval_env, policy, cfg.max_steps, GROUP)
+            evals.append((frames, point["eval_return"]))
         curve.append(point)
-        if cfg.verbose:
+        if cfg.verbose and cfg.progress:
             print(json.dumps(point))
     collector.shutdown()
-    return {"curve": curve, "frames": frames, "wall_s": time.perf_counter() - start}
+    return {
+        "curve": curve,
+        "evals": evals,
+        "frames": frames,
+        "wall_s": time.perf_counter() - start,
+    }
 
 
 def main() -> None:
@@ -196,6 +223,10 @@ def main() -> None:
         f"{cfg.mixer.upper()} {cfg.scenario}: mean reward per agent-step {first:.4f} (first episode) -> "
         f"{last:.4f} (last) in {out['frames']} frames ({out['wall_s']:.0f} s)"
     )
+    title = f"{cfg.mixer.upper()} VMAS {cfg.scenario} ({cfg.n_agents} agents)"
+    history = {"eval": out["evals"], "frames": out["frames"], "wall": out["wall_s"]}
+    plot_curve(history, os.path.join(cfg.out, f"{cfg.mixer}_vmas.png"), title)
+    report(title, history, None, out["evals"][-1][1], episodes=cfg.eval_envs)
 
 
 if __name__ == "__main__":
