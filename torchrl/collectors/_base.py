@@ -23,6 +23,19 @@ class DataCollectorBase:
     :meth:`update_policy_weights_`, :meth:`state_dict` and :meth:`load_state_dict`. This class
     adds ``for batch in collector``, :meth:`next`, background collection into a replay buffer
     (:meth:`start` / :meth:`async_shutdown`) and ``with collector: ...``.
+
+    Examples:
+        Every collector (here :class:`~torchrl.collectors.Collector`) has this life cycle:
+
+        >>> from torchrl.collectors import BaseCollector, Collector
+        >>> from torchrl.envs import PendulumEnv
+        >>> collector = Collector(PendulumEnv(), None, frames_per_batch=10, total_frames=20)
+        >>> isinstance(collector, BaseCollector)
+        True
+        >>> with collector:  # shut down on exit
+        ...     sizes = [batch.numel() for batch in collector]
+        >>> sizes, collector.stats()
+        ([10, 10], {'frames': 20, 'batches': 2})
     """
 
     frames_per_batch: int

@@ -38,7 +38,22 @@ _JOIN_TIMEOUT_S = 5.0
 
 
 class WorkerError(RuntimeError):
-    """A collector worker process died or could not be reached."""
+    """A collector worker process died or could not be reached.
+
+    Examples:
+        >>> import os
+        >>> from torchrl.collectors import MultiSyncDataCollector
+        >>> from torchrl.envs import PendulumEnv
+        >>> def dying_policy(td):
+        ...     os._exit(3)
+        >>> collector = MultiSyncDataCollector(
+        ...     [PendulumEnv], dying_policy, frames_per_batch=4, total_frames=8
+        ... )
+        >>> next(iter(collector))  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        ...
+        WorkerError: collector worker 0 (pid 4242) died unexpectedly (exit code 3); all workers were shut down
+    """
 
 
 def _stop_processes(

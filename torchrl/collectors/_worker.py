@@ -38,7 +38,23 @@ __all__ = ["RemoteTraceback", "SharedFlag", "WorkerSpec", "worker_main"]
 
 
 class RemoteTraceback(Exception):
-    """The traceback of an exception raised in a worker process (chained as ``__cause__``)."""
+    """The traceback of an exception raised in a worker process (chained as ``__cause__``).
+
+    Examples:
+        >>> from torchrl.collectors import MultiSyncDataCollector
+        >>> from torchrl.envs import PendulumEnv
+        >>> def failing_policy(td):
+        ...     raise ValueError("bad action")
+        >>> collector = MultiSyncDataCollector(
+        ...     [PendulumEnv], failing_policy, frames_per_batch=4, total_frames=8
+        ... )
+        >>> try:
+        ...     next(iter(collector))
+        ... except ValueError as err:
+        ...     remote = err.__cause__
+        >>> isinstance(remote, RemoteTraceback), "bad action" in remote.text
+        (True, True)
+    """
 
     def __init__(self, text: str) -> None:
         super().__init__(text)

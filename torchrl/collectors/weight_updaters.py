@@ -44,6 +44,23 @@ class WeightUpdaterBase:
     Args:
         scheme: the scheme to send with (an initialised sender); ``None``: the registered
             collector's ``"policy"`` scheme.
+
+    Examples:
+        A subclass that reads the weights to push from the trainer's network:
+
+        >>> import torch
+        >>> from torchrl.weight_update import SharedMemWeightSyncScheme
+        >>> trainer_net, policy = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+        >>> class FromTrainer(WeightUpdaterBase):
+        ...     def _get_server_weights(self):
+        ...         return trainer_net
+        >>> scheme = SharedMemWeightSyncScheme()
+        >>> scheme.init_on_sender(policy)  # copies the policy's weights into shared memory
+        >>> updater = FromTrainer(scheme)
+        >>> updater.push_weights()
+        1
+        >>> torch.equal(scheme.shared_weights["weight"], trainer_net.weight)  # workers read it
+        True
     """
 
     def __init__(self, scheme: WeightSyncScheme | None = None) -> None:
@@ -229,6 +246,17 @@ class MultiProcessedWeightUpdater(VanillaWeightUpdater):
         get_server_weights: returns the weights to push when none are given.
         policy_weights: the shared weights, by device (``{device: TensorDict}``), or one
             TensorDict/state dict; ``None``: the registered multi-process collector's.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> policy = torch.nn.Linear(2, 1)
+        >>> shared = TensorDict.from_module(policy).share_memory_()
+        >>> updater = MultiProcessedWeightUpdater(policy_weights={"cpu": shared})
+        >>> updater.push_weights({"bias": torch.full((1,), 2.0)})
+        1
+        >>> shared["bias"].item()
+        2.0
     """
 
     def __init__(
@@ -273,6 +301,26 @@ class RayWeightUpdater(WeightUpdaterBase):
         remote_collectors: the actors; ``None``: the registered ``RayCollector``'s.
         max_interval: kept for TorchRL compatibility (the collector's
             ``max_weight_update_interval`` decides).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> policy = torch.nn.Linear(2, 1)
+        >>> updater = RayWeightUpdater(policy_weights=TensorDict.from_module(policy))
+        >>> updater.owns_scheme  # no actors given: it sends through its collector's scheme
+        False
+
+        Given to a :class:`~torchrl.collectors.distributed.RayCollector`, which starts Ray:
+
+        >>> from torchrl.collectors.distributed import RayCollector
+        >>> from torchrl.envs import PendulumEnv
+        >>> collector = RayCollector(  # doctest: +SKIP
+        ...     [PendulumEnv], policy, frames_per_batch=20, total_frames=40,
+        ...     weight_updater=updater,
+        ... )
+        >>> updater.push_weights()  # doctest: +SKIP
+        1
+        >>> collector.shutdown()  # doctest: +SKIP
     """
 
     def __init__(

@@ -29,6 +29,29 @@ class DistributedTransport:
         tag: the message tag.
         preamble: sender side: called before each send (e.g. to send the peer the command
             that makes it receive).
+
+    Examples:
+        >>> import torch
+        >>> DistributedTransport(group=None, peer=1).check_connection()  # no group yet
+        False
+
+        With a two-rank gloo group, rank 0 sends and rank 1 receives into its own tensors:
+
+        >>> from datetime import timedelta
+        >>> import torch.distributed as dist
+        >>> store = dist.TCPStore("127.0.0.1", 29500, 2, is_master=True)  # doctest: +SKIP
+        >>> group = dist.ProcessGroupGloo(store, 0, 2, timedelta(seconds=30))  # doctest: +SKIP
+        >>> DistributedTransport(group, peer=1).send_weights(  # doctest: +SKIP
+        ...     {"bias": torch.ones(1)}, version=1
+        ... )
+
+        and on rank 1 (``store`` with ``is_master=False``, ``group`` with rank 1):
+
+        >>> receiver = DistributedTransport(  # doctest: +SKIP
+        ...     group, peer=0, buffers={"bias": torch.zeros(1)}
+        ... )
+        >>> receiver.receive_weights()  # doctest: +SKIP
+        ({'bias': tensor([1.])}, 1)
     """
 
     def __init__(
@@ -96,6 +119,26 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         sync: kept for TorchRL compatibility (sends complete before :meth:`send` returns).
         timeout: the group's timeout for one exchange, in seconds (informative: the group
             carries its own).
+
+    Examples:
+        >>> import torch
+        >>> policy = torch.nn.Linear(2, 1)
+        >>> scheme = DistributedWeightSyncScheme()
+        >>> DistributedWeightSyncScheme.model_names(policy)  # the order weights travel in
+        ['bias', 'weight']
+
+        With a two-rank gloo ``group`` (see :class:`DistributedTransport`), on the trainer
+        (rank 0):
+
+        >>> scheme.init_on_sender(policy, group=group, ranks=[1])  # doctest: +SKIP
+        >>> scheme.send()  # doctest: +SKIP
+        1
+
+        and on the worker (rank 1), whose policy has the same structure:
+
+        >>> scheme.init_on_receiver(policy, group=group, src=0)  # doctest: +SKIP
+        >>> scheme.receive()  # doctest: +SKIP
+        1
     """
 
     def __init__(

@@ -29,6 +29,19 @@ class MPTransport:
         process: the peer process to watch (sender side; optional).
         sync: wait for the receiver's acknowledgement on each send.
         timeout: the longest wait for an acknowledgement, in seconds.
+
+    Examples:
+        Both ends of one pipe in this process (a collector gives the child end to a worker):
+
+        >>> import multiprocessing as mp, torch
+        >>> parent, child = mp.Pipe()
+        >>> sender = MPTransport(parent, sync=False)  # sync=True also waits for the ack
+        >>> receiver = MPTransport(child, sync=False)
+        >>> sender.send_weights({"bias": torch.ones(1)}, version=1)
+        >>> weights, version = receiver.receive_weights(timeout=5.0)
+        >>> weights["bias"].tolist(), version
+        ([1.0], 1)
+        >>> sender.close(); receiver.close()
     """
 
     def __init__(

@@ -34,6 +34,15 @@ class RayTransport:
         actor: the Ray actor handle.
         method: the actor's method that takes ``(weights, version)``.
         timeout: the longest wait in :meth:`wait`, in seconds.
+
+    Examples:
+        With ``actor`` a Ray actor whose ``update_weights(weights, version)`` applies them
+        (see :class:`RayWeightSyncScheme`):
+
+        >>> import torch
+        >>> transport = RayTransport(actor, method="update_weights")  # doctest: +SKIP
+        >>> transport.send_weights({"bias": torch.ones(1)}, version=1)  # doctest: +SKIP
+        >>> transport.wait()  # doctest: +SKIP
     """
 
     def __init__(self, actor: Any, method: str = "update_weights", timeout: float = 60.0) -> None:
@@ -87,6 +96,34 @@ class RayWeightSyncScheme(WeightSyncScheme):
         strategy: ``"tensordict"`` or ``"state_dict"``.
         sync: :meth:`send` waits until every actor has applied the weights.
         timeout: the longest such wait, in seconds.
+
+    Examples:
+        What each actor does with the weights it is sent (runs without Ray):
+
+        >>> import torch
+        >>> policy = torch.nn.Linear(2, 1)
+        >>> worker_side = RayWeightSyncScheme()
+        >>> worker_side.init_on_receiver(policy)
+        >>> weights = {"bias": torch.ones(1), "weight": torch.ones(1, 2)}
+        >>> worker_side.receive(weights=weights, version=1)
+        1
+
+        The trainer's side, with actors that hold such a receiver:
+
+        >>> import ray  # doctest: +SKIP
+        >>> @ray.remote  # doctest: +SKIP
+        ... class Worker:
+        ...     def __init__(self, scheme):
+        ...         self.policy = torch.nn.Linear(2, 1)
+        ...         self.scheme = scheme
+        ...         scheme.init_on_receiver(self.policy)
+        ...     def update_weights(self, weights, version):
+        ...         return self.scheme.receive(weights=weights, version=version)
+        >>> scheme = RayWeightSyncScheme()
+        >>> actors = [Worker.remote(scheme) for _ in range(2)]  # doctest: +SKIP
+        >>> scheme.init_on_sender(torch.nn.Linear(2, 1), actors=actors)  # doctest: +SKIP
+        >>> scheme.send()  # doctest: +SKIP
+        1
     """
 
     def __init__(self, strategy: str = "tensordict", sync: bool = True, timeout: float = 60.0):
@@ -151,6 +188,23 @@ class RayModuleTransformScheme(RayWeightSyncScheme):
         strategy: ``"tensordict"`` or ``"state_dict"``.
         sync: :meth:`send` waits until the actor has applied the weights.
         timeout: the longest such wait, in seconds.
+
+    Examples:
+        >>> import torch
+        >>> module = torch.nn.Linear(2, 1)
+        >>> scheme = RayModuleTransformScheme()
+        >>> scheme.init_on_sender(module, actors=[])
+        Traceback (most recent call last):
+        ...
+        TypeError: RayModuleTransformScheme syncs one actor: give actor=, not actors=
+
+        With ``actor`` the Ray actor that runs the module (its ``update_weights`` calls
+        ``receive(weights=..., version=...)`` on its copy of the scheme, as in
+        :class:`RayWeightSyncScheme`):
+
+        >>> scheme.init_on_sender(module, actor=actor)  # doctest: +SKIP
+        >>> scheme.send()  # doctest: +SKIP
+        1
     """
 
     def _init_sender(

@@ -40,6 +40,18 @@ class RPCTransport:
             ``model_id``.
         model_id: the model's name (for the default ``receive_fn``).
         timeout: the RPC timeout, in seconds.
+
+    Examples:
+        >>> import torch
+        >>> transport = RPCTransport("worker1")
+        >>> transport.check_connection()  # this process has not joined an RPC group
+        False
+
+        Once ``torch.distributed.rpc.init_rpc("trainer", ...)`` has run here and
+        ``init_rpc("worker1", ...)`` on the worker:
+
+        >>> transport.send_weights({"bias": torch.ones(1)}, version=1)  # doctest: +SKIP
+        >>> transport.wait()  # doctest: +SKIP
     """
 
     def __init__(
@@ -108,6 +120,28 @@ class RPCWeightSyncScheme(WeightSyncScheme):
         strategy: ``"tensordict"`` or ``"state_dict"``.
         sync: wait until every worker has applied the weights.
         timeout: the RPC timeout, in seconds.
+
+    Examples:
+        The worker's side: the receiver registered here is what the trainer's RPC reaches
+        (:func:`receive_rpc_weights` is the function it runs):
+
+        >>> import torch
+        >>> from torchrl.weight_update.rpc_scheme import receive_rpc_weights
+        >>> policy = torch.nn.Linear(2, 1)
+        >>> receiver = RPCWeightSyncScheme()
+        >>> receiver.init_on_receiver(policy)
+        >>> receive_rpc_weights("policy", {"bias": torch.ones(1)}, 1)
+        1
+        >>> policy.bias.item()
+        1.0
+        >>> receiver.shutdown()
+
+        The trainer's side, once ``torch.distributed.rpc.init_rpc`` has run in both processes:
+
+        >>> sender = RPCWeightSyncScheme()
+        >>> sender.init_on_sender(torch.nn.Linear(2, 1), worker_names=["worker1"])
+        >>> sender.send()  # doctest: +SKIP
+        1
     """
 
     def __init__(self, strategy: str = "tensordict", sync: bool = True, timeout: float = 60.0):

@@ -24,6 +24,15 @@ class SharedMemTransport:
     Args:
         buffers: the shared tensors, by name.
         version: a one-element int64 tensor in shared memory.
+
+    Examples:
+        >>> import torch
+        >>> shared = {"w": torch.zeros(2).share_memory_()}
+        >>> transport = SharedMemTransport(shared, torch.zeros(1, dtype=torch.int64))
+        >>> transport.send_weights({"w": torch.ones(2)}, version=3)
+        >>> weights, version = transport.receive_weights()
+        >>> weights["w"].tolist(), version
+        ([1.0, 1.0], 3)
     """
 
     def __init__(self, buffers: Mapping[str, torch.Tensor], version: torch.Tensor) -> None:

@@ -52,6 +52,20 @@ class TransportBackend(Protocol):
     receiver has them, see each scheme's ``sync``); ``receive_weights`` returns the next
     ``(weights, version)`` or ``None`` when nothing came within ``timeout`` seconds;
     ``check_connection`` says whether the peer is reachable.
+
+    Examples:
+        >>> from collections import deque
+        >>> class MailboxTransport:  # both ends in one process: a queue of messages
+        ...     def __init__(self):
+        ...         self.box = deque()
+        ...     def send_weights(self, weights, version):
+        ...         self.box.append((dict(weights), version))
+        ...     def receive_weights(self, timeout=None):
+        ...         return self.box.popleft() if self.box else None
+        ...     def check_connection(self):
+        ...         return True
+        >>> isinstance(MailboxTransport(), TransportBackend)
+        True
     """
 
     def send_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> None: ...
@@ -176,6 +190,34 @@ class WeightSyncScheme(ABC):
     Args:
         strategy: how weights are extracted (``"tensordict"`` or ``"state_dict"``), or a
             :class:`WeightStrategy`.
+
+    Examples:
+        A scheme whose sender and receiver share an in-process mailbox (the
+        :class:`TransportBackend` example's ``MailboxTransport``, given as ready-made
+        transports):
+
+        >>> from collections import deque
+        >>> class MailboxTransport:
+        ...     def __init__(self):
+        ...         self.box = deque()
+        ...     def send_weights(self, weights, version):
+        ...         self.box.append((dict(weights), version))
+        ...     def receive_weights(self, timeout=None):
+        ...         return self.box.popleft() if self.box else None
+        ...     def check_connection(self):
+        ...         return True
+        >>> class MailboxScheme(WeightSyncScheme):
+        ...     def create_transport(self, **kwargs):
+        ...         return MailboxTransport()
+        >>> trainer_net, worker_net = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+        >>> link = MailboxTransport()
+        >>> sender, receiver = MailboxScheme(), MailboxScheme()
+        >>> sender.init_on_sender(trainer_net, transports=[link])
+        >>> receiver.init_on_receiver(worker_net, transport=link)
+        >>> sender.send(), receiver.receive()
+        (1, 1)
+        >>> torch.equal(worker_net.weight, trainer_net.weight)
+        True
     """
 
     def __init__(self, strategy: str | WeightStrategy = "tensordict") -> None:

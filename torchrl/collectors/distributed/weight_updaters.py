@@ -24,6 +24,29 @@ class RPCWeightUpdater(WeightUpdaterBase):
         collector_rrefs: kept for TorchRL compatibility.
         policy_weights: the weights to push when none are given (default: the policy's).
         num_workers: kept for TorchRL compatibility.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> policy = torch.nn.Linear(2, 1)
+        >>> updater = RPCWeightUpdater(policy_weights=TensorDict.from_module(policy))
+        >>> updater.push_weights()  # not registered with a collector yet
+        Traceback (most recent call last):
+        ...
+        RuntimeError: RPCWeightUpdater has no targets: give it its weights/workers, or pass it to a collector as weight_updater=
+
+        Given to an :class:`~torchrl.collectors.distributed.RPCCollector` (which starts the
+        RPC workers), it pushes through the collector's RPC scheme:
+
+        >>> from torchrl.collectors.distributed import RPCCollector
+        >>> from torchrl.envs import PendulumEnv
+        >>> collector = RPCCollector(  # doctest: +SKIP
+        ...     PendulumEnv, policy, frames_per_batch=20, total_frames=40, num_workers=2,
+        ...     weight_updater=updater,
+        ... )
+        >>> updater.push_weights()  # doctest: +SKIP
+        1
+        >>> collector.shutdown()  # doctest: +SKIP
     """
 
     def __init__(
@@ -53,6 +76,27 @@ class DistributedWeightUpdater(WeightUpdaterBase):
         policy_weights: the weights to push when none are given (default: the policy's).
         num_workers: kept for TorchRL compatibility.
         sync: kept for TorchRL compatibility (the collector's ``sync`` decides).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> policy = torch.nn.Linear(2, 1)
+        >>> updater = DistributedWeightUpdater(policy_weights=TensorDict.from_module(policy))
+        >>> updater.collector is None  # registered by the collector it is given to
+        True
+
+        Given to a :class:`~torchrl.collectors.distributed.DistributedDataCollector` (which
+        starts the workers and their gloo group), it pushes through the collector's scheme:
+
+        >>> from torchrl.collectors.distributed import DistributedDataCollector
+        >>> from torchrl.envs import PendulumEnv
+        >>> collector = DistributedDataCollector(  # doctest: +SKIP
+        ...     [PendulumEnv], policy, frames_per_batch=20, total_frames=40,
+        ...     weight_updater=updater,
+        ... )
+        >>> updater.push_weights()  # doctest: +SKIP
+        1
+        >>> collector.shutdown()  # doctest: +SKIP
     """
 
     def __init__(
