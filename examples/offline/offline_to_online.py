@@ -135,12 +135,13 @@ def main() -> None:
         target=history["behaviour_return"],
         target_label="behaviour policy",
     )
+    # the summary line of every example: score first, the budget ("N online frames in W s") last
     print(
-        f"IQL offline-to-online Pendulum-v1: offline start {history['offline_return']:.1f} "
-        f"({cfg.offline_steps} gradient steps on the dataset); final deterministic evaluation "
-        f"return {history['final_return']:.1f} after {history['frames']} online frames "
-        f"({cfg.offline_fraction:.0%} of each batch from the dataset) in {history['wall']:.1f} s; "
-        f"behaviour policy {history['behaviour_return']:.1f}"
+        f"IQL offline-to-online Pendulum-v1: final deterministic evaluation return "
+        f"{history['final_return']:.1f} (offline start {history['offline_return']:.1f} after "
+        f"{cfg.offline_steps} gradient steps on the dataset; {cfg.offline_fraction:.0%} of each "
+        f"batch from the dataset); behaviour policy {history['behaviour_return']:.1f}; "
+        f"{history['frames']} online frames in {history['wall']:.1f} s"
     )
 
 
