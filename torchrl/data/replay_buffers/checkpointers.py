@@ -70,6 +70,28 @@ class StorageCheckpointerBase(ABC):
     :meth:`prepare_load` (read and validate, change nothing) and :meth:`apply_load`. Save hooks
     (``hook(data, path) -> data``) transform the data before it is written, load hooks the data
     read before it is stored, for the checkpointers that support them.
+
+    Examples:
+        A checkpointer that stores a :class:`~torchrl.data.ListStorage` of numbers as JSON:
+
+        >>> import json, tempfile, torch
+        >>> from pathlib import Path
+        >>> from torchrl.data import ListStorage
+        >>> class JSONCheckpointer(StorageCheckpointerBase):
+        ...     def dumps(self, storage, path):
+        ...         items = [storage.get(i) for i in range(len(storage))]
+        ...         (Path(path) / "items.json").write_text(json.dumps(items))
+        ...     def loads(self, storage, path, *, trusted=False):
+        ...         items = json.loads((Path(path) / "items.json").read_text())
+        ...         storage.set(torch.arange(len(items)), items)
+        >>> storage, restored = ListStorage(10), ListStorage(10)
+        >>> storage.checkpointer = restored.checkpointer = JSONCheckpointer()
+        >>> storage.set(torch.arange(3), [1.5, 2.5, 3.5])
+        >>> with tempfile.TemporaryDirectory() as path:
+        ...     storage.dumps(path)
+        ...     restored.loads(path)
+        >>> restored.get(2)
+        3.5
     """
 
     def __init__(self) -> None:

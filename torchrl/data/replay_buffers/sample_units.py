@@ -36,6 +36,22 @@ class SampleUnit(ABC):
     ``expand`` must not change the storage. Info entries aligned with the anchors (e.g. the
     importance weights ``"_weight"``) must come back aligned with the returned index. After the
     storage is read, :meth:`postprocess` may adjust the batch using the info.
+
+    Examples:
+        A unit that reads each sampled item together with the one stored after it:
+
+        >>> import torch
+        >>> from torchrl.data import LazyTensorStorage, ReplayBuffer, SamplerWithoutReplacement
+        >>> class WithSuccessor(SampleUnit):
+        ...     def expand(self, index, info, storage):
+        ...         return torch.stack([index, (index + 1) % len(storage)], -1).flatten(), info
+        >>> rb = ReplayBuffer(
+        ...     storage=LazyTensorStorage(10), sampler=SamplerWithoutReplacement(shuffle=False),
+        ...     sample_unit=WithSuccessor(), batch_size=2,
+        ... )
+        >>> _ = rb.extend(torch.arange(10, 15))
+        >>> rb.sample()
+        tensor([10, 11, 11, 12])
     """
 
     @abstractmethod

@@ -56,6 +56,20 @@ class Sampler(ABC):
 
     Subclasses implement :meth:`sample`; the hooks (``extend``, ``update_priority``, ...) default to
     doing nothing, so that code calling them works with every sampler.
+
+    Examples:
+        A sampler that returns the most recent items:
+
+        >>> import torch
+        >>> from torchrl.data import LazyTensorStorage, ReplayBuffer
+        >>> class NewestSampler(Sampler):
+        ...     def sample(self, storage, batch_size):
+        ...         n = len(storage)
+        ...         return torch.arange(n - batch_size, n), {}
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=NewestSampler(), batch_size=2)
+        >>> _ = rb.extend(torch.arange(5))
+        >>> rb.sample()
+        tensor([3, 4])
     """
 
     #: Set by the replay buffer (its ``generator`` argument); ``None`` uses torch's global RNG.

@@ -147,6 +147,22 @@ class Storage(ABC):
         ndim: the number of leading batch dims of the stored data; writes go along the last one.
         checkpointer: how :meth:`dumps`/:meth:`loads` save and read files (see
             :mod:`~torchrl.data.replay_buffers.checkpointers`); the class's default when ``None``.
+
+    Examples:
+        Every storage (here :class:`LazyTensorStorage`, which allocates on the first write)
+        is written and read by index:
+
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.data import LazyTensorStorage, Storage
+        >>> storage = LazyTensorStorage(max_size=4)
+        >>> isinstance(storage, Storage)
+        True
+        >>> storage.set(torch.arange(3), TensorDict({"obs": torch.ones(3, 2)}, [3]))
+        >>> len(storage), storage.max_size
+        (3, 4)
+        >>> storage.get(torch.tensor([0, 2]))["obs"].shape
+        torch.Size([2, 2])
     """
 
     def __init__(

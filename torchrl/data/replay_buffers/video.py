@@ -33,6 +33,15 @@ def set_video_decoder_cache_size(size: int) -> None:
 
     Args:
         size: the number of decoders (0 disables the cache).
+
+    Examples:
+        >>> from torchrl.data import set_video_decoder_cache_size
+        >>> set_video_decoder_cache_size(2)  # at most two video files open per process
+        >>> set_video_decoder_cache_size(-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: the decoder cache size must be an int >= 0, got -1
+        >>> set_video_decoder_cache_size(8)  # back to the default
     """
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ValueError(f"the decoder cache size must be an int >= 0, got {size!r}")
@@ -43,7 +52,15 @@ def set_video_decoder_cache_size(size: int) -> None:
 
 
 def clear_video_decoder_cache() -> None:
-    """Closes every cached decoder of this process."""
+    """Closes every cached decoder of this process.
+
+    Call it before the video files that clips point to are rewritten or deleted (a cached
+    decoder keeps reading the file it opened).
+
+    Examples:
+        >>> from torchrl.data import clear_video_decoder_cache
+        >>> clear_video_decoder_cache()
+    """
     with _CACHE_LOCK:
         _DECODERS.clear()
 

@@ -27,6 +27,20 @@ class Writer(ABC):
 
     A writer validates through the storage before moving its own cursor, so a failed write leaves
     both unchanged.
+
+    Examples:
+        Every writer (here :class:`RoundRobinWriter`, the default) picks slots for new items:
+
+        >>> import torch
+        >>> from torchrl.data import LazyTensorStorage, RoundRobinWriter
+        >>> writer = RoundRobinWriter()
+        >>> writer.register_storage(LazyTensorStorage(3))  # the replay buffer does it
+        >>> writer.extend(torch.arange(2))
+        tensor([0, 1])
+        >>> writer.extend(torch.arange(2))  # wraps around when full
+        tensor([2, 0])
+        >>> writer.state_dict()
+        {'cursor': 1, 'write_count': 4}
     """
 
     def __init__(self) -> None:
