@@ -72,7 +72,16 @@ _COMPRESSION = {"stored": zipfile.ZIP_STORED, "deflate": zipfile.ZIP_DEFLATED}
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint cannot be written or restored (missing, corrupted, or incompatible entry)."""
+    """A checkpoint cannot be written or restored (missing, corrupted, or incompatible entry).
+
+    Examples:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:  # doctest: +IGNORE_EXCEPTION_DETAIL
+        ...     Checkpoint(policy=torch.nn.Linear(2, 1)).load(folder)
+        Traceback (most recent call last):
+        ...
+        CheckpointError: /tmp/.../manifest.json is missing: the checkpoint is partial
+    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +151,28 @@ class CheckpointLoadResult:
 
 
 class CheckpointAdapter(ABC):
-    """Saves one component into a folder of its own and restores it from there."""
+    """Saves one component into a folder of its own and restores it from there.
+
+    Examples:
+        An adapter that stores a ``list`` of strings as a text file, one per line:
+
+        >>> import tempfile
+        >>> class LinesAdapter(CheckpointAdapter):
+        ...     adapter_id = "example.lines"
+        ...     def save(self, component, path, *, args, kwargs):
+        ...         (path / "lines.txt").write_text("\\n".join(component))
+        ...     def load(self, component, path, *, map_location, tensor_load_kwargs, args, kwargs):
+        ...         component[:] = (path / "lines.txt").read_text().split("\\n")
+        >>> saved, restored = ["a", "b"], []
+        >>> source, target = Checkpoint(), Checkpoint()
+        >>> source.register("notes", saved, adapter=LinesAdapter())
+        >>> target.register("notes", restored, adapter=LinesAdapter())
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = source.save(folder + "/ckpt")
+        ...     result = target.load(path)
+        >>> restored, sorted(result.loaded)
+        (['a', 'b'], ['notes'])
+    """
 
     #: Stored in the manifest; loading checks it matches the registered adapter.
     adapter_id: str = ""
@@ -996,6 +1026,14 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
 
     Raises:
         CheckpointError: ``path`` is not a checkpoint, or its manifest is corrupted.
+
+    Examples:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Checkpoint(step={"n": 3}).save(folder + "/ckpt", metadata={"reward": 1.0})
+        ...     manifest = read_manifest(path)
+        >>> manifest["metadata"], sorted(manifest["components"])
+        ({'reward': 1.0}, ['step'])
     """
     path = _local_path(path)
     if path.is_dir():
