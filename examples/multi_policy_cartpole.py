@@ -11,7 +11,13 @@ then sends the new weights to that policy's server only
 curve, when the average training return reached the target, policy lag), as
 ``examples/appo_cartpole.py`` does for one.
 
-Usage: ``python examples/multi_policy_cartpole.py [--total-frames N] [--seed S]``.
+Run as a script, it then evaluates every policy deterministically on ``final_eval_episodes``
+fresh episodes, plots each policy's running average training return to
+``<out>/multi_policy_cartpole.png`` and prints the summary line of every example: the score is
+the mean of the policies' final evaluations (each one is listed beside it).
+
+Usage: ``python examples/multi_policy_cartpole.py [--total-frames N] [--seed S] [--out DIR]
+[--no-progress]``.
 """
 
 from __future__ import annotations
@@ -21,12 +27,13 @@ import time
 from dataclasses import dataclass
 
 import torch
-from _common import AsyncRunTracker, appo_loss, parse_config, ppo_phase
+from _common import AsyncRunTracker, appo_loss, evaluate, parse_config, ppo_phase
 from appo_cartpole import EnvMaker, make_agent
 from tensordict import TensorDictBase
 from torch import nn
 
 from torchrl.collectors import AsyncBatchedCollector, policy_lag_stats
+from torchrl.envs import GymEnv
 from torchrl.objectives import ClipPPOLoss
 
 
@@ -49,6 +56,8 @@ class Config:
     target_return: float = 475.0
     return_window: int = 100
     seed: int = 0
+    final_eval_episodes: int = 10
+    out: str = "outputs"
     progress: bool = True
 
 
@@ -123,6 +132,7 @@ def train(**config) -> dict:
         for key in ("train", "eval", "wall", "solved_at"):
             result.pop(key)
         result["lr"] = lr
+        result["actor"] = learner.actor
         results.append(result)
     return {"policies": results, "config": dataclasses.asdict(cfg)}
 
@@ -132,7 +142,12 @@ def main() -> None:
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     out = train(**dataclasses.asdict(cfg))
+    wall = time.perf_counter() - t0
     for p, result in enumerate(out["policies"]):
+        eval_env = GymEnv(cfg.env_name, num_envs=cfg.final_eval_episodes)
+        eval_env.set_seed(cfg.seed + 20_000)
+        result["final_return"] = evaluate(eval_env, result["actor"], max_steps=500)
+        eval_env.close()
         reached = result["reached_target"]
         print(
             f"policy {p} (lr {result['lr']:g}): {result['frames']} frames; average training "
@@ -141,6 +156,47 @@ def main() -> None:
             + f"; policy lag {result['policy_lag']}"
         )
     print(f"process {time.perf_counter() - t0:.1f} s")
+    plot(out["policies"], cfg, f"{cfg.out}/multi_policy_cartpole.png")
+    finals = [r["final_return"] for r in out["policies"]]
+    each = ", ".join(
+        f"policy {p} (lr {r['lr']:g}) {r['final_return']:.1f}"
+        for p, r in enumerate(out["policies"])
+    )
+    frames = sum(r["frames"] for r in out["policies"])
+    print(
+        f"Multi-policy APPO CartPole-v1: final deterministic evaluation return "
+        f"{sum(finals) / len(finals):.1f} (mean of {len(finals)} policies: {each}; "
+        f"{cfg.final_eval_episodes} episodes each); {frames} frames in {wall:.1f} s"
+    )
+
+
+def plot(results: list[dict], cfg: Config, path: str) -> None:
+    """Each policy's running average training return vs its own frames, one line per policy."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print('matplotlib is not installed, no plot: pip install "torchrl[plot]"')
+        return
+    import os
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for p, result in enumerate(results):
+        if result["return_curve"]:
+            frames, _, avg = zip(*result["return_curve"])
+            ax.plot(frames, avg, "-", label=f"policy {p} (lr {result['lr']:g})")
+    ax.axhline(cfg.target_return, color="gray", linestyle="--", linewidth=1, label="target")
+    ax.set_xlabel("frames (of that policy)")
+    ax.set_ylabel(f"average training return (last {cfg.return_window})")
+    ax.set_title("Two APPO policies at once, CartPole-v1")
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    print(f"learning curve written to {path}")
 
 
 if __name__ == "__main__":
