@@ -381,6 +381,33 @@ class AtariDQNExperienceReplay(BaseDatasetExperienceReplay):
         pin_memory: as in :class:`ReplayBuffer`.
         prefetch: as in :class:`ReplayBuffer`.
         transform: as in :class:`ReplayBuffer`.
+
+    Examples:
+        A tiny checkpoint in the dataset's layout (2x2 frames; the first 3 rows are the
+        recorder's padding), then 5 transitions read with 2 stacked frames:
+
+        >>> import gzip, pathlib, tempfile
+        >>> import numpy as np, torch
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> logs = pathlib.Path(tmp.name, "dqn", "Pong", "1", "replay_logs")
+        >>> logs.mkdir(parents=True)
+        >>> arrays = {
+        ...     "$store$_observation": np.arange(32, dtype=np.uint8).reshape(8, 2, 2),
+        ...     "$store$_action": np.array([0, 0, 0, 1, 2, 1, 0, 2], dtype=np.int32),
+        ...     "$store$_reward": np.array([0, 0, 0, 0, 1, 0, 0, 1], dtype=np.float32),
+        ...     "$store$_terminal": np.array([0, 0, 0, 0, 0, 0, 0, 1], dtype=np.uint8),
+        ...     "add_count": np.array(8),
+        ...     "invalid_range": np.array([], dtype=np.int64),
+        ... }
+        >>> for name, value in arrays.items():
+        ...     with gzip.open(logs / f"{name}_ckpt.0.gz", "wb") as f:
+        ...         np.save(f, value)
+        >>> data = AtariDQNExperienceReplay("Pong/1", batch_size=4, root=tmp.name, frame_stack=2)
+        >>> len(data), data.sample()["observation"].shape
+        (5, torch.Size([4, 2, 2, 2]))
+        >>> data[:]["next", "done"].flatten().tolist()
+        [False, False, False, False, True]
+        >>> tmp.cleanup()
     """
 
     cache_name: ClassVar[str] = "atari_dqn"

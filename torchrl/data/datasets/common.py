@@ -53,11 +53,33 @@ _METADATA = "metadata.json"
 
 
 class DatasetNotFoundError(FileNotFoundError):
-    """A dataset is not where a reader looks for it; the message says where, what and how to get it."""
+    """A dataset is not where a reader looks for it; the message says where, what and how to get it.
+
+    Examples:
+        >>> import tempfile
+        >>> from torchrl.data.datasets import D4RLExperienceReplay
+        >>> with tempfile.TemporaryDirectory() as root:  # doctest: +IGNORE_EXCEPTION_DETAIL
+        ...     D4RLExperienceReplay("hopper-medium-v2", root=root)
+        Traceback (most recent call last):
+        ...
+        DatasetNotFoundError: D4RL dataset 'hopper-medium-v2' not found: no D4RL HDF5 file ...
+    """
 
 
 class DatasetFormatError(ValueError):
-    """A dataset file is malformed; the message names the file, the key and what was expected."""
+    """A dataset file is malformed; the message names the file, the key and what was expected.
+
+    Examples:
+        >>> import pathlib, tempfile
+        >>> from torchrl.data.datasets.atari_dqn import read_dqn_replay_array
+        >>> with tempfile.TemporaryDirectory() as root:  # doctest: +IGNORE_EXCEPTION_DETAIL
+        ...     path = pathlib.Path(root, "$store$_reward_ckpt.0.gz")
+        ...     _ = path.write_text("not gzip")
+        ...     read_dqn_replay_array(path)
+        Traceback (most recent call last):
+        ...
+        DatasetFormatError: /tmp/.../$store$_reward_ckpt.0.gz: cannot read key '$store$_reward' as a gzipped numpy array: Not a gzipped file (b'no')
+    """
 
 
 def default_root(subdir: str) -> Path:
@@ -270,6 +292,31 @@ class BaseDatasetExperienceReplay(TensorDictReplayBuffer):
         split_trajs: store one zero-padded row per trajectory (batch ``[num_trajs, max_len]``,
             with a boolean ``"mask"`` entry) instead of flat transitions, so that a sample is a
             batch of whole trajectories.
+
+    Examples:
+        A reader whose "raw data" is built in memory (a real one reads files):
+
+        >>> import tempfile, torch
+        >>> from torchrl.data.datasets import ted_from_arrays
+        >>> class TwoEpisodes(BaseDatasetExperienceReplay):
+        ...     cache_name = "two_episodes"
+        ...     def _source_exists(self):
+        ...         return True
+        ...     def _missing_message(self):
+        ...         return "always there"
+        ...     def _convert(self):
+        ...         obs = torch.arange(6.0).unsqueeze(-1)
+        ...         terminated = torch.tensor([0, 0, 1, 0, 0, 1])
+        ...         return ted_from_arrays(
+        ...             obs, torch.zeros(6, 1), torch.ones(6), terminated, torch.zeros(6), obs + 1
+        ...         )
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> data = TwoEpisodes("demo", batch_size=4, root=tmp.name)  # converted once, memory-mapped
+        >>> len(data), data[:]["episode"].tolist()
+        (6, [0, 0, 0, 1, 1, 1])
+        >>> data.sample()["observation"].shape
+        torch.Size([4, 1])
+        >>> tmp.cleanup()
     """
 
     cache_name: ClassVar[str] = "datasets"

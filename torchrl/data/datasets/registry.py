@@ -50,7 +50,13 @@ def register_dataset(name: str, builder: Callable[..., Any], *, overwrite: bool 
 
 
 def list_datasets() -> list[str]:
-    """Returns the registered names (families and whole names), sorted."""
+    """Returns the registered names (families and whole names), sorted.
+
+    Examples:
+        >>> names = list_datasets()
+        >>> [n for n in ("atari_dqn", "d4rl", "lerobot", "minari", "openml") if n in names]
+        ['atari_dqn', 'd4rl', 'lerobot', 'minari', 'openml']
+    """
     return sorted(_REGISTRY)
 
 
@@ -63,6 +69,22 @@ def load_dataset(name: str, **kwargs: Any) -> Any:
 
     Returns:
         What the builder returns (a replay buffer).
+
+    Examples:
+        The ``"d4rl"`` family, reading a small file written with
+        :func:`~torchrl.data.datasets.export_d4rl`:
+
+        >>> import tempfile, torch
+        >>> from torchrl.data.datasets import export_d4rl, ted_from_arrays
+        >>> obs = torch.arange(4.0).unsqueeze(-1)
+        >>> td = ted_from_arrays(obs, torch.zeros(4, 1), torch.ones(4),
+        ...     torch.tensor([0, 1, 0, 1]), torch.zeros(4), obs + 1)
+        >>> tmp = tempfile.TemporaryDirectory()
+        >>> path = export_d4rl(td, f"{tmp.name}/tiny.hdf5")
+        >>> data = load_dataset("d4rl/tiny", data_file=path, root=tmp.name, batch_size=2)
+        >>> type(data).__name__, len(data)
+        ('D4RLExperienceReplay', 4)
+        >>> tmp.cleanup()
     """
     family, _, dataset_id = name.partition("/")
     builder = _REGISTRY.get(name) if name in _REGISTRY else _REGISTRY.get(family)
