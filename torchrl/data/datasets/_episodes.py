@@ -1,0 +1,100 @@
+"""Helpers shared by the episode-file readers (Gen-DGRL, V-D4RL, RoboSet, Open X-Embodiment).
+
+Those datasets store one episode per file (or per group, or per pickled record). The readers turn
+each episode into a TED chunk and write the chunks, one after the other, into a memory-mapped copy
+allocated once from the first chunk, so that a dataset larger than memory converts with about one
+episode in RAM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from torchrl.data.datasets.common import DatasetFormatError
+
+
+def following_rows(
+    x: torch.Tensor | TensorDictBase, last: torch.Tensor
+) -> torch.Tensor | TensorDictBase:
+    """The row after each row of ``x``, zeros where ``last`` is set (the next value is unknown).
+
+    Args:
+        x: ``[N, ...]`` rows (a tensor or a TensorDict of batch ``[N]``).
+        last: ``[N]`` bool, true at the last row of each episode.
+
+    Returns:
+        ``[N, ...]``, like ``x``.
+    """
+    n = last.shape[0]
+    index = torch.arange(n) + (~last).long()
+    out = x[index.clamp_max(n - 1)].clone()
+    out[last] = 0
+    return out
+
+
+def source_signature(paths: Iterable[Path]) -> list[list[Any]]:
+    """Name, size and modification time of each raw file (converted copies record it)."""
+    out = []
+    for path in sorted(paths):
+        stat = path.stat()
+        out.append([str(path), stat.st_size, stat.st_mtime_ns])
+    return out
+
+
+def write_chunks(
+    dest: Path, total: int, chunks: Iterator[tuple[str, TensorDictBase]]
+) -> TensorDictBase:
+    """Writes ``(source_name, ted_chunk)`` pairs one after the other into a memmap at ``dest``.
+
+    Args:
+        dest: the folder of the memory-mapped copy.
+        total: the number of rows all chunks hold together.
+        chunks: the chunks, each named by the file (or record) it came from.
+
+    Returns:
+        The memory-mapped TensorDict of batch ``[total]``.
+
+    Raises:
+        DatasetFormatError: a chunk's entries differ from the first chunk's, or the chunks do not
+            hold ``total`` rows.
+    """
+    out: TensorDictBase | None = None
+    first_name = ""
+    start = 0
+    for name, chunk in chunks:
+        n = chunk.shape[0]
+        if n == 0:
+            continue
+        if out is None:
+            out = chunk[:1].expand(total).memmap_like(prefix=dest)
+            first_name = name
+        if start + n > total:
+            raise DatasetFormatError(
+                f"{name}: holds more steps than counted before converting ({start + n} > {total})"
+            )
+        expected = set(out.keys(True, True))
+        got = set(chunk.keys(True, True))
+        if got != expected:
+            raise DatasetFormatError(
+                f"{name}: entries {sorted(map(str, got ^ expected))} differ from those of "
+                f"{first_name}; every episode must hold the same keys"
+            )
+        for key in expected:
+            have, want = chunk.get(key), out.get(key)
+            if have.shape[1:] != want.shape[1:]:
+                raise DatasetFormatError(
+                    f"{name}: key {key!r} has per-step shape {list(have.shape[1:])}, expected "
+                    f"{list(want.shape[1:])} (as in {first_name})"
+                )
+        out[start : start + n] = chunk
+        start += n
+    if out is None:
+        raise DatasetFormatError(f"{dest}: no step to convert (every episode was empty)")
+    if start != total:
+        raise DatasetFormatError(f"{dest}: wrote {start} steps, expected {total}")
+    return out
