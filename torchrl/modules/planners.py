@@ -43,6 +43,23 @@ class MPCPlannerBase(TensorDictModuleBase):
     Args:
         env: the env to plan through; must accept batch ``[*B, num_candidates]``.
         action_key: where the planned action is written.
+
+    Examples:
+        Random shooting: the first action of the best of 32 random sequences (unbatched
+        states; subclasses write :meth:`planning`):
+
+        >>> import torch
+        >>> from torchrl.envs import PendulumEnv
+        >>> class RandomShooting(MPCPlannerBase):
+        ...     def planning(self, tensordict, horizon=5, n=32):
+        ...         mean = torch.zeros(1, horizon, *self._action_shape)
+        ...         actions = self._sample(mean, torch.ones_like(mean), n)  # [n, horizon, 1]
+        ...         rollout = self._rollout(self._candidates(tensordict, n), actions, horizon)
+        ...         best = rollout["next", "reward"].sum(-2).squeeze(-1).argmax()
+        ...         return actions[best, 0]
+        >>> env = PendulumEnv()
+        >>> RandomShooting(env)(env.reset())["action"].shape
+        torch.Size([1])
     """
 
     def __init__(self, env: EnvBase, action_key: NestedKey = ACTION) -> None:

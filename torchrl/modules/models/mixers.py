@@ -19,6 +19,18 @@ class Mixer(nn.Module):
         needs_state: whether :meth:`forward` takes the global state as second input.
         state_shape: shape of the global state (when ``needs_state``).
         device: device of the parameters.
+
+    Examples:
+        A mixer whose team value is the best agent's (subclasses write :meth:`mix`):
+
+        >>> import torch
+        >>> class MaxMixer(Mixer):
+        ...     def __init__(self, n_agents):
+        ...         super().__init__(n_agents, needs_state=False)
+        ...     def mix(self, chosen, state):
+        ...         return chosen.max(-1, keepdim=True).values
+        >>> MaxMixer(3)(torch.tensor([[[1.0], [4.0], [2.0]]]))  # [B=1, n_agents=3, 1]
+        tensor([[4.]])
     """
 
     def __init__(

@@ -51,6 +51,20 @@ class MultiAgentNetBase(nn.Module):
         centralized: whether each agent sees all agents' inputs.
         share_params: whether all agents use the same parameters.
         device: device of the parameters.
+
+    Examples:
+        One linear layer per agent (subclasses write ``_build_single_net``):
+
+        >>> import torch
+        >>> class MultiAgentLinear(MultiAgentNetBase):
+        ...     def __init__(self, n_agents, out_features):
+        ...         super().__init__(n_agents=n_agents, centralized=False, share_params=False)
+        ...         self.out_features = out_features
+        ...     def _build_single_net(self):
+        ...         return torch.nn.LazyLinear(self.out_features)
+        >>> net = MultiAgentLinear(n_agents=3, out_features=2)
+        >>> net(torch.randn(5, 3, 4)).shape  # [*B, n_agents, features]
+        torch.Size([5, 3, 2])
     """
 
     _event_ndims: int = 1

@@ -89,6 +89,28 @@ class MujocoEnv(EnvBase):
 
     Subclasses set ``XML_FILE``, ``FRAME_SKIP``, ``RESET_NOISE_SCALE``, the reward weights, and
     write ``_observation``, ``_forward_position`` and ``_is_healthy``.
+
+    Examples:
+        gymnasium's inverted pendulum as a task: +1 per step while the pole stays upright:
+
+        >>> import numpy as np
+        >>> from torchrl.envs import MujocoEnv
+        >>> class InvertedPendulum(MujocoEnv):
+        ...     XML_FILE = "inverted_pendulum.xml"
+        ...     FRAME_SKIP = 2
+        ...     FORWARD_REWARD_WEIGHT = 0.0
+        ...     def _observation(self, data):
+        ...         return np.concatenate([data.qpos, data.qvel])
+        ...     def _forward_position(self, data):
+        ...         return 0.0
+        ...     def _is_healthy(self, data):
+        ...         return abs(data.qpos[1]) <= 0.2
+        >>> env = InvertedPendulum(num_envs=2, seed=0)
+        >>> env.observation_spec["observation"].shape, env.action_spec.shape
+        (torch.Size([2, 4]), torch.Size([2, 1]))
+        >>> env.rollout(3)["next", "reward"].squeeze(-1)
+        tensor([[1., 1., 1.],
+                [1., 1., 1.]])
     """
 
     XML_FILE: ClassVar[str] = ""
