@@ -20,6 +20,10 @@ _BUILTINS: dict[str, str] = {
     "atari_dqn": "torchrl.data.datasets.atari_dqn:AtariDQNExperienceReplay",
     "lerobot": "torchrl.data.datasets.lerobot:LeRobotExperienceReplay",
     "openml": "torchrl.data.datasets.openml:OpenMLExperienceReplay",
+    "gen_dgrl": "torchrl.data.datasets.gen_dgrl:GenDGRLExperienceReplay",
+    "openx": "torchrl.data.datasets.openx:OpenXExperienceReplay",
+    "roboset": "torchrl.data.datasets.roboset:RobosetExperienceReplay",
+    "vd4rl": "torchrl.data.datasets.vd4rl:VD4RLExperienceReplay",
 }
 _REGISTRY: dict[str, Callable[..., Any] | str] = dict(_BUILTINS)
 
