@@ -37,6 +37,22 @@ class MPClient(SequencedClient):
     """An :class:`MPTransport` client: its own response queue, any number of requests in flight.
 
     Made in the process owning the transport and handed to a worker as a ``Process`` argument.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules.inference_server import InferenceServer, MPClient, MPTransport
+        >>> policy = TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["action"])
+        >>> transport = MPTransport()
+        >>> client = transport.client()
+        >>> isinstance(client, MPClient)
+        True
+        >>> with InferenceServer(policy, transport):
+        ...     handles = [client.submit(TensorDict(observation=torch.ones(3))) for _ in range(3)]
+        ...     outs = [h.result(timeout=10.0) for h in handles]  # three requests in flight
+        >>> [tuple(out["action"].shape) for out in outs]
+        [(2,), (2,), (2,)]
     """
 
     def __init__(self, transport: MPTransport | None, client_id: int, responses: Any) -> None:

@@ -36,7 +36,28 @@ def _ray_queue_module() -> Any:
 
 
 class RayClient(SequencedClient):
-    """A :class:`RayTransport` client: its own Ray response queue; picklable by Ray."""
+    """A :class:`RayTransport` client: its own Ray response queue; picklable by Ray.
+
+    Examples:
+        Made by :meth:`RayTransport.client` (Ray must be running) and handed to Ray tasks or
+        actors:
+
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules.inference_server import InferenceServer, RayTransport
+        >>> policy = TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["action"])
+        >>> import ray  # doctest: +SKIP
+        >>> ray.init()  # doctest: +SKIP
+        >>> transport = RayTransport()  # doctest: +SKIP
+        >>> client = transport.client()  # doctest: +SKIP
+        >>> @ray.remote  # doctest: +SKIP
+        ... def act(client):
+        ...     return client(TensorDict(observation=torch.ones(3)))["action"].shape
+        >>> with InferenceServer(policy, transport):  # doctest: +SKIP
+        ...     ray.get(act.remote(client))
+        torch.Size([2])
+    """
 
     def __init__(
         self, transport: RayTransport | None, client_id: int, requests: Any, responses: Any

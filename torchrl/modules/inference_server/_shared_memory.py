@@ -142,6 +142,26 @@ class SharedMemoryClient(InferenceClient):
         client_id: the client's index in its transport.
         request: the shared request slot (its layout is the example's).
         response: the shared response slot, ``None`` until the layout is known.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules.inference_server import (
+        ...     InferenceServer, SharedMemoryClient, SharedMemoryTransport
+        ... )
+        >>> policy = TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["action"])
+        >>> transport = SharedMemoryTransport()
+        >>> client = transport.client(example=TensorDict(observation=torch.zeros(3)))
+        >>> isinstance(client, SharedMemoryClient)
+        True
+        >>> with InferenceServer(policy, transport):
+        ...     handle = client.submit(TensorDict(observation=torch.ones(3)))  # one at a time
+        ...     out = handle.result(timeout=10.0)
+        >>> client.request["observation"]  # the request went through the shared slot
+        tensor([1., 1., 1.])
+        >>> out["action"].shape
+        torch.Size([2])
     """
 
     def __init__(

@@ -21,7 +21,22 @@ __all__ = [
 
 
 class ServerGoneError(RuntimeError):
-    """Raised on the client side when the inference server stopped or died."""
+    """Raised on the client side when the inference server stopped or died.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import TensorDictModule
+        >>> from torchrl.modules.inference_server import InferenceServer, ThreadingTransport
+        >>> policy = TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["action"])
+        >>> transport = ThreadingTransport()
+        >>> with InferenceServer(policy, transport):
+        ...     client = transport.client()
+        >>> client(TensorDict(observation=torch.zeros(3)))  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        ...
+        ServerGoneError: the inference server was shut down
+    """
 
 
 class ResultHandle(Protocol):
@@ -76,6 +91,25 @@ class InferenceTransport(abc.ABC):
     A request is a TensorDict; its *rows* are the entries along its first batch dimension (an
     unbatched request is one row). The server concatenates the rows of all the requests it
     drained, runs the model once, and hands each request its own rows back.
+
+    Examples:
+        Both sides of a transport (here :class:`ThreadingTransport`), played by hand; an
+        :class:`InferenceServer` runs the server side in real use:
+
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules.inference_server import InferenceTransport, ThreadingTransport
+        >>> transport = ThreadingTransport()
+        >>> isinstance(transport, InferenceTransport)
+        True
+        >>> future = transport.submit(TensorDict(observation=torch.ones(3)))  # a client
+        >>> transport.wait_for_work(timeout=1.0)  # the server
+        True
+        >>> requests, callbacks = transport.drain(max_items=8)
+        >>> action = requests[0]["observation"].sum(-1, keepdim=True)
+        >>> transport.resolve(callbacks[0], TensorDict(action=action))
+        >>> future.result(timeout=1.0)["action"]
+        tensor([3.])
     """
 
     @abc.abstractmethod
