@@ -429,18 +429,21 @@ class OpenXExperienceReplay(BaseDatasetExperienceReplay):
         strict_length: bool,
     ) -> Sampler | None:
         slices = num_slices is not None or slice_len is not None
+        # 0.0 is a padding value, not "no padding" (0.0 == False in Python)
+        padding = pad is not None and pad is not False
+        pad_value = 0.0 if pad is True else float(pad) if isinstance(pad, int | float) else None
         if sampler is not None:
             if slices or replacement is not None:
                 raise ValueError("pass either sampler= or num_slices=/slice_len=/replacement=")
             return sampler
-        if pad not in (None, False) and not slices:
+        if padding and not slices:
             raise ValueError("pad= pads short slices: it needs num_slices= or slice_len=")
         if not slices:
             if replacement is False or not shuffle:
                 return SamplerWithoutReplacement(shuffle=shuffle)
             return None
         if replacement is False or not shuffle:
-            if pad not in (None, False):
+            if padding:
                 raise ValueError("pad= works with replacement=True only")
             return SliceSamplerWithoutReplacement(
                 num_slices=num_slices,
@@ -454,7 +457,7 @@ class OpenXExperienceReplay(BaseDatasetExperienceReplay):
             slice_len=slice_len,
             traj_key=EPISODE,
             strict_length=strict_length,
-            pad=None if pad in (None, False) else float(pad) if pad is not True else 0.0,
+            pad=pad_value if padding else None,
         )
 
     @property
