@@ -307,6 +307,16 @@ class DreamerV3ActorLoss(DreamerActorLoss):
     The wiring is that of :class:`~torchrl.objectives.DreamerActorLoss`; the returned data
     feeds :class:`DreamerV3ValueLoss`. A complete DreamerV3 update (world model, imagination env,
     actor, two-hot critic, slow critic) is in ``docs/_model_based_losses.rst.txt``.
+
+    Examples:
+        >>> from torchrl.objectives.dreamer import _doctest_imagination
+        >>> # a tiny actor, critic, imagination env and batch of posterior states
+        >>> actor, value, env, td = _doctest_imagination()
+        >>> loss = DreamerV3ActorLoss(actor, value, env, imagination_horizon=4)
+        >>> losses, fake = loss(td)
+        >>> sorted(losses.keys()), fake.batch_size  # fake: [N, H] imagined steps
+        (['entropy', 'loss_actor', 'return_scale'], torch.Size([10, 4]))
+        >>> losses["loss_actor"].backward()
     """
 
     out_keys = ["loss_actor"]

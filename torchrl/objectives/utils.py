@@ -275,6 +275,33 @@ class TargetNetUpdater:
 
     Args:
         loss_module: a :class:`~torchrl.objectives.LossModule` with target parameters.
+
+    Examples:
+        An updater that copies the online weights every other step (subclasses write
+        :meth:`step`; :meth:`init_` copies):
+
+        >>> from torchrl.modules import QValueActor
+        >>> from torchrl.objectives import DQNLoss
+        >>> class EveryOtherStep(TargetNetUpdater):
+        ...     def __init__(self, loss_module):
+        ...         super().__init__(loss_module)
+        ...         self.calls = 0
+        ...     def step(self):
+        ...         self.calls += 1
+        ...         if self.calls % 2 == 0:
+        ...             self.init_()
+        >>> loss = DQNLoss(QValueActor(nn.Linear(4, 2), action_space="categorical"))
+        >>> updater = EveryOtherStep(loss)
+        >>> online = loss.value_network.module[0].module.weight
+        >>> with torch.no_grad():
+        ...     _ = online.add_(1.0)
+        >>> def synced():
+        ...     target = loss.target_value_network_params["module", "0", "module", "weight"]
+        ...     return bool(torch.equal(target, online))
+        >>> updater.step(); synced()
+        False
+        >>> updater.step(); synced()
+        True
     """
 
     def __init__(self, loss_module: LossModule) -> None:
