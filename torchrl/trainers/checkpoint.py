@@ -120,6 +120,15 @@ def load_checkpoint(
     Raises:
         FileNotFoundError: no file at ``path``.
         pickle.UnpicklingError: the file holds objects that need ``trusted=True``.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> from torchrl.trainers import save_checkpoint
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = save_checkpoint({"frames": 10, "w": torch.ones(2)}, f"{folder}/ckpt.pt")
+        ...     state = load_checkpoint(path)
+        >>> state["frames"], state["w"]
+        (10, tensor([1., 1.]))
     """
     path = Path(path)
     if not path.is_file():

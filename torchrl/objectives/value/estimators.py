@@ -99,6 +99,26 @@ class ValueEstimatorBase(nn.Module):
             ``None`` follows :func:`tensordict.nn.skip_existing`.
         device: unused (the tensors decide); kept for a TorchRL-compatible signature.
         time_dim: the time dim among the TensorDict's batch dims (default: the last).
+
+    Examples:
+        A one-step estimator (subclasses write ``_estimate``, which gets the values ``V(s)``
+        and ``V(s')`` and returns the advantage and the value target):
+
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> class OneStep(ValueEstimatorBase):
+        ...     def _estimate(self, td, value, next_value):
+        ...         reward = td["next", self.tensor_keys.reward]
+        ...         terminated = td["next", self.tensor_keys.terminated]
+        ...         target = reward + self.gamma * (~terminated) * next_value
+        ...         return target - value, target
+        >>> td = TensorDict({"state_value": torch.zeros(1, 2, 1), "next": {
+        ...     "state_value": torch.ones(1, 2, 1), "reward": torch.ones(1, 2, 1),
+        ...     "done": torch.tensor([[[False], [True]]]),
+        ...     "terminated": torch.tensor([[[False], [True]]])}}, batch_size=[1, 2])
+        >>> out = OneStep(gamma=0.5)(td)
+        >>> out["advantage"].squeeze(-1), out["value_target"].squeeze(-1)
+        (tensor([[1.5000, 1.0000]]), tensor([[1.5000, 1.0000]]))
     """
 
     @dataclasses.dataclass
