@@ -7,8 +7,9 @@ gathers their ``[4, 32]`` batches into one ``[8, 32]`` batch. After each round o
 load them before their next batch.
 
 Usage: ``RAY_AUTH_MODE=disabled python examples/distributed/ppo_ray.py [--frames N] [--seed S]
-[--address ADDR]`` (``--address auto`` joins a running cluster; by default a local Ray instance
-with 2 CPUs is started and stopped).
+[--address ADDR] [--out DIR] [--no-progress]`` (``--address auto`` joins a running cluster; by
+default a local Ray instance with 2 CPUs is started and stopped). The learning curve goes to
+``<out>/ppo_ray.png``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _common import episode_returns, evaluate, parse_config, report  # noqa: E402
+from _common import episode_returns, evaluate, parse_config, plot_curve, report  # noqa: E402
 from ppo_cartpole import make_agent  # noqa: E402
 
 from torchrl.collectors import SyncDataCollector  # noqa: E402
@@ -54,6 +55,7 @@ class Config:
     target_return: float = 475.0
     seed: int = 0
     address: str = ""
+    out: str = "outputs"
     progress: bool = True
 
 
@@ -146,6 +148,8 @@ def main() -> None:
     torch.set_num_threads(1)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     history = train(cfg)
+    title = "PPO CartPole-v1 (RayCollector)"
+    plot_curve(history, f"{cfg.out}/ppo_ray.png", title, target=cfg.target_return)
     report("PPO CartPole-v1 (RayCollector)", history, cfg.target_return, history["final_return"])
 
 
