@@ -47,6 +47,29 @@ class PBTMemberError(RuntimeError):
 
     Attributes:
         member: the index of the member.
+
+    Examples:
+        With the process backend, the worker's traceback is in the message (the failure stops
+        every member's process):
+
+        >>> from torchrl.trainers.pbt import ContinuousParam, PopulationBasedTraining
+        >>> class Diverging:
+        ...     def __init__(self, hparams, seed):
+        ...         pass
+        ...     def train(self, steps):
+        ...         raise ValueError("the loss is NaN")
+        ...     def state_dict(self):
+        ...         return {}
+        ...     def load_state_dict(self, state):
+        ...         pass
+        ...     def set_hparams(self, hparams):
+        ...         pass
+        >>> pbt = PopulationBasedTraining(Diverging, {"lr": ContinuousParam(0.001, 0.5)},
+        ...     population_size=2, ready_interval=5, backend="process")
+        >>> pbt.train(num_rounds=1)  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        ...
+        PBTMemberError: PBT member 0: train failed in the worker: ... ValueError: the loss is NaN
     """
 
     def __init__(self, member: int, message: str) -> None:

@@ -22,6 +22,26 @@ class PBTMember(Protocol):
 
     Any object with these four methods is a member; ``close()`` is called when it has one.
     :class:`TrainerMember` makes a :class:`~torchrl.trainers.Trainer` one.
+
+    Examples:
+        >>> class Quadratic:  # moves x toward 1 at the rate of its learning rate
+        ...     def __init__(self, hparams, seed):
+        ...         self.x, self.lr = 0.0, hparams["lr"]
+        ...     def train(self, steps):
+        ...         for _ in range(steps):
+        ...             self.x += self.lr * (1.0 - self.x)
+        ...         return -abs(1.0 - self.x)
+        ...     def state_dict(self):
+        ...         return {"x": self.x}
+        ...     def load_state_dict(self, state):
+        ...         self.x = state["x"]
+        ...     def set_hparams(self, hparams):
+        ...         self.lr = hparams["lr"]
+        >>> isinstance(Quadratic({"lr": 0.1}, seed=0), PBTMember)
+        True
+
+        ``Quadratic`` is then the ``make_member`` of
+        :class:`~torchrl.trainers.pbt.PopulationBasedTraining` (see its example).
     """
 
     def train(self, amount: int) -> float:

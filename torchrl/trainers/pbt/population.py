@@ -28,6 +28,31 @@ class PBTRecord:
         score: the score ``train`` returned at the end of the round.
         parent: the member whose weights this one copied at the start of the round, or ``None``
             when it went on from its own.
+
+    Examples:
+        The history :meth:`PopulationBasedTraining.train` returns is a list of records:
+
+        >>> from torchrl.trainers.pbt import ContinuousParam, PopulationBasedTraining
+        >>> class Quadratic:  # moves x toward 1 at the rate of its learning rate
+        ...     def __init__(self, hparams, seed):
+        ...         self.x, self.lr = 0.0, hparams["lr"]
+        ...     def train(self, steps):
+        ...         for _ in range(steps):
+        ...             self.x += self.lr * (1.0 - self.x)
+        ...         return -abs(1.0 - self.x)
+        ...     def state_dict(self):
+        ...         return {"x": self.x}
+        ...     def load_state_dict(self, state):
+        ...         self.x = state["x"]
+        ...     def set_hparams(self, hparams):
+        ...         self.lr = hparams["lr"]
+        >>> with PopulationBasedTraining(Quadratic, {"lr": ContinuousParam(0.001, 0.5)},
+        ...         population_size=2, ready_interval=5, seed=0) as pbt:
+        ...     history = pbt.train(num_rounds=2)
+        >>> [(r.round, r.member, r.parent) for r in history]  # member 1 copied member 0
+        [(0, 0, None), (0, 1, None), (1, 0, None), (1, 1, 0)]
+        >>> isinstance(history[0], PBTRecord), sorted(history[0].hparams)
+        (True, ['lr'])
     """
 
     round: int
