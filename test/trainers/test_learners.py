@@ -364,3 +364,50 @@ def test_local_group_errors() -> None:
         LocalLearnerGroup(
             plain_stepper, _regression_buffer(), global_batch_size=8, world_size=2
         ).start()
+
+
+def test_group_publishes_versioned_weights_to_a_collector() -> None:
+    from _collector_helpers import threshold_policy
+    from _envs import CountingEnv
+
+    from torchrl.collectors import SyncDataCollector
+
+    class BiasUp(nn.Module):
+        """Trains the policy's bias towards 1 (the data only sets the batch size)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.policy = threshold_policy()
+
+        def forward(self, td):
+            bias = self.policy.module.linear.bias
+            return TensorDict(loss=((bias - 1.0) ** 2).sum() + 0 * td["x"].sum())
+
+    def make(context):
+        loss = BiasUp()
+        return Learner(
+            loss,
+            context.replay_buffer,
+            context=context,
+            optimizer=torch.optim.SGD(loss.parameters(), lr=0.5),
+            models={"policy": loss.policy},
+        )
+
+    collector = SyncDataCollector(
+        CountingEnv(), threshold_policy(), frames_per_batch=4, total_frames=-1
+    )
+    try:
+        with LocalLearnerGroup(make, _regression_buffer(), global_batch_size=4) as group:
+            group.step(num_steps=2)
+            sent = group.publish_weights(collector)
+            assert sent.version == 2 and sent.model_id == "policy"
+            collector_bias = collector.policy.module.linear.bias
+            torch.testing.assert_close(
+                collector_bias.detach(), sent.weights["module", "linear", "bias"]
+            )
+            assert collector_bias.item() == pytest.approx(1.0)  # -1 - 0.5 * 2 * (-1 - 1) = 1
+            # the collector now acts with the new weights: bias > 0 and weight 0 -> action 1
+            batch = next(iter(collector))
+            assert bool((batch["action"] == 1).all())
+    finally:
+        collector.shutdown()

@@ -26,8 +26,9 @@ class MixedPrecisionOptimizationStepper:
     accumulated gradients, steps the optimizer and zeroes them. With ``mixed_precision=True``
     the networks run in ``autocast_dtype``: a loss with ``set_autocast`` (every
     :class:`~torchrl.objectives.LossModule`) gets it once, so only its networks run in low
-    precision and targets, advantages and loss terms stay float32; any other loss module runs
-    whole under :func:`torch.autocast`. With ``float16``, a :class:`torch.amp.GradScaler`
+    precision and targets, advantages and loss terms stay float32 (the networks then run so
+    wherever they are called, a collector sharing them included; ``loss.set_autocast(None)``
+    undoes it); any other loss module runs whole under :func:`torch.autocast`. With ``float16``, a :class:`torch.amp.GradScaler`
     scales the loss (a step whose gradients overflow is skipped and the scale lowered);
     ``bfloat16`` needs no scaler. Used two ways:
 
@@ -35,7 +36,8 @@ class MixedPrecisionOptimizationStepper:
       :meth:`step` computes the loss itself and averages gradients across learner ranks;
     - by a :class:`~torchrl.trainers.Trainer`: :meth:`register` puts it at the ``"optimizer"``
       hook point (build the trainer without ``optimizer=``), where :meth:`__call__` receives
-      the losses the trainer computed.
+      the losses the trainer computed. ``"grad_norm"`` comes only with the calls that step,
+      and the trainer averages what it logs over all its optimization steps.
 
     Args:
         optimizer: the optimizer.
