@@ -30,24 +30,29 @@ def squeeze(x: torch.Tensor) -> list:
 
 # -- Gen-DGRL ---------------------------------------------------------------------------------------
 def write_procgen_episode(folder: Path, name: str, t: int, base: int, done_at_end: bool) -> None:
+    """An episode as the public archives hold it (np.save of a dict: a pickled .npy file) or,
+    for a ``.npz`` name, as the authors' collector writes it."""
     frames = (base + np.arange(t + 1)).astype(np.uint8)
     obs = np.broadcast_to(frames[:, None, None, None], (t + 1, 3, 64, 64)).copy()
     dones = np.zeros(t, bool)
     dones[-1] = done_at_end
-    np.savez_compressed(
-        folder / name,
-        observations=obs,
-        actions=np.arange(t).reshape(t, 1) % 15,
-        rewards=np.linspace(0, 1, t).reshape(t, 1),
-        dones=dones,
-    )
+    episode = {
+        "observations": obs,
+        "actions": np.arange(t).reshape(t, 1) % 15,
+        "rewards": np.linspace(0, 1, t).reshape(t, 1),
+        "dones": dones,
+    }
+    if name.endswith(".npz"):
+        np.savez_compressed(folder / name, **episode)
+    else:
+        np.save(folder / name, episode)
 
 
 @pytest.fixture
 def procgen_dir(tmp_path: Path) -> Path:
     folder = tmp_path / "raw" / "coinrun-1M_S" / "coinrun"
     folder.mkdir(parents=True)
-    write_procgen_episode(folder, "20240101T000000_0_3_11_1.00.npz", 3, 0, True)
+    write_procgen_episode(folder, "20240101T000000_0_3_11_1.00.npy", 3, 0, True)
     write_procgen_episode(folder, "20240101T000001_1_4_12_0.00.npz", 4, 100, False)
     return tmp_path
 
@@ -85,7 +90,7 @@ def test_gen_dgrl_missing_and_malformed(tmp_path: Path) -> None:
         GenDGRLExperienceReplay("bigfish-1M_E", root=tmp_path)
     message = str(info.value)
     assert "bigfish-1M_E" in message and str(tmp_path / "raw" / "bigfish-1M_E") in message
-    assert "1M/expert/bigfish.tar.xz" in message and "download=True" in message
+    assert "1M/level_200/expert/bigfish.tar.xz" in message and "download=True" in message
     folder = tmp_path / "bad"
     folder.mkdir()
     np.savez(folder / "ep.npz", observations=np.zeros((3, 3, 64, 64), np.uint8))
@@ -101,8 +106,26 @@ def test_gen_dgrl_missing_and_malformed(tmp_path: Path) -> None:
     with pytest.raises(DatasetFormatError, match="'observations' has 9 rows"):
         GenDGRLExperienceReplay("bigfish-1M_E", root=tmp_path, data_dir=folder)
     (folder / "ep.npz").write_bytes(b"not an archive")
-    with pytest.raises(DatasetFormatError, match="not a NumPy .npz archive"):
+    with pytest.raises(DatasetFormatError, match="neither a NumPy .npz archive nor a .npy"):
         GenDGRLExperienceReplay("bigfish-1M_E", root=tmp_path, data_dir=folder)
+    (folder / "ep.npz").unlink()
+    np.save(folder / "ep.npy", np.zeros(3))
+    with pytest.raises(DatasetFormatError, match="a .npy file of one float64 array"):
+        GenDGRLExperienceReplay("bigfish-1M_E", root=tmp_path, data_dir=folder)
+
+
+class _RunsCode:
+    def __reduce__(self):  # a plain np.load(allow_pickle=True) would call print
+        return (print, ("pwned",))
+
+
+def test_gen_dgrl_refuses_code_in_pickled_npy(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "raw" / "maze-level_1_E"
+    folder.mkdir(parents=True)
+    np.save(folder / "ep.npy", np.array({"observations": _RunsCode()}, dtype=object))
+    with pytest.raises(DatasetFormatError, match="refusing builtins.print"):
+        GenDGRLExperienceReplay("maze-level_1_E", root=tmp_path)
+    assert "pwned" not in capsys.readouterr().out
 
 
 def test_gen_dgrl_converts_once_and_again_when_files_change(procgen_dir: Path) -> None:
@@ -335,14 +358,9 @@ def test_openx_refusals(openx_dir: Path, tmp_path: Path) -> None:
         OpenXExperienceReplay("bridge", root=tmp_path / "tfds")
 
 
-class _Evil:
-    def __reduce__(self):  # would run a command when unpickled by a plain pickle.load
-        return (print, ("pwned",))
-
-
 def test_openx_refuses_code_in_pickles(tmp_path: Path) -> None:
     folder = tmp_path / "raw" / "toto"
-    write_shard(folder / "toto_00000.tar", [pickle.dumps({"steps": [_Evil()]})])
+    write_shard(folder / "toto_00000.tar", [pickle.dumps({"steps": [_RunsCode()]})])
     with pytest.raises(DatasetFormatError, match="refusing builtins.print"):
         OpenXExperienceReplay("toto", root=tmp_path)
     write_shard(folder / "toto_00000.tar", [pickle.dumps([1, 2])])
@@ -353,7 +371,8 @@ def test_openx_refuses_code_in_pickles(tmp_path: Path) -> None:
 def test_registry_lists_new_families() -> None:
     assert {"gen_dgrl", "openx", "roboset", "vd4rl"} <= set(list_datasets())
     assert "bigfish-1M_E" in GenDGRLExperienceReplay.available_datasets
-    assert len(GenDGRLExperienceReplay.available_datasets) == 64
+    assert len(GenDGRLExperienceReplay.available_datasets) == 128
+    assert "maze-level_40_S" in GenDGRLExperienceReplay.available_datasets
     assert VD4RL_ID in VD4RLExperienceReplay.available_datasets
     assert ROBOSET_ID in RobosetExperienceReplay.available_datasets
     assert "cmu_stretch" in OpenXExperienceReplay.available_datasets

@@ -8,6 +8,8 @@ episode in RAM.
 
 from __future__ import annotations
 
+import io
+import pickle
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,57 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl.data.datasets.common import DatasetFormatError
+
+# What a pickled episode may refer to: numpy arrays, dtypes and scalars; nothing that runs code.
+_SAFE_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
+    ("collections", "OrderedDict"),
+}
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _SAFE_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"refusing {module}.{name}: an episode may hold only numpy arrays, numbers, text, "
+            f"lists and dicts"
+        )
+
+
+def safe_unpickle(data: bytes | io.BufferedIOBase, where: str) -> Any:
+    """Unpickles an episode that holds only numpy arrays and plain data (no code can run).
+
+    Some releases (Gen-DGRL's ``.npy`` files, the Open X-Embodiment WebDataset shards) store
+    episodes as pickles; a plain ``pickle.load`` of a downloaded file would run whatever it
+    names. This loader resolves only numpy's array, dtype and scalar constructors.
+
+    Args:
+        data: the pickle's bytes, or a binary stream positioned at it.
+        where: the file (and member) it came from, for the error message.
+
+    Returns:
+        The unpickled object.
+
+    Raises:
+        DatasetFormatError: the pickle is malformed or names anything else.
+
+    Examples:
+        >>> import numpy as np
+        >>> safe_unpickle(pickle.dumps({"a": np.arange(3)}), "x.pkl")["a"].tolist()
+        [0, 1, 2]
+    """
+    stream = io.BytesIO(data) if isinstance(data, bytes | bytearray) else data
+    try:
+        return _ArrayUnpickler(stream).load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as err:
+        raise DatasetFormatError(f"{where}: not a readable pickled episode ({err})") from err
 
 
 def following_rows(

@@ -1,15 +1,16 @@
 """The Gen-DGRL Procgen offline datasets ("The Generalization Gap in Offline RL") as replay buffers.
 
 Each dataset (a Procgen game and a data category, e.g. ``"bigfish-1M_E"``) is a folder of episode
-files, one per episode, as the authors' collector saves them: a NumPy ``.npz`` archive (some
-releases name them ``.npy``) holding::
+files, one per episode. The public archives hold ``.npy`` files, each a pickled dict of arrays
+(``np.save`` of a dict); the authors' collector code writes the same dict as an ``.npz`` archive.
+Both hold::
 
     observations  [T + 1, 3, 64, 64] uint8   the reset frame, then the frame after each step
     actions       [T] or [T, 1]      int     the Procgen action (15 discrete actions)
     rewards       [T] or [T, 1]      float
     dones         [T]                bool    the episode ended after this step
 
-and named ``<timestamp>_<index>_<length>_<level_seed>_<return>.npz``.
+and are named ``<timestamp>_<index>_<length>_<level_seed>_<return>.<ext>`` by the collector.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import tarfile
 import urllib.request
 import uuid
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,7 +32,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import OBSERVATION
-from torchrl.data.datasets._episodes import source_signature, write_chunks
+from torchrl.data.datasets._episodes import safe_unpickle, source_signature, write_chunks
 from torchrl.data.datasets.common import (
     EPISODE,
     BaseDatasetExperienceReplay,
@@ -46,7 +48,7 @@ from torchrl.data.replay_buffers.writers import Writer
 
 __all__ = ["GenDGRLExperienceReplay"]
 
-GEN_DGRL_URL = "https://dl.fbaipublicfiles.com/DGRL/"
+GEN_DGRL_URL = "https://dl.fbaipublicfiles.com/DGRL/Procgen/Datasets/Compressed/"
 """Where the Gen-DGRL archives are published (``<category path>/<game>.tar.xz``)."""
 
 _GAMES = (
@@ -67,9 +69,19 @@ _GAMES = (
     "plunder",
     "starpilot",
 )
-# category -> folder on the server: 1M transitions of the final PPO policy (expert) or of a mix
-# of checkpoints (suboptimal), 10M expert transitions, 25M transitions of the whole PPO run.
-_CATEGORIES = {"1M_E": "1M/expert", "1M_S": "1M/suboptimal", "10M": "10M", "25M": "25M"}
+# category -> folder on the server: 1M transitions on 200 training levels from the final PPO
+# policy (expert) or a mix of checkpoints (suboptimal), 10M and 25M transitions, and 100k
+# transitions on 1 or 40 training levels.
+_CATEGORIES = {
+    "1M_E": "1M/level_200/expert",
+    "1M_S": "1M/level_200/suboptimal",
+    "10M": "10M/level_200/expert",
+    "25M": "25M/level_200/expert",
+    "level_1_E": "100k/level_1/expert",
+    "level_1_S": "100k/level_1/suboptimal",
+    "level_40_E": "100k/level_40/expert",
+    "level_40_S": "100k/level_40/suboptimal",
+}
 _FILE_NAME = re.compile(r".*_(-?\d+)_(-?[\d.]+)$")  # ..._<level_seed>_<return>
 _EPISODE_SUFFIXES = (".npz", ".npy")
 
@@ -80,28 +92,75 @@ def _episode_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix in _EPISODE_SUFFIXES and p.is_file())
 
 
-def _open_episode(path: Path) -> Any:
-    """The episode archive at ``path`` (an ``NpzFile``), refusing pickled objects."""
-    if not zipfile.is_zipfile(path):
+@contextmanager
+def _open_episode(path: Path) -> Iterator[Mapping[str, Any]]:
+    """The arrays of one episode file, by name.
+
+    A ``.npz`` archive is read lazily (one array at a time). A ``.npy`` file holding a pickled
+    dict (as the public release stores episodes) is unpickled with a loader that accepts numpy
+    arrays and plain data only, so that a file cannot run code.
+    """
+    if zipfile.is_zipfile(path):
+        try:
+            archive = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise DatasetFormatError(f"{path}: cannot read the episode archive ({err})") from err
+        with archive:
+            yield _NpzView(archive)
+        return
+    with open(path, "rb") as stream:
+        try:
+            version = np.lib.format.read_magic(stream)
+            if version == (1, 0):
+                _, _, dtype = np.lib.format.read_array_header_1_0(stream)
+            else:  # 2.0 (and 3.0, whose header differs only in its text encoding)
+                _, _, dtype = np.lib.format.read_array_header_2_0(stream)
+        except (ValueError, OSError, UnicodeDecodeError) as err:
+            raise DatasetFormatError(
+                f"{path}: neither a NumPy .npz archive nor a .npy file ({err}); expected a "
+                f"Gen-DGRL episode holding the arrays observations, actions, rewards and dones"
+            ) from err
+        if not dtype.hasobject:
+            raise DatasetFormatError(
+                f"{path}: a .npy file of one {dtype} array; expected a Gen-DGRL episode (a dict "
+                f"of observations, actions, rewards and dones)"
+            )
+        episode = safe_unpickle(stream, str(path))
+    if isinstance(episode, np.ndarray) and episode.shape == ():
+        episode = episode.item()
+    if not isinstance(episode, Mapping):
         raise DatasetFormatError(
-            f"{path}: not a NumPy .npz archive; expected a Gen-DGRL episode file holding the "
-            f"arrays observations, actions, rewards and dones"
+            f"{path}: holds a {type(episode).__name__}, expected a dict of observations, "
+            f"actions, rewards and dones"
         )
-    try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise DatasetFormatError(f"{path}: cannot read the episode archive ({err})") from err
+    yield {str(k): v for k, v in episode.items()}
 
 
-def _array(archive: Any, path: Path, key: str) -> np.ndarray:
-    if key not in archive.files:
+class _NpzView(Mapping[str, Any]):
+    """An ``NpzFile`` as a mapping that reads an array when it is looked up."""
+
+    def __init__(self, archive: Any) -> None:
+        self.archive = archive
+
+    def __getitem__(self, key: str) -> Any:
+        return self.archive[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.archive.files)
+
+    def __len__(self) -> int:
+        return len(self.archive.files)
+
+
+def _array(archive: Mapping[str, Any], path: Path, key: str) -> np.ndarray:
+    if key not in archive:
         raise DatasetFormatError(
             f"{path}: missing key {key!r}; a Gen-DGRL episode holds observations, actions, "
-            f"rewards and dones (found {sorted(archive.files)})"
+            f"rewards and dones (found {sorted(archive)})"
         )
     try:
-        value = archive[key]
-    except ValueError as err:  # an object array: it would need unpickling
+        value = np.asarray(archive[key])
+    except ValueError as err:  # an object array inside an npz: it would need unpickling
         raise DatasetFormatError(
             f"{path}: key {key!r} is not a plain numeric array ({err})"
         ) from err
@@ -122,7 +181,7 @@ def _per_step(value: np.ndarray, t: int, path: Path, key: str) -> np.ndarray:
 
 
 class GenDGRLExperienceReplay(BaseDatasetExperienceReplay):
-    """A Gen-DGRL Procgen dataset (episode ``.npz`` files) as a replay buffer of TED transitions.
+    """A Gen-DGRL Procgen dataset (episode ``.npy``/``.npz`` files) as TED transitions.
 
     ``dataset_id`` is ``"<game>-<category>"`` (see :attr:`available_datasets`). The episode files
     are read from ``data_dir`` (default ``<root>/raw/<dataset_id>``, searched recursively) and
@@ -131,7 +190,9 @@ class GenDGRLExperienceReplay(BaseDatasetExperienceReplay):
     ``("next", "observation") = observations[t + 1]``; a step with ``dones`` set is terminated and
     its next frame, which Procgen's auto-reset filled with the next level's first frame, is
     zeroed. An episode whose file ends without ``dones`` is truncated. ``"level_seed"`` comes from
-    the file name (``-1`` when it does not follow the authors' pattern).
+    the file name (``-1`` when it does not follow the authors' pattern). Observations are stored
+    as uint8 (cast when a file holds another dtype, as the authors' loader does). Pickled
+    ``.npy`` episodes are loaded with an unpickler that accepts numpy arrays and plain data only.
 
     Args:
         dataset_id: ``"<game>-<category>"`` such as ``"bigfish-1M_E"``; names the converted copy.
@@ -148,10 +209,10 @@ class GenDGRLExperienceReplay(BaseDatasetExperienceReplay):
     Examples:
         >>> import tempfile, numpy as np
         >>> root = tempfile.mkdtemp()
-        >>> obs = np.zeros((4, 3, 64, 64), np.uint8)
-        >>> np.savez(f"{root}/ep_0_3_7_1.00.npz", observations=obs,
-        ...     actions=np.array([[1], [2], [3]]), rewards=np.array([[0.0], [0.0], [1.0]]),
-        ...     dones=np.array([False, False, True]))
+        >>> episode = {"observations": np.zeros((4, 3, 64, 64), np.uint8),
+        ...     "actions": np.array([[1], [2], [3]]), "rewards": np.array([[0.0], [0.0], [1.0]]),
+        ...     "dones": np.array([False, False, True])}
+        >>> np.save(f"{root}/ep_0_3_7_1.00.npy", episode)  # a pickled dict, as released
         >>> data = GenDGRLExperienceReplay("bigfish-1M_E", 2, data_dir=root, root=root)
         >>> data[:]["action"].tolist(), data[:]["level_seed"].tolist()
         ([1, 2, 3], [7, 7, 7])
@@ -215,7 +276,7 @@ class GenDGRLExperienceReplay(BaseDatasetExperienceReplay):
         return bool(_episode_files(self.data_dir))
 
     def _url(self) -> str | None:
-        game, _, category = self.dataset_id.partition("-")
+        game, _, category = self.dataset_id.partition("-")  # categories hold no "-"
         if game not in _GAMES or category not in _CATEGORIES:
             return None
         return f"{GEN_DGRL_URL}{_CATEGORIES[category]}/{game}.tar.xz"
@@ -229,8 +290,9 @@ class GenDGRLExperienceReplay(BaseDatasetExperienceReplay):
             f"(GenDGRLExperienceReplay.available_datasets); or pass data_dir= to your files"
         )
         return (
-            f"Gen-DGRL dataset {self.dataset_id!r} not found: expected episode files (.npz "
-            f"archives with observations, actions, rewards, dones) under {self.data_dir}. "
+            f"Gen-DGRL dataset {self.dataset_id!r} not found: expected episode files (.npy "
+            f"pickled dicts or .npz archives of observations, actions, rewards, dones) under "
+            f"{self.data_dir}. "
             f"To get it: {how}."
         )
 
@@ -267,7 +329,7 @@ class GenDGRLExperienceReplay(BaseDatasetExperienceReplay):
         total = sum(lengths)
         write_chunks(dest, total, self._chunks(files))
         return {
-            "format": "gen-dgrl npz episodes",
+            "format": "gen-dgrl episode files",
             "dataset_id": self.dataset_id,
             "source": source_signature(files),
             "num_transitions": total,
@@ -304,7 +366,7 @@ def _read_episode(path: Path) -> TensorDictBase:
             f"{path}: key 'observations' has {obs.shape[0]} rows, expected {t + 1} (the reset "
             f"frame and one per step of the {t} actions) or {t}"
         )
-    frames = torch.from_numpy(np.ascontiguousarray(obs))
+    frames = torch.from_numpy(np.ascontiguousarray(obs.astype(np.uint8, copy=False)))
     following = torch.zeros_like(frames[:t])
     following[: frames.shape[0] - 1] = frames[1 : t + 1]
     done = torch.from_numpy(dones)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import io
-import pickle
 import tarfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -24,7 +23,12 @@ import torch
 from tensordict import NonTensorStack, TensorDict, TensorDictBase
 
 from torchrl._keys import ACTION, OBSERVATION
-from torchrl.data.datasets._episodes import following_rows, source_signature, write_chunks
+from torchrl.data.datasets._episodes import (
+    following_rows,
+    safe_unpickle,
+    source_signature,
+    write_chunks,
+)
 from torchrl.data.datasets.common import (
     EPISODE,
     BaseDatasetExperienceReplay,
@@ -53,29 +57,6 @@ OPENX_REPO_ID = "jxu124/OpenX-Embodiment"
 _INSTALL = 'pip install "torchrl[offline]"'
 _FLAGS = ("is_first", "is_last", "is_terminal")
 _TFDS_MARKERS = ("dataset_info.json", "features.json")
-# What a pickled episode may refer to: numpy arrays and scalars, nothing that runs code.
-_SAFE_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("_codecs", "encode"),
-    ("collections", "OrderedDict"),
-}
-
-
-class _ArrayUnpickler(pickle.Unpickler):
-    """Unpickles plain data and numpy arrays only (an episode file cannot run code)."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _SAFE_GLOBALS:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(
-            f"refusing {module}.{name}: an Open X-Embodiment episode holds only numpy arrays, "
-            f"numbers, text, lists and dicts"
-        )
 
 
 def _shards(folder: Path) -> list[Path]:
@@ -95,10 +76,7 @@ def _episodes(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 where = f"{path}:{member.name}"
                 if stream is None:
                     raise DatasetFormatError(f"{where}: cannot read the member")
-                try:
-                    payload = _ArrayUnpickler(io.BytesIO(stream.read())).load()
-                except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as err:
-                    raise DatasetFormatError(f"{where}: not a readable episode ({err})") from err
+                payload = safe_unpickle(stream.read(), where)
                 if not isinstance(payload, Mapping) or not isinstance(payload.get("steps"), list):
                     raise DatasetFormatError(
                         f"{where}: expected a dict with a 'steps' list (one dict per step), got "
