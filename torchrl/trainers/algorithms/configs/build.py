@@ -38,6 +38,16 @@ class BuiltTrainer:
         loss_module, optimizer, collector, replay_buffer, logger: the other parts.
         recorder, stopper: the evaluation and early-stopping hooks (or ``None``).
         eval_history: ``(frames, evaluation return)`` of every evaluation so far.
+
+    Examples:
+        >>> from torchrl.trainers.algorithms.configs import PPOTrainerConfig
+        >>> built = build(PPOTrainerConfig(), ["collector.total_frames=64",
+        ...     "collector.frames_per_batch=32", "trainer.progress_bar=false", "logger.backend="])
+        >>> isinstance(built, BuiltTrainer)
+        True
+        >>> type(built.loss_module).__name__, type(built.collector).__name__
+        ('ClipPPOLoss', 'SyncDataCollector')
+        >>> built.collector.shutdown()
     """
 
     trainer: Any
@@ -96,6 +106,16 @@ def build(
 
     Raises:
         TypeError: the config is of another type.
+
+    Examples:
+        >>> from torchrl.trainers.algorithms.configs import PPOTrainerConfig
+        >>> built = build(PPOTrainerConfig(), ["collector.total_frames=64",
+        ...     "collector.frames_per_batch=32", "trainer.progress_bar=false", "logger.backend="])
+        >>> type(built.trainer).__name__, built.trainer.total_frames
+        ('PPOTrainer', 64)
+        >>> built.env.batch_size, built.eval_env  # no evaluation configured
+        (torch.Size([]), None)
+        >>> built.collector.shutdown()
     """
     if isinstance(config, (str, Path)):
         config = compose_config(config_cls or PPOTrainerConfig, config, overrides)

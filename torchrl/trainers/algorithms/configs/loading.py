@@ -184,6 +184,14 @@ def load_config(path: str | Path) -> dict[str, Any]:
     Raises:
         ImportError: a YAML file and PyYAML is not installed.
         ValueError: another suffix, or the file does not hold a mapping.
+
+    Examples:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder, "ppo.toml")
+        ...     _ = path.write_text('[env]\\nname = "Acrobot-v1"\\n[optim]\\nlr = 1e-4\\n')
+        ...     load_config(path)
+        {'env': {'name': 'Acrobot-v1'}, 'optim': {'lr': 0.0001}}
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -407,6 +415,22 @@ def run_with_config(
 
     Raises:
         ImportError: ``use_hydra=True`` and Hydra is not installed.
+
+    Examples:
+        A script's ``main`` with its YAML defaults and two overrides (``argv`` stands for the
+        command line; ``use_hydra=False`` uses this module's parser even where Hydra is
+        installed):
+
+        >>> import tempfile
+        >>> from torchrl.trainers.algorithms.configs import PPOTrainerConfig
+        >>> def main(cfg):
+        ...     return cfg.env.name, cfg.optim.lr, cfg.collector.total_frames
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = Path(folder, "ppo.yaml")
+        ...     _ = path.write_text("env:\\n  name: Acrobot-v1\\noptim:\\n  lr: 1.0e-3\\n")
+        ...     argv = ["optim.lr=1e-4", "collector.total_frames=5000"]
+        ...     run_with_config(main, PPOTrainerConfig, path, argv=argv, use_hydra=False)
+        ('Acrobot-v1', 0.0001, 5000)
     """
     config_path = Path(config_path).resolve()
     if use_hydra is None:
