@@ -85,12 +85,13 @@ class ServiceBase(abc.ABC):
 
     Examples:
         >>> from torchrl.services.local import LocalService
-        >>> services = LocalService()
+        >>> services = LocalService(namespace="doc_service_base")
         >>> isinstance(services, ServiceBase)
         True
         >>> _ = services.register("totals", dict, a=1)
         >>> "totals" in services, services["totals"], services.list()
         (True, {'a': 1}, ['totals'])
+        >>> services.reset()
     """
 
     @abc.abstractmethod
