@@ -411,3 +411,30 @@ def test_group_publishes_versioned_weights_to_a_collector() -> None:
             assert bool((batch["action"] == 1).all())
     finally:
         collector.shutdown()
+
+
+def test_two_argument_factories_and_clip_options() -> None:
+    def make(replay_buffer, context):  # TorchRL's factory signature
+        loss = Regression()
+        return Learner(
+            loss,
+            replay_buffer,
+            context=context,
+            optimizer=torch.optim.SGD(loss.parameters(), lr=0.1),
+            clip_grad_norm=True,
+            clip_norm=1.0,
+            models={"policy": loss},
+        )
+
+    with LocalLearnerGroup(make, _regression_buffer(), global_batch_size=8) as group:
+        assert group.step()["grad_norm"].item() > 0
+    with pytest.raises(TypeError, match="must take \\(context\\) or \\(replay_buffer, context\\)"):
+        LocalLearnerGroup(lambda a, b, c: None, None, global_batch_size=8)
+    loss = Regression()
+    with pytest.raises(ValueError, match="clips the gradient norm only"):
+        Learner(
+            loss,
+            optimizer=torch.optim.SGD(loss.parameters(), lr=0.1),
+            clip_grad_norm=False,
+            clip_norm=1.0,
+        )

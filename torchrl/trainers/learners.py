@@ -19,6 +19,7 @@ itself (samples, metrics, weights) stays in TensorDicts.
 from __future__ import annotations
 
 import abc
+import inspect
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -387,6 +388,7 @@ class Learner:
         context: this rank's :class:`LearnerContext` (default: a single CPU rank).
         target_net_updater: stepped after each optimizer step (e.g.
             :class:`~torchrl.objectives.SoftUpdate`).
+        clip_grad_norm: clip the total norm (the default stepper does only this).
         clip_norm: gradient-norm clipping of the default stepper (``None``: none).
         models: the models :meth:`get_weights` can return, by name; default ``{"policy": ...}``
             with the loss's ``actor_network`` or ``value_network`` (else the loss itself).
@@ -424,6 +426,7 @@ class Learner:
         optimization_stepper: Any = None,
         context: LearnerContext | None = None,
         target_net_updater: Any = None,
+        clip_grad_norm: bool = True,
         clip_norm: float | None = None,
         models: Mapping[str, nn.Module] | None = None,
         update_replay_priority: bool = True,
@@ -453,6 +456,11 @@ class Learner:
         if optimization_stepper is None:
             if optimizer is None:
                 raise ValueError("Learner: pass optimizer= or optimization_stepper=")
+            if not clip_grad_norm and clip_norm is not None:
+                raise ValueError(
+                    "Learner: the default stepper clips the gradient norm only; for "
+                    "clip_grad_norm=False (clipping each value) pass an optimization_stepper"
+                )
             optimization_stepper = MixedPrecisionOptimizationStepper(optimizer, clip_norm=clip_norm)
         elif not callable(getattr(optimization_stepper, "step", None)):
             raise TypeError(
@@ -767,6 +775,15 @@ def _default_policy(loss_module: Any) -> nn.Module:
     )
 
 
+def _required_positional(fn: Callable[..., Any]) -> int:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: assume (context)
+        return 1
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(p.kind in kinds and p.default is inspect.Parameter.empty for p in params)
+
+
 class _MetricAverager:
     """Means of scalar metrics over calls; a key counts only in the calls that report it (a
     stepper accumulating gradients reports ``grad_norm`` only when it steps)."""
@@ -890,7 +907,8 @@ class LocalLearnerGroup(LearnerGroup):
     load the last checkpoint.
 
     Args:
-        learner_factory: builds a learner from a :class:`LearnerContext`.
+        learner_factory: builds a learner from a :class:`LearnerContext`; a factory with two
+            required arguments gets ``(context.replay_buffer, context)``, as TorchRL's does.
         replay_buffer: the shared buffer the ranks sample from.
         global_batch_size: items per optimizer step over all ranks (a multiple of
             ``world_size``).
@@ -925,7 +943,7 @@ class LocalLearnerGroup(LearnerGroup):
 
     def __init__(
         self,
-        learner_factory: Callable[[LearnerContext], Learner],
+        learner_factory: Callable[..., Learner],
         replay_buffer: Any,
         *,
         global_batch_size: int,
@@ -947,6 +965,12 @@ class LocalLearnerGroup(LearnerGroup):
                 f"world_size={world_size}"
             )
         self.learner_factory = learner_factory
+        self._factory_arity = _required_positional(learner_factory)
+        if self._factory_arity not in (1, 2):
+            raise TypeError(
+                "LocalLearnerGroup: learner_factory must take (context) or (replay_buffer, "
+                f"context), got one with {self._factory_arity} required positional arguments"
+            )
         self.replay_buffer = replay_buffer
         self._global_batch_size = global_batch_size
         self._world_size = world_size
@@ -1012,7 +1036,11 @@ class LocalLearnerGroup(LearnerGroup):
                 seed=self.seed,
                 collective=collective,
             )
-            learner = self.learner_factory(context)
+            learner = (
+                self.learner_factory(context.replay_buffer, context)
+                if self._factory_arity == 2
+                else self.learner_factory(context)
+            )
             if not isinstance(learner, Learner):
                 raise TypeError(
                     f"LocalLearnerGroup: learner_factory must return a Learner, got "
