@@ -45,6 +45,15 @@ class OnPolicyCollectorConfig:
         seed: the collector's seed.
         exploration_mode: ``"random"``, ``"mode"``, ``"mean"``, ``"median"`` or
             ``"deterministic"``.
+
+    Examples:
+        >>> from torchrl.envs import PendulumEnv
+        >>> from torchrl.trainers.helpers import make_collector_onpolicy
+        >>> cfg = OnPolicyCollectorConfig(frames_per_batch=10, total_frames=20, seed=0)
+        >>> collector = make_collector_onpolicy(PendulumEnv, None, cfg)
+        >>> [batch.numel() for batch in collector]
+        [10, 10]
+        >>> collector.shutdown()
     """
 
     collector_device: str | None = None
@@ -67,6 +76,16 @@ class OffPolicyCollectorConfig(OnPolicyCollectorConfig):
         multi_step: rewrite transitions as n-step returns (:class:`~torchrl.data.MultiStep`,
             with the config's ``gamma``).
         n_steps_return: the ``n`` of the n-step returns.
+
+    Examples:
+        >>> from torchrl.envs import PendulumEnv
+        >>> from torchrl.trainers.helpers import make_collector_offpolicy
+        >>> cfg = OffPolicyCollectorConfig(frames_per_batch=10, total_frames=30,
+        ...     init_random_frames=10)  # the first batch comes from random actions
+        >>> collector = make_collector_offpolicy(PendulumEnv, None, cfg)
+        >>> [batch.numel() for batch in collector]
+        [10, 10, 10]
+        >>> collector.shutdown()
     """
 
     async_collection: bool = False

@@ -64,6 +64,14 @@ class EnvConfig:
         grayscale: convert pixels to grayscale.
         categorical_action_encoding: categorical (index) actions instead of one-hot.
         device: the device of the envs.
+
+    Examples:
+        >>> from torchrl.trainers.helpers import transformed_env_constructor
+        >>> cfg = EnvConfig(env_name="Pendulum-v1", max_frames_per_traj=2)
+        >>> env = transformed_env_constructor(cfg)()
+        >>> rollout = env.rollout(5)  # stops at the step limit
+        >>> rollout["observation"].shape, rollout["next", "truncated"].squeeze(-1).tolist()
+        (torch.Size([2, 3]), [False, True])
     """
 
     env_library: str = "gym"

@@ -30,6 +30,16 @@ class LossConfig:
             target by ``1 / value_network_update_interval`` of the way at each step.
         gamma: the discount.
         distributional: a :class:`~torchrl.objectives.DistributionalDQNLoss`.
+
+    Examples:
+        >>> from torch import nn
+        >>> from torchrl.modules import QValueActor
+        >>> from torchrl.trainers.helpers import make_dqn_loss
+        >>> cfg = LossConfig(hard_update=True, value_network_update_interval=100, gamma=0.9)
+        >>> qnet = QValueActor(nn.Linear(4, 2), action_space="categorical")
+        >>> loss, updater = make_dqn_loss(qnet, cfg)
+        >>> type(loss).__name__, type(updater).__name__
+        ('DQNLoss', 'HardUpdate')
     """
 
     loss: str = "double"

@@ -26,6 +26,17 @@ class ReplayArgsConfig:
             one, removed with the storage).
         buffer_prefetch: batches sampled ahead in background threads (``0``: none).
         batch_size: the sample size.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.trainers.helpers import make_replay_buffer
+        >>> rb = make_replay_buffer("cpu", ReplayArgsConfig(buffer_size=100, prb=True, batch_size=4))
+        >>> type(rb.sampler).__name__
+        'PrioritizedSampler'
+        >>> _ = rb.extend(TensorDict(x=torch.arange(10.0), batch_size=[10]))
+        >>> rb.sample().batch_size
+        torch.Size([4])
     """
 
     buffer_size: int = 1_000_000

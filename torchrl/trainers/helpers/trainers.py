@@ -72,6 +72,25 @@ class TrainerConfig:
         progress_bar: show a progress bar.
         save_trainer_file: the checkpoint file (``None``: no checkpoints).
         save_trainer_interval: frames between two checkpoints.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.trainers.helpers import make_trainer
+        >>> class Loss(torch.nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.w = torch.nn.Parameter(torch.zeros(1))
+        ...     def forward(self, td):
+        ...         return TensorDict(loss=((td["x"] - self.w) ** 2).mean())
+        >>> cfg = TrainerConfig(optimizer="sgd", lr=0.1, optim_steps_per_batch=2, batch_size=4,
+        ...     lr_scheduler="", progress_bar=False)
+        >>> cfg.total_frames, cfg.frames_per_batch = 16, 8  # read from the collector's config
+        >>> loss = Loss()
+        >>> trainer = make_trainer([TensorDict(x=torch.ones(8))] * 2, loss, cfg=cfg)
+        >>> trainer.train()
+        >>> trainer.optim_count, round(loss.w.item(), 4)  # 4 SGD steps: w = 1 - 0.8 ** 4
+        (4, 0.5904)
     """
 
     optim_steps_per_batch: int = 500
