@@ -98,6 +98,17 @@ def main() -> None:
                 lambda: VD4RLExperienceReplay("main/walker_walk/random/64px", 256, root=root / "v"),
                 args.batches,
             ),
+            measure(
+                "VD4RLExperienceReplay (uint8 pixels, totensor=False)",
+                lambda: VD4RLExperienceReplay(
+                    "main/walker_walk/random/64px",
+                    256,
+                    root=root / "v_uint8",
+                    data_dir=root / "v" / "raw" / "vd4rl" / "main/walker_walk/random/64px",
+                    totensor=False,
+                ),
+                args.batches,
+            ),
         ]
     for result in results:
         print(json.dumps({**result, "episodes": args.episodes, "length": args.length}))

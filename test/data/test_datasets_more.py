@@ -186,6 +186,17 @@ def test_vd4rl_reads_npz_and_hdf5(vd4rl_dir: Path) -> None:
     assert squeeze(td["pixels"])[4:] == [200, 200, 200]  # HWC frames were transposed
 
 
+def test_vd4rl_threads_give_the_same_copy(vd4rl_dir: Path, tmp_path: Path) -> None:
+    folder = vd4rl_dir / "raw" / "vd4rl" / VD4RL_ID
+    serial = VD4RLExperienceReplay(VD4RL_ID, root=vd4rl_dir, totensor=False)[:]
+    threaded = VD4RLExperienceReplay(
+        VD4RL_ID, root=tmp_path / "other", data_dir=folder, totensor=False, num_workers=2
+    )[:]
+    assert (serial == threaded).all()
+    with pytest.raises(ValueError, match="num_workers"):
+        VD4RLExperienceReplay(VD4RL_ID, root=vd4rl_dir, num_workers=-1)
+
+
 def test_vd4rl_float_pixels_and_resize(vd4rl_dir: Path) -> None:
     data = VD4RLExperienceReplay(VD4RL_ID, 2, root=vd4rl_dir, image_size=4)
     batch = data.sample()
@@ -215,6 +226,15 @@ def test_vd4rl_missing_and_malformed(tmp_path: Path) -> None:
         reward=np.zeros(3),
     )
     with pytest.raises(DatasetFormatError, match="key 'observation' has shape"):
+        VD4RLExperienceReplay(VD4RL_ID, root=tmp_path, data_dir=folder)
+    np.savez(
+        folder / "e.npz",
+        observation=np.zeros((3, 3, 8, 8), np.uint8),
+        action=np.zeros((3, 1)),
+        reward=np.zeros(3),
+        is_first=np.zeros(2, bool),
+    )
+    with pytest.raises(DatasetFormatError, match="key 'is_first' has shape"):
         VD4RLExperienceReplay(VD4RL_ID, root=tmp_path, data_dir=folder)
 
 

@@ -64,14 +64,18 @@ def _episode_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix in (".npz", ".hdf5") and p.is_file())
 
 
-def _read_file(path: Path) -> dict[str, np.ndarray]:
-    """Every array of one V-D4RL file (npz archive or HDF5 file, datasets at its root)."""
+def _read_file(path: Path, keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of one V-D4RL file (npz archive or HDF5 file, datasets at its root).
+
+    Only ``keys`` (those present) are read when given: counting steps needs no frames.
+    """
     if path.suffix == ".npz":
         if not zipfile.is_zipfile(path):
             raise DatasetFormatError(f"{path}: not a NumPy .npz archive")
         try:
             with np.load(path, allow_pickle=False) as archive:
-                return {k: archive[k] for k in archive.files}
+                names = [k for k in archive.files if keys is None or k in keys]
+                return {k: archive[k] for k in names}
         except (OSError, ValueError) as err:
             raise DatasetFormatError(
                 f"{path}: cannot read the archive ({err}); expected plain numeric arrays"
@@ -82,13 +86,23 @@ def _read_file(path: Path) -> dict[str, np.ndarray]:
 
     try:
         with h5py.File(path, "r") as file:
-            return {k: v[()] for k, v in file.items() if isinstance(v, h5py.Dataset)}
+            return {
+                k: v[()]
+                for k, v in file.items()
+                if isinstance(v, h5py.Dataset) and (keys is None or k in keys)
+            }
     except OSError as err:
         raise DatasetFormatError(f"{path}: not a readable HDF5 file ({err})") from err
 
 
-def _starts(arrays: dict[str, np.ndarray], rows: int) -> np.ndarray:
+def _starts(arrays: dict[str, np.ndarray], rows: int, path: Path) -> np.ndarray:
     """First row of each episode in a file (the whole file is one episode without flags)."""
+    for key in ("is_first", "step_type"):
+        if key in arrays and arrays[key].size != rows:
+            raise DatasetFormatError(
+                f"{path}: key {key!r} has shape {list(arrays[key].shape)}, expected [{rows}] "
+                f"(one flag per step, as 'action')"
+            )
     if "is_first" in arrays:
         first = arrays["is_first"].reshape(rows).astype(bool)
     elif "step_type" in arrays:
@@ -376,9 +390,18 @@ class VD4RLExperienceReplay(BaseDatasetExperienceReplay):
     def _write(self, dest: Path) -> dict[str, Any]:
         files = _episode_files(self.data_dir)
         total = episodes = 0
-        for arrays, path in self._read_all(files):
-            starts = _starts(arrays, _check(arrays, path))
-            bounds = [*starts.tolist(), int(arrays[ACTION].shape[0])]
+        for path in files:
+            # count from the actions and flags only; every array is checked when written
+            arrays = _read_file(path, (ACTION, "is_first", "step_type"))
+            if ACTION not in arrays:
+                raise DatasetFormatError(
+                    f"{path}: missing key 'action'; a V-D4RL episode file holds observation "
+                    f"(or image), action, reward and discount"
+                )
+            rows = int(arrays[ACTION].shape[0])
+            if rows == 0:
+                continue
+            bounds = [*_starts(arrays, rows, path).tolist(), rows]
             total += sum(max(hi - lo - 1, 0) for lo, hi in zip(bounds[:-1], bounds[1:]))
             episodes += sum(1 for lo, hi in zip(bounds[:-1], bounds[1:]) if hi - lo > 1)
         write_chunks(dest, total, self._chunks(files))
@@ -395,14 +418,18 @@ class VD4RLExperienceReplay(BaseDatasetExperienceReplay):
             for path in files:
                 yield _read_file(path), path
             return
+        # a bounded window of files in flight, so that memory holds a few files, not all
+        window = 2 * self.num_workers
         with ThreadPoolExecutor(self.num_workers) as pool:
-            yield from zip(pool.map(_read_file, files), files)
+            for lo in range(0, len(files), window):
+                batch = files[lo : lo + window]
+                yield from zip(pool.map(_read_file, batch), batch)
 
     def _chunks(self, files: list[Path]) -> Iterator[tuple[str, TensorDictBase]]:
         episode = 0
         for arrays, path in self._read_all(files):
             rows = _check(arrays, path)
-            bounds = [*_starts(arrays, rows).tolist(), rows]
+            bounds = [*_starts(arrays, rows, path).tolist(), rows]
             for lo, hi in zip(bounds[:-1], bounds[1:]):
                 if hi - lo < 2:
                     continue  # a lone reset row makes no transition
