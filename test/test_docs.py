@@ -6,7 +6,9 @@ errors, and runs ``tools/docs_linkcheck.py`` on it).
 
 from __future__ import annotations
 
+import doctest
 import importlib.util
+import inspect
 import re
 import runpy
 import sys
@@ -64,6 +66,68 @@ def test_every_public_name_is_in_the_api_reference() -> None:
 
 def test_api_reference_has_no_stale_entries() -> None:
     assert docs_api.stale_entries() == []
+
+
+def _is_class_or_function(obj: object) -> bool:
+    return inspect.isclass(obj) or inspect.isroutine(obj)
+
+
+def _unique_public_objects() -> list[docs_api.PublicName]:
+    """One public name per object (an alias such as ``CompositeSpec`` is its object's)."""
+    seen: dict[int, docs_api.PublicName] = {}
+    for n in docs_api.public_names():
+        seen.setdefault(id(n.obj), n)
+    return list(seen.values())
+
+
+def test_every_public_class_and_function_has_an_example() -> None:
+    # The docstring's own text (a class inherits no docstring here): every public class and
+    # function shows its use in a doctest that `make test` runs (--doctest-modules).
+    names = [n for n in _unique_public_objects() if _is_class_or_function(n.obj)]
+    assert len(names) > 500
+    missing = sorted(n.path for n in names if ">>>" not in (getattr(n.obj, "__doc__", None) or ""))
+    assert not missing, (
+        f"{len(missing)} public classes/functions have no `>>>` example in their docstring "
+        f"(add an Examples: section): {missing}"
+    )
+
+
+def _api_prose() -> dict[str, str]:
+    """The hand-written text of each ``docs/api`` page (the managed region left out)."""
+    out = {}
+    for path in sorted((DOCS / "api").glob("*.rst")):
+        head, _, rest = path.read_text().partition(docs_api.BEGIN)
+        _, _, tail = rest.partition(docs_api.END)
+        out[path.name] = head + "\n" + tail
+    return out
+
+
+def test_every_public_constant_has_an_example_on_its_page() -> None:
+    # Constants (dicts, tuples, strings, typing aliases, ...) carry no docstring of their own:
+    # their examples are doctests in the prose of the docs/api pages (run below).
+    example_lines = "\n".join(
+        line
+        for text in _api_prose().values()
+        for line in text.splitlines()
+        if line.lstrip().startswith((">>>", "..."))
+    )
+    constants = [n for n in _unique_public_objects() if not _is_class_or_function(n.obj)]
+    missing = sorted(
+        n.path for n in constants if not re.search(rf"\b{re.escape(n.name)}\b", example_lines)
+    )
+    assert not missing, (
+        f"public constants with no doctest naming them in the prose of docs/api/*.rst (outside "
+        f"the api-names region): {missing}"
+    )
+
+
+@pytest.mark.parametrize("page", sorted(p for p, t in _api_prose().items() if ">>>" in t))
+def test_api_page_examples_run(page: str) -> None:
+    test = doctest.DocTestParser().get_doctest(_api_prose()[page], {}, page, page, 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    output: list[str] = []
+    result = runner.run(test, out=output.append)
+    assert result.failed == 0, "".join(output)
 
 
 def test_documented_paths_parser(tmp_path) -> None:
