@@ -37,6 +37,8 @@ LAYERS: dict[str, int] = {
     "torchrl._td_compat": 0,
     "torchrl._compile": 0,
     "torchrl.record.loggers": 0,
+    # The service registry imports nothing else from torchrl.
+    "torchrl.services": 0,
     "torchrl.data": 1,
     "torchrl.envs": 2,
     # Weight sync schemes: used by the collectors, the inference server and the trainers.

@@ -28,6 +28,7 @@ _SUBPACKAGES = (
     "modules",
     "objectives",
     "record",
+    "services",
     "trainers",
     "weight_update",
 )

@@ -44,6 +44,7 @@ from torchrl.modules.recurrent_utils import get_env_transforms_from_module, get_
 from torchrl.modules.tensordict_module.action_chunk import ActionChunkExecutor
 from torchrl.modules.tensordict_module.diffusion import DiffusionActor
 from torchrl.modules.tensordict_module.exploration_spec import set_exploration_modules_spec_from_env
+from torchrl.modules.shift import Shift
 from torchrl.modules.tensordict_module.multistep import MultiStepActorWrapper
 from torchrl.modules.tensordict_module.safe import (
     SafeModule,
@@ -95,6 +96,7 @@ __all__ = [
     "window_episode_starts",
     "ActionChunkExecutor",
     "MultiStepActorWrapper",
+    "Shift",
     "get_env_transforms_from_module",
     "get_primers_from_module",
     "DiffusionActor",

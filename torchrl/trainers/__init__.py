@@ -45,6 +45,17 @@ from torchrl.trainers.pbt import (
     set_loss_coefficient,
     set_optimizer_lr,
 )
+from torchrl.trainers.learners import (
+    Learner,
+    LearnerContext,
+    LearnerGroup,
+    LearnerStepRequest,
+    LearnerStepResult,
+    LearnerWeights,
+    LocalLearnerGroup,
+    OptimizationContext,
+)
+from torchrl.trainers.mixed_precision import MixedPrecisionOptimizationStepper
 from torchrl.trainers.trainer import HOOK_POINTS, Trainer
 
 __all__ = [
@@ -88,4 +99,13 @@ __all__ = [
     "TrainerMember",
     "set_loss_coefficient",
     "set_optimizer_lr",
+    "Learner",
+    "LearnerContext",
+    "LearnerGroup",
+    "LearnerStepRequest",
+    "LearnerStepResult",
+    "LearnerWeights",
+    "LocalLearnerGroup",
+    "MixedPrecisionOptimizationStepper",
+    "OptimizationContext",
 ]
