@@ -20,6 +20,7 @@ from torchrl.data.datasets.d4rl import (
     D4RLExperienceReplay,
     export_d4rl,
 )
+from torchrl.data.datasets.gen_dgrl import GenDGRLExperienceReplay
 from torchrl.data.datasets.lerobot import LeRobotExperienceReplay, lerobot_columns_to_tensordict
 from torchrl.data.datasets.minari_data import (
     MINARI_DATASETS_PATH_ENV,
@@ -29,7 +30,10 @@ from torchrl.data.datasets.minari_data import (
     space_to_spec,
 )
 from torchrl.data.datasets.openml import OpenMLExperienceReplay
+from torchrl.data.datasets.openx import OpenXExperienceReplay
 from torchrl.data.datasets.registry import list_datasets, load_dataset, register_dataset
+from torchrl.data.datasets.roboset import RobosetExperienceReplay
+from torchrl.data.datasets.vd4rl import VD4RLExperienceReplay
 
 __all__ = [
     "AtariDQNExperienceReplay",
@@ -37,6 +41,10 @@ __all__ = [
     "LeRobotExperienceReplay",
     "lerobot_columns_to_tensordict",
     "OpenMLExperienceReplay",
+    "GenDGRLExperienceReplay",
+    "OpenXExperienceReplay",
+    "RobosetExperienceReplay",
+    "VD4RLExperienceReplay",
     "MINARI_DATASETS_PATH_ENV",
     "MinariExperienceReplay",
     "export_minari",
