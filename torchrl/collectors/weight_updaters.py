@@ -305,7 +305,9 @@ class RayWeightUpdater(WeightUpdaterBase):
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> policy = torch.nn.Linear(2, 1)
+        >>> from tensordict.nn import TensorDictModule
+        >>> net = torch.nn.Sequential(torch.nn.Linear(3, 1), torch.nn.Tanh())  # Pendulum's sizes
+        >>> policy = TensorDictModule(net, ["observation"], ["action"])
         >>> updater = RayWeightUpdater(policy_weights=TensorDict.from_module(policy))
         >>> updater.owns_scheme  # no actors given: it sends through its collector's scheme
         False

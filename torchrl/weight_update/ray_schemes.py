@@ -192,8 +192,7 @@ class RayModuleTransformScheme(RayWeightSyncScheme):
     Examples:
         >>> import torch
         >>> module = torch.nn.Linear(2, 1)
-        >>> scheme = RayModuleTransformScheme()
-        >>> scheme.init_on_sender(module, actors=[])
+        >>> RayModuleTransformScheme().init_on_sender(module, actors=[])
         Traceback (most recent call last):
         ...
         TypeError: RayModuleTransformScheme syncs one actor: give actor=, not actors=
@@ -202,6 +201,7 @@ class RayModuleTransformScheme(RayWeightSyncScheme):
         ``receive(weights=..., version=...)`` on its copy of the scheme, as in
         :class:`RayWeightSyncScheme`):
 
+        >>> scheme = RayModuleTransformScheme()
         >>> scheme.init_on_sender(module, actor=actor)  # doctest: +SKIP
         >>> scheme.send()  # doctest: +SKIP
         1

@@ -28,7 +28,9 @@ class RPCWeightUpdater(WeightUpdaterBase):
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> policy = torch.nn.Linear(2, 1)
+        >>> from tensordict.nn import TensorDictModule
+        >>> net = torch.nn.Sequential(torch.nn.Linear(3, 1), torch.nn.Tanh())  # Pendulum's sizes
+        >>> policy = TensorDictModule(net, ["observation"], ["action"])
         >>> updater = RPCWeightUpdater(policy_weights=TensorDict.from_module(policy))
         >>> updater.push_weights()  # not registered with a collector yet
         Traceback (most recent call last):
@@ -80,7 +82,9 @@ class DistributedWeightUpdater(WeightUpdaterBase):
     Examples:
         >>> import torch
         >>> from tensordict import TensorDict
-        >>> policy = torch.nn.Linear(2, 1)
+        >>> from tensordict.nn import TensorDictModule
+        >>> net = torch.nn.Sequential(torch.nn.Linear(3, 1), torch.nn.Tanh())  # Pendulum's sizes
+        >>> policy = TensorDictModule(net, ["observation"], ["action"])
         >>> updater = DistributedWeightUpdater(policy_weights=TensorDict.from_module(policy))
         >>> updater.collector is None  # registered by the collector it is given to
         True
@@ -91,8 +95,8 @@ class DistributedWeightUpdater(WeightUpdaterBase):
         >>> from torchrl.collectors.distributed import DistributedDataCollector
         >>> from torchrl.envs import PendulumEnv
         >>> collector = DistributedDataCollector(  # doctest: +SKIP
-        ...     [PendulumEnv], policy, frames_per_batch=20, total_frames=40,
-        ...     weight_updater=updater,
+        ...     PendulumEnv, policy, num_workers=2, launcher="mp", frames_per_batch=20,
+        ...     total_frames=40, weight_updater=updater,
         ... )
         >>> updater.push_weights()  # doctest: +SKIP
         1

@@ -48,7 +48,7 @@ class RayClient(SequencedClient):
         >>> from torchrl.modules.inference_server import InferenceServer, RayTransport
         >>> policy = TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["action"])
         >>> import ray  # doctest: +SKIP
-        >>> ray.init()  # doctest: +SKIP
+        >>> _ = ray.init()  # doctest: +SKIP
         >>> transport = RayTransport()  # doctest: +SKIP
         >>> client = transport.client()  # doctest: +SKIP
         >>> @ray.remote  # doctest: +SKIP
