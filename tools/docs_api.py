@@ -77,10 +77,10 @@ TORCHRL_PAGES = {
     "weight update": ("weight_update", "Weight synchronisation"),
     "trainers": ("trainers", "Trainer"),
     "trainers: hooks": ("trainers", "Hooks"),
-    "trainers: learners": ("trainers", "Algorithm trainers"),
+    "trainers: learners": ("trainers", "Learners"),
     "loggers": ("trainers", "Loggers"),
     "checkpoint": ("checkpoint", "Checkpointing"),
-    "services": ("torchrl", "Services"),
+    "services": ("services", "Service registries"),
     "utils": ("torchrl", "Utilities"),
 }
 
