@@ -24,6 +24,7 @@ from torch.nn import functional as F
 from torchrl._keys import ACTION, IS_INIT, NEXT, OBSERVATION
 from torchrl._types import NestedKey
 from torchrl.envs.utils import ExplorationType, exploration_type
+from torchrl.modules._spec_utils import module_keys
 from torchrl.modules.functional import symexp, symlog
 from torchrl.modules.models.dreamer_v3_functional import two_hot_decode, two_hot_encode
 
@@ -138,7 +139,12 @@ def symlog_two_hot_decode(logits: torch.Tensor, vmin: float, vmax: float) -> tor
 
 
 def _mlp(
-    in_dim: int, mlp_dim: int, out_dim: int, *, num_layers: int = 2, out_act: nn.Module | None = None
+    in_dim: int,
+    mlp_dim: int,
+    out_dim: int,
+    *,
+    num_layers: int = 2,
+    out_act: nn.Module | None = None,
 ) -> nn.Sequential:
     """Linear -> LayerNorm -> Mish hidden layers, then a linear output (and ``out_act``)."""
     layers: list[nn.Module] = []
@@ -150,6 +156,13 @@ def _mlp(
     if out_act is not None:
         layers.append(out_act)
     return nn.Sequential(*layers)
+
+
+def _zero_output(mlp: nn.Sequential) -> None:
+    """Zeroes the last linear layer: its logits start uniform (a predicted value of ~0)."""
+    last = [m for m in mlp if isinstance(m, nn.Linear)][-1]
+    nn.init.zeros_(last.weight)
+    nn.init.zeros_(last.bias)
 
 
 class TdMpc2WorldModel(nn.Module):
@@ -206,8 +219,7 @@ class TdMpc2WorldModel(nn.Module):
         )
         self.reward_head = _mlp(latent_dim + action_dim, mlp_dim, num_bins)
         # TD-MPC2 starts the reward head at zero: a uniform distribution, value ~0.
-        nn.init.zeros_(self.reward_head[-1].weight)
-        nn.init.zeros_(self.reward_head[-1].bias)
+        _zero_output(self.reward_head)
 
     def encode(self, observation: torch.Tensor) -> torch.Tensor:
         """The latent state ``[..., latent_dim]`` of ``observation`` ``[..., observation_dim]``."""
@@ -328,8 +340,7 @@ class TdMpc2QEnsemble(nn.Module):
             member = _mlp(latent_dim + action_dim, mlp_dim, num_bins)
             if dropout > 0:
                 member.insert(3, nn.Dropout(dropout))
-            nn.init.zeros_(member[-1].weight)
-            nn.init.zeros_(member[-1].bias)
+            _zero_output(member)
             members.append(member)
         self.members = nn.ModuleList(members)
 
@@ -469,8 +480,8 @@ class TdMpc2Planner(TensorDictModuleBase):
         next_prev = (
             (NEXT, *prev_mean_key) if isinstance(prev_mean_key, tuple) else (NEXT, prev_mean_key)
         )
-        self.in_keys = [observation_key, is_init_key, prev_mean_key]
-        self.out_keys = [action_key, next_prev]
+        self.in_keys = module_keys([observation_key, is_init_key, prev_mean_key])
+        self.out_keys = module_keys([action_key, next_prev])
 
     @torch.no_grad()
     def _value(self, z: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -559,7 +570,5 @@ class TdMpc2Planner(TensorDictModuleBase):
                 shifted = shifted * keep[:, None, None].to(shifted.dtype)
         action, mean = self.plan(flat_obs, shifted)
         tensordict.set(self.action_key, action.reshape(*batch_shape, self.action_dim))
-        tensordict.set(
-            self.out_keys[1], mean.reshape(*batch_shape, self.horizon, self.action_dim)
-        )
+        tensordict.set(self.out_keys[1], mean.reshape(*batch_shape, self.horizon, self.action_dim))
         return tensordict

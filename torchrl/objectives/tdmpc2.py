@@ -9,6 +9,7 @@ runs the two-phase update (model and Q first, then the policy prior).
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -182,7 +183,7 @@ class TdMpc2Loss(LossModule):
             with self.using_tensors(
                 "q_ensemble", self.network_tensors("q_ensemble", ParamSet.TARGET)
             ) as target_q:
-                next_q = target_q.reduce(next_z, next_action, "min")
+                next_q = cast(TdMpc2QEnsemble, target_q).reduce(next_z, next_action, "min")
             td_target = reward + self.discount * (1 - terminated) * next_q
 
         z = wm.encode(obs[:, 0])
@@ -196,7 +197,9 @@ class TdMpc2Loss(LossModule):
         reward_ce = _two_hot_ce(wm.reward_logits(zs[:, :-1], action), reward, wm.vmin, wm.vmax)
         q = self.q_ensemble
         q_logits = q.logits(zs[:, :-1], action)  # [num_q, B, H, K]
-        value_ce = _two_hot_ce(q_logits, td_target.expand(q.num_q, *td_target.shape), q.vmin, q.vmax)
+        value_ce = _two_hot_ce(
+            q_logits, td_target.expand(q.num_q, *td_target.shape), q.vmin, q.vmax
+        )
         losses = TensorDict(
             loss_consistency=self.consistency_coef * consistency / horizon,
             loss_reward=self.reward_coef * (reward_ce.mean(0) * rho).sum() / horizon,
@@ -222,7 +225,7 @@ class TdMpc2Loss(LossModule):
         with self.using_tensors(
             "q_ensemble", self.network_tensors("q_ensemble", ParamSet.DETACHED)
         ) as q_net:
-            q = q_net.reduce(z, action, "avg")
+            q = cast(TdMpc2QEnsemble, q_net).reduce(z, action, "avg")
         if self.training:
             with torch.no_grad():
                 first = q[:, 0].flatten().float()
