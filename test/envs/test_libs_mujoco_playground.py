@@ -7,6 +7,7 @@ rest are slow-marked.
 """
 
 import functools
+import importlib.util
 import sys
 
 import pytest
@@ -55,7 +56,10 @@ def test_agent_mapping_validation():
     KNOWN_MARL_MAPPINGS["walker2d_2x3"].validate(6, 24)
 
 
-pytest.importorskip("mujoco_playground")
+requires_mujoco_playground = pytest.mark.skipif(
+    importlib.util.find_spec("mujoco_playground") is None,
+    reason="mujoco_playground is not installed",
+)
 
 from torchrl.envs.libs.mujoco_playground import (  # noqa: E402
     MujocoPlaygroundAgentMapping,
@@ -70,6 +74,7 @@ def env():
     return MujocoPlaygroundEnv("CartpoleBalance", batch_size=[3], seed=0)
 
 
+@requires_mujoco_playground
 def test_specs_keys_and_seeding(env):
     check_env_specs(env)
     assert env.observation_spec["observation"].shape == (3, 5)
@@ -86,6 +91,7 @@ def test_specs_keys_and_seeding(env):
     assert repr(env).startswith("MujocoPlaygroundEnv(env=CartpoleBalance")
 
 
+@requires_mujoco_playground
 @pytest.mark.slow
 def test_partial_reset_and_step_mask(env):
     # the merged reset is a third compiled function (~25 s)
@@ -104,6 +110,7 @@ def test_partial_reset_and_step_mask(env):
     assert (out[[0, 2]] > 0).all()
 
 
+@requires_mujoco_playground
 def test_collector(env):
     from torchrl.collectors import SyncDataCollector
 
@@ -113,6 +120,7 @@ def test_collector(env):
     assert len(batches) == 2 and batches[0].batch_size == (3, 4)
 
 
+@requires_mujoco_playground
 def test_bad_arguments():
     with pytest.raises(TypeError, match="must be a mujoco_playground MjxEnv"):
         MujocoPlaygroundWrapper(object())
@@ -125,12 +133,14 @@ def test_bad_arguments():
     assert "CartpoleBalance" in MujocoPlaygroundEnv.available_envs
 
 
+@requires_mujoco_playground
 @pytest.mark.slow
 def test_warp_backend_is_refused_when_batched():
     with pytest.raises(ValueError, match="shared by the whole batch"):
         MujocoPlaygroundEnv("CartpoleBalance", config_overrides={"impl": "warp"}, batch_size=[2])
 
 
+@requires_mujoco_playground
 @pytest.mark.slow
 def test_serial_and_parallel_envs():
     from torchrl.envs import ParallelEnv, SerialEnv
@@ -151,6 +161,7 @@ def test_serial_and_parallel_envs():
     assert torch.allclose(a["next", "observation"], b["next", "observation"])
 
 
+@requires_mujoco_playground
 @pytest.mark.slow
 def test_agent_mapping_max_and_frame_skip():
     mapping = MujocoPlaygroundAgentMapping(
