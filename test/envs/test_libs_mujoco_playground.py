@@ -142,7 +142,15 @@ def test_warp_backend_is_refused_when_batched():
 
 @requires_mujoco_playground
 @pytest.mark.slow
-def test_serial_and_parallel_envs():
+def test_serial_and_parallel_envs(tmp_path):
+    from envs._jax_helpers import jax_compilation_cache
+
+    # the spawned workers load the unbatched env's compiled functions from the cache
+    with jax_compilation_cache(tmp_path):
+        _serial_and_parallel()
+
+
+def _serial_and_parallel():
     from torchrl.envs import ParallelEnv, SerialEnv
 
     make = functools.partial(MujocoPlaygroundEnv, "CartpoleBalance", seed=0)

@@ -505,7 +505,9 @@ class MujocoPlaygroundWrapper(JaxStateEnv):
             )
         self.action_spec = actions
         self.reward_spec = rewards
-        self._action_index = [torch.as_tensor(a.action_indices) for a in mapping.agents]
+        self._action_index = [
+            torch.as_tensor(a.action_indices, dtype=torch.long) for a in mapping.agents
+        ]
 
     # ---------------------------------------------------------------------------------- running
     def _global_action(self, tensordict: TensorDictBase) -> torch.Tensor:
@@ -563,7 +565,7 @@ class MujocoPlaygroundEnv(MujocoPlaygroundWrapper):
         config_overrides: entries to change in it, e.g. ``{"impl": "jax"}``.
         agent_mapping: see :class:`MujocoPlaygroundWrapper`.
         num_workers: more than 1 returns a :class:`~torchrl.envs.ParallelEnv` of that many
-            copies (one process each) instead.
+            copies (one spawned process each: JAX does not survive a fork) instead.
         **kwargs: the keyword arguments of :class:`MujocoPlaygroundWrapper` (``batch_size``,
             ``jit``, ``frame_skip``, ``seed``, ``device``, ...).
 
@@ -584,7 +586,9 @@ class MujocoPlaygroundEnv(MujocoPlaygroundWrapper):
         if num_workers is not None and int(num_workers) > 1:
             from torchrl.envs import ParallelEnv
 
-            return ParallelEnv(int(num_workers), functools.partial(cls, *args, **kwargs))
+            # spawn: JAX's runtime threads do not survive a fork
+            make = functools.partial(cls, *args, **kwargs)
+            return ParallelEnv(int(num_workers), make, mp_start_method="spawn")
         return super().__new__(cls)
 
     def __init__(
