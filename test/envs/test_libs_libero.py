@@ -6,6 +6,7 @@ that simulates is marked slow. Images are 32x32 and resets keep the model (``har
 """
 
 import functools
+import importlib.util
 import sys
 import warnings
 
@@ -33,7 +34,9 @@ def test_wrapper_argument_errors():
         LiberoWrapper(object(), group_repeats=2, group_id_mode="init_state")
 
 
-pytest.importorskip("libero")
+needs_libero = pytest.mark.skipif(
+    importlib.util.find_spec("libero") is None, reason="libero is not installed"
+)
 
 SMALL = {"camera_height": 32, "camera_width": 32, "env_kwargs": {"hard_reset": False}}
 
@@ -56,6 +59,7 @@ def env():
     env.close()
 
 
+@needs_libero
 @pytest.mark.slow
 def test_specs_keys_and_truncation(env):
     check_env_specs(env)
@@ -76,6 +80,7 @@ def test_specs_keys_and_truncation(env):
     assert not rollout["next", "terminated"].any() and not rollout["next", "reward"].any()
 
 
+@needs_libero
 @pytest.mark.slow
 def test_language_instruction_entry(env):
     # a second wrapper over the same LIBERO env (not closed: the fixture owns it)
@@ -88,6 +93,7 @@ def test_language_instruction_entry(env):
     assert env.instruction.startswith("pick up the black bowl")  # the task's, from the suite
 
 
+@needs_libero
 @pytest.mark.slow
 def test_cycle_mode_walks_through_the_initial_states(env):
     seen = []
@@ -98,6 +104,7 @@ def test_cycle_mode_walks_through_the_initial_states(env):
     assert env.init_states.shape[0] == 50
 
 
+@needs_libero
 @pytest.mark.slow
 def test_same_seed_same_initial_states_and_groups():
     env = make(init_state_mode="random", group_repeats=2, group_id_offset=100)
@@ -125,6 +132,7 @@ def test_same_seed_same_initial_states_and_groups():
         env.close()
 
 
+@needs_libero
 @pytest.mark.slow
 def test_serial_and_parallel_env_with_collector():
     from torchrl.collectors import SyncDataCollector

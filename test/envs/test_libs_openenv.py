@@ -4,6 +4,7 @@ The environment runs in-process (an ``openenv.core.Environment``) or behind Open
 FastAPI server, started by a fixture on 127.0.0.1 in a thread (no Docker, no network).
 """
 
+import importlib.util
 import random
 import socket
 import sys
@@ -25,60 +26,58 @@ def test_missing_openenv_names_the_extra(monkeypatch):
         OpenEnvWrapper(object())
 
 
-openenv = pytest.importorskip("openenv")
-uvicorn = pytest.importorskip("uvicorn")
+_has_openenv = all(importlib.util.find_spec(m) is not None for m in ("openenv", "uvicorn"))
+needs_openenv = pytest.mark.skipif(not _has_openenv, reason="openenv (or uvicorn) is missing")
 
-from openenv.core import GenericEnvClient  # noqa: E402
-from openenv.core.env_server.http_server import create_app  # noqa: E402
-from openenv.core.env_server.interfaces import Environment  # noqa: E402
-from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
+if _has_openenv:
+    import uvicorn
+    from openenv.core import GenericEnvClient
+    from openenv.core.env_server.http_server import create_app
+    from openenv.core.env_server.interfaces import Environment
+    from openenv.core.env_server.types import Action, Observation, State
 
+    class GuessAction(Action):
+        guess: int
 
-class GuessAction(Action):
-    guess: int
+    class GuessObservation(Observation):
+        hint: int = 0  # -1: the guess is too small, 1: too large, 0: right (or no guess yet)
+        tries: int = 0
 
+    class GuessEnv(Environment):
+        """Guess a number in [0, 10) within 5 tries; reward 1 for the right guess."""
 
-class GuessObservation(Observation):
-    hint: int = 0  # -1: the guess is too small, 1: too large, 0: right (or no guess yet)
-    tries: int = 0
+        SUPPORTS_CONCURRENT_SESSIONS = True
 
+        def __init__(self):
+            super().__init__()
+            self._rng = random.Random(0)
+            self._target = 0
+            self._state = State(step_count=0)
 
-class GuessEnv(Environment):
-    """Guess a number in [0, 10) within 5 tries; reward 1 for the right guess."""
+        def reset(self, seed=None, episode_id=None, **kwargs):
+            if seed is not None:
+                self._rng = random.Random(seed)
+            self._target = self._rng.randrange(10)
+            self._state = State(episode_id=episode_id, step_count=0)
+            return GuessObservation(done=False, reward=0.0)
 
-    SUPPORTS_CONCURRENT_SESSIONS = True
+        def step(self, action, timeout_s=None, **kwargs):
+            self._state.step_count += 1
+            gap = action.guess - self._target
+            done = gap == 0 or self._state.step_count >= 5
+            hint = (gap > 0) - (gap < 0)
+            return GuessObservation(
+                hint=hint, tries=self._state.step_count, done=done, reward=float(gap == 0)
+            )
 
-    def __init__(self):
-        super().__init__()
-        self._rng = random.Random(0)
-        self._target = 0
-        self._state = State(step_count=0)
+        @property
+        def state(self):
+            return self._state
 
-    def reset(self, seed=None, episode_id=None, **kwargs):
-        if seed is not None:
-            self._rng = random.Random(seed)
-        self._target = self._rng.randrange(10)
-        self._state = State(episode_id=episode_id, step_count=0)
-        return GuessObservation(done=False, reward=0.0)
-
-    def step(self, action, timeout_s=None, **kwargs):
-        self._state.step_count += 1
-        gap = action.guess - self._target
-        done = gap == 0 or self._state.step_count >= 5
-        hint = (gap > 0) - (gap < 0)
-        return GuessObservation(
-            hint=hint, tries=self._state.step_count, done=done, reward=float(gap == 0)
-        )
-
-    @property
-    def state(self):
-        return self._state
-
-
-OBS_SPEC = Composite(
-    hint=Unbounded(shape=(), dtype=torch.int64), tries=Unbounded(shape=(1,), dtype=torch.int64)
-)
-ACTION_SPEC = Composite(guess=Categorical(10))
+    OBS_SPEC = Composite(
+        hint=Unbounded(shape=(), dtype=torch.int64), tries=Unbounded(shape=(1,), dtype=torch.int64)
+    )
+    ACTION_SPEC = Composite(guess=Categorical(10))
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +129,7 @@ def _bisect(env, seed):
         low, high = (guess + 1, high) if hint < 0 else (low, guess - 1)
 
 
+@needs_openenv
 def test_non_tensor_observations_and_actions_over_a_server(server):
     env = OpenEnvWrapper(GenericEnvClient(base_url=server))
     td = env.reset()
@@ -143,6 +143,7 @@ def test_non_tensor_observations_and_actions_over_a_server(server):
     env.close()
 
 
+@needs_openenv
 def test_in_process_environment_with_models(server):
     env = OpenEnvWrapper(GuessEnv(), action_cls=GuessAction, return_observation_dict=True)
     td = env.reset()
@@ -155,6 +156,7 @@ def test_in_process_environment_with_models(server):
     assert isinstance(kept, GuessObservation)
 
 
+@needs_openenv
 @pytest.mark.parametrize("where", ["server", "in_process"])
 def test_tensor_fields_specs_and_episodes(server, where):
     env = make_tensor_client(server) if where == "server" else make_in_process()
@@ -168,6 +170,7 @@ def test_tensor_fields_specs_and_episodes(server, where):
     env.close()
 
 
+@needs_openenv
 def test_set_seed_reaches_the_reset(server):
     env = make_tensor_client(server)
     first = _bisect(env, seed=7)
@@ -176,6 +179,7 @@ def test_set_seed_reaches_the_reset(server):
     env.close()
 
 
+@needs_openenv
 def test_errors(server):
     with pytest.raises(ValueError, match="batch_size must be empty"):
         OpenEnvWrapper(GuessEnv(), batch_size=[2])
@@ -188,6 +192,7 @@ def test_errors(server):
         env.reset()
 
 
+@needs_openenv
 def test_reward_none_warns_once(server):
     class NoReward(GuessEnv):
         def step(self, action, timeout_s=None, **kwargs):
@@ -206,6 +211,7 @@ def test_reward_none_warns_once(server):
         env.step(td.exclude("next"))
 
 
+@needs_openenv
 def test_openenv_env_by_name(server):
     env = OpenEnvEnv(
         "guess",
@@ -219,6 +225,7 @@ def test_openenv_env_by_name(server):
     env.close()
 
 
+@needs_openenv
 def test_serial_and_parallel_env_with_collector(server):
     from functools import partial
 
