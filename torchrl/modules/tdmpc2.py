@@ -14,12 +14,16 @@ step's plan. The loss lives in :mod:`torchrl.objectives.tdmpc2`; the trainer in
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 from torch.nn import functional as F
+
+if TYPE_CHECKING:
+    from torchrl.envs.transforms import TensorDictPrimer
 
 from torchrl._keys import ACTION, IS_INIT, NEXT, OBSERVATION
 from torchrl._types import NestedKey
@@ -385,7 +389,8 @@ class TdMpc2Planner(TensorDictModuleBase):
     action (plus its std times noise unless the exploration type is ``DETERMINISTIC``). The
     fitted mean is written to ``("next", prev_mean_key)``: after ``step_mdp`` the next call reads
     it from ``prev_mean_key``, shifts it one step and starts from it (warm start); rows whose
-    ``is_init_key`` is set, or a missing entry, start from zero.
+    ``is_init_key`` is set, or a missing entry, start from zero. Add
+    :meth:`make_tensordict_primer` to the env so that rollouts carry the entry.
 
     Args:
         world_model: a :class:`TdMpc2WorldModel`.
@@ -482,6 +487,31 @@ class TdMpc2Planner(TensorDictModuleBase):
         )
         self.in_keys = module_keys([observation_key, is_init_key, prev_mean_key])
         self.out_keys = module_keys([action_key, next_prev])
+
+    def make_tensordict_primer(self) -> TensorDictPrimer:
+        """A transform that declares the warm-start entry: zeros at reset, carried by steps.
+
+        Append it to the env (``TransformedEnv(env, planner.make_tensordict_primer())``) so
+        that rollouts and collectors carry ``prev_mean_key`` (``[*B, horizon, action_dim]``).
+
+        Returns:
+            A :class:`~torchrl.envs.transforms.TensorDictPrimer`.
+
+        Examples:
+            >>> from torchrl.envs import PendulumEnv, TransformedEnv
+            >>> wm = TdMpc2WorldModel(3, 1, latent_dim=16, mlp_dim=32)
+            >>> planner = TdMpc2Planner(wm, TdMpc2PolicyPrior(16, 1, mlp_dim=32),
+            ...     TdMpc2QEnsemble(16, 1, mlp_dim=32, num_q=2), num_samples=16, num_elites=4,
+            ...     num_pi_trajs=2, iterations=1)
+            >>> env = TransformedEnv(PendulumEnv(batch_size=[2]), planner.make_tensordict_primer())
+            >>> env.reset()["_tdmpc2_prev_mean"].shape
+            torch.Size([2, 3, 1])
+        """
+        from torchrl.data.specs import Unbounded
+        from torchrl.envs.transforms import TensorDictPrimer
+
+        spec = Unbounded(shape=(self.horizon, self.action_dim))
+        return TensorDictPrimer({self.prev_mean_key: spec}, default_value=0.0)
 
     @torch.no_grad()
     def _value(self, z: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
