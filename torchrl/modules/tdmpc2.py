@@ -34,6 +34,7 @@ from torchrl.modules.models.dreamer_v3_functional import two_hot_decode, two_hot
 
 __all__ = [
     "SimNorm",
+    "SimplicialNormalization",
     "TdMpc2Planner",
     "TdMpc2PolicyPrior",
     "TdMpc2QEnsemble",
@@ -69,24 +70,30 @@ def simnorm(x: torch.Tensor, simplex_dim: int = 8) -> torch.Tensor:
     return x.reshape(*shape[:-1], -1, simplex_dim).softmax(-1).reshape(shape)
 
 
-class SimNorm(nn.Module):
-    """Module form of :func:`simnorm`.
+class SimplicialNormalization(nn.Module):
+    """Module form of :func:`simnorm` (TorchRL's name; :data:`SimNorm` is the same class).
 
     Args:
-        simplex_dim: the size of each simplex.
+        dim: the size of each simplex; the input's last dim must be a multiple of it.
 
     Examples:
-        >>> SimNorm(4)(torch.zeros(1, 8))
+        >>> SimplicialNormalization(4)(torch.zeros(1, 8))
         tensor([[0.2500, 0.2500, 0.2500, 0.2500, 0.2500, 0.2500, 0.2500, 0.2500]])
     """
 
-    def __init__(self, simplex_dim: int = 8) -> None:
+    def __init__(self, dim: int = 8) -> None:
         super().__init__()
-        self.simplex_dim = int(simplex_dim)
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise ValueError(f"SimplicialNormalization: dim must be an int >= 1, got {dim!r}")
+        self.dim = dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalises ``x`` (see :func:`simnorm`)."""
-        return simnorm(x, self.simplex_dim)
+        return simnorm(x, self.dim)
+
+
+#: The paper's short name for :class:`SimplicialNormalization`.
+SimNorm = SimplicialNormalization
 
 
 def _support(vmin: float, vmax: float, num_bins: int, like: torch.Tensor) -> torch.Tensor:
