@@ -147,3 +147,32 @@ def test_errors_name_the_key() -> None:
         Workspace.from_tensordict(TensorDict({}, []))
     with pytest.raises(ValueError, match="capacity must be >= 1"):
         Workspace(capacity=0)
+
+
+def test_step_reads_and_writes_follow_the_layout() -> None:
+    # get_step/set_step keep per-step plans (views, destinations): they must follow new
+    # variables and growth, and never share a TensorDict between two reads.
+    ws = Workspace(batch_size=[2], capacity=2)
+    step = TensorDict({"a": torch.zeros(2, 3), "next": {"b": torch.zeros(2)}}, [2])
+    ws.set_step(0, step)
+    first, second = ws.get_step(0), ws.get_step(0)
+    assert first is not second and first["next"] is not second["next"]
+    first["extra"] = torch.ones(2)
+    first["next", "more"] = torch.ones(2)
+    again = ws.get_step(0)
+    assert "extra" not in again.keys() and "more" not in again["next"].keys()
+    assert list(again.keys(True, True)) == list(ws.storage.keys(True, True))
+    ws.set("c", 0, torch.ones(2))  # a new variable: the next read shows it
+    assert torch.equal(ws.get_step(0)["c"], torch.ones(2))
+    assert "next" not in ws.get_step(0, exclude=("next",)).keys()
+    for t in range(1, 5):  # writes past the capacity grow the storage
+        ws.set_step(t, TensorDict({"a": torch.full((2, 3), float(t))}, [2]), keys=["a"])
+    assert ws.capacity >= 5
+    assert torch.equal(ws.get_full("a")[:, :, 0], torch.arange(5.0).expand(2, 5))
+    assert ws.get_step(4)["a"].data_ptr() == ws.storage["a"][:, 4].data_ptr()
+    with pytest.raises(ValueError, match="stored steps have shape"):
+        ws.set_step(1, TensorDict({"a": torch.zeros(2, 4)}, [2]), keys=["a"])
+    with pytest.raises(KeyError, match="no entry 'zzz'"):
+        ws.set_step(1, TensorDict({"a": torch.zeros(2, 3)}, [2]), keys=["zzz"])
+    ws.set_step(1, TensorDict({"x": torch.ones(2)}, [2]), under="next", keys=["x"])
+    assert torch.equal(ws.get(("next", "x"), 1), torch.ones(2))

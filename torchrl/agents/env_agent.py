@@ -19,7 +19,7 @@ from tensordict.nn import TensorDictModuleBase
 
 from torchrl._keys import DONE, NEXT, REWARD
 from torchrl.agents.agent import Agent
-from torchrl.agents.workspace import Workspace
+from torchrl.agents.workspace import Workspace, _leaf
 from torchrl.envs import EnvBase
 
 __all__ = ["EnvAgent", "ModelAgent"]
@@ -69,27 +69,29 @@ class EnvAgent(Agent):
         self.auto_reset = auto_reset
         self.done_key = done_key
         self.reward_key = reward_key
-        self._state: TensorDictBase | None = None
+        self._current = _Current()
         self._root_keys: list[Any] = []  # what a reset writes (observations, flags, states)
         self._step_keys: list[Any] = []  # what a step writes under "next"
-        self._next_keys: list[Any] = []  # those that are no state (left out of the env's input)
+        self._step_dests: list[Any] = []  # the same under "next", as tuples
+        self._next_keys: tuple[Any, ...] = ()  # those that are no state (left out of the input)
 
     def seed(self, seed: int) -> None:
         self.env.set_seed(seed)
-        self._state = None
+        self._current.td = None
 
     def reset_state(self) -> None:
         """Forgets the env's current state: the next run at ``t=0`` resets it."""
-        self._state = None
+        self._current.td = None
 
     def forward(self, workspace: Workspace, t: int = 0, **kwargs: Any) -> None:
         if t == 0:
-            if self._state is None or not self.auto_reset:
-                self._state = self.env.reset()
-                self._root_keys = list(self._state.keys(True, True))
-            workspace.set_step(0, self._state, keys=self._root_keys)
+            state = self._current.td
+            if state is None or not self.auto_reset:
+                state = self._current.td = self.env.reset()
+                self._root_keys = list(state.keys(True, True))
+            workspace.set_step(0, state, keys=self._root_keys)
             return
-        if self._state is None:
+        if self._current.td is None:
             raise RuntimeError(
                 f"EnvAgent: asked to step at t={t} but the env was never reset; start a run at t=0"
             )
@@ -99,15 +101,22 @@ class EnvAgent(Agent):
         current = workspace.get_step(t - 1, exclude=self._next_keys)
         # Finished sub-envs are reset in both modes (many envs refuse a step after a done);
         # without auto_reset the workspace then shows them frozen instead.
-        transition, self._state = self.env.step_and_maybe_reset(current)
-        next_td = transition.get(NEXT)
+        transition, state = self.env.step_and_maybe_reset(current)
+        self._current.td = state
+        next_td = _leaf(transition, NEXT)
         if not self._step_keys:
             roots = set(self._root_keys)
             self._step_keys = list(next_td.keys(True, True))
-            self._next_keys = [(NEXT, *_path(k)) for k in self._step_keys if k not in roots]
-        workspace.set_step(t - 1, next_td, under=NEXT, keys=self._step_keys)
-        # the policy's outputs kept by step_mdp are left out: the policy writes them at t
-        workspace.set_step(t, self._state, keys=self._root_keys)
+            self._step_dests = [(NEXT, *_path(k)) for k in self._step_keys]
+            self._next_keys = tuple((NEXT, *_path(k)) for k in self._step_keys if k not in roots)
+        # The transition's outputs at t - 1 and the next input at t (the policy's outputs kept
+        # by step_mdp are left out: the policy writes them at t), with one copy call.
+        workspace._write_steps(
+            (
+                (t - 1, next_td, NEXT, self._step_keys, self._step_dests),
+                (t, state, None, self._root_keys, None),
+            )
+        )
         if not self.auto_reset:
             self._freeze_finished(workspace, t, next_td.keys(True, True))
 
@@ -116,7 +125,7 @@ class EnvAgent(Agent):
 
     def _freeze_finished(self, workspace: Workspace, t: int, next_keys: Any) -> None:
         """Sub-envs that finished stay at their last step: done, zero reward from then on."""
-        assert self._state is not None
+        assert self._current.td is not None
         nb = len(workspace.batch_size or ())
 
         def rows(flag: Any) -> Any:
@@ -139,7 +148,17 @@ class EnvAgent(Agent):
                 workspace.get(key, t)[now] = workspace.get(nested, t - 1)[now]
             if key in workspace:
                 workspace.get(nested, t - 1)[before] = workspace.get(key, t - 1)[before]
-        self._state = workspace.get_step(t).select(*state_keys)
+        self._current.td = workspace.get_step(t).select(*state_keys)
+
+
+class _Current:
+    """The env's current input, kept in a plain object: a write to an ``nn.Module`` attribute
+    goes through ``nn.Module.__setattr__`` (over a microsecond, at every step)."""
+
+    __slots__ = ("td",)
+
+    def __init__(self) -> None:
+        self.td: TensorDictBase | None = None
 
 
 class ModelAgent(Agent):

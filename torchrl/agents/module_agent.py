@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +12,7 @@ from torchrl._keys import NEXT
 from torchrl._types import NestedKey
 from torchrl.agents.agent import Agent
 from torchrl.agents.workspace import Workspace
-from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.envs.utils import ExplorationType, exploration_type, set_exploration_type
 
 __all__ = ["ModuleAgent"]
 
@@ -65,14 +64,13 @@ class ModuleAgent(Agent):
         self.out_keys: list[NestedKey] = list(keys)
         self.exploration_type = exploration_type
 
-    def _context(self) -> Any:
-        if self.exploration_type is None:
-            return contextlib.nullcontext()
-        return set_exploration_type(self.exploration_type)
-
     def _run(self, td: TensorDictBase) -> TensorDictBase:
-        with self._context():
-            out = self.module(td)
+        wanted = self.exploration_type
+        if wanted is None or exploration_type() is wanted:
+            out = self.module(td)  # already in force: no context to enter at every step
+        else:
+            with set_exploration_type(wanted):
+                out = self.module(td)
         return td if out is None else out
 
     def forward(self, workspace: Workspace, t: int = 0, **kwargs: Any) -> None:

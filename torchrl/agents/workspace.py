@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from torchrl._td_compat import new_unchecked, plain_entries
+from torchrl._td_compat import entries, new_unchecked, plain_entries
 from torchrl._types import DeviceLike, NestedKey
 
 __all__ = ["Workspace"]
@@ -24,9 +24,17 @@ __all__ = ["Workspace"]
 # Capacity of a fresh workspace's time dim when the first write does not ask for more.
 _MIN_CAPACITY = 16
 
+# A write plan not made yet (``None`` is a plan too: "take the general path").
+_NO_PLAN: Any = object()
+
 
 def _leaf(td: TensorDictBase, key: NestedKey) -> Any:
     """``td.get(key)``, reading the entries' dicts of plain TensorDicts directly (hot path)."""
+    if type(key) is str and type(td) is TensorDict:
+        found = entries(td).get(key)
+        if found is None:
+            raise KeyError(f"the TensorDict has no entry {key!r}")
+        return found
     node: Any = td
     for name in key if isinstance(key, tuple) else (key,):
         found = plain_entries(node) if isinstance(node, TensorDictBase) else None
@@ -36,6 +44,24 @@ def _leaf(td: TensorDictBase, key: NestedKey) -> Any:
         if found is None:
             return node
     return node
+
+
+# A step's TensorDict before it is built: its entries (views of the storage, ``None`` where a
+# nested TensorDict goes) and the plans of its nested TensorDicts.
+_ReadPlan = tuple[dict[str, Any], list[tuple[str, "_ReadPlan"]]]
+
+
+def _build_step(
+    plan: _ReadPlan, batch_size: torch.Size | None, device: torch.device | None
+) -> TensorDictBase:
+    """A fresh TensorDict (fresh nested ones too) of the views ``plan`` holds."""
+    source, nested = plan
+    if nested:
+        source = dict(source)
+        for name, sub in nested:
+            source[name] = _build_step(sub, batch_size, device)
+    # the constructor copies ``source`` into the TensorDict's own dict: the plan stays as it is
+    return new_unchecked(source, batch_size=batch_size, device=device, nested=False)
 
 
 def _time_index(n_batch: int, index: int | slice) -> tuple[Any, ...]:
@@ -82,6 +108,9 @@ class Workspace:
         self._step_shapes: dict[Any, torch.Size] = {}  # shape of one step of each leaf
         self._tree: dict[str, Any] | None = None  # nested names -> full keys
         self._views: dict[int, dict[Any, torch.Tensor]] = {}  # step -> {key: view of the step}
+        self._read_plans: dict[Any, _ReadPlan] = {}  # (t, exclude) -> see get_step
+        # (t, keys, dests) -> the views and step shapes they write, see _step_copies
+        self._write_plans: dict[Any, tuple[list[torch.Tensor], list[torch.Size]] | None] = {}
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -268,22 +297,55 @@ class Workspace:
                 raise KeyError(f"Workspace has no variable {missing[0]!r}; it has {self.keys()}")
             step = td.select(*keys)[_time_index(nb, t)]
             return step.copy() if step.is_locked else step
+        device = None if self._td is None else self._td.device
+        return _build_step(self._read_plan(t, exclude), self._batch_size, device)
+
+    def _read_plan(self, t: int, exclude: Collection[NestedKey]) -> _ReadPlan:
+        """The views of step ``t`` without ``exclude``, laid out for :func:`_build_step`.
+
+        Kept per layout for a tuple ``exclude`` (agents pass the same one at every step).
+        """
+        key = (t, exclude) if type(exclude) is tuple else None
+        try:
+            plan = self._read_plans.get(key) if key is not None else None
+        except TypeError:  # a tuple holding lists: not a dict key
+            key = plan = None
+        if plan is not None:
+            return plan
         views = self._step_views(t)
+
+        def plan_of(tree: dict[str, Any]) -> _ReadPlan:
+            source: dict[str, Any] = {}
+            nested: list[tuple[str, _ReadPlan]] = []
+            for name, node in tree.items():
+                if type(node) is dict:
+                    source[name] = None  # keeps the entry's place among its siblings
+                    nested.append((name, plan_of(node)))
+                else:
+                    source[name] = views[node]
+            return source, nested
+
+        plan = plan_of(self._kept_tree(exclude))
+        if key is not None:
+            self._read_plans[key] = plan
+        return plan
+
+    def _kept_tree(self, exclude: Collection[NestedKey]) -> dict[str, Any]:
+        """The leaf tree (nested names -> full keys) without the ``exclude`` keys."""
+        self._leaves()
         assert self._tree is not None
         skip = {(k,) if isinstance(k, str) else tuple(k) for k in exclude}
 
-        def build(tree: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+        def prune(tree: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
             out = {}
             for name, node in tree.items():
                 here = (*path, name)
                 if here in skip:
                     continue
-                out[name] = build(node, here) if isinstance(node, dict) else views[node]
+                out[name] = prune(node, here) if type(node) is dict else node
             return out
 
-        return new_unchecked(
-            build(self._tree, ()), batch_size=self._batch_size, device=self._td_device()
-        )
+        return prune(self._tree, ())
 
     def set_step(
         self,
@@ -300,14 +362,85 @@ class Workspace:
             under: write the entries under this key (``under="next"``: ``("next", key)``).
             keys: write only these entries of ``tensordict`` (default: all its leaves).
         """
-        if self._batch_size is None:
-            self._batch_size = tensordict.batch_size
-        elif tensordict.batch_size != self._batch_size:
-            raise ValueError(
-                f"Workspace.set_step: expected a TensorDict of batch size {list(self._batch_size)}"
-                f", got {list(tensordict.batch_size)}"
-            )
-        self._prepare_write(t)
+        self._write_steps(((t, tensordict, under, keys, None),))
+
+    def _write_steps(
+        self,
+        writes: Sequence[
+            tuple[
+                int,
+                TensorDictBase,
+                str | None,
+                Sequence[NestedKey] | None,
+                Sequence[NestedKey] | None,
+            ]
+        ],
+    ) -> None:
+        """:meth:`set_step` of several steps with one ``torch._foreach_copy_``.
+
+        Args:
+            writes: ``(t, tensordict, under, keys, dests)`` each: the arguments of
+                :meth:`set_step`, and ``dests`` the destination key of each of ``keys`` in
+                place of ``under`` (``None``: from ``under``). The copies run in this order.
+        """
+        last = -1
+        for t, tensordict, _, _, _ in writes:
+            if self._batch_size is None:
+                self._batch_size = tensordict.batch_size
+            elif tensordict.batch_size != self._batch_size:
+                raise ValueError(
+                    "Workspace.set_step: expected a TensorDict of batch size "
+                    f"{list(self._batch_size)}, got {list(tensordict.batch_size)}"
+                )
+            if t < 0:
+                raise IndexError(f"Workspace: cannot write at negative step {t}")
+            if t > last:
+                last = t
+        # grown before any view is taken: growth replaces the leaves (a new variable does not)
+        self._prepare_write(last)
+        dsts: list[torch.Tensor] = []
+        srcs: list[torch.Tensor] = []
+        for t, tensordict, under, keys, dests in writes:
+            self._step_copies(t, tensordict, under, keys, dests, dsts, srcs)
+        if dsts:
+            # one call for all the copies (as the collectors write their buffers)
+            torch._foreach_copy_(dsts, srcs)
+        if last >= self._length:
+            self._length = last + 1
+
+    def _step_copies(
+        self,
+        t: int,
+        tensordict: TensorDictBase,
+        under: str | None,
+        keys: Sequence[NestedKey] | None,
+        dests: Sequence[NestedKey] | None,
+        dsts: list[torch.Tensor],
+        srcs: list[torch.Tensor],
+    ) -> None:
+        """Appends the copies that write ``tensordict`` at step ``t`` to ``dsts``/``srcs``.
+
+        A new variable is allocated and written at once (a wrong shape raises).
+        """
+        if keys is not None and type(tensordict) is TensorDict:
+            # the hot path: string keys read from the entries' dict, destinations made once
+            try:
+                plan_key = (t, under, tuple(keys), None if dests is None else tuple(dests))
+                plan = self._write_plans.get(plan_key, _NO_PLAN)
+                if plan is _NO_PLAN:
+                    plan = self._write_plans[plan_key] = self._write_plan(t, under, keys, dests)
+            except TypeError:  # a key held in a list: not a dict key
+                plan = None
+            if plan is not None:
+                raw = entries(tensordict)
+                try:
+                    values = [raw[key] for key in keys]  # type: ignore[index]
+                except KeyError:
+                    values = None  # the general path below raises the error
+                if values is not None and [value.shape for value in values] == plan[1]:
+                    dsts += plan[0]
+                    srcs += values
+                    return
         items: Any
         if keys is None:
             items = tensordict.items(include_nested=True, leaves_only=True)
@@ -315,10 +448,11 @@ class Workspace:
             items = ((key, _leaf(tensordict, key)) for key in keys)
         views = self._step_views(t)
         shapes = self._step_shapes
-        dsts, srcs = [], []
-        for key, value in items:
+        for i, (key, value) in enumerate(items):
             dest: Any = key
-            if under is not None:
+            if dests is not None:
+                dest = dests[i]
+            elif under is not None:
                 dest = (under, *key) if isinstance(key, tuple) else (under, key)
             view = views.get(dest)
             if view is not None and shapes[dest] == value.shape:
@@ -327,10 +461,28 @@ class Workspace:
             else:  # a new variable (or a wrong shape, which raises)
                 self._write(dest, t, value)
                 views = self._step_views(t)
-        if dsts:
-            # one call for all the copies of the step (as the collectors write their buffers)
-            torch._foreach_copy_(dsts, srcs)
-        self._length = max(self._length, t + 1)
+
+    def _write_plan(
+        self,
+        t: int,
+        under: str | None,
+        keys: Sequence[NestedKey],
+        dests: Sequence[NestedKey] | None,
+    ) -> tuple[list[torch.Tensor], list[torch.Size]] | None:
+        """The views of step ``t`` that string ``keys`` are written to, and their shapes.
+
+        ``None`` when a key is nested or a destination is a new variable (which the general
+        path allocates, changing the layout and so dropping the plans).
+        """
+        if not all(type(key) is str for key in keys):
+            return None
+        targets: list[Any] = list(dests if dests is not None else keys)
+        if dests is None and under is not None:
+            targets = [(under, key) for key in keys]
+        views = self._step_views(t)
+        if not all(dest in views for dest in targets):
+            return None
+        return [views[dest] for dest in targets], [self._step_shapes[dest] for dest in targets]
 
     # ------------------------------------------------------------------ whole sequences
     def get_full(self, key: NestedKey) -> torch.Tensor:
@@ -512,6 +664,8 @@ class Workspace:
     def _invalidate(self) -> None:
         self._flat = self._tree = None
         self._views = {}
+        self._read_plans = {}
+        self._write_plans = {}
 
     def _step_views(self, t: int) -> dict[Any, torch.Tensor]:
         """Views of every leaf at step ``t``, made once per storage layout."""
@@ -560,7 +714,7 @@ class Workspace:
     def _prepare_write(self, t: int) -> None:
         if t < 0:
             raise IndexError(f"Workspace: cannot write at negative step {t}")
-        td = self._storage()
+        td = self._td if self._td is not None else self._storage()
         capacity = td.batch_size[-1]
         if t >= capacity:
             self._grow(max(t + 1, 2 * capacity))

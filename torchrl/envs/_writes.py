@@ -74,8 +74,10 @@ def set_next(tensordict: TensorDictBase, next_td: TensorDictBase) -> None:
     raw = entries(tensordict) if type(tensordict) is TensorDict else None
     previous = raw.get(NEXT) if raw is not None else tensordict.get(NEXT, None)
     if previous is not None:
+        # the keys of next_td, looked up once (previous's keys are distinct strings)
+        present = entries(next_td) if type(next_td) is TensorDict else next_td.keys()
         for key, value in previous.items():
-            if key not in next_td.keys():
+            if key not in present:
                 next_td.set(key, value)
     if type(tensordict) is TensorDict and type(next_td) is TensorDict:
         device = tensordict.device
