@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import doctest
 import math
+import os
+import runpy
+import sys
 
 import pytest
 import torch
@@ -256,3 +259,24 @@ def test_gradient_of_propagated_cost_matches_finite_differences() -> None:
 def test_doctests(module) -> None:
     result = doctest.testmod(module, verbose=False, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "examples")
+PILCO_SMOKE_ARGS = [
+    "--max-steps", "30", "--episodes", "1", "--max-points", "20", "--gp-steps", "5",
+    "--horizon", "3", "--beliefs", "2", "--n-basis", "4", "--policy-iters", "2",
+    "--eval-episodes", "2", "--final-eval-episodes", "2", "--target-return", "0",
+]  # fmt: skip
+
+
+def test_pilco_example_smoke(tmp_path, monkeypatch, capsys) -> None:
+    pytest.importorskip("gymnasium")
+    path = os.path.join(EXAMPLES, "pilco_pendulum.py")
+    monkeypatch.setattr(
+        sys, "argv", [path, *PILCO_SMOKE_ARGS, "--out", str(tmp_path), "--no-progress"]
+    )
+    monkeypatch.syspath_prepend(EXAMPLES)
+    runpy.run_path(path, run_name="__main__")
+    out = capsys.readouterr().out
+    assert "final deterministic evaluation return" in out
+    assert list(tmp_path.glob("*.png")), "no learning-curve plot written"

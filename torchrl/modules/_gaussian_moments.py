@@ -71,31 +71,48 @@ def se_expansion_moments(
 
     # Second moment: Q_{ab,ij} = k_a(c_i, mu) k_b(c_j, mu) |R|^-1/2 exp(1/2 z^T R^-1 S z),
     # R = S (Lambda_a^-1 + Lambda_b^-1) + I, z = Lambda_a^-1 nu_i + Lambda_b^-1 nu_j.
+    # With M = R^-1 S (symmetric), z^T M z splits into a term in i, one in j and 2 zeta_i M zeta_j,
+    # so Q_ab = |R|^-1/2 diag(e_a) exp(zeta_a M zeta_b^T) diag(e_b): the only n x n work is one
+    # matrix product and one exp per pair (a <= b; Q_ba = Q_ab^T). e_a <= alpha_a (the quadratic
+    # term never exceeds the kernel's), so the split cannot overflow.
     zeta = nu_a * inv_ls.unsqueeze(-2)  # [*B, A, n, E]
     log_k = torch.log(amplitude_sq).unsqueeze(-1) - 0.5 * (nu_a * zeta).sum(-1)  # [*B, A, n]
-    inv_sum = inv_ls.unsqueeze(1) + inv_ls.unsqueeze(0)  # [A, A, E]
-    cov_ab = cov.unsqueeze(-3).unsqueeze(-3)  # [*B, 1, 1, E, E]
-    r = cov_ab * inv_sum.unsqueeze(-2) + eye  # [*B, A, A, E, E]
-    m_ab = torch.linalg.solve(r, cov_ab.expand_as(r))  # R^-1 S (symmetric)
-    _, logdet_r = torch.linalg.slogdet(r)  # [*B, A, A]
-    zeta_a = zeta.unsqueeze(-3)  # [*B, A, 1, n, E]
-    zeta_b = zeta.unsqueeze(-4)  # [*B, 1, A, n, E]
-    za_m = zeta_a @ m_ab  # [*B, A, A, n, E]
-    quad_a = (za_m * zeta_a).sum(-1)  # [*B, A, A, n]
-    quad_b = ((zeta_b @ m_ab) * zeta_b).sum(-1)  # [*B, A, A, n]
-    cross_ab = za_m @ zeta_b.mT  # [*B, A, A, n, n]
-    log_qq = (
-        (log_k.unsqueeze(-2) + 0.5 * quad_a).unsqueeze(-1)
-        + (log_k.unsqueeze(-3) + 0.5 * quad_b).unsqueeze(-2)
-        + cross_ab
-        - 0.5 * logdet_r.unsqueeze(-1).unsqueeze(-1)
-    )
-    qq = torch.exp(log_qq)  # [*B, A, A, n, n]
-    second = torch.einsum("ai,...abij,bj->...ab", weights, qq, weights)
+    pa, pb = torch.triu_indices(num_out, num_out, device=mean.device)
+    inv_sum = inv_ls[pa] + inv_ls[pb]  # [P, E]
+    cov_p = cov.unsqueeze(-3)  # [*B, 1, E, E]
+    r = cov_p * inv_sum.unsqueeze(-2) + eye  # [*B, P, E, E]
+    m_ab = torch.linalg.solve(r, cov_p.expand_as(r))  # R^-1 S
+    _, logdet_r = torch.linalg.slogdet(r)  # [*B, P]
+    zeta_a, zeta_b = zeta[..., pa, :, :], zeta[..., pb, :, :]  # [*B, P, n, E]
+    za_m = zeta_a @ m_ab
+    log_e_a = log_k[..., pa, :] + 0.5 * (za_m * zeta_a).sum(-1)  # [*B, P, n]
+    log_e_b = log_k[..., pb, :] + 0.5 * ((zeta_b @ m_ab) * zeta_b).sum(-1)
+    scale = torch.exp(-0.5 * logdet_r)  # [*B, P]
+    e_a, e_b = torch.exp(log_e_a), torch.exp(log_e_b)
+    cross_p = za_m @ zeta_b.mT  # [*B, P, n, n]
+    if bool(cross_p.detach().max() > 600.0):
+        # Only far outside the data (an exponent of hundreds) could exp overflow; Q is ~0 there.
+        cross_p = cross_p.clamp_max(600.0)
+    expcross = torch.exp(cross_p)
+    left = weights[pa] * e_a  # [*B, P, n]
+    right = weights[pb] * e_b
+    second_p = scale * (left.unsqueeze(-2) @ expcross @ right.unsqueeze(-1)).squeeze(-1).squeeze(-1)
+    second = _symmetric_from_pairs(second_p, pa, pb, num_out)
     s = second - m.unsqueeze(-1) * m.unsqueeze(-2)
     if kernel_inverse is not None:
-        q_diag = torch.diagonal(qq, dim1=-4, dim2=-3)  # [*B, n, n, A]
-        trace = (kernel_inverse * q_diag.movedim(-1, -3)).sum((-1, -2))  # [*B, A]
+        # tr(K_a^-1 Q_aa) on the diagonal pairs (a == b).
+        diag = (pa == pb).nonzero().squeeze(-1)
+        e_d = e_a[..., diag, :]  # [*B, A, n]
+        q_aa = expcross[..., diag, :, :] * e_d.unsqueeze(-1) * e_d.unsqueeze(-2)
+        trace = scale[..., diag] * (kernel_inverse * q_aa).sum((-1, -2))  # [*B, A]
         s = s + torch.diag_embed(amplitude_sq - trace)
     s = 0.5 * (s + s.mT)
     return m, s, cross
+
+
+def _symmetric_from_pairs(values: Tensor, pa: Tensor, pb: Tensor, size: int) -> Tensor:
+    """``[*B, P]`` values of the pairs ``a <= b`` -> the symmetric ``[*B, size, size]`` matrix."""
+    index = torch.empty(size, size, dtype=torch.long, device=values.device)
+    index[pa, pb] = torch.arange(pa.numel(), device=values.device)
+    index[pb, pa] = index[pa, pb]
+    return values[..., index.reshape(-1)].reshape(*values.shape[:-1], size, size)
