@@ -470,6 +470,7 @@ class MujocoPlaygroundWrapper(JaxStateEnv):
             )
 
     def _output_keys(self) -> list[Any]:
+        self._reward_set = set(self._reward_keys)
         keys: list[Any] = [(MJX_STATE, *k) for k in self._state_keys]
         return [*keys, *self._data_keys(), *self._reward_keys, DONE, TERMINATED, TRUNCATED]
 
@@ -527,13 +528,17 @@ class MujocoPlaygroundWrapper(JaxStateEnv):
         return out
 
     def _read(self, arrays: list[Any], with_reward: bool) -> TensorDictBase:
-        data = TensorDict(batch_size=self.batch_size, device=self.device)
-        rewards = set(self._reward_keys)
+        # nested dicts first, one TensorDict at the end: ~70 entries per step
+        data: dict[str, Any] = {}
         for key, array in zip(self._out_keys, arrays):
-            if not with_reward and key in rewards:
+            if not with_reward and key in self._reward_set:
                 continue
-            data.set(key, self._to_torch(array))
-        return data
+            path = key if isinstance(key, tuple) else (key,)
+            node = data
+            for part in path[:-1]:
+                node = node.setdefault(part, {})
+            node[path[-1]] = self._to_torch(array)
+        return TensorDict(data, batch_size=self.batch_size, device=self.device)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         state = tensordict.get(MJX_STATE, None)
