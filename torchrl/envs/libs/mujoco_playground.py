@@ -567,7 +567,9 @@ class MujocoPlaygroundEnv(MujocoPlaygroundWrapper):
     Args:
         env_name: a playground env name.
         config: the env's ``ConfigDict`` (default: playground's default config for the name).
-        config_overrides: entries to change in it, e.g. ``{"impl": "jax"}``.
+        config_overrides: entries to change in it. Unless ``config`` or an ``"impl"`` entry
+            says otherwise, ``"impl"`` is ``"jax"`` (MJX's JAX pipeline), not playground's
+            ``"warp"``: Warp's state does not batch per sub-env (see the wrapper).
         agent_mapping: see :class:`MujocoPlaygroundWrapper`.
         num_workers: more than 1 returns a :class:`~torchrl.envs.ParallelEnv` of that many
             copies (one spawned process each: JAX does not survive a fork) instead.
