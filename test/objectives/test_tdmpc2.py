@@ -352,6 +352,7 @@ def test_example_smoke(tmp_path, monkeypatch, capsys):
     args += ["--latent-dim", "16", "--mlp-dim", "16", "--num-q", "2", "--episode-steps", "20"]
     run_example(args, tmp_path, monkeypatch)
     assert "tdmpc2_pendulum: final deterministic evaluation return" in capsys.readouterr().out
+    assert list(tmp_path.glob("*.png")), "no learning-curve plot written"
 
 
 @pytest.mark.slow
