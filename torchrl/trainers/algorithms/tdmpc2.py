@@ -254,13 +254,13 @@ class TdMpc2Trainer(OffPolicyTrainer):
         >>> from torchrl.collectors import SyncDataCollector
         >>> from torchrl.envs import ActionScaling, PendulumEnv, StepCounter, TransformedEnv, Compose, InitTracker
         >>> from torchrl.modules.tdmpc2 import TdMpc2PolicyPrior, TdMpc2QEnsemble, TdMpc2WorldModel
-        >>> env = TransformedEnv(PendulumEnv(batch_size=[2]),
-        ...     Compose(ActionScaling(), StepCounter(20), InitTracker()))
         >>> wm, pi = TdMpc2WorldModel(3, 1, latent_dim=16, mlp_dim=32), TdMpc2PolicyPrior(16, 1, mlp_dim=32)
         >>> q = TdMpc2QEnsemble(16, 1, mlp_dim=32, num_q=2)
         >>> loss = TdMpc2Loss(wm, pi, q, horizon=3)
         >>> planner = TdMpc2Planner(wm, pi, q, horizon=3, num_samples=16, num_elites=4,
         ...     num_pi_trajs=2, iterations=1)
+        >>> env = TransformedEnv(PendulumEnv(batch_size=[2]), Compose(ActionScaling(),
+        ...     StepCounter(20), InitTracker(), planner.make_tensordict_primer()))
         >>> trainer = TdMpc2Trainer(collector=SyncDataCollector(env, planner, frames_per_batch=20,
         ...     total_frames=40), total_frames=40, loss_module=loss, planner=planner,
         ...     batch_size=4, optim_steps_per_batch=2, progress_bar=False)
