@@ -154,9 +154,9 @@ class TemporalAgent(Agent):
         if workspace.time_length > t + 1:
             # this run replaces the steps after t (step t may hold its inputs, e.g. start states)
             workspace.set_time_length(t + 1)
-        step = t
+        agent, step = self.agent, t
         while n_steps is None or step < t + n_steps:
-            self.agent(workspace, t=step, **kwargs)
+            agent(workspace, t=step, **kwargs)
             if stop_variable is not None and bool(workspace.get(stop_variable, step).all()):
                 break
             step += 1

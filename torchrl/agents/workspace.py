@@ -108,6 +108,7 @@ class Workspace:
         self._step_shapes: dict[Any, torch.Size] = {}  # shape of one step of each leaf
         self._tree: dict[str, Any] | None = None  # nested names -> full keys
         self._views: dict[int, dict[Any, torch.Tensor]] = {}  # step -> {key: view of the step}
+        self._kept: dict[Any, dict[str, Any]] = {}  # exclude -> the leaf tree without it
         self._read_plans: dict[Any, _ReadPlan] = {}  # (t, exclude) -> see get_step
         # (t, keys, dests) -> the views and step shapes they write, see _step_copies
         self._write_plans: dict[Any, tuple[list[torch.Tensor], list[torch.Size]] | None] = {}
@@ -325,7 +326,12 @@ class Workspace:
                     source[name] = views[node]
             return source, nested
 
-        plan = plan_of(self._kept_tree(exclude))
+        tree = self._kept.get(exclude) if key is not None else None
+        if tree is None:
+            tree = self._kept_tree(exclude)
+            if key is not None:
+                self._kept[exclude] = tree  # type: ignore[index]
+        plan = plan_of(tree)
         if key is not None:
             self._read_plans[key] = plan
         return plan
@@ -664,6 +670,7 @@ class Workspace:
     def _invalidate(self) -> None:
         self._flat = self._tree = None
         self._views = {}
+        self._kept = {}
         self._read_plans = {}
         self._write_plans = {}
 
