@@ -9,7 +9,7 @@ TORCH_VERSION ?= 2.13.0
 # by default), and what only slow-marked tests need (brax/jax, ~550 MB).
 DEMO_EXTRAS ?= gym,plot
 TEST_EXTRAS ?= gym,dev,plot,offline,atari,open_spiel,mo_gym,minigrid,jumanji,mujoco,dm_control,vmas,pettingzoo,tensorboard,wandb,ray,submitit,envpool,chess
-SLOW_EXTRAS ?= brax
+SLOW_EXTRAS ?= brax,mujoco_playground
 PYTEST_ARGS ?=
 
 .PHONY: setup setup-test build demo test test-slow lint format docs bench bench-docs clean

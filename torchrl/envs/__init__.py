@@ -41,7 +41,17 @@ from torchrl.envs.libs.gym import (
 )
 from torchrl.envs.libs.gymnax import GymnaxEnv, GymnaxWrapper
 from torchrl.envs.libs.jumanji import JumanjiEnv, JumanjiWrapper
+from torchrl.envs.libs.libero import LiberoEnv, LiberoWrapper
+from torchrl.envs.libs.mjlab import MJLabEnv, MJLabWrapper
 from torchrl.envs.libs.mo_gym import MOGymEnv, MOGymWrapper
+from torchrl.envs.libs.mujoco_playground import (
+    MujocoPlaygroundAgentMapping,
+    MujocoPlaygroundAgentSpec,
+    MujocoPlaygroundEnv,
+    MujocoPlaygroundWrapper,
+)
+from torchrl.envs.libs.openenv import OpenEnvEnv, OpenEnvWrapper
+from torchrl.envs.libs.openml import OpenMLEnv
 from torchrl.envs.libs.openspiel import OpenSpielEnv, OpenSpielWrapper
 from torchrl.envs.libs.pettingzoo import PettingZooEnv, PettingZooWrapper
 from torchrl.envs.libs.procgen import ProcgenEnv, ProcgenWrapper
@@ -322,6 +332,17 @@ __all__ += [
     "MOGymEnv",
     "MOGymWrapper",
     "MaxPoolFrameSkip",
+    "LiberoEnv",
+    "LiberoWrapper",
+    "MJLabEnv",
+    "MJLabWrapper",
+    "MujocoPlaygroundAgentMapping",
+    "MujocoPlaygroundAgentSpec",
+    "MujocoPlaygroundEnv",
+    "MujocoPlaygroundWrapper",
+    "OpenEnvEnv",
+    "OpenEnvWrapper",
+    "OpenMLEnv",
     "OpenSpielEnv",
     "OpenSpielWrapper",
     "ProcgenEnv",

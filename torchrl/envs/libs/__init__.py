@@ -16,7 +16,17 @@ from torchrl.envs.libs.gym import (
 )
 from torchrl.envs.libs.gymnax import GymnaxEnv, GymnaxWrapper
 from torchrl.envs.libs.jumanji import JumanjiEnv, JumanjiWrapper
+from torchrl.envs.libs.libero import LiberoEnv, LiberoWrapper
+from torchrl.envs.libs.mjlab import MJLabEnv, MJLabWrapper
 from torchrl.envs.libs.mo_gym import MOGymEnv, MOGymWrapper
+from torchrl.envs.libs.mujoco_playground import (
+    MujocoPlaygroundAgentMapping,
+    MujocoPlaygroundAgentSpec,
+    MujocoPlaygroundEnv,
+    MujocoPlaygroundWrapper,
+)
+from torchrl.envs.libs.openenv import OpenEnvEnv, OpenEnvWrapper
+from torchrl.envs.libs.openml import OpenMLEnv
 from torchrl.envs.libs.openspiel import OpenSpielEnv, OpenSpielWrapper
 from torchrl.envs.libs.pettingzoo import PettingZooEnv, PettingZooWrapper
 from torchrl.envs.libs.procgen import ProcgenEnv, ProcgenWrapper
@@ -36,6 +46,17 @@ __all__ = [
     "JumanjiWrapper",
     "MOGymEnv",
     "MOGymWrapper",
+    "LiberoEnv",
+    "LiberoWrapper",
+    "MJLabEnv",
+    "MJLabWrapper",
+    "MujocoPlaygroundAgentMapping",
+    "MujocoPlaygroundAgentSpec",
+    "MujocoPlaygroundEnv",
+    "MujocoPlaygroundWrapper",
+    "OpenEnvEnv",
+    "OpenEnvWrapper",
+    "OpenMLEnv",
     "OpenSpielEnv",
     "OpenSpielWrapper",
     "ProcgenEnv",
@@ -64,7 +85,11 @@ _LIBRARIES = {
     "gym": "gymnasium",
     "gymnax": "gymnax",
     "jumanji": "jumanji",
+    "libero": "libero",
+    "mjlab": "mjlab",
+    "mujoco_playground": "mujoco_playground",
     "mo_gym": "mo_gymnasium",
+    "openenv": "openenv",
     "openspiel": "pyspiel",
     "pettingzoo": "pettingzoo",
     "procgen": "procgen",
@@ -77,8 +102,10 @@ def get_available_libraries() -> set[str]:
 
     Returns:
         A subset of the wrapper names (``"atari"``, ``"brax"``, ``"dm_control"``, ``"envpool"``,
-        ``"gym"``, ``"gymnax"``, ``"jumanji"``, ``"mo_gym"``, ``"openspiel"``, ``"pettingzoo"``,
-        ``"procgen"``, ``"vmas"``); ``"gym"`` stands for ``gymnasium``.
+        ``"gym"``, ``"gymnax"``, ``"jumanji"``, ``"libero"``, ``"mjlab"``,
+        ``"mujoco_playground"``, ``"mo_gym"``, ``"openenv"``, ``"openspiel"``, ``"pettingzoo"``,
+        ``"procgen"``, ``"vmas"``); ``"gym"`` stands for ``gymnasium``. ``OpenMLEnv`` needs no
+        simulator (it reads tables with ``torchrl[offline]``).
 
     Examples:
         >>> from torchrl.envs.libs import get_available_libraries
