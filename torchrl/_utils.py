@@ -8,6 +8,7 @@ import functools
 import importlib
 import importlib.util
 import logging
+import os
 import warnings
 from collections.abc import Callable
 from types import ModuleType
@@ -81,6 +82,35 @@ def import_optional(name: str, extra: str | None = None) -> ModuleType:
 
 
 _warned: set[str] = set()
+
+
+def start_local_ray(ray: ModuleType, config: dict[str, Any], who: str) -> None:
+    """Calls ``ray.init(**config)`` with the dashboard off, warning when Ray starts unauthenticated.
+
+    Every part of torchrl that starts Ray calls this one function (replay buffers, collectors,
+    PBT, the Ray logger, the service registry). Ray's gRPC servers listen on every
+    interface and Ray offers no setting to change it; what keeps other machines out is Ray's
+    token authentication, which Ray (2.60 checked) turns on for a new local instance when
+    ``RAY_AUTH_MODE`` is unset. With ``RAY_AUTH_MODE=disabled`` anyone who can reach this
+    machine can run code in the instance, so a warning says so.
+
+    Args:
+        ray: the imported ``ray`` module.
+        config: keyword arguments of ``ray.init`` (``include_dashboard`` defaults to ``False``).
+        who: the name of the caller, written in the warning.
+    """
+    config = {"include_dashboard": False, **config}
+    starts_local = config.get("address") in (None, "local")
+    if starts_local and os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+        warnings.warn(
+            f"{who}: starting Ray with RAY_AUTH_MODE=disabled: Ray's servers listen on every "
+            "network interface without authentication, so any host that can reach this one "
+            "can run code here. Unset RAY_AUTH_MODE (Ray then uses token authentication) "
+            "unless this machine is isolated.",
+            UserWarning,
+            stacklevel=3,
+        )
+    ray.init(**config)
 
 
 def warn_once(message: str, category: type[Warning] = UserWarning, stacklevel: int = 2) -> None:

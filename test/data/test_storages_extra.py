@@ -581,10 +581,21 @@ def test_h5_checkpointer_round_trip(tmp_path):
 
 
 def test_ray_start_helper_has_one_definition():
+    from torchrl._utils import start_local_ray
     from torchrl.collectors.distributed.utils import start_local_ray as from_collectors
-    from torchrl.data.replay_buffers.ray_buffer import start_local_ray
+    from torchrl.data.replay_buffers.ray_buffer import start_local_ray as from_data
+    from torchrl.record.loggers import ray_logger
+    from torchrl.services import ray_service
+    from torchrl.trainers.pbt import backends
 
-    assert from_collectors is start_local_ray
+    for module in (
+        from_collectors,
+        from_data,
+        ray_logger.start_local_ray,
+        ray_service.start_local_ray,
+        backends.start_local_ray,
+    ):
+        assert module is start_local_ray
 
     class FakeRay:
         def init(self, **config):

@@ -6,6 +6,7 @@ import builtins
 import importlib.util
 from typing import Any
 
+from torchrl._utils import start_local_ray
 from torchrl.services.base import Service, ServiceBase
 
 __all__ = ["RayService"]
@@ -124,7 +125,7 @@ class RayService(ServiceBase):
         ray = _import_ray()
         if not ray.is_initialized():
             config = {"namespace": self.namespace, **self.ray_init_config}
-            ray.init(**config)
+            start_local_ray(ray, config, type(self).__name__)
         return ray
 
     def _registry(self) -> Any:

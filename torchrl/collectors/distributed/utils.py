@@ -20,13 +20,13 @@ import torch.distributed as dist
 from tensordict import TensorDictBase
 from torch import nn
 
+from torchrl._utils import start_local_ray
 from torchrl.collectors._base import DataCollectorBase
 from torchrl.collectors._buffer import TRAJ_KEY
 from torchrl.collectors._options import CollectorOptions, MultiCollectorOptions, WorkerOptions
 from torchrl.collectors._policy import PolicyLike
 from torchrl.collectors.multi import MultiaSyncDataCollector, MultiSyncDataCollector
 from torchrl.collectors.sync import EnvSource, SyncDataCollector
-from torchrl.data.replay_buffers.ray_buffer import start_local_ray
 from torchrl.weight_update import MultiProcessWeightSyncScheme, WeightSyncScheme
 from torchrl.weight_update.weights import policy_weights
 

@@ -11,14 +11,11 @@ samples from it.
 
 from __future__ import annotations
 
-import os
-import warnings
 from collections.abc import Callable
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from torchrl._types import IndexLike, ReplayBufferLike
-from torchrl._utils import import_optional
+from torchrl._utils import import_optional, start_local_ray
 from torchrl.data.replay_buffers.replay_buffers import ReplayBuffer
 
 if TYPE_CHECKING:
@@ -28,36 +25,7 @@ if TYPE_CHECKING:
 
     from torchrl.data.replay_buffers.utils import Index
 
-__all__ = ["RayReplayBuffer", "start_local_ray"]
-
-
-def start_local_ray(ray: ModuleType, config: dict[str, Any], who: str) -> None:
-    """Calls ``ray.init(**config)`` with the dashboard off, warning when Ray starts unauthenticated.
-
-    This is the one definition used by the data layer and by the distributed collectors
-    (``torchrl.collectors.distributed.utils`` re-exports it). Ray's gRPC servers listen on every
-    interface and Ray offers no setting to change it; what keeps other machines out is Ray's
-    token authentication, which Ray (2.60 checked) turns on for a new local instance when
-    ``RAY_AUTH_MODE`` is unset. With ``RAY_AUTH_MODE=disabled`` anyone who can reach this
-    machine can run code in the instance, so a warning says so.
-
-    Args:
-        ray: the imported ``ray`` module.
-        config: keyword arguments of ``ray.init`` (``include_dashboard`` defaults to ``False``).
-        who: the name of the caller, written in the warning.
-    """
-    config = {"include_dashboard": False, **config}
-    starts_local = config.get("address") in (None, "local")
-    if starts_local and os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
-        warnings.warn(
-            f"{who}: starting Ray with RAY_AUTH_MODE=disabled: Ray's servers listen on every "
-            "network interface without authentication, so any host that can reach this one "
-            "can run code here. Unset RAY_AUTH_MODE (Ray then uses token authentication) "
-            "unless this machine is isolated.",
-            UserWarning,
-            stacklevel=3,
-        )
-    ray.init(**config)
+__all__ = ["RayReplayBuffer"]
 
 
 class _BufferHost:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchrl._utils import has_module, import_optional
+from torchrl._utils import has_module, import_optional, start_local_ray
 from torchrl.record.loggers.common import Logger
 from torchrl.record.loggers.service import LOG_METHODS, LoggerClient, LoggerService
 
@@ -113,7 +113,7 @@ class RayLogger(LoggerService):
             raise TypeError("RayLogger: cannot run a RayLogger inside a RayLogger")
         ray = import_optional("ray", extra="ray")
         if not ray.is_initialized():
-            ray.init(**{"include_dashboard": False, **(ray_init_config or {})})
+            start_local_ray(ray, dict(ray_init_config or {}), "RayLogger")
         self.logger_cls = logger_cls
         options = dict(ray_actor_options or {})
         remote_cls = ray.remote(**options)(LoggerActor) if options else ray.remote(LoggerActor)

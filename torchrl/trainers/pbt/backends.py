@@ -30,6 +30,7 @@ from torchrl._processes import (
     stop_processes,
     watch_parent,
 )
+from torchrl._utils import start_local_ray
 
 __all__ = ["PBTMemberError", "make_backend"]
 
@@ -439,7 +440,7 @@ class RayBackend:
         self.timeout = timeout
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
-            ray.init(**{"include_dashboard": False, **(ray_init_config or {})})
+            start_local_ray(ray, dict(ray_init_config or {}), "PopulationBasedTraining")
         actor_cls = ray.remote(_RayMember)
         options = dict(ray_actor_options or {})
         self.actors: list[Any] = []
