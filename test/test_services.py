@@ -82,8 +82,10 @@ def test_get_services_backends() -> None:
     assert isinstance(get_services("local", namespace="n"), LocalService)
     ray_services = get_services("ray", namespace="ns", ray_init_config={"num_cpus": 1})
     assert isinstance(ray_services, RayService) and ray_services.namespace == "ns"
-    with pytest.raises(ValueError, match="unknown backend 'monarch'"):
+    with pytest.raises(ValueError, match="backend 'monarch' is not implemented here"):
         get_services("monarch")
+    with pytest.raises(ValueError, match="backend 'bogus' is unknown"):
+        get_services("bogus")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="ray_init_config must be a dict"):
         RayService(ray_init_config=[1])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="namespace must be a non-empty str"):

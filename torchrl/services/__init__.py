@@ -7,6 +7,7 @@ Importing this package is cheap: it imports neither torch nor Ray; Ray loads whe
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 from torchrl.services.base import Service, ServiceBackend, ServiceBase
@@ -59,7 +60,9 @@ def get_services(backend: str = "ray", **init_kwargs: Any) -> ServiceBase:
     try:
         cls = _BACKENDS[backend]
     except KeyError:
+        known = typing.get_args(ServiceBackend)
+        what = "is not implemented here" if backend in known else "is unknown"
         raise ValueError(
-            f"get_services: unknown backend {backend!r}; expected one of {sorted(_BACKENDS)}"
+            f"get_services: backend {backend!r} {what}; expected one of {sorted(_BACKENDS)}"
         ) from None
     return cls(**init_kwargs)
