@@ -228,6 +228,7 @@ SMOKED_ELSEWHERE = {
     "ddpg_figure1.py",
     "mbpo_pendulum.py",  # test_examples_model_based.py
     "mpc_pendulum.py",
+    "pilco_pendulum.py",  # modules/test_gp_world_model.py
     "ppo_atari.py",  # test_examples_atari.py
     "dqn_atari.py",
     "openspiel_tictactoe.py",  # envs/test_libs_openspiel.py

@@ -23,6 +23,7 @@ from torchrl.modules.exploration import (
     OrnsteinUhlenbeckProcessModule,
     OrnsteinUhlenbeckProcessWrapper,
 )
+from torchrl.modules.gp_world_model import GPWorldModel
 from torchrl.modules.gtrxl import GTrXL, GTrXLModule
 from torchrl.modules.models import *  # noqa: F403
 from torchrl.modules.models import __all__ as _models_all
@@ -33,6 +34,7 @@ from torchrl.modules.qvalue import (
     QValueActor,
     QValueModule,
 )
+from torchrl.modules.rbf_controller import RBFController
 from torchrl.modules.recurrent import (
     GRUModule,
     LSTMModule,
@@ -41,10 +43,10 @@ from torchrl.modules.recurrent import (
     window_episode_starts,
 )
 from torchrl.modules.recurrent_utils import get_env_transforms_from_module, get_primers_from_module
+from torchrl.modules.shift import Shift
 from torchrl.modules.tensordict_module.action_chunk import ActionChunkExecutor
 from torchrl.modules.tensordict_module.diffusion import DiffusionActor
 from torchrl.modules.tensordict_module.exploration_spec import set_exploration_modules_spec_from_env
-from torchrl.modules.shift import Shift
 from torchrl.modules.tensordict_module.multistep import MultiStepActorWrapper
 from torchrl.modules.tensordict_module.safe import (
     SafeModule,
@@ -91,6 +93,8 @@ __all__ = [
     "TanhModule",
     "ValueOperator",
     "WorldModelWrapper",
+    "GPWorldModel",
+    "RBFController",
     "recurrent_mode",
     "set_recurrent_mode",
     "window_episode_starts",

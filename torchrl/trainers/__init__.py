@@ -32,6 +32,17 @@ from torchrl.trainers.hooks_extra import (
     UTDRHook,
     ValueEstimatorHook,
 )
+from torchrl.trainers.learners import (
+    Learner,
+    LearnerContext,
+    LearnerGroup,
+    LearnerStepRequest,
+    LearnerStepResult,
+    LearnerWeights,
+    LocalLearnerGroup,
+    OptimizationContext,
+)
+from torchrl.trainers.mixed_precision import MixedPrecisionOptimizationStepper
 from torchrl.trainers.pbt import (
     PBT,
     ChoiceParam,
@@ -45,17 +56,6 @@ from torchrl.trainers.pbt import (
     set_loss_coefficient,
     set_optimizer_lr,
 )
-from torchrl.trainers.learners import (
-    Learner,
-    LearnerContext,
-    LearnerGroup,
-    LearnerStepRequest,
-    LearnerStepResult,
-    LearnerWeights,
-    LocalLearnerGroup,
-    OptimizationContext,
-)
-from torchrl.trainers.mixed_precision import MixedPrecisionOptimizationStepper
 from torchrl.trainers.trainer import HOOK_POINTS, Trainer
 
 __all__ = [
