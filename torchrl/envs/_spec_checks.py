@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, is_leaf_nontensor, is_non_tensor
 
 from torchrl._keys import NEXT
 from torchrl._types import NestedKey
@@ -37,6 +37,8 @@ def _describe(value: Any) -> str:
         if value.numel() and (value.dtype.is_floating_point or value.dtype == torch.int64):
             text += f" (min {value.min().item():.4g}, max {value.max().item():.4g})"
         return text
+    if isinstance(value, TensorDictBase) and is_non_tensor(value):
+        return f"non-tensor data ({type(value).__name__}) of batch size {tuple(value.batch_size)}"
     return f"a {type(value).__name__}"
 
 
@@ -80,15 +82,26 @@ def check_entry(
         ...
         ValueError: step(): entry 'obs' has shape (4,) but its spec expects (3,) ...
     """
+    shape = tuple(spec.shape)
+    expected = (*shape[:batch_dims], *extra_dims, *shape[batch_dims:])
     if _is_non_tensor_spec(spec):
+        # non-tensor data (strings, objects) holds any value: check its kind and batch size
+        if not (isinstance(value, TensorDictBase) and is_non_tensor(value)):
+            raise ValueError(
+                f"{where}: entry {key!r} should be non-tensor data (NonTensorData or "
+                f"NonTensorStack) described by {spec!r}, but {_describe(value)} came"
+            )
+        if tuple(value.batch_size) != expected:
+            raise ValueError(
+                f"{where}: entry {key!r} has batch size {tuple(value.batch_size)} but its spec "
+                f"expects {expected} (spec: {spec!r})"
+            )
         return
     if not isinstance(value, torch.Tensor):
         raise ValueError(
             f"{where}: entry {key!r} should be a tensor described by {spec!r}, "
             f"but {_describe(value)} came"
         )
-    shape = tuple(spec.shape)
-    expected = (*shape[:batch_dims], *extra_dims, *shape[batch_dims:])
     if tuple(value.shape) != expected:
         raise ValueError(
             f"{where}: entry {key!r} has shape {tuple(value.shape)} but its spec expects "
@@ -190,9 +203,10 @@ def _compare(
     check_dtype: bool,
     skip: tuple[str, ...],
 ) -> None:
+    # non-tensor entries (strings, stacked or not) are leaves too, as NonTensor specs are
     data_keys = {
         k
-        for k in data.keys(include_nested=True, leaves_only=True)
+        for k in data.keys(include_nested=True, leaves_only=True, is_leaf=is_leaf_nontensor)
         if (k if isinstance(k, str) else k[0]) not in skip
     }
     for key, (name, spec) in specs.items():

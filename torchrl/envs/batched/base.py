@@ -95,6 +95,8 @@ class BatchedEnvBase(EnvBase):
     # Workers holding a batched env let it step and reset in one call (it resets its finished
     # sub-envs one by one, without the generic partial-reset merge).
     _fused_step_and_reset = True
+    # whether the env moves non-tensor entries (strings...): only in-process stacking can
+    _moves_non_tensor = False
 
     def __init__(
         self,
@@ -165,10 +167,12 @@ class BatchedEnvBase(EnvBase):
         specs.append(self.full_state_spec)
         for spec in specs:
             for key in spec.keys(True, True):
-                if _is_non_tensor(spec[key]):
+                if not self._moves_non_tensor and _is_non_tensor(spec[key]):
                     raise NotImplementedError(
-                        f"{name}: entry {key!r} is a non-tensor spec ({spec[key]!r}); batched "
-                        f"envs move tensors only"
+                        f"{name}: entry {key!r} is a non-tensor spec ({spec[key]!r}); {name} "
+                        f"moves tensors only (through shared memory). Drop the entry in each "
+                        f"worker with TransformedEnv(env, ExcludeTransform({key!r})), or use "
+                        f"SerialEnv, which stacks non-tensor data"
                     )
 
         def node_shape(prefix: Path) -> torch.Size:

@@ -59,6 +59,9 @@ class SerialEnv(BatchedEnvBase):
         >>> env.close()
     """
 
+    # outputs are stacked in this process: non-tensor entries (strings) stack as lists
+    _moves_non_tensor = True
+
     def __init__(
         self,
         num_workers: int,

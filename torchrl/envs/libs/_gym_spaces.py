@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 import torch
+from tensordict import NonTensorData, NonTensorStack
 
 from torchrl._keys import ACTION
 from torchrl._types import DeviceLike
@@ -28,6 +29,7 @@ from torchrl.data.specs import (
     Composite,
     MultiCategorical,
     MultiOneHot,
+    NonTensor,
     OneHot,
     TensorSpec,
     Unbounded,
@@ -43,6 +45,7 @@ __all__ = [
     "gym_to_torchrl_spec_transform",
     "has_spec_conversion",
     "import_gymnasium",
+    "is_text_space",
     "make_checked_writer",
     "make_reader",
     "make_writer",
@@ -322,6 +325,36 @@ def tensor_from_array(value: np.ndarray) -> torch.Tensor:
 # --------------------------------------------------------------------------- spaces -> specs
 
 
+def is_text_space(space: Any) -> bool:
+    """Whether ``space`` holds strings: gymnasium's ``Text``, or a space with a string dtype.
+
+    Minigrid's ``MissionSpace`` is no ``Text`` subclass but declares ``dtype=str``, as ``Text``
+    does; both map to a :class:`~torchrl.data.NonTensor` spec and their values pass through as
+    Python strings.
+
+    Examples:
+        >>> import gymnasium as gym
+        >>> from torchrl.envs.libs._gym_spaces import is_text_space
+        >>> is_text_space(gym.spaces.Text(8)), is_text_space(gym.spaces.Discrete(3))
+        (True, False)
+    """
+    text = getattr(spaces_of(space), "Text", None)
+    if text is not None and isinstance(space, text):
+        return True
+    # gymnasium stores dtype=str as numpy's unicode dtype ("<U0")
+    dtype = getattr(space, "dtype", None)
+    return isinstance(dtype, np.dtype) and dtype.kind in ("U", "S")
+
+
+def _text_example(space: Any) -> str:
+    """A string that every text space accepts: its first character ``min_length`` times."""
+    min_length = int(getattr(space, "min_length", 0) or 0)
+    charset = getattr(space, "character_list", None) or getattr(space, "characters", "")
+    if not min_length or not charset:
+        return ""
+    return str(sorted(charset)[0]) * min_length
+
+
 def gym_to_torchrl_spec_transform(
     space: Any,
     device: DeviceLike = "cpu",
@@ -332,7 +365,10 @@ def gym_to_torchrl_spec_transform(
 
     Args:
         space: a ``gymnasium.spaces.Space`` (``Box``, ``Discrete``, ``MultiDiscrete``,
-            ``MultiBinary``, ``Dict`` or ``Tuple``, nested freely).
+            ``MultiBinary``, ``Text``, ``Dict`` or ``Tuple``, nested freely). ``Text`` (and any
+            space with ``dtype=str``, such as Minigrid's ``MissionSpace``) becomes a
+            :class:`~torchrl.data.NonTensor` spec of shape ``batch_size`` whose example is a
+            string the space accepts (``""`` unless ``min_length`` is set).
         device: the device of the spec.
         categorical_action_encoding: if ``True``, ``Discrete`` spaces become
             :class:`~torchrl.data.Categorical` (an index of shape ``batch_size``) and
@@ -355,6 +391,8 @@ def gym_to_torchrl_spec_transform(
         >>> box = gym.spaces.Box(-1.0, 1.0, shape=(2,))
         >>> gym_to_torchrl_spec_transform(box).dtype
         torch.float32
+        >>> gym_to_torchrl_spec_transform(gym.spaces.Text(8), batch_size=[2])
+        NonTensor(shape=torch.Size([2]), dtype=None, device=cpu)
     """
     batch = tuple(batch_size)
     registered = _registered_conversion(space)
@@ -379,6 +417,8 @@ def gym_to_torchrl_spec_transform(
             )
         return spec
     spaces = spaces_of(space)
+    if is_text_space(space):
+        return NonTensor(shape=batch, device=device, example_data=_text_example(space))
     if isinstance(space, spaces.Box):
         dtype = torch_dtype_of(space.dtype)
         shape = (*batch, *space.shape)
@@ -436,12 +476,20 @@ def gym_to_torchrl_spec_transform(
         )
     raise NotImplementedError(
         f"gymnasium space {space!r} ({type(space).__name__}) has no torchrl spec: supported are "
-        "Box, Discrete, MultiDiscrete, MultiBinary, Dict and Tuple; register a conversion for "
+        "Box, Discrete, MultiDiscrete, MultiBinary, Text, Dict and Tuple; register a conversion for "
         "other space types with register_gym_spec_conversion(space_type)"
     )
 
 
 # ------------------------------------------------------------- gymnasium values -> tensors
+
+
+def _read_text(value: Any) -> NonTensorData | NonTensorStack:
+    """A string as ``NonTensorData``; a vector env's strings (tuple or array) as a stack."""
+    if isinstance(value, str):
+        return NonTensorData(data=value, batch_size=())
+    # a vector env gives a tuple (or an object array) of strings, one per sub-env
+    return NonTensorStack(*(NonTensorData(data=str(v), batch_size=()) for v in value))
 
 
 def make_reader(space: Any, categorical: bool) -> ToTensor:
@@ -462,6 +510,8 @@ def make_reader(space: Any, categorical: bool) -> ToTensor:
 
         return read_registered
     spaces = spaces_of(space)
+    if is_text_space(space):
+        return _read_text
     if isinstance(space, spaces.Box):
         np_dtype = space.dtype
 
@@ -594,7 +644,18 @@ def make_writer(space: Any, categorical: bool, batched: bool) -> ToGym:
     if isinstance(space, spaces.Tuple):
         members = [(str(i), make_writer(sub, categorical, batched)) for i, sub in enumerate(space)]
         return lambda action: tuple(write(action.get(key)) for key, write in members)
+    if is_text_space(space):
+        return _write_text
     raise NotImplementedError(f"cannot write actions for gymnasium space {space!r}")
+
+
+def _write_text(action: Any) -> Any:
+    """Unwraps string actions (``NonTensorData``: its string; a stack: a tuple of them)."""
+    if isinstance(action, NonTensorStack):
+        return tuple(action.tolist())
+    if isinstance(action, NonTensorData):
+        return action.data
+    return action
 
 
 #: What a checked writer returns for an action it cannot vouch for (see make_checked_writer).
