@@ -1,8 +1,8 @@
 """Minigrid through GymEnv/GymWrapper (skipped when minigrid is not installed).
 
-Minigrid needs no wrapper of its own: its dict observations (``image``, ``direction``) convert
-with the gym space conversions, once the ``mission`` string is filtered out (a ``MissionSpace``
-has no tensor spec, see ``test_mission_space_is_reported``).
+Minigrid needs no wrapper of its own: its dict observations convert with the gym space
+conversions, the ``mission`` string (a ``MissionSpace``) included, as a ``NonTensor`` entry.
+Most tests filter the mission out (the tensor-only path); the ``mission`` tests keep it.
 """
 
 import warnings
@@ -10,7 +10,8 @@ import warnings
 import pytest
 import torch
 
-from torchrl.envs import ParallelEnv, SerialEnv, check_env_specs
+from torchrl.data import NonTensor
+from torchrl.envs import ExcludeTransform, ParallelEnv, SerialEnv, TransformedEnv, check_env_specs
 from torchrl.envs.libs.gym import GymEnv, GymWrapper
 
 minigrid = pytest.importorskip("minigrid")
@@ -31,9 +32,97 @@ def make_empty(**kwargs):
     return GymWrapper(_filtered(gym.make(EMPTY, **kwargs)), categorical_action_encoding=True)
 
 
-def test_mission_space_is_reported():
-    with pytest.raises(NotImplementedError, match="MissionSpace"):
-        GymEnv(EMPTY)
+MISSION = "get to the green goal square"
+
+
+def make_with_mission():
+    """Empty-5x5 with its mission kept (module level: SerialEnv/ParallelEnv may pickle it)."""
+    return GymEnv(EMPTY, categorical_action_encoding=True)
+
+
+def test_mission_is_kept():
+    env = make_with_mission()
+    spec = env.observation_spec
+    assert set(spec.keys()) == {"image", "direction", "mission"}
+    assert isinstance(spec["mission"], NonTensor)
+    check_env_specs(env)
+    check_env_specs(env, return_contiguous=False)
+    assert env.reset()["mission"] == MISSION
+    rollout = env.rollout(3, break_when_any_done=False)
+    assert rollout["next", "mission"] == [MISSION] * 3
+
+
+def test_mission_vector_env():
+    env = GymEnv(EMPTY, num_envs=3, categorical_action_encoding=True)
+    assert env.observation_spec["mission"].shape == (3,)
+    check_env_specs(env)
+    env.set_seed(0)
+    td = env.reset()
+    assert td["mission"] == [MISSION] * 3
+    td["action"] = torch.tensor([LEFT, RIGHT, RIGHT])
+    td = env.step(td)["next"]
+    td["_reset"] = torch.tensor([[False], [True], [False]])
+    td = env.reset(td)
+    assert td["mission"] == [MISSION] * 3 and td["direction"].tolist() == [3, 0, 1]
+
+
+def test_mission_seeding_is_reproducible():
+    # DoorKey's mission is fixed, but the grid is random: the seed decides it, mission or not
+    def rollout(seed):
+        env = GymEnv("MiniGrid-DoorKey-5x5-v0", categorical_action_encoding=True)
+        env.set_seed(seed)
+        torch.manual_seed(seed)
+        return env.rollout(10, break_when_any_done=False)
+
+    a, b = rollout(3), rollout(3)
+    assert (a["image"] == b["image"]).all() and a["mission"] == b["mission"]
+
+
+def test_mission_serial_env_and_buffers():
+    from torchrl.collectors import SyncDataCollector
+    from torchrl.data import ListStorage, TensorDictReplayBuffer
+
+    env = SerialEnv(2, make_with_mission)
+    check_env_specs(env)
+    env.set_seed(0)
+    collector = SyncDataCollector(env, None, frames_per_batch=8, total_frames=8, use_buffers=False)
+    (batch,) = list(collector)
+    collector.shutdown()
+    assert batch.batch_size == (2, 4)
+    assert batch["next", "mission"] == [[MISSION] * 4] * 2
+    buffer = TensorDictReplayBuffer(storage=ListStorage(16), batch_size=4)
+    buffer.extend(batch.reshape(-1))
+    assert buffer.sample()["mission"] == [MISSION] * 4
+
+
+def test_mission_collector_with_buffers_warns_and_drops_it():
+    from torchrl.collectors import SyncDataCollector
+
+    collector = SyncDataCollector(make_with_mission(), None, frames_per_batch=4, total_frames=4)
+    with pytest.warns(UserWarning, match="mission.*use_buffers=False"):
+        (batch,) = list(collector)
+    collector.shutdown()
+    assert "mission" not in batch.keys() and batch["image"].shape == (4, 7, 7, 3)
+
+
+def test_mission_parallel_env_names_the_way_out():
+    with pytest.raises(NotImplementedError, match="'mission'.*ExcludeTransform"):
+        ParallelEnv(2, make_with_mission)
+
+
+def _without_mission():
+    return TransformedEnv(make_with_mission(), ExcludeTransform("mission"))
+
+
+def test_mission_excluded_in_parallel_env():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = ParallelEnv(2, _without_mission)
+    try:
+        check_env_specs(env)
+        assert "mission" not in env.observation_spec.keys()
+    finally:
+        env.close()
 
 
 def test_dict_observation_specs():
