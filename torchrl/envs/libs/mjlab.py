@@ -25,6 +25,7 @@ from torchrl._keys import ACTION, DONE, REWARD, TERMINATED, TRUNCATED
 from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Composite, Unbounded
+from torchrl.envs.batched import ParallelEnv
 from torchrl.envs.common import EnvBase
 from torchrl.envs.libs.gym import ClassProperty
 
@@ -227,8 +228,6 @@ class MJLabEnv(MJLabWrapper):
     def __new__(cls, *args: Any, num_workers: int | None = None, **kwargs: Any) -> Any:
         # a plain __new__: num_workers > 1 builds the ParallelEnv of single copies instead
         if num_workers is not None and int(num_workers) > 1:
-            from torchrl.envs import ParallelEnv
-
             return ParallelEnv(int(num_workers), functools.partial(cls, *args, **kwargs))
         return super().__new__(cls)
 

@@ -41,6 +41,7 @@ from torchrl._keys import ACTION, DONE, OBSERVATION, REWARD, TERMINATED, TRUNCAT
 from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Bounded, Composite, Unbounded
+from torchrl.envs.batched import ParallelEnv
 from torchrl.envs.libs.gym import ClassProperty
 from torchrl.envs.libs.jax_utils import JaxStateEnv, leaf_spec, tree_layout, tree_spec
 
@@ -591,8 +592,6 @@ class MujocoPlaygroundEnv(MujocoPlaygroundWrapper):
     def __new__(cls, *args: Any, num_workers: int | None = None, **kwargs: Any) -> Any:
         # a plain __new__: num_workers > 1 builds the ParallelEnv of single copies instead
         if num_workers is not None and int(num_workers) > 1:
-            from torchrl.envs import ParallelEnv
-
             # spawn: JAX's runtime threads do not survive a fork
             make = functools.partial(cls, *args, **kwargs)
             return ParallelEnv(int(num_workers), make, mp_start_method="spawn")
