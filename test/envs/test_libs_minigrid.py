@@ -80,7 +80,7 @@ def test_mission_seeding_is_reproducible():
 
 def test_mission_serial_env_and_buffers():
     from torchrl.collectors import SyncDataCollector
-    from torchrl.data import ListStorage, TensorDictReplayBuffer
+    from torchrl.data import LazyTensorStorage, ListStorage, TensorDictReplayBuffer
 
     env = SerialEnv(2, make_with_mission)
     check_env_specs(env)
@@ -93,6 +93,10 @@ def test_mission_serial_env_and_buffers():
     buffer = TensorDictReplayBuffer(storage=ListStorage(16), batch_size=4)
     buffer.extend(batch.reshape(-1))
     assert buffer.sample()["mission"] == [MISSION] * 4
+    # tensor storages refuse the strings with an error naming the entry (not a silent drop)
+    tensor_buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(16), batch_size=4)
+    with pytest.raises(TypeError, match="'mission'.*ListStorage"):
+        tensor_buffer.extend(batch.reshape(-1))
 
 
 def test_mission_collector_with_buffers_warns_and_drops_it():

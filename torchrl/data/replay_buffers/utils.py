@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
-from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
+from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase, is_non_tensor
 
 from torchrl._td_compat import new_unchecked
 from torchrl._types import DeviceLike, IndexLike, NestedKey
@@ -279,7 +279,8 @@ def tensor_leaves(
     """Every ``(key path, tensor)`` leaf of ``td``; raises on non-tensor entries."""
     out = []
     for key, value in td.items():
-        if isinstance(value, TensorDictBase):
+        # a NonTensorStack (strings...) is a TensorDictBase too, but holds no tensor
+        if isinstance(value, TensorDictBase) and not is_non_tensor(value):
             out.extend(tensor_leaves(value, (*prefix, key)))
         elif isinstance(value, torch.Tensor):
             out.append(((*prefix, key), value))
@@ -297,7 +298,7 @@ def alloc_like(
     """A zeroed TensorDict of batch ``batch`` with the layout of ``td`` past its ``skip`` dims."""
     source: dict[str, Any] = {}
     for key, value in td.items():
-        if isinstance(value, TensorDictBase):
+        if isinstance(value, TensorDictBase) and not is_non_tensor(value):
             sub_batch = torch.Size([*batch, *value.batch_size[skip:]])
             source[key] = alloc_like(value, sub_batch, value.batch_dims, device, fill)
         elif isinstance(value, torch.Tensor):
