@@ -16,6 +16,9 @@ Conventions (see ``DESIGN.md`` §2-3):
   ``categorical_action_encoding=True``; the flag applies to observations as well as actions.
 * A ``Box`` maps to :class:`~torchrl.data.Bounded`, or to :class:`~torchrl.data.Unbounded` when
   all its bounds are infinite.
+* A ``Text`` space (or any space with a string dtype, such as Minigrid's ``MissionSpace``) maps
+  to :class:`~torchrl.data.NonTensor`: its strings are stored as they come, as ``NonTensorData``
+  (a ``NonTensorStack`` of strings for a vector env).
 * Observations keep the space's dtype (a float64 ``Box`` stays float64); rewards are float32 and
   done flags bool, both with a trailing dimension of 1.
 * Vector envs run with gymnasium's ``AutoresetMode.DISABLED``: the step that ends an episode
