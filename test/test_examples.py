@@ -229,6 +229,7 @@ SMOKED_ELSEWHERE = {
     "mbpo_pendulum.py",  # test_examples_model_based.py
     "mpc_pendulum.py",
     "pilco_pendulum.py",  # modules/test_gp_world_model.py
+    "tdmpc2_pendulum.py",  # objectives/test_tdmpc2.py
     "ppo_atari.py",  # test_examples_atari.py
     "dqn_atari.py",
     "openspiel_tictactoe.py",  # envs/test_libs_openspiel.py

@@ -44,6 +44,14 @@ from torchrl.modules.recurrent import (
 )
 from torchrl.modules.recurrent_utils import get_env_transforms_from_module, get_primers_from_module
 from torchrl.modules.shift import Shift
+from torchrl.modules.tdmpc2 import (
+    SimNorm,
+    SimplicialNormalization,
+    TdMpc2Planner,
+    TdMpc2PolicyPrior,
+    TdMpc2QEnsemble,
+    TdMpc2WorldModel,
+)
 from torchrl.modules.tensordict_module.action_chunk import ActionChunkExecutor
 from torchrl.modules.tensordict_module.diffusion import DiffusionActor
 from torchrl.modules.tensordict_module.exploration_spec import set_exploration_modules_spec_from_env
@@ -95,6 +103,12 @@ __all__ = [
     "WorldModelWrapper",
     "GPWorldModel",
     "RBFController",
+    "SimNorm",
+    "SimplicialNormalization",
+    "TdMpc2Planner",
+    "TdMpc2PolicyPrior",
+    "TdMpc2QEnsemble",
+    "TdMpc2WorldModel",
     "recurrent_mode",
     "set_recurrent_mode",
     "window_episode_starts",

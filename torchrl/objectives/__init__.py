@@ -48,6 +48,7 @@ from torchrl.objectives.rnd import RNDLoss
 from torchrl.objectives.sac import DiscreteSACLoss, SACLoss
 from torchrl.objectives.td3 import TD3Loss
 from torchrl.objectives.td3_bc import TD3BCLoss
+from torchrl.objectives.tdmpc2 import TdMpc2Loss
 from torchrl.objectives.tqc import TQCLoss
 from torchrl.objectives.utils import (
     HardUpdate,
@@ -67,6 +68,7 @@ __all__ = [
     "ACTLoss",
     "CrossQLoss",
     "FQLLoss",
+    "TdMpc2Loss",
     "DiffusionBCLoss",
     "GAILLoss",
     "RNDLoss",

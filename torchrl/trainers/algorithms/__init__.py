@@ -27,6 +27,7 @@ from torchrl.trainers.algorithms.on_policy import (
     PPOTrainer,
     ReinforceTrainer,
 )
+from torchrl.trainers.algorithms.tdmpc2 import TdMpc2OptimizationStepper, TdMpc2Trainer
 
 __all__ = [
     "A2CTrainer",
@@ -43,4 +44,6 @@ __all__ = [
     "ReinforceTrainer",
     "SACTrainer",
     "TD3Trainer",
+    "TdMpc2OptimizationStepper",
+    "TdMpc2Trainer",
 ]
