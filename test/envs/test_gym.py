@@ -129,8 +129,9 @@ class TestSpecs:
         assert spec["b", "0"].shape == (2, 3)
 
     def test_unsupported(self):
-        with pytest.raises(NotImplementedError, match="Text"):
-            _gym_to_torchrl_spec_transform(spaces.Text(5))
+        # Text maps to NonTensor (test_spec_checks_nontensor.py); Sequence has no spec
+        with pytest.raises(NotImplementedError, match="Sequence"):
+            _gym_to_torchrl_spec_transform(spaces.Sequence(spaces.Discrete(2)))
 
 
 # --------------------------------------------------------------------------- check_env_specs
