@@ -54,6 +54,16 @@ def _init_genesis(device: DeviceLike, seed: int | None = None) -> torch.device:
     return have
 
 
+def _entity_name(entity: Any, index: int) -> str:
+    """An entity's name without the random uid suffix Genesis appends to generated names."""
+    name = getattr(entity, "name", None) or f"entity{index}"
+    uid = getattr(entity, "uid", None)
+    suffix = f"_{uid.short()}" if uid is not None and hasattr(uid, "short") else None
+    if suffix and name.endswith(suffix):
+        name = name[: -len(suffix)]
+    return name
+
+
 class GenesisWrapper(EnvBase):
     """Wraps a built Genesis scene behind the torchrl env contract.
 
@@ -61,7 +71,8 @@ class GenesisWrapper(EnvBase):
     given by overriding the hooks, all of which read and write Genesis's batched torch state:
 
     * ``_make_obs()``: a ``dict[str, Tensor]`` (or one tensor, stored as ``"observation"``).
-      Default: ``"{entity.name}_qpos"`` and ``"{entity.name}_qvel"`` of every entity with DoFs.
+      Default: ``"{name}_qpos"`` and ``"{name}_qvel"`` of every entity with DoFs (``name``: the
+      entity's name without the random uid suffix Genesis gives generated names, e.g. ``panda``).
     * ``_apply_action(action)``: pushes the action into the scene before ``scene.step()``.
       Default: position targets of the first entity with DoFs (``control_dofs_position``).
     * ``_compute_reward()``: the reward of one physics step, ``[*batch]`` or ``[*batch, 1]``;
@@ -183,7 +194,7 @@ class GenesisWrapper(EnvBase):
         obs = {}
         for i, entity in enumerate(self._scene.entities):
             if getattr(entity, "n_dofs", 0) > 0:
-                name = getattr(entity, "name", None) or f"entity{i}"
+                name = _entity_name(entity, i)
                 obs[f"{name}_qpos"] = entity.get_dofs_position()
                 obs[f"{name}_qvel"] = entity.get_dofs_velocity()
         return obs
@@ -235,7 +246,7 @@ class GenesisWrapper(EnvBase):
                     f"{type(self).__name__}: the observation {key!r} collides with a reserved "
                     f"torchrl key ({sorted(_RESERVED)})"
                 )
-            if tuple(value.shape[: self.batch_dims]) != tuple(self.batch_size):
+            if tuple(value.shape[: len(self.batch_size)]) != tuple(self.batch_size):
                 raise ValueError(
                     f"{type(self).__name__}: the observation {key!r} has shape "
                     f"{tuple(value.shape)}, expected a leading {tuple(self.batch_size)}"
@@ -257,7 +268,7 @@ class GenesisWrapper(EnvBase):
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
         mask = None if tensordict is None else tensordict.get("_reset", None)
         envs_idx = None
-        if mask is not None and self.batch_dims and not bool(mask.all()):
+        if mask is not None and len(self.batch_size) and not bool(mask.all()):
             envs_idx = mask.reshape(-1).nonzero().squeeze(-1).to(self.device)
         self._scene.reset(envs_idx=envs_idx)
         if envs_idx is None:
