@@ -16,6 +16,7 @@ from torchrl.envs import (
     HopperEnv,
     HumanoidEnv,
     MujocoEnv,
+    ParallelEnv,
     RandomPolicy,
     SerialEnv,
     TicTacToeEnv,
@@ -245,9 +246,13 @@ def test_chess_hashes_identify_positions():
     # ... and the same hash for the same string, a different one otherwise.
     assert torch.equal(env.reset()["fen_hash"], start_hash)
     assert not torch.equal(td["fen_hash"], start_hash)  # the move counters differ
-    # Batched envs move tensors only: the strings must stay out, the hashes may not.
-    with pytest.raises(NotImplementedError, match="non-tensor"):
-        SerialEnv(2, lambda: ChessEnv(include_hash=True, include_san=True, seed=0))
+    # SerialEnv stacks the strings; ParallelEnv moves tensors only and names the entry.
+    serial = SerialEnv(2, lambda: ChessEnv(include_hash=True, include_san=True, seed=0))
+    out = serial.reset()
+    assert len(out["san"]) == 2 and out["san_hash"].shape == (2, 4)
+    serial.close()
+    with pytest.raises(NotImplementedError, match="non-tensor.*ExcludeTransform"):
+        ParallelEnv(2, lambda: ChessEnv(include_hash=True, include_san=True, seed=0))
 
 
 @needs_chess
