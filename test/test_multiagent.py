@@ -214,12 +214,13 @@ def test_maddpg_iddpg_smoke(maddpg: bool) -> None:
 
 
 @needs_vmas
-def test_example_command_lines(monkeypatch, capsys) -> None:
+def test_example_command_lines(monkeypatch, capsys, tmp_path) -> None:
     """The scripts run as programs and parse their flags."""
     import sys
 
     path = os.path.join(EXAMPLES, "mappo_ippo.py")
     argv = [path, "--num-envs", "2", "--max-steps", "4", "--iters", "1", "--epochs", "1"]
+    argv += ["--out", str(tmp_path), "--no-progress"]
     monkeypatch.setattr(sys, "argv", [*argv, "--mappo", "false"])
     runpy.run_path(path, run_name="__main__")
     assert "IPPO navigation: mean episode reward" in capsys.readouterr().out
