@@ -365,7 +365,7 @@ class GenesisEnv(GenesisWrapper):
         env_name: one of ``GenesisEnv.available_envs``.
         task_name: unused by the tasks here (kept for the keyword's sake).
         num_workers: more than 1 returns a :class:`~torchrl.envs.ParallelEnv` of that many
-            copies instead (each worker builds its own scene).
+            copies instead (spawned workers, each importing Genesis and building its own scene).
         max_steps: the truncation horizon.
         frame_skip: physics steps per env step.
         from_pixels: not supported (``True`` raises).
@@ -389,7 +389,12 @@ class GenesisEnv(GenesisWrapper):
         if num_workers is not None and int(num_workers) > 1:
             from torchrl.envs import ParallelEnv
 
-            return ParallelEnv(int(num_workers), functools.partial(cls, *args, **kwargs))
+            # spawn: a forked child inherits the parent's torch/Genesis threads and can hang
+            return ParallelEnv(
+                int(num_workers),
+                functools.partial(cls, *args, **kwargs),
+                mp_start_method="spawn",
+            )
         return super().__new__(cls)
 
     def __init__(
