@@ -31,6 +31,7 @@ from torchrl.envs.libs.atari import make_atari_env
 from torchrl.envs.libs.brax import BraxEnv, BraxWrapper
 from torchrl.envs.libs.dm_control import DMControlEnv, DMControlWrapper
 from torchrl.envs.libs.envpool import MultiThreadedEnv, MultiThreadedEnvWrapper
+from torchrl.envs.libs.genesis import GenesisEnv, GenesisWrapper
 from torchrl.envs.libs.gym import (
     GymEnv,
     GymWrapper,
@@ -332,6 +333,8 @@ __all__ += [
     "MOGymEnv",
     "MOGymWrapper",
     "MaxPoolFrameSkip",
+    "GenesisEnv",
+    "GenesisWrapper",
     "LiberoEnv",
     "LiberoWrapper",
     "MJLabEnv",

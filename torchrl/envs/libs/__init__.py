@@ -8,6 +8,7 @@ from torchrl.envs.libs.atari import atari_game_env, make_atari_env, register_ale
 from torchrl.envs.libs.brax import BraxEnv, BraxWrapper
 from torchrl.envs.libs.dm_control import DMControlEnv, DMControlWrapper
 from torchrl.envs.libs.envpool import MultiThreadedEnv, MultiThreadedEnvWrapper
+from torchrl.envs.libs.genesis import GenesisEnv, GenesisWrapper
 from torchrl.envs.libs.gym import (
     BaseInfoDictReader,
     GymEnv,
@@ -46,6 +47,8 @@ __all__ = [
     "JumanjiWrapper",
     "MOGymEnv",
     "MOGymWrapper",
+    "GenesisEnv",
+    "GenesisWrapper",
     "LiberoEnv",
     "LiberoWrapper",
     "MJLabEnv",
@@ -82,6 +85,7 @@ _LIBRARIES = {
     "brax": "brax",
     "dm_control": "dm_control",
     "envpool": "envpool",
+    "genesis": "genesis",
     "gym": "gymnasium",
     "gymnax": "gymnax",
     "jumanji": "jumanji",
@@ -102,7 +106,7 @@ def get_available_libraries() -> set[str]:
 
     Returns:
         A subset of the wrapper names (``"atari"``, ``"brax"``, ``"dm_control"``, ``"envpool"``,
-        ``"gym"``, ``"gymnax"``, ``"jumanji"``, ``"libero"``, ``"mjlab"``,
+        ``"genesis"``, ``"gym"``, ``"gymnax"``, ``"jumanji"``, ``"libero"``, ``"mjlab"``,
         ``"mujoco_playground"``, ``"mo_gym"``, ``"openenv"``, ``"openspiel"``, ``"pettingzoo"``,
         ``"procgen"``, ``"vmas"``); ``"gym"`` stands for ``gymnasium``. ``OpenMLEnv`` needs no
         simulator (it reads tables with ``torchrl[offline]``).
