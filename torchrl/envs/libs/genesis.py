@@ -24,6 +24,7 @@ from torchrl._keys import ACTION, DONE, REWARD, TERMINATED, TRUNCATED
 from torchrl._types import DeviceLike
 from torchrl._utils import has_module, import_optional
 from torchrl.data.specs import Bounded, Composite, TensorSpec, Unbounded
+from torchrl.envs.batched import ParallelEnv
 from torchrl.envs.common import EnvBase
 from torchrl.envs.libs.gym import ClassProperty
 
@@ -387,8 +388,6 @@ class GenesisEnv(GenesisWrapper):
     def __new__(cls, *args: Any, num_workers: int | None = None, **kwargs: Any) -> Any:
         # num_workers > 1 builds the ParallelEnv of single copies instead
         if num_workers is not None and int(num_workers) > 1:
-            from torchrl.envs import ParallelEnv
-
             # spawn: a forked child inherits the parent's torch/Genesis threads and can hang
             return ParallelEnv(
                 int(num_workers),
