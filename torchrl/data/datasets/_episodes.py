@@ -17,7 +17,12 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from torchrl.data.datasets.common import DatasetFormatError
+from torchrl.data.datasets.common import (
+    BaseDatasetExperienceReplay,
+    DatasetFormatError,
+    default_root,
+    drop_stale_copies,
+)
 
 # What a pickled episode may refer to: numpy arrays, dtypes and scalars; nothing that runs code.
 _SAFE_GLOBALS = {
@@ -151,3 +156,50 @@ def write_chunks(
     if start != total:
         raise DatasetFormatError(f"{dest}: wrote {start} steps, expected {total}")
     return out
+
+
+class EpisodeFilesReplay(BaseDatasetExperienceReplay):
+    """The plumbing the four episode-file readers share: where the raw files are, and stale copies.
+
+    A subclass lists its source files (``_source_files``) and calls ``_init_reader`` from its
+    ``__init__``: the raw files are looked for in ``data_dir=`` or under
+    ``<root>/raw/<dataset_id>`` (``_raw_dir``), and a converted copy made from other files than
+    the ones found now is dropped before the base class reopens or rebuilds it.
+    """
+
+    _data_dir: Path | None
+
+    def _init_reader(
+        self,
+        dataset_id: str,
+        batch_size: int | None,
+        *,
+        root: str | Path | None,
+        download: bool | str,
+        data_dir: str | Path | None,
+        **buffer_kwargs: Any,
+    ) -> None:
+        self._data_dir = Path(data_dir).expanduser() if data_dir is not None else None
+        self.dataset_id = dataset_id
+        self.root = Path(root).expanduser() if root is not None else default_root(self.cache_name)
+        if isinstance(dataset_id, str) and dataset_id and download != "force":
+            files = self._source_files()
+            if files:
+                drop_stale_copies(self.root / dataset_id, source_signature(files))
+        BaseDatasetExperienceReplay.__init__(
+            self, dataset_id, batch_size, root=root, download=download, **buffer_kwargs
+        )
+
+    def _raw_dir(self) -> Path:
+        return self.root / "raw" / self.dataset_id
+
+    @property
+    def data_dir(self) -> Path:
+        """The folder the raw files are read from (``data_dir=``, else under ``root``)."""
+        return self._data_dir if self._data_dir is not None else self._raw_dir()
+
+    def _source_files(self) -> list[Path]:
+        raise NotImplementedError
+
+    def _source_exists(self) -> bool:
+        return bool(self._source_files())

@@ -32,14 +32,16 @@ import torch
 from tensordict import TensorDictBase
 
 from torchrl._keys import OBSERVATION
-from torchrl.data.datasets._episodes import safe_unpickle, source_signature, write_chunks
+from torchrl.data.datasets._episodes import (
+    EpisodeFilesReplay,
+    safe_unpickle,
+    source_signature,
+    write_chunks,
+)
 from torchrl.data.datasets.common import (
     EPISODE,
-    BaseDatasetExperienceReplay,
     DatasetFormatError,
     DatasetNotFoundError,
-    default_root,
-    drop_stale_copies,
     slice_sampler,
     ted_from_arrays,
 )
@@ -180,7 +182,7 @@ def _per_step(value: np.ndarray, t: int, path: Path, key: str) -> np.ndarray:
     return value.reshape(t)
 
 
-class GenDGRLExperienceReplay(BaseDatasetExperienceReplay):
+class GenDGRLExperienceReplay(EpisodeFilesReplay):
     """A Gen-DGRL Procgen dataset (episode ``.npy``/``.npz`` files) as TED transitions.
 
     ``dataset_id`` is ``"<game>-<category>"`` (see :attr:`available_datasets`). The episode files
@@ -243,18 +245,12 @@ class GenDGRLExperienceReplay(BaseDatasetExperienceReplay):
         transform: Callable[[Any], Any] | None = None,
     ) -> None:
         sampler = slice_sampler(sampler, slice_len, num_slices, strict_length)
-        self._data_dir = Path(data_dir).expanduser() if data_dir is not None else None
-        self.dataset_id = dataset_id
-        self.root = Path(root).expanduser() if root is not None else default_root(self.cache_name)
-        if isinstance(dataset_id, str) and dataset_id and download != "force":
-            files = _episode_files(self.data_dir)
-            if files:
-                drop_stale_copies(self.root / dataset_id, source_signature(files))
-        super().__init__(
+        self._init_reader(
             dataset_id,
             batch_size,
             root=root,
             download=download,
+            data_dir=data_dir,
             sampler=sampler,
             writer=writer,
             collate_fn=collate_fn,
@@ -264,16 +260,9 @@ class GenDGRLExperienceReplay(BaseDatasetExperienceReplay):
             split_trajs=split_trajs,
         )
 
-    @property
-    def data_dir(self) -> Path:
-        """The folder the episode files are read from."""
-        if self._data_dir is not None:
-            return self._data_dir
-        return self.root / "raw" / self.dataset_id
-
     # -- hooks -------------------------------------------------------------------------------
-    def _source_exists(self) -> bool:
-        return bool(_episode_files(self.data_dir))
+    def _source_files(self) -> list[Path]:
+        return _episode_files(self.data_dir)
 
     def _url(self) -> str | None:
         game, _, category = self.dataset_id.partition("-")  # categories hold no "-"

@@ -24,6 +24,7 @@ from tensordict import NonTensorStack, TensorDict, TensorDictBase
 
 from torchrl._keys import ACTION, OBSERVATION
 from torchrl.data.datasets._episodes import (
+    EpisodeFilesReplay,
     following_rows,
     safe_unpickle,
     source_signature,
@@ -31,10 +32,7 @@ from torchrl.data.datasets._episodes import (
 )
 from torchrl.data.datasets.common import (
     EPISODE,
-    BaseDatasetExperienceReplay,
     DatasetFormatError,
-    default_root,
-    drop_stale_copies,
     ted_from_arrays,
 )
 from torchrl.data.replay_buffers.samplers import (
@@ -237,7 +235,7 @@ class TextTableStorage(TensorStorage):
         raise RuntimeError(f"{type(self).__name__} is read-only (a converted dataset)")
 
 
-class OpenXExperienceReplay(BaseDatasetExperienceReplay):
+class OpenXExperienceReplay(EpisodeFilesReplay):
     """An Open X-Embodiment dataset (WebDataset tar shards of pickled episodes) as TED steps.
 
     The shards are read from ``data_dir`` (default ``<root>/raw/<dataset_id>``, where
@@ -375,18 +373,12 @@ class OpenXExperienceReplay(BaseDatasetExperienceReplay):
             )
         sampler = self._sampler(sampler, shuffle, num_slices, slice_len, pad, replacement,
                                 strict_length)  # fmt: skip
-        self._data_dir = Path(data_dir).expanduser() if data_dir is not None else None
-        self.dataset_id = dataset_id
-        self.root = Path(root).expanduser() if root is not None else default_root(self.cache_name)
-        if isinstance(dataset_id, str) and dataset_id and download != "force":
-            files = _shards(self.data_dir)
-            if files:
-                drop_stale_copies(self.root / dataset_id, source_signature(files))
-        super().__init__(
+        self._init_reader(
             dataset_id,
             batch_size,
             root=root,
             download=download,
+            data_dir=data_dir,
             sampler=sampler,
             writer=writer,
             collate_fn=collate_fn,
@@ -438,15 +430,8 @@ class OpenXExperienceReplay(BaseDatasetExperienceReplay):
             pad=pad_value if padding else None,
         )
 
-    @property
-    def data_dir(self) -> Path:
-        """The folder the ``.tar`` shards are read from."""
-        if self._data_dir is not None:
-            return self._data_dir
-        return self.root / "raw" / self.dataset_id
-
-    def _source_exists(self) -> bool:
-        return bool(_shards(self.data_dir))
+    def _source_files(self) -> list[Path]:
+        return _shards(self.data_dir)
 
     def _missing_message(self) -> str:
         folder = self.data_dir

@@ -25,12 +25,14 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import NEXT, OBSERVATION
-from torchrl.data.datasets._episodes import following_rows, source_signature, write_chunks
+from torchrl.data.datasets._episodes import (
+    EpisodeFilesReplay,
+    following_rows,
+    source_signature,
+    write_chunks,
+)
 from torchrl.data.datasets.common import (
-    BaseDatasetExperienceReplay,
     DatasetFormatError,
-    default_root,
-    drop_stale_copies,
     slice_sampler,
     ted_from_arrays,
 )
@@ -114,7 +116,7 @@ def _read_trial(path: Path, name: str) -> TensorDict:
             raise DatasetFormatError(f"{path}: {err}") from None
 
 
-class RobosetExperienceReplay(BaseDatasetExperienceReplay):
+class RobosetExperienceReplay(EpisodeFilesReplay):
     """A RoboSet dataset (RoboHive ``Trial<k>`` HDF5 groups) as a replay buffer of TED transitions.
 
     The ``.h5`` files are read from ``data_dir`` (default ``<root>/raw/<dataset_id>``, where
@@ -202,18 +204,12 @@ class RobosetExperienceReplay(BaseDatasetExperienceReplay):
         transform: Callable[[Any], Any] | None = None,
     ) -> None:
         sampler = slice_sampler(sampler, slice_len, num_slices, strict_length)
-        self._data_dir = Path(data_dir).expanduser() if data_dir is not None else None
-        self.dataset_id = dataset_id
-        self.root = Path(root).expanduser() if root is not None else default_root(self.cache_name)
-        if isinstance(dataset_id, str) and dataset_id and download != "force":
-            files = _files(self.data_dir)
-            if files:
-                drop_stale_copies(self.root / dataset_id, source_signature(files))
-        super().__init__(
+        self._init_reader(
             dataset_id,
             batch_size,
             root=root,
             download=download,
+            data_dir=data_dir,
             sampler=sampler,
             writer=writer,
             collate_fn=collate_fn,
@@ -223,15 +219,8 @@ class RobosetExperienceReplay(BaseDatasetExperienceReplay):
             split_trajs=split_trajs,
         )
 
-    @property
-    def data_dir(self) -> Path:
-        """The folder the ``.h5`` files are read from."""
-        if self._data_dir is not None:
-            return self._data_dir
-        return self.root / "raw" / self.dataset_id
-
-    def _source_exists(self) -> bool:
-        return bool(_files(self.data_dir))
+    def _source_files(self) -> list[Path]:
+        return _files(self.data_dir)
 
     def _missing_message(self) -> str:
         known = (

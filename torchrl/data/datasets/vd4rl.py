@@ -29,13 +29,10 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from torchrl._keys import ACTION, NEXT
-from torchrl.data.datasets._episodes import source_signature, write_chunks
+from torchrl.data.datasets._episodes import EpisodeFilesReplay, source_signature, write_chunks
 from torchrl.data.datasets.common import (
     EPISODE,
-    BaseDatasetExperienceReplay,
     DatasetFormatError,
-    default_root,
-    drop_stale_copies,
     slice_sampler,
     ted_from_arrays,
 )
@@ -243,7 +240,7 @@ class PixelStorage(TensorStorage):
         raise RuntimeError(f"{type(self).__name__} is read-only (a converted dataset)")
 
 
-class VD4RLExperienceReplay(BaseDatasetExperienceReplay):
+class VD4RLExperienceReplay(EpisodeFilesReplay):
     """A V-D4RL dataset (DrQ ``.npz`` / Dreamer ``.hdf5`` episodes) as TED transitions.
 
     The files are read from ``data_dir`` (default ``<root>/raw/vd4rl/<dataset_id>``, where
@@ -322,21 +319,15 @@ class VD4RLExperienceReplay(BaseDatasetExperienceReplay):
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
         sampler = slice_sampler(sampler, slice_len, num_slices, strict_length)
-        self._data_dir = Path(data_dir).expanduser() if data_dir is not None else None
         self.totensor = bool(totensor)
         self.image_size = image_size
         self.num_workers = num_workers
-        self.dataset_id = dataset_id
-        self.root = Path(root).expanduser() if root is not None else default_root(self.cache_name)
-        if isinstance(dataset_id, str) and dataset_id and download != "force":
-            files = _episode_files(self.data_dir)
-            if files:
-                drop_stale_copies(self.root / dataset_id, source_signature(files))
-        super().__init__(
+        self._init_reader(
             dataset_id,
             batch_size,
             root=root,
             download=download,
+            data_dir=data_dir,
             sampler=sampler,
             writer=writer,
             collate_fn=collate_fn,
@@ -346,16 +337,12 @@ class VD4RLExperienceReplay(BaseDatasetExperienceReplay):
             split_trajs=split_trajs,
         )
 
-    @property
-    def data_dir(self) -> Path:
-        """The folder the episode files are read from."""
-        if self._data_dir is not None:
-            return self._data_dir
+    def _raw_dir(self) -> Path:
         return self.root / "raw" / "vd4rl" / self.dataset_id
 
     # -- hooks -------------------------------------------------------------------------------
-    def _source_exists(self) -> bool:
-        return bool(_episode_files(self.data_dir))
+    def _source_files(self) -> list[Path]:
+        return _episode_files(self.data_dir)
 
     def _missing_message(self) -> str:
         known = (
