@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from torchrl._utils import import_optional
 from torchrl.data.datasets.common import (
     BaseDatasetExperienceReplay,
     DatasetFormatError,
@@ -203,3 +204,13 @@ class EpisodeFilesReplay(BaseDatasetExperienceReplay):
 
     def _source_exists(self) -> bool:
         return bool(self._source_files())
+
+    def _download_from_hub(self, repo_id: str, pattern: str) -> None:
+        """Fetches the files of the Hugging Face dataset ``repo_id`` matching ``pattern``."""
+        hub = import_optional("huggingface_hub", extra="offline")
+        hub.snapshot_download(
+            repo_id=repo_id,
+            repo_type="dataset",
+            allow_patterns=[pattern],
+            local_dir=str(self.root / "raw"),
+        )

@@ -47,12 +47,10 @@ from torchrl.data.replay_buffers.writers import Writer
 __all__ = ["OPENX_REPO_ID", "OpenXExperienceReplay"]
 
 _has_pil = importlib.util.find_spec("PIL") is not None
-_has_hf_hub = importlib.util.find_spec("huggingface_hub") is not None
 
 OPENX_REPO_ID = "jxu124/OpenX-Embodiment"
 """The Hugging Face dataset repository holding the WebDataset mirror of Open X-Embodiment."""
 
-_INSTALL = 'pip install "torchrl[offline]"'
 _FLAGS = ("is_first", "is_last", "is_terminal")
 _TFDS_MARKERS = ("dataset_info.json", "features.json")
 
@@ -460,16 +458,7 @@ class OpenXExperienceReplay(EpisodeFilesReplay):
         )
 
     def _download(self) -> None:
-        if not _has_hf_hub:
-            raise ImportError(f"download=True needs huggingface_hub: {_INSTALL}")
-        from huggingface_hub import snapshot_download
-
-        snapshot_download(
-            repo_id=OPENX_REPO_ID,
-            repo_type="dataset",
-            allow_patterns=[f"{self.dataset_id}/*.tar"],
-            local_dir=str(self.root / "raw"),
-        )
+        self._download_from_hub(OPENX_REPO_ID, f"{self.dataset_id}/*.tar")
 
     def _convert(self) -> TensorDictBase:
         raise NotImplementedError("the Open X-Embodiment copy is written episode by episode")

@@ -42,7 +42,6 @@ from torchrl.data.replay_buffers.writers import Writer
 __all__ = ["ROBOSET_REPO_ID", "RobosetExperienceReplay"]
 
 _has_h5py = importlib.util.find_spec("h5py") is not None
-_has_hf_hub = importlib.util.find_spec("huggingface_hub") is not None
 
 ROBOSET_REPO_ID = "jdvakil/RoboSet_Sim"
 """The Hugging Face dataset repository holding the simulated RoboSet files."""
@@ -240,16 +239,7 @@ class RobosetExperienceReplay(EpisodeFilesReplay):
         )
 
     def _download(self) -> None:
-        if not _has_hf_hub:
-            raise ImportError(f"download=True needs huggingface_hub: {_INSTALL}")
-        from huggingface_hub import snapshot_download
-
-        snapshot_download(
-            repo_id=ROBOSET_REPO_ID,
-            repo_type="dataset",
-            allow_patterns=[f"{self.dataset_id}/*"],
-            local_dir=str(self.root / "raw"),
-        )
+        self._download_from_hub(ROBOSET_REPO_ID, f"{self.dataset_id}/*")
 
     def _convert(self) -> TensorDictBase:
         raise NotImplementedError("the RoboSet copy is written trajectory by trajectory")

@@ -43,7 +43,6 @@ from torchrl.data.replay_buffers.writers import Writer
 __all__ = ["VD4RLExperienceReplay", "VD4RL_REPO_ID"]
 
 _has_h5py = importlib.util.find_spec("h5py") is not None
-_has_hf_hub = importlib.util.find_spec("huggingface_hub") is not None
 
 VD4RL_REPO_ID = "conglu/vd4rl"
 """The Hugging Face dataset repository holding V-D4RL (files under ``vd4rl/<dataset_id>/``)."""
@@ -360,16 +359,7 @@ class VD4RLExperienceReplay(EpisodeFilesReplay):
         )
 
     def _download(self) -> None:
-        if not _has_hf_hub:
-            raise ImportError(f"download=True needs huggingface_hub: {_INSTALL}")
-        from huggingface_hub import snapshot_download
-
-        snapshot_download(
-            repo_id=VD4RL_REPO_ID,
-            repo_type="dataset",
-            allow_patterns=[f"vd4rl/{self.dataset_id}/*"],
-            local_dir=str(self.root / "raw"),
-        )
+        self._download_from_hub(VD4RL_REPO_ID, f"vd4rl/{self.dataset_id}/*")
 
     def _convert(self) -> TensorDictBase:
         raise NotImplementedError("the V-D4RL copy is written file by file by _write")
