@@ -108,7 +108,9 @@ class MujocoEnv(EnvBase):
         >>> env = InvertedPendulum(num_envs=2, seed=0)
         >>> env.observation_spec["observation"].shape, env.action_spec.shape
         (torch.Size([2, 4]), torch.Size([2, 1]))
-        >>> env.rollout(3)["next", "reward"].squeeze(-1)
+        >>> import torch
+        >>> zero_torque = lambda td: td.set("action", torch.zeros(2, 1))
+        >>> env.rollout(3, zero_torque)["next", "reward"].squeeze(-1)  # the pole stays up
         tensor([[1., 1., 1.],
                 [1., 1., 1.]])
     """
