@@ -19,7 +19,7 @@ from tensordict.nn import TensorDictModuleBase
 
 from torchrl._keys import DONE, NEXT, REWARD
 from torchrl.agents.agent import Agent
-from torchrl.agents.workspace import Workspace, _leaf
+from torchrl.agents.workspace import Workspace, read_entry
 from torchrl.envs import EnvBase
 
 __all__ = ["EnvAgent", "ModelAgent"]
@@ -103,7 +103,7 @@ class EnvAgent(Agent):
         # without auto_reset the workspace then shows them frozen instead.
         transition, state = self.env.step_and_maybe_reset(current)
         self._current.td = state
-        next_td = _leaf(transition, NEXT)
+        next_td = read_entry(transition, NEXT)
         if not self._step_keys:
             roots = set(self._root_keys)
             self._step_keys = list(next_td.keys(True, True))

@@ -28,7 +28,7 @@ _MIN_CAPACITY = 16
 _NO_PLAN: Any = object()
 
 
-def _leaf(td: TensorDictBase, key: NestedKey) -> Any:
+def read_entry(td: TensorDictBase, key: NestedKey) -> Any:
     """``td.get(key)``, reading the entries' dicts of plain TensorDicts directly (hot path)."""
     if type(key) is str and type(td) is TensorDict:
         found = entries(td).get(key)
@@ -451,7 +451,7 @@ class Workspace:
         if keys is None:
             items = tensordict.items(include_nested=True, leaves_only=True)
         else:
-            items = ((key, _leaf(tensordict, key)) for key in keys)
+            items = ((key, read_entry(tensordict, key)) for key in keys)
         views = self._step_views(t)
         shapes = self._step_shapes
         for i, (key, value) in enumerate(items):
