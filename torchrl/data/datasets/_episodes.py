@@ -12,7 +12,7 @@ import io
 import pickle
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDictBase
@@ -169,6 +169,7 @@ class EpisodeFilesReplay(BaseDatasetExperienceReplay):
     """
 
     _data_dir: Path | None
+    available_datasets: ClassVar[list[str]] = []
 
     def _init_reader(
         self,
@@ -204,6 +205,15 @@ class EpisodeFilesReplay(BaseDatasetExperienceReplay):
 
     def _source_exists(self) -> bool:
         return bool(self._source_files())
+
+    def _convert(self) -> TensorDictBase:
+        raise NotImplementedError(f"{type(self).__name__} writes its copy episode by episode")
+
+    def _unlisted_note(self) -> str:
+        """`` (... is not one of X.available_datasets)`` for an id the class does not list, else ""."""
+        if self.dataset_id in self.available_datasets:
+            return ""
+        return f" ({self.dataset_id!r} is not one of {type(self).__name__}.available_datasets)"
 
     def _download_from_hub(self, repo_id: str, pattern: str) -> None:
         """Fetches the files of the Hugging Face dataset ``repo_id`` matching ``pattern``."""

@@ -306,9 +306,6 @@ class GenDGRLExperienceReplay(EpisodeFilesReplay):
         finally:
             archive.unlink(missing_ok=True)
 
-    def _convert(self) -> TensorDictBase:
-        raise NotImplementedError("the Gen-DGRL copy is written episode by episode by _write")
-
     def _write(self, dest: Path) -> dict[str, Any]:
         files = _episode_files(self.data_dir)
         lengths = []

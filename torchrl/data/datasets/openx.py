@@ -444,11 +444,7 @@ class OpenXExperienceReplay(EpisodeFilesReplay):
                 f"download=True, or `huggingface-cli download {OPENX_REPO_ID} --repo-type "
                 f"dataset --include '{self.dataset_id}/*' --local-dir {self.root / 'raw'}`."
             )
-        known = (
-            ""
-            if self.dataset_id in self.available_datasets
-            else (f" ({self.dataset_id!r} is not one of OpenXExperienceReplay.available_datasets)")
-        )
+        known = self._unlisted_note()
         return (
             f"Open X-Embodiment dataset {self.dataset_id!r} not found{known}: expected the "
             f"WebDataset .tar shards of {OPENX_REPO_ID} (members <key>.data.pickle, one episode "
@@ -460,11 +456,8 @@ class OpenXExperienceReplay(EpisodeFilesReplay):
     def _download(self) -> None:
         self._download_from_hub(OPENX_REPO_ID, f"{self.dataset_id}/*.tar")
 
-    def _convert(self) -> TensorDictBase:
-        raise NotImplementedError("the Open X-Embodiment copy is written episode by episode")
-
     def _write(self, dest: Path) -> dict[str, Any]:
-        files = _shards(self.data_dir)
+        files = self._source_files()
         total = episodes = 0
         for path in files:
             for _, payload in _episodes(path):

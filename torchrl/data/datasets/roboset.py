@@ -222,13 +222,7 @@ class RobosetExperienceReplay(EpisodeFilesReplay):
         return _files(self.data_dir)
 
     def _missing_message(self) -> str:
-        known = (
-            ""
-            if self.dataset_id in self.available_datasets
-            else (
-                f" ({self.dataset_id!r} is not one of RobosetExperienceReplay.available_datasets)"
-            )
-        )
+        known = self._unlisted_note()
         return (
             f"RoboSet dataset {self.dataset_id!r} not found{known}: expected RoboHive .h5 files "
             f"(Trial<k> groups with observations, actions, rewards) under {self.data_dir}. To "
@@ -241,12 +235,9 @@ class RobosetExperienceReplay(EpisodeFilesReplay):
     def _download(self) -> None:
         self._download_from_hub(ROBOSET_REPO_ID, f"{self.dataset_id}/*")
 
-    def _convert(self) -> TensorDictBase:
-        raise NotImplementedError("the RoboSet copy is written trajectory by trajectory")
-
     def _write(self, dest: Path) -> dict[str, Any]:
         h5py = _import_h5py()
-        files = _files(self.data_dir)
+        files = self._source_files()
         plan = [(path, _trials(path)) for path in files]
         total = 0
         for path, trials in plan:

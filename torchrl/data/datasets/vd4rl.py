@@ -344,11 +344,7 @@ class VD4RLExperienceReplay(EpisodeFilesReplay):
         return _episode_files(self.data_dir)
 
     def _missing_message(self) -> str:
-        known = (
-            ""
-            if self.dataset_id in self.available_datasets
-            else (f" ({self.dataset_id!r} is not one of VD4RLExperienceReplay.available_datasets)")
-        )
+        known = self._unlisted_note()
         return (
             f"V-D4RL dataset {self.dataset_id!r} not found{known}: expected DrQ-style .npz or "
             f"Dreamer-style .hdf5 episode files (observation/image, action, reward, discount) "
@@ -361,11 +357,8 @@ class VD4RLExperienceReplay(EpisodeFilesReplay):
     def _download(self) -> None:
         self._download_from_hub(VD4RL_REPO_ID, f"vd4rl/{self.dataset_id}/*")
 
-    def _convert(self) -> TensorDictBase:
-        raise NotImplementedError("the V-D4RL copy is written file by file by _write")
-
     def _write(self, dest: Path) -> dict[str, Any]:
-        files = _episode_files(self.data_dir)
+        files = self._source_files()
         total = episodes = 0
         for path in files:
             # count from the actions and flags only; every array is checked when written
