@@ -168,9 +168,11 @@ def _set_inductor(settings: list[str]) -> dict[str, Any]:
     return applied
 
 
-def _first_call(fn: Callable[[], Any]) -> float:
+def _first_call(fn: Callable[[], Any], sync: Callable[[], Any] | None = None) -> float:
     start = time.perf_counter()
     fn()
+    if sync is not None:
+        sync()
     return time.perf_counter() - start
 
 
@@ -181,24 +183,38 @@ def make_updates(algo: str, args: argparse.Namespace) -> dict[tuple[str, str], C
     """
     updates: dict[tuple[str, str], Callable[[], Any]] = {}
     name = LOSS_CASES[algo]
-    loss, td, updater = make_losses(modules, objectives)[name]
-    updates["ours", "eager"] = step_fn(torch, loss, td, updater, optimizer=True)
-    torch.manual_seed(0)
-    updates["plain", "eager"] = PLAIN[algo](optimizer=True).update
+    # Built on ``--device`` (a default-device block), run outside it: the block's function mode
+    # would add its own cost to every eager op.
+    device = torch.device(args.device)
+
+    def ours(compile_loss: dict[str, Any] | None = None) -> Callable[[], Any]:
+        with device:
+            loss, td, updater = make_losses(modules, objectives)[name]
+        if compile_loss is not None:
+            # In place: LossModule.compile (nn.Module.compile where the loss has no own).
+            loss.compile(**compile_loss)
+        return step_fn(torch, loss, td, updater, optimizer=True)
+
+    def plain() -> Callable[[], Any]:
+        torch.manual_seed(0)
+        with device:
+            return PLAIN[algo](optimizer=True).update
+
+    updates["ours", "eager"] = ours()
+    updates["plain", "eager"] = plain()
     for variant in args.variants:
         kwargs = _compile_kwargs(args, variant)
-        loss, td, updater = make_losses(modules, objectives)[name]
         if args.ours_compile == "loss":
-            # In place: LossModule.compile (nn.Module.compile where the loss has no own).
-            loss.compile(**kwargs)
-            updates["ours", variant] = step_fn(torch, loss, td, updater, optimizer=True)
+            updates["ours", variant] = ours(compile_loss=kwargs)
         else:
-            updates["ours", variant] = _compiled(
-                step_fn(torch, loss, td, updater, optimizer=True), variant, kwargs
-            )
-        torch.manual_seed(0)
-        updates["plain", variant] = _compiled(PLAIN[algo](optimizer=True).update, variant, kwargs)
+            updates["ours", variant] = _compiled(ours(), variant, kwargs)
+        updates["plain", variant] = _compiled(plain(), variant, kwargs)
     return updates
+
+
+def _sync(args: argparse.Namespace) -> Callable[[], Any] | None:
+    """``torch.cuda.synchronize`` when timing GPU work (the clocks then count queued kernels)."""
+    return torch.cuda.synchronize if torch.device(args.device).type == "cuda" else None
 
 
 def bench_updates(algo: str, args: argparse.Namespace) -> None:
@@ -207,10 +223,11 @@ def bench_updates(algo: str, args: argparse.Namespace) -> None:
     updates = make_updates(algo, args)
     first_s: dict[tuple[str, str], float] = {}
     breaks: dict[tuple[str, str], int] = {}
+    sync = _sync(args)
     for key, fn in list(updates.items()):
         before = sum(torch._dynamo.utils.counters["graph_break"].values())
         try:
-            first_s[key] = _first_call(fn)
+            first_s[key] = _first_call(fn, sync)
         except Exception as err:  # a variant that does not compile is reported, not fatal
             _emit(
                 {
@@ -229,11 +246,13 @@ def bench_updates(algo: str, args: argparse.Namespace) -> None:
     for _ in range(max(args.rounds, 1)):
         # Back to back, every round: the ratios survive a machine whose load changes.
         for key, fn in updates.items():
-            w, c = time_call(fn, args.seconds)
+            w, c = time_call(fn, args.seconds, sync=sync)
             wall[key] = min(w, wall.get(key, float("inf")))
             cpu[key] = min(c, cpu.get(key, float("inf")))
-    floor = cpu["plain", "eager"]
-    for (impl, variant), c in cpu.items():
+    # On a GPU the host's CPU time is mostly launching and waiting: the ratios read wall time.
+    timed = cpu if sync is None else wall
+    floor = timed["plain", "eager"]
+    for (impl, variant), c in timed.items():
         # Keys in table order (the docs show the first ten columns of the records).
         record: dict[str, Any] = {
             "bench": "compile",
@@ -242,11 +261,12 @@ def bench_updates(algo: str, args: argparse.Namespace) -> None:
             "variant": variant,
             "first_call_s": round(first_s[impl, variant], 2),
             "per_s": round(1e6 / c, 1),
-            "speedup": round(cpu[impl, "eager"] / c, 3),
+            "speedup": round(timed[impl, "eager"] / c, 3),
             "over_plain_eager": round(c / floor, 3),
-            "cpu_us_per_call": round(c, 1),
+            "cpu_us_per_call": round(cpu[impl, variant], 1),
             "us_per_call": round(wall[impl, variant], 1),
             "graph_breaks": breaks[impl, variant],
+            "device": args.device,
         }
         if variant != "eager":
             record["compile_options"] = _describe(args, variant, impl)
@@ -254,7 +274,7 @@ def bench_updates(algo: str, args: argparse.Namespace) -> None:
         _emit(record)
 
 
-def _policy() -> Any:
+def _policy(device: str) -> Any:
     from tensordict.nn import TensorDictModule
     from torch import nn
 
@@ -262,19 +282,30 @@ def _policy() -> Any:
     net = nn.Sequential(
         nn.Linear(3, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1), nn.Tanh()
     )
-    return TensorDictModule(net, ["observation"], ["action"])
+    return TensorDictModule(net.to(device), ["observation"], ["action"])
 
 
-def _collector(env_batch: int, kwargs: dict[str, Any] | None) -> tuple[Any, str]:
-    """A PendulumEnv collector; ``kwargs`` (``torch.compile`` keywords) compile its policy."""
+# A collector row that records the eager policy in a CUDA graph (``cudagraph_policy=True``).
+CUDAGRAPH = "cudagraph_policy"
+
+
+def _collector(env_batch: int, kwargs: dict[str, Any] | None, device: str) -> tuple[Any, str]:
+    """A PendulumEnv collector (the env on the CPU, the policy on ``device``); ``kwargs``
+    (``torch.compile`` keywords) compile its policy, ``{CUDAGRAPH: True}`` records it in a
+    CUDA graph."""
     from torchrl.collectors import SyncDataCollector
     from torchrl.envs.custom.pendulum import PendulumEnv
 
     env = PendulumEnv(batch_size=[env_batch] if env_batch > 1 else None, seed=0)
-    policy = _policy()
+    policy = _policy(device)
     extra: dict[str, Any] = {}
+    if torch.device(device).type != "cpu":
+        extra["policy_device"] = device
     compiled_by = ""
-    if kwargs is not None:
+    if kwargs is not None and CUDAGRAPH in kwargs:
+        extra["cudagraph_policy"] = True
+        compiled_by = "collector (cudagraph_policy)"
+    elif kwargs is not None:
         if "compile_policy" in inspect.signature(SyncDataCollector).parameters:
             extra["compile_policy"] = kwargs or True
             compiled_by = "collector (compile_policy)"
@@ -293,9 +324,16 @@ def bench_collect(args: argparse.Namespace) -> None:
         runs: dict[str, tuple[Any, Any, str]] = {}
         first: dict[str, float] = {}
         # trace_backward changes nothing for a policy call (no backward): not repeated here.
-        for variant in ["eager", *(v for v in args.variants if v not in TRACE_BACKWARD)]:
-            kwargs = None if variant == "eager" else _compile_kwargs(args, variant)
-            collector, compiled_by = _collector(env_batch, kwargs)
+        variants = ["eager", *(v for v in args.variants if v not in TRACE_BACKWARD)]
+        if torch.device(args.device).type == "cuda":
+            variants.append(CUDAGRAPH)
+        for variant in variants:
+            kwargs: dict[str, Any] | None = None
+            if variant == CUDAGRAPH:
+                kwargs = {CUDAGRAPH: True}
+            elif variant != "eager":
+                kwargs = _compile_kwargs(args, variant)
+            collector, compiled_by = _collector(env_batch, kwargs, args.device)
             it = iter(collector)
             first[variant] = _first_call(it.__next__)
             runs[variant] = (collector, it, compiled_by)
@@ -325,8 +363,10 @@ def bench_collect(args: argparse.Namespace) -> None:
                 "env_batch": env_batch,
                 "frames_per_batch": frames,
             }
+            record["policy_device"] = args.device
             if variant != "eager":
                 record["compiled_by"] = compiled_by
+            if variant not in ("eager", CUDAGRAPH):
                 record["compile_options"] = _describe(args, variant, "collector")
             record["torch_threads"] = 1
             _emit(record)
@@ -343,6 +383,7 @@ def run_children(args: argparse.Namespace) -> None:
     common += ["--ours-compile", args.ours_compile, "--env-batch", *map(str, args.env_batch)]
     common += ["--fullgraph"] * args.fullgraph + ["--dynamo-backward"] * args.dynamo_backward
     common += ["--cold"] * args.cold + (["--inductor", *args.inductor] if args.inductor else [])
+    common += ["--device", args.device]
     for case in args.cases:
         variants = args.variants
         if case == "collect":
@@ -389,6 +430,11 @@ def main() -> None:
     )
     parser.add_argument("--ours-compile", choices=["update", "loss"], default="update")
     parser.add_argument("--env-batch", type=int, nargs="+", default=[1, 32])
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the updates and the collector's policy run (cuda: ratios of wall time)",
+    )
     args = parser.parse_args()
     unknown = sorted(set(args.cases) - {*LOSS_CASES, "collect"})
     if unknown:

@@ -19,8 +19,10 @@ each in turn for ``3 * seconds`` (so that they share the same machine load); eac
 steadier when other jobs share the cores) and ``best_frames_per_cpu_s`` (its best batch), and
 the collectors their ratios to raw VMAS (``ratio_to_raw``, ``cpu_ratio_to_raw``,
 ``best_cpu_ratio_to_raw``). TorchRL's collector runs afterwards on its own. One JSON object per
-line. Usage: ``python benchmarks/vectorized.py [--envs 1 16 256 4096] [--seconds 2]
-[--steps 20] [--no-peers]``.
+line. ``--device cuda`` simulates on the GPU (raw VMAS and ours alike; each batch ends with a
+synchronize, and the wall-clock rates are the ones to read). Usage: ``python
+benchmarks/vectorized.py [--envs 1 16 256 4096] [--seconds 2] [--steps 20] [--no-peers]
+[--device cuda]``.
 """
 
 from __future__ import annotations
@@ -82,19 +84,38 @@ def _interleaved(runners: dict[str, Callable[[], int]], seconds: float) -> dict[
     }
 
 
-def raw_vmas(num_envs: int, steps: int) -> Callable[[], int]:
+def _synced(run_batch: Callable[[], int], device: str) -> Callable[[], int]:
+    """``run_batch`` followed by ``torch.cuda.synchronize()`` on a GPU: the clocks then count
+    the batch's queued kernels."""
+    if torch.device(device).type != "cuda":
+        return run_batch
+
+    def run() -> int:
+        frames = run_batch()
+        torch.cuda.synchronize()
+        return frames
+
+    return run
+
+
+def raw_vmas(num_envs: int, steps: int, device: str = "cpu") -> Callable[[], int]:
     """The reference: VMAS stepped by hand with fresh uniform random actions every step."""
     import vmas
 
     env = vmas.make_env(
-        SCENARIO, num_envs=num_envs, continuous_actions=True, max_steps=MAX_STEPS, seed=0
+        SCENARIO,
+        num_envs=num_envs,
+        device=device,
+        continuous_actions=True,
+        max_steps=MAX_STEPS,
+        seed=0,
     )
     env.reset()
     shapes = [(num_envs, *space.shape) for space in env.action_space.spaces]
 
     def run_batch() -> int:
         for _ in range(steps):
-            actions = [torch.rand(shape).mul_(2).sub_(1) for shape in shapes]
+            actions = [torch.rand(shape, device=device).mul_(2).sub_(1) for shape in shapes]
             _, _, dones, _ = env.step(actions)
             if dones.any():
                 if dones.all():
@@ -104,10 +125,12 @@ def raw_vmas(num_envs: int, steps: int) -> Callable[[], int]:
                         env.reset_at(i)
         return num_envs * steps
 
-    return run_batch
+    return _synced(run_batch, device)
 
 
-def ours(num_envs: int, steps: int, same_td: bool = False) -> tuple[Callable[[], int], Any]:
+def ours(
+    num_envs: int, steps: int, same_td: bool = False, device: str = "cpu"
+) -> tuple[Callable[[], int], Any]:
     """Our ``SyncDataCollector`` on our ``VmasEnv`` with the random policy.
 
     ``same_td=True`` passes ``return_same_td=True``: the batch is the collector's buffer, not a
@@ -117,7 +140,14 @@ def ours(num_envs: int, steps: int, same_td: bool = False) -> tuple[Callable[[],
     from torchrl.collectors import SyncDataCollector
     from torchrl.envs.libs.vmas import VmasEnv
 
-    env = VmasEnv(SCENARIO, num_envs=num_envs, continuous_actions=True, max_steps=MAX_STEPS, seed=0)
+    env = VmasEnv(
+        SCENARIO,
+        num_envs=num_envs,
+        continuous_actions=True,
+        max_steps=MAX_STEPS,
+        seed=0,
+        device=device,
+    )
     collector = SyncDataCollector(
         env, None, frames_per_batch=num_envs * steps, total_frames=-1, return_same_td=same_td
     )
@@ -126,7 +156,7 @@ def ours(num_envs: int, steps: int, same_td: bool = False) -> tuple[Callable[[],
     def run_batch() -> int:
         return next(iterator).numel()
 
-    return run_batch, collector
+    return _synced(run_batch, device), collector
 
 
 def peers(envs: list[int], steps: int, seconds: float) -> list[dict]:
@@ -154,14 +184,22 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--steps", type=int, default=20, help="env steps per collector batch")
     parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument(
+        "--device", default="cpu", help="where VMAS simulates (cuda: read the wall-clock rates)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     raw_rates: dict[int, float] = {}
     raw_cpu: dict[int, float] = {}
     for n in args.envs:
-        mine, same = ours(n, args.steps), ours(n, args.steps, same_td=True)
-        runners = {"raw_vmas": raw_vmas(n, args.steps), "ours": mine[0], "ours_same_td": same[0]}
+        mine = ours(n, args.steps, device=args.device)
+        same = ours(n, args.steps, same_td=True, device=args.device)
+        runners = {
+            "raw_vmas": raw_vmas(n, args.steps, args.device),
+            "ours": mine[0],
+            "ours_same_td": same[0],
+        }
         try:
             results = _interleaved(runners, args.seconds)
         finally:
@@ -169,12 +207,13 @@ def main() -> None:
             same[1].shutdown()
         raw = results.pop("raw_vmas")
         raw_rates[n], raw_cpu[n] = raw["frames_per_s"], raw["frames_per_cpu_s"]
-        _emit({"impl": "raw_vmas", "num_envs": n, **raw})
+        _emit({"impl": "raw_vmas", "num_envs": n, "device": args.device, **raw})
         for impl, record in results.items():
             _emit(
                 {
                     "impl": impl,
                     "num_envs": n,
+                    "device": args.device,
                     **record,
                     "ratio_to_raw": round(record["frames_per_s"] / raw_rates[n], 3),
                     "cpu_ratio_to_raw": round(record["frames_per_cpu_s"] / raw_cpu[n], 3),

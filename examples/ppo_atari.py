@@ -13,12 +13,18 @@ true`` switches to the settings of Schulman et al. (2017) for Atari: 8 games, 12
 batch, 3 epochs of 4 minibatches of 256 steps, lr 2.5e-4, clip 0.1, gamma 0.99, lambda 0.95, entropy 0.01, value coefficient 1, 10M steps
 (40M frames); Pong reaches about +20 there, a day or more of CPU time on 2 cores.
 
+``--device cuda`` puts the networks, the loss and the collected batches on the GPU while the
+games run on the CPU (``--parallel true`` spreads them over worker processes); ``--max-wall-s S``
+stops training after ``S`` seconds, whatever is left of the frame budget (the learning rate and
+clip range still anneal over ``--frames``).
+
 Usage: ``python examples/ppo_atari.py [--env-name ALE/Pong-v5] [--frames N] [--published true]
-[--out DIR]``.
+[--device cuda] [--parallel true] [--max-wall-s S] [--out DIR]``.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -70,6 +76,8 @@ class Config:
     eval_max_steps: int = 27_000  # 108k emulator frames: ALE's cap on an episode
     final_eval_episodes: int = 2
     parallel: bool = False  # games in worker processes (ParallelEnv) instead of this one
+    device: str = "cpu"  # networks, loss and batches ("cuda": games stay on the CPU)
+    max_wall_s: float = 0.0  # stop training after this many seconds (0: the frame budget only)
     published: bool = False
     seed: int = 0
     out: str = "outputs"
@@ -123,16 +131,30 @@ def make_env(cfg: Config, n: int, seed: int, train: bool = True):
     return env
 
 
+def _on_cpu(actor: ProbabilisticActor) -> ProbabilisticActor:
+    """The actor itself on the CPU, else a CPU copy: evaluation games run on the CPU."""
+    if next(actor.parameters()).device.type == "cpu":
+        return actor
+    return copy.deepcopy(actor).to("cpu")
+
+
 def train(cfg: Config) -> dict:
     if cfg.published:
         cfg = dataclasses.replace(cfg, **PUBLISHED)
     torch.manual_seed(cfg.seed)
     env = make_env(cfg, cfg.num_envs, cfg.seed)
     agent, actor, critic = make_agent(env)
+    agent.to(cfg.device)
 
     frames_per_batch = cfg.num_envs * cfg.steps_per_env
     collector = SyncDataCollector(
-        env, actor, frames_per_batch=frames_per_batch, total_frames=cfg.frames
+        env,
+        actor,
+        frames_per_batch=frames_per_batch,
+        total_frames=cfg.frames,
+        env_device="cpu",
+        policy_device=cfg.device,
+        storing_device=cfg.device,
     )
     # a lost life ends the episode for the value estimate, as in the published setup
     advantage = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=critic)
@@ -183,16 +205,18 @@ def train(cfg: Config) -> dict:
         if frames >= next_eval:
             next_eval += cfg.eval_every
             eval_env = make_env(cfg, cfg.eval_episodes, cfg.seed + 10_000, train=False)
-            ret = evaluate(eval_env, actor, cfg.eval_max_steps)
+            ret = evaluate(eval_env, _on_cpu(actor), cfg.eval_max_steps)
             eval_env.close()
             history["eval"].append((frames, ret))
             bar.set_postfix(eval_return=f"{ret:.1f}")
+        if cfg.max_wall_s and time.perf_counter() - start >= cfg.max_wall_s:
+            break
     history["wall"] = time.perf_counter() - start
     history["frames"] = frames
     bar.close()
     collector.shutdown()
     final_env = make_env(cfg, cfg.final_eval_episodes, cfg.seed + 20_000, train=False)
-    history["final_return"] = evaluate(final_env, actor, cfg.eval_max_steps)
+    history["final_return"] = evaluate(final_env, _on_cpu(actor), cfg.eval_max_steps)
     final_env.close()
     return history
 

@@ -11,6 +11,11 @@ training) and showed no improvement yet (mean score per 8k steps 1.2-1.6 through
 games 1.40, last 30 1.13): published PPO curves on Breakout rise only after a few hundred
 thousand steps. The default 1M steps is about 10 h here and was not run; on Pong a run that
 shows learning needs about 2M steps, which is why the test plays Breakout.
+
+``ATARI_LEARNING_DEVICE`` (default: ``cuda`` when there is one) places the networks and batches;
+on a machine with 8 cores or more the games run in worker processes (``ParallelEnv``);
+``ATARI_LEARNING_MAX_WALL_S`` stops training after that many seconds (the learning rate still
+anneals over ``ATARI_LEARNING_STEPS``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ pytest.importorskip("ale_py")
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 STEPS = int(os.environ.get("ATARI_LEARNING_STEPS", "1000000"))
+# On a GPU machine: the networks on the GPU, the games in worker processes, a wall-clock cap.
+DEVICE = os.environ.get("ATARI_LEARNING_DEVICE", "cuda" if torch.cuda.is_available() else "cpu")
+MAX_WALL_S = float(os.environ.get("ATARI_LEARNING_MAX_WALL_S", "0"))
 
 
 @pytest.mark.slow
@@ -46,10 +54,16 @@ def test_ppo_breakout_improves(tmp_path, monkeypatch) -> None:
         eval_max_steps=2_000,
         out=str(tmp_path),
         progress=False,
+        device=DEVICE,
+        parallel=(os.cpu_count() or 1) >= 8,
+        max_wall_s=MAX_WALL_S,
     )
     history = module.train(cfg)
     curve = history["train"]
-    print(f"PPO Breakout: {len(curve)} games in {history['frames']} steps, {history['wall']:.0f} s")
+    print(
+        f"PPO Breakout: {len(curve)} games in {history['frames']} steps, "
+        f"{history['wall']:.0f} s on {DEVICE}"
+    )
     for i in range(0, len(curve), max(1, len(curve) // 20)):
         window = [r for _, r in curve[i : i + 30]]
         print(

@@ -17,22 +17,24 @@ BATCH, OBS, ACT, N_ACTIONS, CELLS = 256, 8, 2, 4, 64
 
 
 def _transitions(torch: Any, TensorDict: Any, action: Any) -> Any:
+    # Drawn on the CPU with a seeded generator, then moved to the default device (a case built
+    # in a ``with torch.device("cuda")`` block holds the same numbers).
     g = torch.Generator().manual_seed(0)
-    done = torch.zeros(BATCH, 1, dtype=torch.bool)
+    done = torch.zeros(BATCH, 1, dtype=torch.bool, device="cpu")
     done[::17] = True
     return TensorDict(
         {
-            "observation": torch.randn(BATCH, OBS, generator=g),
-            "action": action,
+            "observation": torch.randn(BATCH, OBS, generator=g, device="cpu"),
+            "action": action.cpu(),
             "next": {
-                "observation": torch.randn(BATCH, OBS, generator=g),
-                "reward": torch.randn(BATCH, 1, generator=g),
+                "observation": torch.randn(BATCH, OBS, generator=g, device="cpu"),
+                "reward": torch.randn(BATCH, 1, generator=g, device="cpu"),
                 "done": done,
                 "terminated": done.clone(),
             },
         },
         batch_size=[BATCH],
-    )
+    ).to(torch.get_default_device())
 
 
 def step_fn(
@@ -60,7 +62,11 @@ def step_fn(
 
 
 def make_losses(modules: Any, objectives: Any) -> dict[str, tuple[Any, Any, Any]]:
-    """``{name: (loss module, batch, target updater or None)}`` for DQN, SAC, TD3, clipped PPO."""
+    """``{name: (loss module, batch, target updater or None)}`` for DQN, SAC, TD3, clipped PPO.
+
+    Everything is built on the default device: call it in a ``with torch.device("cuda")``
+    block for GPU cases.
+    """
     import torch
     from tensordict import TensorDict
     from tensordict.nn import NormalParamExtractor, TensorDictModule

@@ -64,19 +64,26 @@ def _target(net: nn.Module) -> nn.Module:
 
 def _batch(continuous: bool) -> dict[str, Tensor]:
     g = torch.Generator().manual_seed(0)
-    done = torch.zeros(BATCH, 1, dtype=torch.bool)
+    done = torch.zeros(BATCH, 1, dtype=torch.bool, device="cpu")
     done[::17] = True
     data = {
-        "obs": torch.randn(BATCH, OBS, generator=g),
-        "next_obs": torch.randn(BATCH, OBS, generator=g),
-        "reward": torch.randn(BATCH, 1, generator=g),
+        "obs": torch.randn(BATCH, OBS, generator=g, device="cpu"),
+        "next_obs": torch.randn(BATCH, OBS, generator=g, device="cpu"),
+        "reward": torch.randn(BATCH, 1, generator=g, device="cpu"),
         "terminated": done,
     }
     if continuous:
-        data["action"] = torch.rand(BATCH, ACT, generator=g) * 1.8 - 0.9
+        data["action"] = torch.rand(BATCH, ACT, generator=g, device="cpu") * 1.8 - 0.9
     else:
-        data["action"] = torch.randint(N_ACTIONS, (BATCH, 1), generator=g)
-    return data
+        data["action"] = torch.randint(N_ACTIONS, (BATCH, 1), generator=g, device="cpu")
+    return _on_default_device(data)
+
+
+def _on_default_device(data: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``data`` moved to the default device: the batches are drawn on the CPU with a seeded
+    generator, so a case built in a ``with torch.device("cuda")`` block holds the same numbers."""
+    device = torch.get_default_device()
+    return {key: value.to(device) for key, value in data.items()}
 
 
 def _loc_scale(out: Tensor) -> tuple[Tensor, Tensor]:
@@ -262,9 +269,12 @@ class PlainPPO(_Update):
         self.critic = PlainMLP(OBS, 1)
         self.data = _batch(continuous=True)
         g = torch.Generator().manual_seed(1)
-        self.data["old_log_prob"] = torch.randn(BATCH, generator=g) * 0.1 - 1.0
-        self.data["advantage"] = torch.randn(BATCH, generator=g)
-        self.data["value_target"] = torch.randn(BATCH, 1, generator=g)
+        drawn = {
+            "old_log_prob": torch.randn(BATCH, generator=g, device="cpu") * 0.1 - 1.0,
+            "advantage": torch.randn(BATCH, generator=g, device="cpu"),
+            "value_target": torch.randn(BATCH, 1, generator=g, device="cpu"),
+        }
+        self.data.update(_on_default_device(drawn))
         self.trainable = [*self.actor.parameters(), *self.critic.parameters()]
         self._finish_init([], [])
 
@@ -300,26 +310,37 @@ def make_plain_cases(optimizer: bool = False) -> dict[str, Callable[[], None]]:
     return {name: cls(optimizer).update for name, cls in PLAIN.items()}
 
 
-def time_call(fn: Callable[[], Any], seconds: float, repeats: int = 3) -> tuple[float, float]:
+def time_call(
+    fn: Callable[[], Any],
+    seconds: float,
+    repeats: int = 3,
+    sync: Callable[[], Any] | None = None,
+) -> tuple[float, float]:
     """Best-of-``repeats`` ``(wall, cpu)`` microseconds per call, each repeat ``seconds`` long.
 
     The CPU figure is this thread's CPU time (``time.thread_time``): with one torch thread all
     the work runs here, and time spent waiting for a core that another process holds is not
-    counted, so it stays comparable on a loaded machine where wall clock does not.
+    counted, so it stays comparable on a loaded machine where wall clock does not. ``sync``
+    (``torch.cuda.synchronize`` for GPU work) runs before each clock is read, so the wall figure
+    counts the queued kernels; there the wall figure is the one to read.
     """
     import time
 
+    sync = sync or (lambda: None)
     fn()
+    sync()
     start, n = time.perf_counter(), 0
     while time.perf_counter() - start < 0.05:
         fn()
         n += 1
+    sync()
     reps = max(5, int(n * seconds / 0.05))
     best_wall = best_cpu = float("inf")
     for _ in range(repeats):
         wall, cpu = time.perf_counter(), time.thread_time()
         for _ in range(reps):
             fn()
+        sync()
         best_cpu = min(best_cpu, (time.thread_time() - cpu) / reps)
         best_wall = min(best_wall, (time.perf_counter() - wall) / reps)
     return best_wall * 1e6, best_cpu * 1e6

@@ -152,3 +152,47 @@ def test_transforms_on_group_keys():
     assert torch.allclose(returns[:, 2], rewards[:, :3].sum(1))
     assert torch.allclose(returns[:, 4], rewards[:, 3:5].sum(1))
     assert td["next", "step_count"][0].squeeze(-1).tolist() == [1, 2, 3, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+        ),
+    ],
+)
+def test_batched_on_device_with_a_policy_there(device):
+    """VMAS simulates all sub-envs on ``device`` (the GPU: batched there); a collector with a
+    policy on the same device keeps every tensor there, partial resets included."""
+    from tensordict.nn import TensorDictModule
+    from torch import nn
+
+    from torchrl.collectors import SyncDataCollector
+    from torchrl.modules import MultiAgentMLP
+
+    env = VmasEnv("navigation", num_envs=512, n_agents=2, max_steps=8, seed=0, device=device)
+    assert env.device.type == device
+    check_env_specs(env)
+    td = env.rollout(3)
+    for key in [("agents", "observation"), ("next", "agents", "reward"), ("next", "done")]:
+        assert td[key].device.type == device, key
+    obs_dim = env.observation_spec["agents", "observation"].shape[-1]
+    net = MultiAgentMLP(obs_dim, 2, n_agents=2, centralized=False, share_params=True, depth=1)
+    policy = TensorDictModule(
+        nn.Sequential(net, nn.Tanh()).to(device),
+        [("agents", "observation")],
+        [("agents", "action")],
+    )
+    collector = SyncDataCollector(env, policy, frames_per_batch=512 * 10, total_frames=512 * 20)
+    batches = list(collector)
+    collector.shutdown()
+    assert len(batches) == 2
+    for batch in batches:
+        assert batch.batch_size == torch.Size([512, 10])
+        assert batch["agents", "action"].device.type == device
+        assert batch["next", "agents", "observation"].device.type == device
+        # max_steps=8 within 10 steps: every sub-env was truncated and reset once
+        assert batch["next", "truncated"].any(-2).all()
