@@ -169,6 +169,7 @@ def train(cfg: Config) -> dict:
         loss_critic_type="l2",
         critic_coef=cfg.critic_coef,
     )
+    loss_fn.to(cfg.device)  # its own buffers too
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr, eps=1e-5)
     n_updates = max(1, cfg.frames // frames_per_batch)
 
