@@ -184,15 +184,69 @@ def test_frame_skip_and_grey_resize_match_a_hand_computation():
             frames.append(obs)
             reward += r
         pooled = np.maximum(frames[-2], frames[-1])
-        expected = cv2.resize(pooled, (84, 84), interpolation=cv2.INTER_AREA) / 255.0
-        got = td["next", "pixels"][0].numpy()
-        # the same grey screen, resized bilinearly (with antialiasing) by us and by cv2's
-        # area interpolation here: a few grey levels apart
-        assert np.abs(got - expected).mean() < 0.02
+        # resized as gymnasium's AtariPreprocessing does, then scaled to [0, 1]
+        resized = cv2.resize(pooled, (84, 84), interpolation=cv2.INTER_AREA)
+        expected = torch.from_numpy(resized).float().div(255)
+        assert torch.equal(td["next", "pixels"][0], expected)
         assert float(td["next", "reward"]) == float(np.sign(reward))
         td = td["next"].clone()
     env.close()
     raw.close()
+
+
+def test_an_episode_ending_inside_a_step_pools_the_frames_it_saw():
+    """ALE truncates after 10 frames: the third step stops at its second frame."""
+    game = atari_game_env("ALE/Breakout-v5", noop_max=0, max_episode_frames=10, episodic_life=False)
+    game.set_seed(3)
+    register_ale_envs()
+    raw = gym.make(
+        "ALE/Breakout-v5", frameskip=1, obs_type="grayscale", max_num_frames_per_episode=10
+    )
+    raw.reset(seed=3)
+    td = game.reset()
+    for t in range(3):
+        td["action"] = torch.tensor(1)
+        td = game.step(td)
+        frames, reward = [], 0.0
+        for _ in range(4):
+            obs, r, terminated, truncated, _ = raw.step(1)
+            frames.append(obs)
+            reward += r
+            if terminated or truncated:
+                break
+        assert len(frames) == (2 if t == 2 else 4)
+        expected = np.maximum(frames[-2], frames[-1])
+        assert torch.equal(td["next", "observation"], torch.from_numpy(expected))
+        assert bool(td["next", "truncated"]) == (t == 2)
+        td = td["next"].clone()
+    game.close()
+    raw.close()
+
+
+def test_atari_skip_pool_drives_only_a_passively_wrapped_game():
+    from torchrl.envs.libs._atari_gym import AtariSkipPool
+
+    register_ale_envs()
+    game = gym.make("ALE/Breakout-v5", frameskip=1, obs_type="grayscale")
+    with pytest.raises(ValueError, match="expected only .* got TimeLimit"):
+        AtariSkipPool(gym.wrappers.TimeLimit(game, 100), 4, 2, 0)
+    with pytest.raises(ValueError, match="screen_size must be >= 1"):
+        AtariSkipPool(game, 4, 2, 0, screen_size=0)
+    pooled = AtariSkipPool(game, 4, 2, 0, screen_size=84, lives=True)
+    obs, info = pooled.reset(seed=0)
+    assert obs["observation"].shape == (84, 84) and obs["lives"].tolist() == [info["lives"]]
+    assert pooled.observation_space["observation"].shape == (84, 84)
+    game.close()
+
+
+def test_batch_of_games_steps_in_one_call():
+    """The games of make_atari_env are plain GymWrappers: SerialEnv's batched stepper runs them
+    (one TensorDict per batched step); the lives travel as an observation."""
+    env = make_atari_env("ALE/Breakout-v5", 2, noop_max=0, seed=0)
+    env.reset()
+    assert env.base_env._stepper is not None
+    assert env.base_env.observation_spec["lives"].shape == (2, 1)
+    env.close()
 
 
 def test_frame_stack_shifts_and_reset_fills():

@@ -199,7 +199,45 @@ class LivesEnv(CountingEnv):
         return 3 - self.count // 2
 
 
+class LivesInDataEnv(LivesEnv):
+    """A ``LivesEnv`` that writes its lives in its outputs (``"lives"``, int64 ``[*B, 1]``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.observation_spec["lives"] = Unbounded(shape=(*self.batch_size, 1), dtype=torch.int64)
+
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
+        return super()._reset(tensordict, **kwargs).set("lives", self.lives())
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return super()._step(tensordict).set("lives", self.lives())
+
+
 class TestEndOfLife:
+    def test_lives_from_the_env_output_match_the_attribute(self):
+        read = TransformedEnv(LivesEnv(batch_size=[2], max_steps=7), EndOfLifeTransform())
+        given = TransformedEnv(
+            LivesInDataEnv(batch_size=[2], max_steps=7), EndOfLifeTransform(eol_attribute=None)
+        )
+        check_env_specs(given)
+        torch.manual_seed(0)
+        a = read.rollout(10, break_when_any_done=False)
+        torch.manual_seed(0)
+        b = given.rollout(10, break_when_any_done=False)
+        for key in ("lives", "end-of-life", ("next", "lives"), ("next", "end-of-life")):
+            assert torch.equal(a[key], b[key]), key
+        assert b["next", "end-of-life"].any()
+
+    def test_lives_from_the_env_output_errors(self):
+        with pytest.raises(KeyError, match="observation spec has no such entry"):
+            TransformedEnv(LivesEnv(), EndOfLifeTransform(eol_attribute=None))
+        with pytest.raises(ValueError, match="must be shaped like the done flag"):
+            env = LivesInDataEnv(batch_size=[2])
+            env.observation_spec["lives"] = Unbounded(shape=(2, 3), dtype=torch.int64)
+            TransformedEnv(env, EndOfLifeTransform(eol_attribute=None))
+        with pytest.raises(TypeError, match="dotted path or None"):
+            EndOfLifeTransform(eol_attribute="")
+
     def test_signal(self):
         env = TransformedEnv(LivesEnv(batch_size=[2], max_steps=100), EndOfLifeTransform())
         check_env_specs(env)

@@ -5,16 +5,21 @@ registered with gymnasium (:func:`register_ale_envs`). :func:`make_atari_env` bu
 standard pipeline (Mnih et al. 2015; Machado et al. 2018) out of our transforms:
 
 * inside each game (a single env), in numpy before the gymnasium env reaches
-  :class:`~torchrl.envs.GymWrapper`: up to ``noop_max`` NOOP frames after a reset, and each
-  action repeated ``frame_skip`` times with the max over the last two frames (the emulator's
-  own arrays, no TensorDict per frame; :class:`~torchrl.envs.transforms.NoopResetEnv` and
-  :class:`~torchrl.envs.transforms.atari.MaxPoolFrameSkip` are the same steps as transforms, for
-  any env); then :class:`~torchrl.envs.transforms.EndOfLifeTransform` (``"end-of-life"``: a
-  life was lost);
-* on the batch of games (:class:`~torchrl.envs.SerialEnv` or :class:`~torchrl.envs.ParallelEnv`):
-  :class:`~torchrl.envs.transforms.ToTensorImage` (then :class:`~torchrl.envs.transforms.GrayScale`
-  with ``obs_type="rgb"``), :class:`~torchrl.envs.transforms.Resize` (84x84), :class:`~torchrl.envs.transforms.CatFrames`
-  (the last 4 frames) and :class:`~torchrl.envs.transforms.SignTransform` (reward clipping).
+  :class:`~torchrl.envs.GymWrapper`: up to ``noop_max`` NOOP frames after a reset, each
+  action repeated ``frame_skip`` times with the max over the last two frames, and the grey
+  screen resized to 84x84 with OpenCV's area interpolation, as gymnasium's
+  ``AtariPreprocessing`` does (the emulator's screens read into preallocated arrays, no
+  TensorDict per frame; :class:`~torchrl.envs.transforms.NoopResetEnv`,
+  :class:`~torchrl.envs.transforms.atari.MaxPoolFrameSkip` and
+  :class:`~torchrl.envs.transforms.Resize` are the same steps as transforms, for any env); the
+  lives left are an observation (``"lives"``);
+* on the batch of games (:class:`~torchrl.envs.SerialEnv`, which steps plain gymnasium games
+  in one batched call with one TensorDict per step, or :class:`~torchrl.envs.ParallelEnv`):
+  :class:`~torchrl.envs.transforms.EndOfLifeTransform` (``"end-of-life"``: a life was lost),
+  :class:`~torchrl.envs.transforms.ToTensorImage` (with ``obs_type="rgb"``: then
+  :class:`~torchrl.envs.transforms.GrayScale` and :class:`~torchrl.envs.transforms.Resize`),
+  :class:`~torchrl.envs.transforms.CatFrames` (the last 4 frames) and
+  :class:`~torchrl.envs.transforms.SignTransform` (reward clipping).
 
 With ``backend="envpool"`` the games run in envpool's C++ thread pool, which does the same
 preprocessing itself (its ``episodic_life`` makes a lost life ``done``); only the scaling to
@@ -70,16 +75,20 @@ def atari_game_env(
     full_action_space: bool = False,
     max_episode_frames: int = 108_000,
     obs_type: Literal["rgb", "grayscale"] = "grayscale",
+    screen_size: int | None = None,
     device: DeviceLike = "cpu",
 ) -> TransformedEnv:
     """One Atari game with the per-game preprocessing (no-op reset, frame skip, end of life).
 
-    The game runs with ``frameskip=1`` in ALE; the no-op starts and the repeated, max-pooled
-    frames run in numpy inside the gymnasium env (no TensorDict per emulator frame), then
-    :class:`~torchrl.envs.GymWrapper` wraps it. Its observation is ALE's grey screen (uint8
-    ``[210, 160]`` under ``"observation"``), or the RGB screen (``[210, 160, 3]``) with
-    ``obs_type="rgb"``; actions are indices (``Categorical``). :func:`make_atari_env` batches
-    these.
+    The game runs with ``frameskip=1`` in ALE; the no-op starts, the repeated, max-pooled
+    frames and the resize run in numpy (and OpenCV) inside the gymnasium env, on the emulator's
+    screens (no TensorDict per emulator frame), then :class:`~torchrl.envs.GymWrapper` wraps
+    it. Its observation is ALE's grey screen (uint8 ``[210, 160]`` under ``"observation"``), or
+    the RGB screen (``[210, 160, 3]``) with ``obs_type="rgb"``, or either resized to
+    ``[screen_size, screen_size]`` with OpenCV's area interpolation (as gymnasium's
+    ``AtariPreprocessing``); actions are indices (``Categorical``). :func:`make_atari_env`
+    batches these. With ``episodic_life``, the game writes its lives (``"lives"``) and
+    :class:`~torchrl.envs.transforms.EndOfLifeTransform` adds ``"end-of-life"``.
 
     Args:
         env_name: the ALE id (``"ALE/Pong-v5"``; the ``ALE/`` prefix may be left out).
@@ -91,6 +100,8 @@ def atari_game_env(
         full_action_space: use all 18 actions instead of the game's minimal set.
         max_episode_frames: ALE's cap on emulator frames per episode (truncation).
         obs_type: ``"grayscale"`` (ALE's grey screen) or ``"rgb"`` (the colour screen).
+        screen_size: resize the max-pooled screens to this square side (``None``: keep
+            ``210x160``; needs ``opencv-python-headless``, in the ``atari`` extra).
         device: the device of the output tensors.
 
     Returns:
@@ -100,7 +111,45 @@ def atari_game_env(
         >>> from torchrl.envs.libs.atari import atari_game_env
         >>> env = atari_game_env("ALE/Pong-v5")  # doctest: +SKIP
         >>> env.rollout(3)["next", "observation"].shape  # doctest: +SKIP
-        torch.Size([3, 210, 160, 3])
+        torch.Size([3, 210, 160])
+    """
+    base = _game(
+        env_name,
+        frame_skip=frame_skip,
+        noop_max=noop_max,
+        lives=episodic_life,
+        repeat_action_probability=repeat_action_probability,
+        full_action_space=full_action_space,
+        max_episode_frames=max_episode_frames,
+        obs_type=obs_type,
+        screen_size=screen_size,
+        device=device,
+    )
+    transforms: list[Transform] = []
+    if episodic_life:
+        transforms.append(EndOfLifeTransform(eol_attribute=None))
+    return TransformedEnv(base, Compose(*transforms))
+
+
+def _game(
+    env_name: str,
+    *,
+    frame_skip: int,
+    noop_max: int,
+    lives: bool,
+    repeat_action_probability: float,
+    full_action_space: bool,
+    max_episode_frames: int,
+    obs_type: str,
+    screen_size: int | None,
+    device: DeviceLike,
+) -> GymWrapper:
+    """One ALE game in :class:`AtariSkipPool` in a :class:`GymWrapper`, without transforms.
+
+    With ``lives``, the lives left are an observation (``"lives"``), so that
+    :class:`EndOfLifeTransform` can run on a batch of these games: a
+    :class:`~torchrl.envs.SerialEnv` of plain ``GymWrapper`` envs steps them all in one batched
+    call (``GymWrapper._batched_stepper``), one TensorDict per step of the batch.
     """
     if obs_type not in ("rgb", "grayscale"):
         raise ValueError(f"atari_game_env: obs_type must be 'rgb' or 'grayscale', got {obs_type!r}")
@@ -108,6 +157,8 @@ def atari_game_env(
         raise ValueError(f"atari_game_env: frame_skip must be >= 1, got {frame_skip}")
     if int(noop_max) < 0:
         raise ValueError(f"atari_game_env: noop_max must be >= 0, got {noop_max}")
+    if screen_size is not None and int(screen_size) < 1:
+        raise ValueError(f"atari_game_env: screen_size must be >= 1, got {screen_size}")
     if not _has_ale:
         import_optional("ale_py", extra="atari")
     import gymnasium
@@ -123,13 +174,11 @@ def atari_game_env(
         max_num_frames_per_episode=int(max_episode_frames),
         obs_type=obs_type,
     )
-    pool = min(2, int(frame_skip))
-    game = AtariSkipPool(game, int(frame_skip), pool, int(noop_max))
-    base = GymWrapper(game, categorical_action_encoding=True, device=device)
-    transforms: list[Transform] = []
-    if episodic_life:
-        transforms.append(EndOfLifeTransform())
-    return TransformedEnv(base, Compose(*transforms))
+    size = None if screen_size is None else int(screen_size)
+    game = AtariSkipPool(
+        game, int(frame_skip), min(2, int(frame_skip)), int(noop_max), size, lives=lives
+    )
+    return GymWrapper(game, categorical_action_encoding=True, device=device)
 
 
 def make_atari_env(
@@ -158,8 +207,8 @@ def make_atari_env(
     ``[0, 1]`` (the last ``frame_stack`` grey frames, oldest first), a reward clipped to its sign
     (``clip_rewards``), and with ``episodic_life`` the ``"lives"`` and ``"end-of-life"`` entries
     (ALE backend). Actions are indices (``Categorical``). See the module docstring for the
-    transforms. Each game keeps its own per-game transforms, so partial resets (``"_reset"``)
-    and :meth:`~torchrl.envs.EnvBase.step_and_maybe_reset` work per game.
+    transforms. Partial resets (``"_reset"``) and
+    :meth:`~torchrl.envs.EnvBase.step_and_maybe_reset` reset the finished games only.
 
     Args:
         env_name: the game id (``"ALE/Pong-v5"`` or ``"Pong-v5"``).
@@ -176,8 +225,10 @@ def make_atari_env(
         full_action_space: use all 18 actions.
         max_episode_frames: the cap on emulator frames per episode.
         obs_type: ``"grayscale"``: ALE returns grey screens (what gymnasium's
-            ``AtariPreprocessing`` reads: a third of the pixels to copy and pool);
-            ``"rgb"``: the games return colour screens made grey by ``GrayScale``.
+            ``AtariPreprocessing`` reads: a third of the pixels to copy and pool), resized in
+            each game with OpenCV (``INTER_AREA``, as ``AtariPreprocessing``); ``"rgb"``: the
+            games return colour screens made grey by ``GrayScale`` and resized (bilinear,
+            antialiased) by ``Resize`` on the batch.
         track_return: add ``"episode_reward"``, the game score so far (summed before clipping;
             :class:`~torchrl.envs.transforms.RewardSum`).
         seed: seed the env (``env.set_seed``) once built.
@@ -229,15 +280,18 @@ def make_atari_env(
         if not _has_ale:
             import_optional("ale_py", extra="atari")
         make_game = functools.partial(
-            atari_game_env,
+            _game,
             env_name,
             frame_skip=frame_skip,
             noop_max=noop_max,
-            episodic_life=episodic_life,
+            lives=episodic_life,
             repeat_action_probability=repeat_action_probability,
             full_action_space=full_action_space,
             max_episode_frames=max_episode_frames,
             obs_type=obs_type,
+            # grey screens are resized inside each game, as gymnasium's AtariPreprocessing does
+            # (OpenCV's area interpolation on uint8); colour ones after GrayScale on the batch
+            screen_size=int(screen_size) if obs_type == "grayscale" else None,
             device=device,
         )
         if num_envs:
@@ -245,22 +299,22 @@ def make_atari_env(
             env = batched(int(num_envs), make_game, device=device)
         else:
             env = make_game()
+        # on the batch, so that a SerialEnv of plain games steps them in one call
+        transforms = [EndOfLifeTransform(eol_attribute=None)] if episodic_life else []
         if obs_type == "rgb":
-            transforms = [
+            transforms += [
                 ToTensorImage(in_keys=[OBSERVATION], out_keys=[PIXELS]),
                 ExcludeTransform(OBSERVATION),
                 GrayScale(in_keys=[PIXELS]),
+                Resize(int(screen_size), int(screen_size), in_keys=[PIXELS]),
             ]
         else:
-            transforms = [
+            transforms += [
                 UnsqueezeTransform(-1, in_keys=[OBSERVATION]),  # [..., H, W] -> [..., H, W, 1]
                 ToTensorImage(in_keys=[OBSERVATION], out_keys=[PIXELS]),
                 ExcludeTransform(OBSERVATION),
             ]
-        transforms += [
-            Resize(int(screen_size), int(screen_size), in_keys=[PIXELS]),
-            CatFrames(N=int(frame_stack), dim=-3, in_keys=[PIXELS]),
-        ]
+        transforms.append(CatFrames(N=int(frame_stack), dim=-3, in_keys=[PIXELS]))
     if track_return:
         transforms.append(RewardSum())
     if clip_rewards:

@@ -393,14 +393,16 @@ class EndOfLifeTransform(Transform):
     The lives are read from the base env (``eol_attribute``, a dotted path on the base env or,
     when absent there, on the simulator it wraps, e.g. a gymnasium env's
     ``unwrapped.ale.lives``; a callable is called) at every reset and step, and written to
-    ``lives_key``; ``eol_key`` is ``lives < previous lives`` or ``done``. Both are observations
-    shaped like ``done_key``. A value estimator can treat ``eol_key`` as its terminal flag.
+    ``lives_key``; with ``eol_attribute=None`` the env writes ``lives_key`` itself (one value
+    per sub-env, so the transform also works on a batch of envs, such as a ``SerialEnv`` of
+    games). ``eol_key`` is ``lives < previous lives`` or ``done``. Both are observations shaped
+    like ``done_key``. A value estimator can treat ``eol_key`` as its terminal flag.
 
     Args:
         eol_key: the end-of-life entry.
         lives_key: the lives entry.
         done_key: the env's done flag (its shape is used and it is or-ed in).
-        eol_attribute: where the lives are, from the base env.
+        eol_attribute: where the lives are, from the base env (``None``: in the env's outputs).
 
     Examples:
         >>> from torchrl.envs.transforms import EndOfLifeTransform
@@ -413,19 +415,31 @@ class EndOfLifeTransform(Transform):
         eol_key: NestedKey = "end-of-life",
         lives_key: NestedKey = "lives",
         done_key: NestedKey = DONE,
-        eol_attribute: str = "unwrapped.ale.lives",
+        eol_attribute: str | None = "unwrapped.ale.lives",
     ) -> None:
         super().__init__()
         self.eol_key = unravel_key(eol_key)
         self.lives_key = unravel_key(lives_key)
         self.done_key = unravel_key(done_key)
-        if not isinstance(eol_attribute, str) or not eol_attribute:
+        if eol_attribute is not None and (not isinstance(eol_attribute, str) or not eol_attribute):
             raise TypeError(
-                f"EndOfLifeTransform: eol_attribute is a dotted path, got {eol_attribute!r}"
+                f"EndOfLifeTransform: eol_attribute is a dotted path or None, got {eol_attribute!r}"
             )
         self.eol_attribute = eol_attribute
 
-    def _read_lives(self, shape: torch.Size, device: Any) -> torch.Tensor:
+    def _lives(self, data: TensorDictBase, shape: torch.Size, device: Any) -> torch.Tensor:
+        """The lives now: from the env's output ``data``, or read from the env."""
+        if self.eol_attribute is not None:
+            return self._read_lives(self.eol_attribute, shape, device)
+        lives = get(data, self.lives_key)
+        if lives is None:
+            raise KeyError(
+                f"EndOfLifeTransform: eol_attribute=None reads the lives {self.lives_key!r} from "
+                f"the env's output, which lacks them (keys: {list(data.keys(True, True))})"
+            )
+        return lives
+
+    def _read_lives(self, attribute: str, shape: torch.Size, device: Any) -> torch.Tensor:
         parent = self.parent
         if parent is None:
             raise RuntimeError("EndOfLifeTransform reads the lives from an env: use it in one")
@@ -437,7 +451,7 @@ class EndOfLifeTransform(Transform):
         value: Any = None
         for obj in candidates:
             try:
-                for part in self.eol_attribute.split("."):
+                for part in attribute.split("."):
                     obj = getattr(obj, part)
             except AttributeError:
                 continue
@@ -446,7 +460,7 @@ class EndOfLifeTransform(Transform):
         else:
             raise AttributeError(
                 f"EndOfLifeTransform: neither the base env {type(base).__name__} nor the env it "
-                f"wraps has the attribute {self.eol_attribute!r}"
+                f"wraps has the attribute {attribute!r}"
             )
         if callable(value):
             value = value()
@@ -456,7 +470,7 @@ class EndOfLifeTransform(Transform):
         if lives.numel() == math.prod(shape):
             return lives.reshape(shape)
         raise ValueError(
-            f"EndOfLifeTransform: {self.eol_attribute!r} gave {lives.numel()} values, expected 1 "
+            f"EndOfLifeTransform: {attribute!r} gave {lives.numel()} values, expected 1 "
             f"or {math.prod(shape)} (the shape of {self.done_key!r}: {list(shape)})"
         )
 
@@ -466,7 +480,8 @@ class EndOfLifeTransform(Transform):
         done = get(tensordict_reset, self.done_key)
         if done is None:
             raise missing_key_error(self, self.done_key, tensordict_reset)
-        set_(tensordict_reset, self.lives_key, self._read_lives(done.shape, done.device))
+        lives = self._lives(tensordict_reset, done.shape, done.device)
+        set_(tensordict_reset, self.lives_key, lives)
         set_(tensordict_reset, self.eol_key, torch.zeros_like(done))
         return tensordict_reset
 
@@ -480,7 +495,7 @@ class EndOfLifeTransform(Transform):
                 f"EndOfLifeTransform: the previous lives {self.lives_key!r} are missing from the "
                 "step input; reset the env first"
             )
-        lives = self._read_lives(done.shape, done.device)
+        lives = self._lives(next_tensordict, done.shape, done.device)
         set_(next_tensordict, self.lives_key, lives)
         set_(next_tensordict, self.eol_key, (lives < previous) | done)
         return next_tensordict
@@ -499,20 +514,31 @@ class EndOfLifeTransform(Transform):
     def transform_output_spec(self, output_spec: Composite) -> Composite:
         leaf = self._done_leaf(output_spec["full_done_spec"])
         obs = output_spec["full_observation_spec"]
-        obs[self.lives_key] = UnboundedDiscrete(
-            shape=leaf.shape, dtype=torch.int64, device=leaf.device
-        )
+        if self.eol_attribute is None:  # the env's own lives entry, shaped like done
+            if self.lives_key not in obs.keys(True, True):
+                raise KeyError(
+                    f"EndOfLifeTransform: eol_attribute=None reads the lives {self.lives_key!r} "
+                    f"from the env's outputs, but its observation spec has no such entry "
+                    f"(keys: {list(obs.keys(True, True))})"
+                )
+            lives = obs[self.lives_key]
+            if lives.shape != leaf.shape:
+                raise ValueError(
+                    f"EndOfLifeTransform: the lives {self.lives_key!r} must be shaped like the "
+                    f"done flag {self.done_key!r} ({list(leaf.shape)}), got {list(lives.shape)}"
+                )
+        else:
+            lives = UnboundedDiscrete(shape=leaf.shape, dtype=torch.int64, device=leaf.device)
+            obs[self.lives_key] = lives
         obs[self.eol_key] = _flag_spec(leaf.shape, leaf.device)
-        self._lives_shape = leaf.shape
+        self._lives_spec = lives
         return output_spec
 
     def transform_input_spec(self, input_spec: Composite) -> Composite:
-        shape = getattr(self, "_lives_shape", None)
-        if shape is not None:
-            state = input_spec["full_state_spec"]
-            state[self.lives_key] = UnboundedDiscrete(
-                shape=shape, dtype=torch.int64, device=state.device
-            )
+        # the step reads the previous lives from its input
+        lives = getattr(self, "_lives_spec", None)
+        if lives is not None:
+            input_spec["full_state_spec"][self.lives_key] = lives.clone()
         return input_spec
 
 
