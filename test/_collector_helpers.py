@@ -12,6 +12,8 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule
 from torch import nn
 
+from torchrl.envs import PendulumEnv
+
 
 class RaisingEnv(CountingEnv):
     """A ``CountingEnv`` whose ``_step`` raises ``ValueError`` at its ``fail_at``-th step."""
@@ -95,3 +97,46 @@ def child_pids() -> set[int]:
         if int(fields[1]) == me and fields[0] != "Z" and int(entry) != tracker:
             out.add(int(entry))
     return out
+
+
+class DeviceCheck(nn.Module):
+    """A linear policy that records the devices of its inputs and fails on an unexpected one.
+
+    The check raises inside worker processes too, where a record cannot be read back.
+    """
+
+    def __init__(self, expected: str | None = None) -> None:
+        super().__init__()
+        self.linear = nn.Linear(3, 1)
+        self.expected = expected
+        self.seen: list[torch.device] = []
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling():
+            self.seen.append(observation.device)
+            if self.expected is not None and observation.device.type != self.expected:
+                raise RuntimeError(
+                    f"policy input on {observation.device}, expected {self.expected}"
+                )
+        return torch.tanh(self.linear(observation))  # inside the action bounds
+
+
+def pendulum(batch: int = 2, seed: int = 0) -> PendulumEnv:
+    """A seeded ``PendulumEnv`` of ``batch`` pendulums."""
+    env = PendulumEnv(batch_size=[batch])
+    env.set_seed(seed)
+    return env
+
+
+def marking_backend(folder: str, gm, example_inputs):
+    """A torch.compile backend that leaves a file named after the compiling process."""
+    with open(os.path.join(folder, f"compiled-{os.getpid()}"), "w"):
+        pass
+    return gm.forward
+
+
+class OutOfBounds(nn.Module):
+    """A policy whose actions fall outside Pendulum's action bounds."""
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        return observation[..., :1] * 0 + 5.0  # outside Pendulum's [-2, 2]

@@ -15,6 +15,10 @@ import warnings
 
 import pytest
 import torch
+
+# What worker processes unpickle lives in an importable module: a "spawn" worker (the start
+# method once CUDA is initialised) cannot import a test module loaded by pytest's importlib mode.
+from _collector_helpers import DeviceCheck, OutOfBounds, marking_backend, pendulum
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
@@ -37,31 +41,9 @@ EAGER = {"backend": "eager"}
 MULTI = [MultiSyncDataCollector, MultiaSyncDataCollector]
 
 
-class _DeviceCheck(nn.Module):
-    """A linear policy that records the devices of its inputs and fails on an unexpected one.
-
-    The check raises inside worker processes too, where a record cannot be read back.
-    """
-
-    def __init__(self, expected: str | None = None) -> None:
-        super().__init__()
-        self.linear = nn.Linear(3, 1)
-        self.expected = expected
-        self.seen: list[torch.device] = []
-
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        if not torch.compiler.is_compiling():
-            self.seen.append(observation.device)
-            if self.expected is not None and observation.device.type != self.expected:
-                raise RuntimeError(
-                    f"policy input on {observation.device}, expected {self.expected}"
-                )
-        return torch.tanh(self.linear(observation))  # inside the action bounds
-
-
 def _policy(expected: str | None = None, seed: int = 0) -> TensorDictModule:
     torch.manual_seed(seed)
-    return TensorDictModule(_DeviceCheck(expected), ["observation"], ["action"])
+    return TensorDictModule(DeviceCheck(expected), ["observation"], ["action"])
 
 
 def _mlp_policy(seed: int = 0) -> TensorDictModule:
@@ -81,15 +63,9 @@ def _sequence_policy(seed: int = 0) -> TensorDictSequential:
     )
 
 
-def _pendulum(batch: int = 2, seed: int = 0) -> PendulumEnv:
-    env = PendulumEnv(batch_size=[batch])
-    env.set_seed(seed)
-    return env
-
-
 def _sync_batches(policy, n_batches: int = 2, **kwargs) -> list[TensorDictBase]:
     collector = SyncDataCollector(
-        _pendulum(), policy, frames_per_batch=8, total_frames=8 * n_batches, **kwargs
+        pendulum(), policy, frames_per_batch=8, total_frames=8 * n_batches, **kwargs
     )
     try:
         return [batch.clone() for batch in collector]
@@ -129,9 +105,7 @@ CPU_DEVICE_KWARGS = [
 @pytest.mark.parametrize("kwargs", CPU_DEVICE_KWARGS)
 def test_sync_cpu_devices(kwargs):
     policy = _policy("cpu")
-    collector = SyncDataCollector(
-        _pendulum(), policy, frames_per_batch=8, total_frames=16, **kwargs
-    )
+    collector = SyncDataCollector(pendulum(), policy, frames_per_batch=8, total_frames=16, **kwargs)
     for batch in collector:
         assert _leaf_devices(batch) == {torch.device("cpu")}
     collector.shutdown()
@@ -144,7 +118,7 @@ def test_sync_cpu_devices(kwargs):
 @pytest.mark.parametrize("kwargs", CPU_DEVICE_KWARGS[:3])
 def test_multi_cpu_devices(cls, kwargs):
     collector = cls(
-        [_pendulum, _pendulum], _policy("cpu"), frames_per_batch=8, total_frames=16, **kwargs
+        [pendulum, pendulum], _policy("cpu"), frames_per_batch=8, total_frames=16, **kwargs
     )
     try:
         for batch in collector:
@@ -155,7 +129,7 @@ def test_multi_cpu_devices(cls, kwargs):
 
 def test_async_single_worker_cpu_devices():
     collector = aSyncDataCollector(
-        _pendulum,
+        pendulum,
         _policy("cpu"),
         frames_per_batch=8,
         total_frames=16,
@@ -233,7 +207,7 @@ def test_sync_compile_warmup_option():
 def test_sync_compiled_policy_sees_weight_updates():
     policy = _mlp_policy()
     collector = SyncDataCollector(
-        _pendulum(), policy, frames_per_batch=8, total_frames=-1, compile_policy=EAGER
+        pendulum(), policy, frames_per_batch=8, total_frames=-1, compile_policy=EAGER
     )
     batches = iter(collector)
     before = next(batches).clone()
@@ -253,7 +227,7 @@ def test_sync_compiled_policy_sees_parameters_changed_in_place():
     # an optimizer step writes into the parameters the compiled call reads
     policy = _mlp_policy()
     collector = SyncDataCollector(
-        _pendulum(), policy, frames_per_batch=8, total_frames=-1, compile_policy=EAGER
+        pendulum(), policy, frames_per_batch=8, total_frames=-1, compile_policy=EAGER
     )
     batches = iter(collector)
     next(batches)
@@ -271,7 +245,7 @@ def test_sync_compile_with_inductor_and_weight_update():
     policy = _mlp_policy()
     eager = _sync_batches(_mlp_policy())
     collector = SyncDataCollector(
-        _pendulum(), policy, frames_per_batch=8, total_frames=-1, compile_policy=True
+        pendulum(), policy, frames_per_batch=8, total_frames=-1, compile_policy=True
     )
     batches = iter(collector)
     compiled = [next(batches).clone(), next(batches).clone()]
@@ -311,22 +285,15 @@ def test_sync_compile_failure_warns_once_and_runs_eagerly():
     _assert_same_rollouts(eager, compiled)
 
 
-def _marking_backend(folder: str, gm, example_inputs):
-    """A torch.compile backend that leaves a file named after the compiling process."""
-    with open(os.path.join(folder, f"compiled-{os.getpid()}"), "w"):
-        pass
-    return gm.forward
-
-
 @pytest.mark.parametrize("cls", MULTI)
 def test_multi_workers_compile_their_policy(cls, tmp_path):
-    backend = functools.partial(_marking_backend, str(tmp_path))
+    backend = functools.partial(marking_backend, str(tmp_path))
 
     def run(**kwargs):
         torch.manual_seed(0)
         policy = _mlp_policy()
         collector = cls(
-            [_pendulum, _pendulum], policy, frames_per_batch=16, total_frames=32, **kwargs
+            [pendulum, pendulum], policy, frames_per_batch=16, total_frames=32, **kwargs
         )
         try:
             return policy, [b.clone() for b in collector]
@@ -347,7 +314,7 @@ def test_multi_workers_compile_their_policy(cls, tmp_path):
 def test_multi_compiled_workers_see_weight_updates():
     policy = _mlp_policy()
     collector = MultiSyncDataCollector(
-        [_pendulum, _pendulum],
+        [pendulum, pendulum],
         policy,
         frames_per_batch=16,
         total_frames=-1,
@@ -402,7 +369,7 @@ def test_async_batched_compiled_server_and_weight_update():
 @pytest.mark.parametrize("value", ["yes", 1, ["backend"]])
 def test_bad_option_types_name_the_collector_and_option(name, value):
     with pytest.raises(TypeError, match=f"SyncDataCollector: {name} must be a bool, a dict"):
-        SyncDataCollector(_pendulum(), _policy(), frames_per_batch=8, **{name: value})
+        SyncDataCollector(pendulum(), _policy(), frames_per_batch=8, **{name: value})
 
 
 @pytest.mark.parametrize("name", ["DistributedCollector", "RPCCollector"])
@@ -419,9 +386,7 @@ def test_distributed_bad_compile_option_raises_before_launch(name):
 
 def test_unknown_compile_keys_are_rejected_at_construction():
     with pytest.raises(ValueError, match=r"compile_policy has unknown keys \['fullgraf'\]"):
-        SyncDataCollector(
-            _pendulum(), _policy(), frames_per_batch=8, compile_policy={"fullgraf": 1}
-        )
+        SyncDataCollector(pendulum(), _policy(), frames_per_batch=8, compile_policy={"fullgraf": 1})
     with pytest.raises(ValueError, match=r"compile_policy\['warmup'\] must be an int >= 0"):
         CollectorOptions(frames_per_batch=8, compile_policy={"warmup": -1})
 
@@ -429,7 +394,7 @@ def test_unknown_compile_keys_are_rejected_at_construction():
 @pytest.mark.parametrize("cls", MULTI)
 def test_multi_bad_compile_option_raises_before_starting_workers(cls):
     with pytest.raises(TypeError, match=f"{cls.__name__}: compile_policy must be a bool"):
-        cls([_pendulum, _pendulum], _policy(), frames_per_batch=8, compile_policy="inductor")
+        cls([pendulum, pendulum], _policy(), frames_per_batch=8, compile_policy="inductor")
 
 
 def test_async_batched_bad_compile_option():
@@ -447,7 +412,7 @@ def test_cudagraph_keys_are_checked():
 @pytest.mark.skipif(CUDA, reason="checks the error on a machine without CUDA")
 @pytest.mark.parametrize("cls", [SyncDataCollector, MultiSyncDataCollector, AsyncBatchedCollector])
 def test_cudagraph_without_cuda_is_a_clear_error(cls):
-    env = _pendulum() if cls is SyncDataCollector else [PendulumEnv, PendulumEnv]
+    env = pendulum() if cls is SyncDataCollector else [PendulumEnv, PendulumEnv]
     with pytest.raises(ValueError, match="cudagraph_policy needs CUDA"):
         cls(env, _policy(), frames_per_batch=8, cudagraph_policy=True)
 
@@ -455,7 +420,7 @@ def test_cudagraph_without_cuda_is_a_clear_error(cls):
 @needs_cuda
 @pytest.mark.parametrize("cls", [SyncDataCollector, MultiSyncDataCollector, AsyncBatchedCollector])
 def test_cudagraph_needs_a_cuda_policy(cls):
-    env = _pendulum() if cls is SyncDataCollector else [PendulumEnv, PendulumEnv]
+    env = pendulum() if cls is SyncDataCollector else [PendulumEnv, PendulumEnv]
     with pytest.raises(ValueError, match="cudagraph_policy needs the .*policy on a CUDA device"):
         cls(env, _policy(), frames_per_batch=8, cudagraph_policy=True, policy_device="cpu")
 
@@ -465,7 +430,7 @@ def test_cudagraph_needs_a_cuda_policy(cls):
 def test_sync_cuda_policy_cpu_env_cuda_storage():
     policy = _policy("cuda")
     collector = SyncDataCollector(
-        _pendulum(),
+        pendulum(),
         policy,
         frames_per_batch=8,
         total_frames=16,
@@ -484,7 +449,7 @@ def test_sync_cuda_policy_cpu_env_cuda_storage():
 @needs_cuda
 def test_sync_all_on_cuda_with_device():
     collector = SyncDataCollector(
-        _pendulum(), _policy("cuda"), frames_per_batch=8, total_frames=16, device="cuda"
+        pendulum(), _policy("cuda"), frames_per_batch=8, total_frames=16, device="cuda"
     )
     for batch in collector:
         assert {d.type for d in _leaf_devices(batch)} == {"cuda"}
@@ -495,7 +460,7 @@ def test_sync_all_on_cuda_with_device():
 @needs_cuda
 def test_sync_cuda_policy_cpu_storage_mixed_none():
     collector = SyncDataCollector(
-        _pendulum(),
+        pendulum(),
         _policy("cuda"),
         frames_per_batch=8,
         total_frames=16,
@@ -511,7 +476,7 @@ def test_sync_cuda_policy_cpu_storage_mixed_none():
 @pytest.mark.parametrize("cls", MULTI)
 def test_multi_cuda_policy_cpu_envs(cls):
     collector = cls(
-        [_pendulum, _pendulum],
+        [pendulum, pendulum],
         _policy("cuda"),
         frames_per_batch=8,
         total_frames=16,
@@ -552,7 +517,7 @@ def test_sync_cudagraph_rollout_equals_eager_and_sees_weight_updates(compile_pol
     eager = _sync_batches(_mlp_policy(), **kwargs)
     policy = _mlp_policy()
     collector = SyncDataCollector(
-        _pendulum(),
+        pendulum(),
         policy,
         frames_per_batch=8,
         total_frames=-1,
@@ -599,18 +564,13 @@ def test_async_batched_cudagraph_server():
 
 
 # ------------------------------------------------------------------- worker errors reach the parent
-class _OutOfBounds(nn.Module):
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        return observation[..., :1] * 0 + 5.0  # outside Pendulum's [-2, 2]
-
-
 def test_async_worker_error_reaches_the_parent():
     # A worker that collects ahead has unread messages of the parent when it fails; closing
     # its pipe with them unread used to reset the connection, and the parent reported a
     # worker "died unexpectedly (exit code 0)" instead of the worker's error.
     for _ in range(3):
-        policy = TensorDictModule(_OutOfBounds(), ["observation"], ["action"])
-        collector = aSyncDataCollector(_pendulum, policy, frames_per_batch=8, total_frames=16)
+        policy = TensorDictModule(OutOfBounds(), ["observation"], ["action"])
+        collector = aSyncDataCollector(pendulum, policy, frames_per_batch=8, total_frames=16)
         try:
             with pytest.raises(ValueError, match="does not fit the action spec"):
                 list(collector)

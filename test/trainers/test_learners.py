@@ -105,6 +105,21 @@ def test_learner_weights_apply_and_publish() -> None:
 
 
 # ------------------------------------------------------------------------------------ learner
+
+
+def test_default_context_follows_the_loss_module_device() -> None:
+    """Without a context, batches go where the loss's parameters are (a GPU loss trains on
+    the GPU); the CPU when the loss has no parameters."""
+    net = nn.Linear(2, 1, device="meta")
+    optim = torch.optim.SGD(net.parameters(), lr=0.1)
+    learner = Learner(net, optimizer=optim, models={"policy": net})
+    assert learner.context.device == torch.device("meta")
+    free = Learner(nn.Identity(), optimizer=optim, models={"policy": net})
+    assert free.context.device == torch.device("cpu")
+    pinned = Learner(net, optimizer=optim, models={"policy": net}, context=LearnerContext())
+    assert pinned.context.device == torch.device("cpu")  # a given context wins
+
+
 def test_learner_matches_plain_sgd_and_is_an_optimization_context() -> None:
     buffer = _regression_buffer(sampler=SamplerWithoutReplacement(), batch_size=32)
     loss = Regression()

@@ -385,7 +385,8 @@ class Learner:
         optimizer: builds the default stepper (a :class:`MixedPrecisionOptimizationStepper`
             without mixed precision) when ``optimization_stepper`` is not given.
         optimization_stepper: does one update per batch (``step(learner, batch)``).
-        context: this rank's :class:`LearnerContext` (default: a single CPU rank).
+        context: this rank's :class:`LearnerContext` (default: a single rank on the device of
+            the loss module's parameters, the CPU when it has none).
         target_net_updater: stepped after each optimizer step (e.g.
             :class:`~torchrl.objectives.SoftUpdate`).
         clip_grad_norm: clip the total norm (the default stepper does only this).
@@ -471,7 +472,11 @@ class Learner:
         self.replay_buffer = replay_buffer
         self.optimizer = optimizer
         self.optimization_stepper = optimization_stepper
-        self.context = context if context is not None else LearnerContext()
+        if context is None:
+            params = loss_module.parameters() if isinstance(loss_module, nn.Module) else ()
+            first = next(iter(params), None)
+            context = LearnerContext(device=first.device if first is not None else "cpu")
+        self.context = context
         self.target_net_updater = target_net_updater
         self.update_replay_priority = bool(update_replay_priority)
         if models is None:

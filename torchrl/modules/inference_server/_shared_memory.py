@@ -503,7 +503,9 @@ class SharedMemoryTransport(InferenceTransport):
                     "the policy wrote no entry that the request lacks: nothing to send back "
                     f"(its output keys: {[k for k, _ in _leaves(out)]})"
                 )
-            layout = out.select(*new_keys)
+            # a server whose policy runs on a GPU answers with GPU tensors: the slots are
+            # shared CPU memory, and resolve() copies each answer into them
+            layout = out.select(*new_keys).to("cpu")
             self._probed[key] = layout
         self._set_response(client_id, _layout(layout, "response"))
 
