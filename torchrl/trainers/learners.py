@@ -475,7 +475,7 @@ class Learner:
         if context is None:
             params = loss_module.parameters() if isinstance(loss_module, nn.Module) else ()
             first = next(iter(params), None)
-            context = LearnerContext(device=first.device if first is not None else "cpu")
+            context = LearnerContext(device=torch.device("cpu") if first is None else first.device)
         self.context = context
         self.target_net_updater = target_net_updater
         self.update_replay_priority = bool(update_replay_priority)
