@@ -232,6 +232,10 @@ def test_atari_skip_pool_drives_only_a_passively_wrapped_game():
         AtariSkipPool(gym.wrappers.TimeLimit(game, 100), 4, 2, 0)
     with pytest.raises(ValueError, match="screen_size must be >= 1"):
         AtariSkipPool(game, 4, 2, 0, screen_size=0)
+    skipping = gym.make("ALE/Breakout-v5", frameskip=4)
+    with pytest.raises(ValueError, match="frameskip=1 and discrete actions, got frameskip=4"):
+        AtariSkipPool(skipping, 4, 2, 0)
+    skipping.close()
     pooled = AtariSkipPool(game, 4, 2, 0, screen_size=84, lives=True)
     obs, info = pooled.reset(seed=0)
     assert obs["observation"].shape == (84, 84) and obs["lives"].tolist() == [info["lives"]]

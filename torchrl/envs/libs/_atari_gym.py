@@ -36,7 +36,7 @@ class AtariSkipPool(gymnasium.Wrapper):
     area interpolation when ``screen_size`` is given (what gymnasium's ``AtariPreprocessing``
     does). The frames are read from the emulator (``env.unwrapped.ale``) into preallocated
     arrays, below gymnasium's passive checking wrappers; the wrapped env must run with
-    ``frameskip=1``. The info holds ``"lives"``; with ``lives=True`` the observation is a dict
+    ``frameskip=1`` and discrete actions. The info holds ``"lives"``; with ``lives=True`` the observation is a dict
     of the screen (``"observation"``) and the lives left (``"lives"``, int64 ``[1]``).
 
     Args:
@@ -48,8 +48,9 @@ class AtariSkipPool(gymnasium.Wrapper):
         lives: add the lives to the observation.
 
     Raises:
-        ValueError: for sizes out of range, or an env wrapped in more than gymnasium's passive
-            checks (their steps would be bypassed).
+        ValueError: for sizes out of range, an env wrapped in more than gymnasium's passive
+            checks (their steps would be bypassed), or one that skips frames itself or takes
+            continuous actions.
     """
 
     def __init__(
@@ -85,6 +86,13 @@ class AtariSkipPool(gymnasium.Wrapper):
         self.noop_max = int(noop_max)
         self.screen_size = None if screen_size is None else int(screen_size)
         game = env.unwrapped
+        # ale_py keeps these as attributes of its AtariEnv (``_frameskip`` is private)
+        if getattr(game, "_frameskip", 1) != 1 or getattr(game, "continuous", False):
+            raise ValueError(
+                f"AtariSkipPool: the ALE env must be made with frameskip=1 and discrete actions, "
+                f"got frameskip={getattr(game, '_frameskip', 1)!r}, "
+                f"continuous={getattr(game, 'continuous', False)!r}"
+            )
         self._ale = game.ale
         self._actions = list(_action_set(game))
         space = env.observation_space
