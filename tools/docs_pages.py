@@ -174,7 +174,8 @@ def example_role(
 
 def _machine_line(data: dict) -> str:
     machine = data.get("machine") or {}
-    parts = [str(machine[k]) for k in ("cpu", "cores", "torch", "python") if machine.get(k)]
+    keys = ("gpu", "cpu", "cores", "torch", "python")
+    parts = [str(machine[k]) for k in keys if machine.get(k)]
     when = data.get("date", "unknown date")
     return f"{', '.join(parts) or 'unknown machine'}; recorded {when}"
 

@@ -9,6 +9,12 @@ example prints) and ``docs/results/ppo_cartpole.png`` (the learning curve the ex
 ``docs/benchmarks/gae.json``: every JSON object the benchmark printed, the command and the
 machine. ``make bench-docs`` records every benchmark named in ``BENCH_DOCS`` of the Makefile.
 
+``python tools/docs_record.py device DIR`` records what ``tools/device_checks.sh`` wrote in
+``DIR`` on a lent GPU machine (its ``$OUT``): ``compile_cuda.jsonl`` and ``vectorized_cuda.jsonl``
+become ``docs/benchmarks/compile_cuda.json`` and ``vectorized_cuda.json``, ``breakout.json`` (PPO
+on Breakout) ``docs/results/ppo_atari_breakout_gpu.json`` with its curve; the machine is read
+from ``machine.txt``.
+
 The documentation build only reads these files (see ``tools/docs_pages.py``).
 """
 
@@ -155,14 +161,129 @@ def record_bench(name: str, extra: list[str]) -> Path:
     return out
 
 
+# What tools/device_checks.sh runs: file it writes -> (record name, script, command).
+DEVICE_BENCHES = {
+    "compile_cuda.jsonl": (
+        "compile_cuda",
+        "benchmarks/compile.py",
+        "python benchmarks/compile.py --cases sac ppo collect --variants reduce_overhead "
+        "--seconds 0.3 --rounds 2 --env-batch 1 32 --device cuda",
+    ),
+    "vectorized_cuda.jsonl": (
+        "vectorized_cuda",
+        "benchmarks/vectorized.py",
+        "python benchmarks/vectorized.py --envs 256 4096 32768 --seconds 1 --no-peers "
+        "--device cuda",
+    ),
+}
+DEVICE_BREAKOUT_COMMAND = (
+    "ATARI_LEARNING_MAX_WALL_S=200 pytest -m slow test/test_learning_atari.py "
+    "(examples/ppo_atari.py: Breakout, 8 games in worker processes, networks on the GPU)"
+)
+
+
+def device_machine(path: Path) -> dict:
+    """The machine ``tools/device_checks.sh`` described in ``machine.txt``."""
+    lines = path.read_text().splitlines()
+    gpu = lines[1].split(", ") if len(lines) > 1 else ["unknown GPU"]
+    cores = next((line.split(": ", 1)[1] for line in lines if line.startswith("cores: ")), "?")
+    versions = lines[-1].split()
+    return {
+        "gpu": f"{gpu[0]} ({', '.join(gpu[1:])})" if len(gpu) > 1 else gpu[0],
+        "cores": f"{cores} cores",
+        "torch": f"torch {versions[1]}" if len(versions) > 1 else "",
+        "python": f"Python {versions[0]}" if versions else "",
+    }
+
+
+def record_device(folder: Path) -> list[Path]:
+    """Writes the records of one ``tools/device_checks.sh`` run found in ``folder``."""
+    machine_info = device_machine(folder / "machine.txt")
+    date = datetime.date.fromtimestamp((folder / "machine.txt").stat().st_mtime).isoformat()
+    written = []
+    for filename, (name, script, command) in DEVICE_BENCHES.items():
+        source = folder / filename
+        if not source.exists():
+            continue
+        records = [json.loads(x) for x in source.read_text().splitlines() if x.startswith("{")]
+        out = ROOT / "docs" / "benchmarks" / f"{name}.json"
+        data = {
+            "benchmark": script,
+            "command": command,
+            "returncode": 0 if records else 1,
+            "machine": machine_info,
+            "date": date,
+            "records": records,
+        }
+        out.write_text(json.dumps(data, indent=1) + "\n")
+        written.append(out)
+    breakout = folder / "breakout.json"
+    if breakout.exists():
+        written += record_breakout(json.loads(breakout.read_text()), machine_info, date)
+    return written
+
+
+def record_breakout(run: dict, machine_info: dict, date: str) -> list[Path]:
+    """The PPO Breakout run as an example record: the mean score of 30-game windows, and a
+    curve of every training game's score with that running mean."""
+    curve = [(int(step), float(score)) for step, score in run["train"]]
+    first = sum(score for _, score in curve[:30]) / 30
+    last = sum(score for _, score in curve[-30:]) / 30
+    out_json = ROOT / "docs" / "results" / "ppo_atari_breakout_gpu.json"
+    record = {
+        "example": "examples/ppo_atari.py",
+        "command": DEVICE_BREAKOUT_COMMAND,
+        "machine": machine_info,
+        "date": date,
+        "final_score_text": (
+            f"mean score of the last 30 training games {last:.2f} (first 30: {first:.2f}; "
+            f"{len(curve)} games)"
+        ),
+        "frames": run["frames"],
+        "budget_unit": "agent steps (x4 frames)",
+        "wall_s": round(run["wall"], 1),
+        "title": "PPO, Breakout, on a GPU",
+        "curve": None,
+    }
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps, scores = zip(*curve)
+    window = [
+        sum(scores[max(0, i - 29) : i + 1]) / len(scores[max(0, i - 29) : i + 1])
+        for i in range(len(scores))
+    ]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(steps, scores, ".", alpha=0.3, markersize=3, label="training game score")
+    ax.plot(steps, window, "-", label="mean of the last 30 games")
+    ax.set_xlabel("agent steps (x4 frames)")
+    ax.set_ylabel("game score (unclipped)")
+    ax.set_title(record["title"])
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    png = out_json.with_suffix(".png")
+    fig.savefig(png)
+    plt.close(fig)
+    record["curve"] = png.name
+    out_json.write_text(json.dumps(record, indent=1) + "\n")
+    return [out_json, png]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["example", "bench"])
+    parser.add_argument("kind", choices=["example", "bench", "device"])
     parser.add_argument("names", nargs="+", help="example or benchmark names, without .py")
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     status = 0
+    if args.kind == "device":
+        for folder in args.names:
+            for path in record_device(Path(folder)):
+                print(f"wrote {path.relative_to(ROOT)}")
+        return status
     for name in args.names:
         try:
             path = (record_example if args.kind == "example" else record_bench)(name, extra)
