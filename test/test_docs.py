@@ -205,6 +205,24 @@ def test_summary_line_parser() -> None:
     assert docs_record.parse_summary("no summary here") is None
 
 
+def test_device_machine_file_parser(tmp_path) -> None:
+    """``docs_record.py device`` reads the machine that ``tools/device_checks.sh`` described."""
+    docs_record = _tool("docs_record")
+    path = tmp_path / "machine.txt"
+    path.write_text(
+        "name, memory.total [MiB], driver_version\n"
+        "NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04\n"
+        "cores: 16\n"
+        "3.12.3 2.11.0+cu130 True 0.15.3 2.5.2\n"
+    )
+    assert docs_record.device_machine(path) == {
+        "gpu": "NVIDIA H100 80GB HBM3 (81559 MiB, 580.159.04)",
+        "cores": "16 cores",
+        "torch": "torch 2.11.0+cu130",
+        "python": "Python 3.12.3",
+    }
+
+
 @pytest.mark.slow
 def test_landing_page_example_runs(monkeypatch, capsys) -> None:
     monkeypatch.setattr(sys, "argv", ["quickstart.py"])
