@@ -333,11 +333,18 @@ def total_loss(losses: Any) -> torch.Tensor:
     return sum(value for key, value in losses.items() if key.startswith("loss_"))
 
 
-def optimizer_step(loss_fn: Any, optim: Any, loss: torch.Tensor, max_grad_norm: float) -> None:
-    """One gradient step with the gradient norm clipped."""
+def optimizer_step(
+    loss_fn: Any,
+    optim: Any,
+    loss: torch.Tensor,
+    max_grad_norm: float,
+    params: list[torch.Tensor] | None = None,
+) -> None:
+    """One gradient step with the gradient norm clipped (over ``params``, default: the loss's)."""
     optim.zero_grad()
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(loss_fn.parameters(), max_grad_norm, foreach=True)
+    params = params if params is not None else list(loss_fn.parameters())
+    torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
     optim.step()
 
 
@@ -353,9 +360,14 @@ def ppo_phase(
     with torch.no_grad():
         loss_fn.value_estimator(batch)
     flat = batch.reshape(-1)
+    params = list(loss_fn.parameters())
+    n = flat.batch_size.numel()
     for _ in range(epochs):
-        for idx in torch.randperm(flat.batch_size.numel()).split(minibatch_size):
-            optimizer_step(loss_fn, optim, total_loss(loss_fn(flat[idx])), max_grad_norm)
+        if minibatch_size >= n:  # one minibatch: the whole batch (its order does not matter)
+            optimizer_step(loss_fn, optim, total_loss(loss_fn(flat)), max_grad_norm, params)
+            continue
+        for idx in torch.randperm(n).split(minibatch_size):
+            optimizer_step(loss_fn, optim, total_loss(loss_fn(flat[idx])), max_grad_norm, params)
 
 
 def appo_loss(
@@ -403,8 +415,14 @@ def run_async(
     and the new weights go to the collector's inference server. With ``stop_at_target`` the
     loop ends once the tracker's average training return reached its target.
     """
+    import inspect
+
     from torchrl.collectors import policy_lag_stats
 
+    # AsyncBatchedCollector: the learner hands the weights over and goes on; the server applies
+    # them before its next batch (the learner does not wait for that round trip)
+    push = collector.update_policy_weights_
+    no_wait = {"wait": False} if "wait" in inspect.signature(push).parameters else {}
     next_print = 0
     try:
         for batch in collector:
@@ -414,7 +432,7 @@ def run_async(
             if tracker.update(batch, version, policy_lag_stats) and stop_at_target:
                 break
             learn(batch)
-            collector.update_policy_weights_()
+            push(**no_wait)
             if progress and tracker.curve and tracker.frames >= next_print:
                 next_print += 10_000
                 f, w, r = tracker.curve[-1]

@@ -168,6 +168,42 @@ def test_weight_update_changes_actions_and_versions():
         collector.shutdown()
 
 
+@pytest.mark.parametrize("backend", ["threading", "multiprocessing"])
+def test_weight_update_without_waiting(backend):
+    """update_policy_weights_(wait=False): the server applies every update, in order."""
+    policy = count_policy(-1.0)
+    collector = AsyncBatchedCollector(
+        [functools.partial(counting_env, max_steps=1000)] * 2,
+        policy=policy,
+        frames_per_batch=8,
+        num_workers=1,
+        num_splits=2,
+        policy_backend=backend,
+        seed=0,
+    )
+    try:
+        it = iter(collector)
+        next(it)
+        with torch.no_grad():
+            policy.module.lin.bias.fill_(1.0)
+        for _ in range(3):
+            collector.update_policy_weights_(wait=False)
+        deadline = time.monotonic() + 10
+        while collector.policy_version < 3 and time.monotonic() < deadline:
+            next(it)
+        assert collector.policy_version == 3
+        while time.monotonic() < deadline:
+            batch = next(it)
+            # steps stamped with a version after the first update were computed with bias 1
+            new = batch["policy_version"] >= 1
+            if new.any():
+                break
+        assert new.any() and (batch["action"][new] == 1).all()
+        assert (batch["action"][~new] == 0).all()
+    finally:
+        collector.shutdown()
+
+
 def test_worker_exception_is_raised_here():
     collector = AsyncBatchedCollector(
         [functools.partial(RaisingEnv, fail_at=5)] * 2,

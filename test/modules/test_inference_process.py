@@ -132,6 +132,30 @@ def test_process_server_serves_workers_and_takes_weights():
     assert not server.is_alive and not mp.active_children()
 
 
+def test_process_server_weights_without_waiting():
+    """update_weights(wait=False) returns at once; every update is applied, none is torn."""
+    transport = SharedMemoryTransport()
+    client = transport.client(example=example(1))
+    server = ProcessInferenceServer(
+        policy_factory=functools.partial(policy_factory, 1.0), transport=transport
+    )
+    obs = TensorDict(observation=torch.ones(1, OBS_DIM), batch_size=[1])
+    with server:
+        for v in range(1, 21):
+            # back to back: each call first waits for the previous update to leave the buffer
+            server.update_weights(set_scale(None, v + 1.0), wait=False)
+            out = client(obs)
+            version = int(out["policy_version"])
+            assert v - 1 <= version <= v
+            # whatever version answered, its action is the one of that version's weights
+            assert out["action"].tolist() == [[4.0 * (version + 1)] * ACT_DIM]
+        stats = server.stats()  # a command: reads the last update's reply first
+        assert stats["weight_updates"] == 20 and server.policy_version == 20
+        out = client(obs)
+        assert out["action"].tolist() == [[4.0 * 21] * ACT_DIM]
+    assert not server.is_alive
+
+
 def test_process_server_death_reaches_clients_and_parent():
     ctx = mp.get_context("fork")
     transport = SharedMemoryTransport(poll_interval=0.1)

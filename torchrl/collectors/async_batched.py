@@ -427,7 +427,7 @@ class AsyncBatchedCollector(DataCollectorBase):
         return [int(server.policy_version) for server in self._servers]
 
     def update_policy_weights_(
-        self, policy_or_weights: Any = None, *, policy_id: int | None = None
+        self, policy_or_weights: Any = None, *, policy_id: int | None = None, wait: bool = True
     ) -> None:
         """Hands new weights to the inference server(s), applied between two server batches.
 
@@ -435,6 +435,11 @@ class AsyncBatchedCollector(DataCollectorBase):
             policy_or_weights: a module, a state dict or a TensorDict of weights; by default
                 the policy given at construction (every policy, unless ``policy_id``).
             policy_id: the policy to update, with several policies.
+            wait: block until each server applied the weights (the default). With ``False``
+                the weights are copied out of ``policy_or_weights`` and the call returns at
+                once; the server applies them before its next batch or soon after, and
+                :attr:`policy_version` changes then (the learner's next optimisation phase no
+                longer waits for the server). Ignored with ``weight_sync_schemes``.
         """
         self._check_open()
         ids = range(self.num_policies) if policy_id is None else [policy_id]
@@ -459,7 +464,7 @@ class AsyncBatchedCollector(DataCollectorBase):
             if scheme is not None:
                 scheme.send(policy_or_weights)
             else:
-                self._servers[p].update_weights(source)
+                self._servers[p].update_weights(source, wait=wait)
 
     def server_stats(self, policy_id: int = 0) -> dict[str, float]:
         """The counters of a policy's inference server (batches, requests, batch sizes)."""

@@ -219,6 +219,9 @@ class ProcessInferenceServer:
         self._proc: Any = None
         self._conn: Connection | None = None
         self._closed = False
+        # a "weights" command sent with wait=False whose reply was not read yet: the shared
+        # weight buffer must not be overwritten before the server copied it
+        self._unacked = False
 
     def start(self) -> ProcessInferenceServer:
         """Starts the server process and waits until it serves.
@@ -307,18 +310,31 @@ class ProcessInferenceServer:
                 f"the inference server process (pid {self._proc.pid}) died during {doing}"
             ) from None
 
-    def _command(self, command: str, timeout: float) -> Any:
+    def _command(self, command: str, timeout: float, wait: bool = True) -> Any:
         if self._proc is None or self._closed:
             raise RuntimeError("the ProcessInferenceServer is not running")
         self.check_alive()
         assert self._conn is not None
+        self._take_ack(timeout)
         self._conn.send(command)
+        if not wait:
+            self._unacked = True
+            return None
+        return self._reply(command, timeout)
+
+    def _reply(self, command: str, timeout: float) -> Any:
         kind, payload = self._receive(timeout, command)
         if kind == "died":
             raise ServerGoneError(f"the inference server died in its process: {payload}")
         if kind != "ok":
             raise RuntimeError(f"the inference server process failed on {command!r}:\n{payload}")
         return payload
+
+    def _take_ack(self, timeout: float) -> None:
+        """Reads the reply of a weight update sent without waiting (it is usually there)."""
+        if self._unacked:
+            self._unacked = False
+            self._reply("weights", timeout)
 
     def check_alive(self) -> None:
         """Raises :class:`RuntimeError` if the server process died."""
@@ -328,18 +344,26 @@ class ProcessInferenceServer:
                 f"({describe_exit(self._proc.exitcode)})"
             )
 
-    def update_weights(self, weights: Any, *, timeout: float = 30.0) -> None:
+    def update_weights(self, weights: Any, *, wait: bool = True, timeout: float = 30.0) -> None:
         """Has the server serve ``weights`` from its next batch on; bumps :attr:`policy_version`.
 
         Args:
             weights: an ``nn.Module``, a state dict or a TensorDict of weights.
 
         Keyword Args:
+            wait: block until the server applied them. With ``False`` the call returns once
+                the weights are in the shared buffer and the server was told: requests served
+                meanwhile may still get the previous weights, and :attr:`policy_version`
+                changes once the server applied them. The next call (or any other command)
+                first waits for that update to be applied, so the buffer is never overwritten
+                while the server copies it.
             timeout: seconds to wait for the server to apply them.
         """
         if self._weights is None:
             raise TypeError("update_weights needs a policy_factory that builds an nn.Module")
         self.check_alive()
+        # the previous update must have left the shared buffer before it is written again
+        self._take_ack(timeout)
         local = self._local_policy
         assert isinstance(local, nn.Module)
         if isinstance(weights, nn.Module):
@@ -360,7 +384,7 @@ class ProcessInferenceServer:
             )
         with torch.no_grad():
             self._weights.update_(weights)
-        self._command("weights", timeout)
+        self._command("weights", timeout, wait=wait)
 
     def stats(self) -> dict[str, float]:
         """The server's counters (see :meth:`InferenceServer.stats`)."""

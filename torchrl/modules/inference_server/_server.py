@@ -233,7 +233,9 @@ class InferenceServer:
         self.exploration_type = exploration_type
         self._version = int(server_config.policy_version)
         self._weights_lock = threading.Lock()
-        self._pending_weights: tuple[Any, threading.Event] | None = None
+        # (weights, events of the callers waiting for them, updates they stand for): an update
+        # made before the previous one was applied replaces it and counts for both
+        self._pending_weights: tuple[Any, list[threading.Event], int] | None = None
         self._weights: TensorDictBase | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -324,13 +326,19 @@ class InferenceServer:
                 TensorDict of weights (``TensorDict.from_module`` layout).
 
         Keyword Args:
-            wait: block until the server applied them (else copy them and return).
+            wait: block until the server applied them (else copy them and return). Weights
+                given before the previous ones were applied replace them: the server
+                loads the newest once, and :attr:`policy_version` counts every update.
             timeout: seconds to wait with ``wait=True``.
         """
         prepared = self._prepare_weights(weights, copy=not wait)
         applied = threading.Event()
         with self._weights_lock:
-            self._pending_weights = (prepared, applied)
+            events, count = [applied], 1
+            if self._pending_weights is not None:  # not applied yet: these weights replace it
+                events += self._pending_weights[1]
+                count += self._pending_weights[2]
+            self._pending_weights = (prepared, events, count)
         if not self.is_alive:
             self._apply_pending_weights()
             return
@@ -403,16 +411,17 @@ class InferenceServer:
             pending, self._pending_weights = self._pending_weights, None
         if pending is None:
             return
-        weights, applied = pending
+        weights, events, count = pending
         with torch.no_grad():
             if isinstance(weights, TensorDictBase):
                 self._model_weights().update_(weights)
             else:
                 assert isinstance(self.model, nn.Module)
                 self.model.load_state_dict(weights)
-        self._version += 1
-        self._stats["weight_updates"] += 1
-        applied.set()
+        self._version += count
+        self._stats["weight_updates"] += count
+        for applied in events:
+            applied.set()
 
     def _poll_weight_sync(self) -> None:
         scheme = self.weight_sync
@@ -543,16 +552,20 @@ class InferenceServer:
     def _serve_batch(self, requests: list[TensorDictBase], callbacks: list[Any], rows: int) -> None:
         transport = self.transport
         by_rows = getattr(transport, "resolve_rows", None)
+        batch_rows = getattr(transport, "resolve_rows_batch", None)
         try:
             if by_rows is not None and all(td.batch_dims for td in requests):
                 # the transport copies each client's rows out of the batch's leaves itself:
                 # no TensorDict per client
                 out, sizes = self._compute(requests)
                 leaves = dict(out.items(include_nested=True, leaves_only=True))
-                start = 0
-                for callback, size in zip(callbacks, sizes, strict=True):
-                    by_rows(callback, leaves, start, start + size)
-                    start += size
+                if batch_rows is not None:
+                    batch_rows(callbacks, leaves, sizes)
+                else:
+                    start = 0
+                    for callback, size in zip(callbacks, sizes, strict=True):
+                        by_rows(callback, leaves, start, start + size)
+                        start += size
             else:
                 responses = self._respond_to(requests)
                 for callback, response in zip(callbacks, responses, strict=True):

@@ -600,6 +600,43 @@ class SharedMemoryTransport(InferenceTransport):
             return
         self._respond(slot, _OK)
 
+    def resolve_rows_batch(
+        self, callbacks: list[Any], leaves: dict[NestedKey, torch.Tensor], sizes: list[int]
+    ) -> None:
+        """Answers every request of a batch: :meth:`resolve_rows` for each, signals last.
+
+        Each client's rows are copied into its response slot first, then every client is
+        signalled, back to back: a client woken by the first signal may take this CPU from the
+        server (on a busy machine), and the others then do not wait for the server to be
+        scheduled again.
+
+        Args:
+            callbacks: the requests' handles from :meth:`drain`, in batch order.
+            leaves: the batch output's leaves by key.
+            sizes: the rows of each request, in batch order.
+        """
+        ready: list[_ServerSlot] = []
+        start = 0
+        for callback, size in zip(callbacks, sizes, strict=True):
+            slot = self._slots[callback]
+            stop = start + size
+            try:
+                for key, dst in slot.response_leaves:
+                    dst.copy_(leaves[key][start:stop])
+            except Exception as exc:  # noqa: BLE001 - reported to the client instead
+                self.resolve_exception(
+                    callback,
+                    RuntimeError(
+                        f"the policy's output does not fit client {callback}'s response slot "
+                        f"{[k for k, _ in slot.response_leaves]}: {exc}"
+                    ),
+                )
+            else:
+                ready.append(slot)
+            start = stop
+        for slot in ready:
+            self._respond(slot, _OK)
+
     def resolve_exception(self, callback: Any, exc: BaseException) -> None:  # noqa: D102
         self._write_error(f"{type(exc).__name__}: {exc}")
         self._respond(self._slots[callback], _ERROR)
