@@ -134,6 +134,15 @@ class ObsNorm(nn.Module):
         return self.stats.normalize(observation.to(torch.float32)).clamp(-10.0, 10.0)
 
 
+def _bounds(low: torch.Tensor, high: torch.Tensor) -> dict[str, float | torch.Tensor]:
+    """TanhNormal's bounds: numbers when every action dim has the same ones (MuJoCo's
+    ``[-1, 1]``), which spares the distribution its per-call tensor work on the bounds (the
+    inference server builds one per batch, the learner one per minibatch)."""
+    if bool((low == low.flatten()[0]).all()) and bool((high == high.flatten()[0]).all()):
+        return {"low": float(low.flatten()[0]), "high": float(high.flatten()[0])}
+    return {"low": low, "high": high}
+
+
 def make_agent(
     n_obs: int, n_act: int, hidden: int, low: torch.Tensor, high: torch.Tensor
 ) -> tuple[ProbabilisticActor, ValueOperator, list[ObsNorm]]:
@@ -151,7 +160,7 @@ def make_agent(
         ),
         in_keys=["loc", "scale"],
         distribution_class=TanhNormal,
-        distribution_kwargs={"low": low, "high": high},
+        distribution_kwargs=_bounds(low, high),
         return_log_prob=True,
     )
     critic = ValueOperator(
