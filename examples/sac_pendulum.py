@@ -9,16 +9,22 @@ at the first evaluation that reaches ``target_return`` and, with ``confirm`` (th
 second one on fresh episodes agrees: five episodes can pass by luck while other starting states
 still fail.
 
-The SAC loss and its backward are compiled (``torch.compile``, one graph: dynamo traces
-``backward``) by default when the frame budget allows at least ``compile_min_updates`` gradient
-steps; the batches of one round are drawn in one ``sample`` call. Measured on 2 busy AMD EPYC
-cores (torch 2.13 CPU, 1 thread): a compiled step costs 0.36-0.39x an eager one (1.3-1.7 vs
-3.5-4.3 ms); compiling costs ~4.6 s with inductor's on-disk cache warm and ~23 s on a machine's
-first run, once per process (later ``train`` calls reuse the graph). A run that solves in 3-6k
-frames repays the warm cost only (``--compile false`` for a one-off run on a fresh machine).
-``benchmarks/time_to_solve.py --tasks sac_pendulum --libs ours,sb3`` (3 seeds, one process):
-ours 13.6 / 4.3 / 9.2 s at 6000 / 3000 / 6000 frames, Stable-Baselines3 13.2 / 12.8 / 9.1 s at
-4000 / 4000 / 3000: 0.48x its median wall time per frame, 0.72x its median wall time.
+The whole gradient step (the SAC loss, its backward, the Adam step and the Polyak update) is
+compiled into one graph by default when the frame budget allows at least ``compile_min_updates``
+gradient steps (``make_update_step``: dynamo traces ``backward``, Adam runs through torch's
+functional ``adam`` on the optimizer's own state, the guards skip the networks' attributes,
+inductor's C++ wrapper calls the kernels); the batches of one round are drawn in one ``sample``
+call. Measured on 2 busy AMD EPYC cores (torch 2.13 CPU, 1 thread, CPU time per step on the
+example's batches): eager 2.9-3.0 ms, compiled 0.89-0.92 ms (0.30x; compiling the loss and its
+backward only, with Adam and the Polyak update eager and the default guards, as before: 1.21-1.34
+ms). Compiling costs ~3.6 s of CPU (4-7 s wall on this busy machine) with inductor's on-disk cache
+warm and ~24 s wall on a machine's first run, once per process: later ``train`` calls reuse the
+graph (the step holds the optimizer's tensors, not the optimizer, so a new run does not
+recompile). A run that solves in 3-6k frames repays the warm cost only (``--compile false`` for a
+one-off run on a fresh machine). ``benchmarks/time_to_solve.py --tasks sac_pendulum --libs
+ours,sb3`` (3 seeds, one process, load average 4-6): ours 13.8 / 6.4 / 5.2 s at 6000 / 4000 /
+3000 frames (the first seed pays the compile: 6.8 s), Stable-Baselines3 18.2 / 19.7 / 13.1 s at
+4000 / 4000 / 3000: 0.35x its median wall time, 0.38x its median wall time per frame.
 
 Usage: ``python examples/sac_pendulum.py [--frames N] [--seed S] [--out DIR] [--compile false]``.
 """
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +48,7 @@ from _common import (
 from tensordict import TensorDictBase
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
+from torch.optim.adam import adam as functional_adam
 from tqdm import tqdm
 
 from torchrl import maybe_compile
@@ -72,9 +80,9 @@ class Config:
     seed: int = 0
     out: str = "outputs"
     progress: bool = True
-    # torch.compile the loss and its backward when the frame budget allows at least
-    # compile_min_updates gradient steps: compiling takes seconds that fewer steps cannot
-    # repay (see the module docstring)
+    # torch.compile the gradient step (loss, backward, Adam, Polyak update) when the frame
+    # budget allows at least compile_min_updates gradient steps: compiling takes seconds that
+    # fewer steps cannot repay (see the module docstring)
     compile: bool = True
     compile_min_updates: int = 2000
 
@@ -127,11 +135,128 @@ def _trace_backward(enabled: bool) -> contextlib.AbstractContextManager:
     """Lets dynamo trace ``loss.backward()`` into the compiled graph.
 
     Without it, dynamo breaks the graph at ``backward``, which then runs through the autograd
-    engine after the compiled forward (measured: 0.6x the eager step's time, against 0.37x).
+    engine after the compiled forward (measured with the loss compiled alone: 0.6x the eager
+    step's time, against 0.37x).
     """
     if not enabled or not hasattr(torch._dynamo.config, "trace_autograd_ops"):
         return contextlib.nullcontext()
     return torch._dynamo.config.patch(trace_autograd_ops=True)
+
+
+def _traced_adam(optim: torch.optim.Adam) -> Callable[[], None]:
+    """``optim.step()`` then ``optim.zero_grad()``, in a form dynamo traces into one graph.
+
+    ``Optimizer.step`` breaks a compiled graph on purpose (and its fused kernel is not traced),
+    as does ``zero_grad``; the returned function runs torch's functional ``adam`` (the same
+    update) on the optimizer's own state, created here as its first ``step`` would create it (so
+    ``optim.state_dict()`` stays valid), then sets the gradients to ``None``. It holds the
+    parameters, the state and the hyper-parameters (read once: later changes to
+    ``optim.param_groups`` are not seen), not ``optim`` itself: a compiled function that reads
+    the optimizer is tied to that object and compiles again for each new one.
+    """
+    groups = []
+    for group in optim.param_groups:
+        params = [p for p in group["params"] if p.requires_grad]
+        for p in params:
+            optim.state[p] = {
+                "step": torch.tensor(0.0),
+                "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+            }
+        states = [optim.state[p] for p in params]
+        beta1, beta2 = group["betas"]
+        hyper = {
+            "beta1": float(beta1),
+            "beta2": float(beta2),
+            "lr": float(group["lr"]),
+            "weight_decay": float(group["weight_decay"]),
+            "eps": float(group["eps"]),
+        }
+        groups.append(
+            (
+                params,
+                [s["exp_avg"] for s in states],
+                [s["exp_avg_sq"] for s in states],
+                [s["step"] for s in states],
+                hyper,
+            )
+        )
+
+    def adam_step() -> None:
+        for params, exp_avgs, exp_avg_sqs, steps, hyper in groups:
+            with torch.no_grad():
+                functional_adam(
+                    params,
+                    [p.grad for p in params],
+                    exp_avgs,
+                    exp_avg_sqs,
+                    [],
+                    steps,
+                    foreach=False,
+                    amsgrad=False,
+                    maximize=False,
+                    **hyper,
+                )
+            for p in params:
+                p.grad = None
+
+    return adam_step
+
+
+def make_update_step(
+    loss_fn: SACLoss,
+    optim: torch.optim.Adam,
+    target_updater: SoftUpdate,
+    compiled: bool,
+    compile_options: dict | None = None,
+) -> Callable[[TensorDictBase], None]:
+    """One gradient step on a batch: the SAC loss, its backward, Adam, the Polyak update.
+
+    Compiled, the whole step is one inductor graph (call it under :func:`_trace_backward`,
+    which lets dynamo trace ``backward``): Adam runs through torch's functional ``adam`` on
+    ``optim``'s own state (:func:`_traced_adam`), as ``Optimizer.step`` breaks a compiled graph
+    on purpose, and the graph's guards skip the networks' attributes (checking them took
+    ~0.3 ms a call; nothing here changes a module once training starts, parameters change in
+    place). Where compilation fails (no C++ compiler, ...), it warns once and runs eagerly.
+    Eager, ``optim.step()`` runs its fused kernel.
+
+    Args:
+        loss_fn: the SAC loss.
+        optim: an Adam optimizer over ``loss_fn``'s parameters.
+        target_updater: the Polyak update of the target critics.
+        compiled: compile the step.
+        compile_options: ``torch.compile`` keyword arguments (default: the guard filter above).
+
+    Returns:
+        ``step(batch)``.
+    """
+    if not compiled:
+
+        def eager_step(sample: TensorDictBase) -> None:
+            losses = loss_fn(sample)
+            (losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]).backward()
+            optim.step()
+            optim.zero_grad()
+            target_updater.step()
+
+        return eager_step
+
+    adam_step = _traced_adam(optim)
+
+    def step(sample: TensorDictBase) -> None:
+        losses = loss_fn(sample)
+        (losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]).backward()
+        adam_step()
+        target_updater.step()
+
+    if compile_options is None:
+        compile_options = {
+            "options": {
+                "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
+                "cpp_wrapper": True,
+            }
+        }
+    return maybe_compile(step, compile_options, owner="sac_pendulum")
 
 
 def train(cfg: Config) -> dict:
@@ -148,23 +273,9 @@ def train(cfg: Config) -> dict:
     # One fused kernel for all parameters: torch's CPU default is a Python loop over them.
     optim = torch.optim.Adam(loss_fn.parameters(), lr=cfg.lr, fused=True)
 
-    def backward(sample: TensorDictBase) -> None:
-        losses = loss_fn(sample)
-        (losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]).backward()
-
-    # Compiled, the loss and its backward run as one inductor graph; Adam (one fused kernel)
-    # and the Polyak update (one foreach kernel) stay eager: compiling them too costs 1.5 s
-    # more and saves nothing measurable. Where compilation fails (no C++ compiler, ...), it
-    # warns once and runs eagerly.
     budget = int((cfg.frames - cfg.init_random_frames) * cfg.updates_per_frame)
     compiled = cfg.compile and budget >= cfg.compile_min_updates
-    loss_backward = maybe_compile(backward, {} if compiled else None, owner="sac_pendulum")
-
-    def update_step(sample: TensorDictBase) -> None:
-        loss_backward(sample)
-        optim.step()
-        optim.zero_grad()
-        target_updater.step()
+    update_step = make_update_step(loss_fn, optim, target_updater, compiled)
 
     collector = SyncDataCollector(
         env,
