@@ -19,9 +19,16 @@ far (SB3: at the start of the next rollout). ``wall_s`` is the training loop's w
 including the evaluations, ``train_wall_s`` the same without them, ``cpu_s`` the CPU time of
 the process over the loop (steadier than wall time on a loaded machine). Torch uses 1 thread
 everywhere (``torch.set_num_threads(1)``). Our SAC rows also say whether the example compiled its
-gradient step (``compiled``, its default) and how long its first step took (``first_update_s``:
-the compilation, already counted in ``wall_s``: ~4.6 s with inductor's on-disk cache warm, ~23 s
-on the first run of a machine; once per process, later seeds reuse the compiled graph).
+gradient step (``compiled``, its default: loss, backward, Adam and Polyak update in one graph)
+and how long its first step took (``first_update_s``: the compilation, already counted in
+``wall_s``: 4-7 s wall with inductor's on-disk cache warm on 2 busy cores, ~24 s on the first run
+of a machine; once per process, later seeds reuse the compiled graph).
+
+Measured on 2026-11-27 (2 shared AMD EPYC cores, load average 4-6, ``--tasks sac_pendulum --libs
+ours,sb3 --seeds 3``, two runs): ours 13.8 / 6.4 / 5.2 s and 18.5 / 6.9 / 4.9 s at 6000 / 4000 /
+3000 frames, SB3 18.2 / 19.7 / 13.1 s and 21.2 / 16.3 / 13.1 s at 4000 / 4000 / 3000 frames: our
+median wall time 0.35x and 0.43x SB3's, per frame 0.38x and 0.40x (CPU time per frame 0.36x in
+both). Over seeds 0-9, ours solves in 3-8k frames (median 5k), SB3 in 3-6k (median 4k).
 
 Prints one JSON object per run, then one summary object (medians) per library and task, then
 our medians over each peer's (``"ratio": true``: wall, CPU, and per frame).
