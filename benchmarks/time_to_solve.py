@@ -25,10 +25,12 @@ and how long its first step took (``first_update_s``: the compilation, already c
 of a machine; once per process, later seeds reuse the compiled graph).
 
 Measured on 2026-11-27 (2 shared AMD EPYC cores, load average 4-6, ``--tasks sac_pendulum --libs
-ours,sb3 --seeds 3``, two runs): ours 13.8 / 6.4 / 5.2 s and 18.5 / 6.9 / 4.9 s at 6000 / 4000 /
-3000 frames, SB3 18.2 / 19.7 / 13.1 s and 21.2 / 16.3 / 13.1 s at 4000 / 4000 / 3000 frames: our
-median wall time 0.35x and 0.43x SB3's, per frame 0.38x and 0.40x (CPU time per frame 0.36x in
-both). Over seeds 0-9, ours solves in 3-8k frames (median 5k), SB3 in 3-6k (median 4k).
+ours,sb3 --seeds 3``, three runs, the last recorded in ``docs/benchmarks/time_to_solve.json``):
+ours 13.8 / 6.4 / 5.2 s, 18.5 / 6.9 / 4.9 s and 18.1 / 6.5 / 4.8 s at 6000 / 4000 / 3000 frames
+(seed 0 pays the compile), SB3 18.2 / 19.7 / 13.1 s, 21.2 / 16.3 / 13.1 s and 13.8 / 18.3 / 12.3 s
+at 4000 / 4000 / 3000 frames: our median wall time 0.35x, 0.43x and 0.47x SB3's, per frame 0.38x,
+0.40x and 0.40x (CPU time per frame 0.36-0.37x). Over seeds 0-9, ours solves in 3-8k frames
+(median 5k), SB3 in 3-6k (median 4k).
 
 Prints one JSON object per run, then one summary object (medians) per library and task, then
 our medians over each peer's (``"ratio": true``: wall, CPU, and per frame).

@@ -22,9 +22,11 @@ warm and ~24 s wall on a machine's first run, once per process: later ``train`` 
 graph (the step holds the optimizer's tensors, not the optimizer, so a new run does not
 recompile). A run that solves in 3-6k frames repays the warm cost only (``--compile false`` for a
 one-off run on a fresh machine). ``benchmarks/time_to_solve.py --tasks sac_pendulum --libs
-ours,sb3`` (3 seeds, one process, load average 4-6): ours 13.8 / 6.4 / 5.2 s at 6000 / 4000 /
-3000 frames (the first seed pays the compile: 6.8 s), Stable-Baselines3 18.2 / 19.7 / 13.1 s at
-4000 / 4000 / 3000: 0.35x its median wall time, 0.38x its median wall time per frame.
+ours,sb3`` (3 seeds, one process, load average 5; recorded in
+``docs/benchmarks/time_to_solve.json``): ours 18.1 / 6.5 / 4.8 s at 6000 / 4000 / 3000 frames
+(the first seed pays the compile: 7.4 s), Stable-Baselines3 13.8 / 18.3 / 12.3 s at 4000 / 4000 /
+3000: 0.47x its median wall time, 0.40x its median wall time per frame (two earlier runs: 0.35x
+and 0.43x, 0.38x and 0.40x per frame).
 
 Usage: ``python examples/sac_pendulum.py [--frames N] [--seed S] [--out DIR] [--compile false]``.
 """
