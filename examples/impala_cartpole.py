@@ -56,10 +56,14 @@ class Config:
     num_envs: int = 16
     rollout_length: int = 32  # T: steps of each trajectory chunk
     frames_per_batch: int = 512
-    num_workers: int = 2
-    # Measured on 2 cores (docs/async_training.rst): two rollout processes of 8 envs each and
-    # the server in its own process beat double-buffered groups of 4 (threads in one process
-    # contend for its GIL); num_splits=2 pays where env steps cost more than the inference.
+    # One rollout process for the 16 envs, the inference server in a process of its own: on 2
+    # cores it beat two rollout processes of 8 envs each (measured with
+    # benchmarks/async_throughput.py's setup: CartPole 11.9k against 8.7-9.1k frames/s; the
+    # collection's CPU time per frame 35 against 59 us for CartPole, 85 against 115 us for
+    # HalfCheetah), because each server batch and each worker step then serves 16 envs at once.
+    # Double-buffered groups (num_splits=2, a thread each) contend for the worker's GIL and were
+    # slower still; they pay where an env step costs far more than the inference.
+    num_workers: int = 1
     num_splits: int = 1
     policy_backend: str = "multiprocessing"  # the inference server: its own process, or "threading"
     collector: str = "async_batched"  # or "multi_async" (MultiaSyncDataCollector)
