@@ -8,7 +8,8 @@ config) under the peers venv (``benchmarks/_peers/time_to_solve_peers.py``; set
 ``TORCHRL_PEERS_PYTHON``, default ``/work/peers-venv/bin/python``; skipped with a note when
 absent). ``sb3_zoo`` is SB3 with the RL Zoo's own CartPole PPO settings (20 epochs, lr 1e-3;
 ours: 10 epochs, lr 2e-3), SB3 at its best. Every library uses torch's fused Adam, as our
-examples do.
+examples do eagerly (our compiled SAC step runs the same Adam update, torch's functional
+``adam``, inside its graph).
 
 Evaluation protocol, the same for all: the evaluation envs (a vector of ``eval_episodes``
 gymnasium envs) are made and seeded once (``seed + 10000``); each evaluation resets them (fresh
