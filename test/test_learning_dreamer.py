@@ -3,8 +3,9 @@
 - DreamerV3 on Pendulum-v1 states: after 3000 agent steps (6000 env steps, action repeat 2)
   the final deterministic evaluation (5 fresh episodes) ends above -400 and beats uniform random
   actions (10 episodes) by at least 500.
-- Dreamer (v1) from 64x64 renders of Pendulum-v1: after 5000 agent steps its final evaluation
-  beats random actions by at least 200 and the first evaluation (at 1000 steps) of the run.
+- DreamerV3 from 64x64 renders of Pendulum-v1 (the example's pixel defaults: the central 52% of
+  the render, 40 updates per 100 agent steps): after 5000 agent steps its final evaluation beats
+  random actions and the run's first evaluation (at 500 steps) by at least 300 each.
 
 Each test prints its evaluation curve, wall time and the random baseline (``pytest -s``).
 """
@@ -56,20 +57,15 @@ def test_dreamer_v3_learns_pendulum_from_states(seed: int, tmp_path, monkeypatch
 
 
 @pytest.mark.slow
-def test_dreamer_v1_improves_from_pixels(tmp_path, monkeypatch) -> None:
+def test_dreamer_v3_improves_from_pixels(tmp_path, monkeypatch) -> None:
     history, random = _run(
-        monkeypatch,
-        tmp_path,
-        version="v1",
-        pixels=True,
-        seed=0,
-        frames=5000,
-        updates_per_batch=10,
-        eval_every=1000,
+        monkeypatch, tmp_path, version="v3", pixels=True, seed=0, frames=5000, eval_every=500
     )
     final, first = history["final_return"], history["eval"][0][1]
-    assert final - random >= 200, (
-        f"Dreamer from pixels ends at {final:.1f}, random {random:.1f}; curve {history['eval']}"
+    assert final - random >= 300, (
+        f"DreamerV3 from pixels ends at {final:.1f}, random {random:.1f}; curve {history['eval']}"
     )
-    assert final > first, f"no improvement over the run: curve {history['eval']}, final {final:.1f}"
+    assert final - first >= 300, (
+        f"no clear improvement over the run: curve {history['eval']}, final {final:.1f}"
+    )
     assert os.path.isfile(history["imagination"][-1])

@@ -15,8 +15,8 @@ its actor and value model on rollouts *imagined* by that model. One script runs 
    ``horizon``-step rollouts of a :class:`~torchrl.envs.DreamerEnv` started from every posterior
    state of the batch, then the value loss on those rollouts (v3 adds a slow critic).
 
-Pixels come from the env's own ``render()`` through
-:class:`~torchrl.record.PixelRenderTransform`, :class:`~torchrl.envs.ToTensorImage` and
+Pixels come from the env's own ``render()`` (its central ``crop`` fraction, where the rod swings)
+through :class:`~torchrl.record.PixelRenderTransform`, :class:`~torchrl.envs.ToTensorImage` and
 :class:`~torchrl.envs.Resize`; actions repeat ``action_repeat`` times
 (:class:`~torchrl.envs.FrameSkipTransform`) and act in ``[-1, 1]``
 (:class:`~torchrl.envs.ActionScaling`). Sub-sequences start from a zero latent state, as in the
@@ -100,6 +100,23 @@ from torchrl.record import PixelRenderTransform  # noqa: E402
 
 @dataclass
 class Config:
+    """The run's settings; every field is a ``--flag`` (see the module docstring).
+
+    Pixels (measured on the shared 2-core CPU, seed 0, DreamerV3 unless said):
+
+    - The whole 500x500 render shows the rod on about 2.5% of the 64x64 pixels (the scene spans
+      4.4 rod lengths): Dreamer v1 did not learn in 5000 agent steps and its decoder gave a
+      blurred mean frame. ``crop=0.52`` keeps the rod's reach (10-15% of the pixels).
+    - World model alone on 10 random episodes, 4 min each: v1 (crop) was still worse than the
+      mean frame after 274 updates (posterior reconstruction error 0.0127 per pixel, mean frame
+      0.0090); v3 (crop) drew the rod at the right angle after 219 updates (0.0053). v3 it is:
+      its image encoder centres pixels on 0 and its two-hot reward and critic heads take
+      Pendulum's returns (about -1000) in their stride, where v1's MLP value starts at 0.
+    - DreamerV3, crop, defaults, 3000 agent steps (about 22 min): evaluations every 500 steps
+      -1532, -1164, -1144, -1284, ...; 60 instead of 40 updates per 100 steps: -1531, -1154 at
+      1000 steps, 1.5x slower.
+    """
+
     version: str = "v3"  # "v1" (Gaussian latents) or "v3" (categorical latents, two-hot heads)
     pixels: bool = False  # 64x64 renders instead of the 3-d state
     env_name: str = "Pendulum-v1"
@@ -120,6 +137,7 @@ class Config:
     channels: int = 8  # base width of the conv encoder/decoder (pixels)
     num_bins: int = 63  # v3 two-hot bins of the reward and critic heads
     image_size: int = 64
+    crop: float = 0.52  # pixels: the central fraction of the render kept (the rod spans 0.5)
     # optimisation
     model_lr: float = 6e-4
     actor_lr: float = 2e-4
@@ -160,6 +178,8 @@ class Config:
                 "v3 from pixels: num_categoricals * num_classes + belief_dim must be a multiple "
                 f"of 8 (the image decoder's blocks), got {self.latent_dim + self.belief_dim}"
             )
+        if not 0.0 < self.crop <= 1.0:
+            raise ValueError(f"crop must be in (0, 1], got {self.crop}")
         for name in ("frames", "frames_per_batch", "batch_size", "seq_len", "horizon"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -184,9 +204,8 @@ def make_env(cfg: Config) -> TransformedEnv:
     """Pendulum with repeated actions in ``[-1, 1]``; with ``cfg.pixels``, 64x64 float renders."""
     transforms: list[Any] = [FrameSkipTransform(cfg.action_repeat), ActionScaling()]
     if cfg.pixels:
-        # the renders are 500x500: a strided view first keeps the antialiased resize cheap
         transforms += [
-            PixelRenderTransform(preproc=lambda frame: np.ascontiguousarray(frame[::4, ::4])),
+            PixelRenderTransform(preproc=lambda frame: crop_frame(frame, cfg.crop, cfg.image_size)),
             ToTensorImage(),
             Resize(cfg.image_size, cfg.image_size),
         ]
@@ -194,6 +213,25 @@ def make_env(cfg: Config) -> TransformedEnv:
     else:
         base = GymEnv(cfg.env_name)
     return TransformedEnv(base, Compose(*transforms))
+
+
+def crop_frame(frame: np.ndarray, crop: float, image_size: int) -> np.ndarray:
+    """The central ``crop`` fraction of a ``[H, W, C]`` render, strided down to >= 2 x ``image_size``.
+
+    The stride keeps the antialiased resize that follows cheap (renders are 500x500).
+
+    Examples:
+        >>> crop_frame(np.zeros((500, 500, 3), np.uint8), 0.52, 64).shape
+        (130, 130, 3)
+        >>> crop_frame(np.zeros((500, 500, 3), np.uint8), 1.0, 64).shape
+        (167, 167, 3)
+    """
+    height, width = frame.shape[:2]
+    size_h, size_w = round(height * crop), round(width * crop)
+    top, left = (height - size_h) // 2, (width - size_w) // 2
+    stride = max(1, min(size_h, size_w) // (2 * image_size))
+    view = frame[top : top + size_h : stride, left : left + size_w : stride]
+    return np.ascontiguousarray(view)
 
 
 class TwoHotHead(nn.Module):
