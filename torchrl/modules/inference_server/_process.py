@@ -49,11 +49,15 @@ def _server_process(
     try:
         policy = policy_factory()
         server = InferenceServer(policy, transport, **options)
+        # the serving thread writes each new version there (weight updates and those a
+        # weight_sync scheme delivered) before it serves with it: the parent never reads a
+        # version older than the data it got; only that thread writes it from now on
+        version[0] = server.policy_version
+        server._version_mirror = version
         server.start()
     except BaseException:  # noqa: BLE001 - sent to the parent
         conn.send(("error", traceback.format_exc()))
         return
-    version[0] = server.policy_version
     conn.send(("ready", os.getpid()))
     try:
         while True:
@@ -61,8 +65,6 @@ def _server_process(
                 if not server.is_alive:
                     conn.send(("died", repr(server.error)))
                     return
-                # weights a weight_sync scheme delivered bump the version in the serving thread
-                version[0] = server.policy_version
                 continue
             try:
                 command = conn.recv()
@@ -77,7 +79,6 @@ def _server_process(
                 except BaseException:  # noqa: BLE001
                     conn.send(("error", traceback.format_exc()))
                     continue
-                version[0] = server.policy_version
                 conn.send(("ok", server.policy_version))
             elif command == "stats":
                 conn.send(("ok", server.stats()))

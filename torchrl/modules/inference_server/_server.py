@@ -232,6 +232,10 @@ class InferenceServer:
                 ) from None
         self.exploration_type = exploration_type
         self._version = int(server_config.policy_version)
+        # a one-element int64 tensor mirroring the version (set by ProcessInferenceServer,
+        # shared with its owner): written when the version changes, before any response
+        # carries the new version, so a reader never sees data newer than the version
+        self._version_mirror: torch.Tensor | None = None
         self._weights_lock = threading.Lock()
         # (weights, events of the callers waiting for them, updates they stand for): an update
         # made before the previous one was applied replaces it and counts for both
@@ -420,6 +424,8 @@ class InferenceServer:
                 self.model.load_state_dict(weights)
         self._version += count
         self._stats["weight_updates"] += count
+        if self._version_mirror is not None:
+            self._version_mirror[0] = self._version
         for applied in events:
             applied.set()
 
@@ -445,6 +451,8 @@ class InferenceServer:
             version = self._version + 1
         if version != self._version:
             self._version = version
+            if self._version_mirror is not None:
+                self._version_mirror[0] = version
             self._stats["weight_updates"] += 1
 
     def _init_weight_sync(self) -> None:
