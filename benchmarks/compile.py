@@ -81,9 +81,10 @@ torch.set_num_threads(1)
 sys.path.insert(0, str(Path(__file__).parent / "_peers"))
 
 from loss_cases import make_losses, step_fn  # noqa: E402
-from plain_cases import PlainPPO, PlainSAC, time_call  # noqa: E402
+from plain_cases import PlainPPO, PlainSAC, time_call, whole_step  # noqa: E402
 
 from torchrl import modules, objectives  # noqa: E402
+from torchrl.objectives._update_step import make_update_step  # noqa: E402
 
 LOSS_CASES = {"sac": "sac_update", "ppo": "ppo_minibatch_update"}
 PLAIN = {"sac": PlainSAC, "ppo": PlainPPO}
@@ -106,8 +107,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # Default settings, compiled with torch._dynamo.config.trace_autograd_ops: dynamo traces
     # backward() too, so the loss, its backward and the optimizer step share graphs.
     "trace_backward": {},
+    # The whole update as one graph: ours through make_update_step, plain PyTorch with the same
+    # recipe written out (_peers/plain_cases.whole_step): functional Adam on the optimizer's
+    # state, backward traced, module guards skipped, inductor's cpp_wrapper.
+    "whole_step": {},
 }
 TRACE_BACKWARD = {"trace_backward"}
+WHOLE_STEP = {"whole_step"}
+# Variants about the backward and the optimizer step: nothing to do with a policy call.
+UPDATE_ONLY = TRACE_BACKWARD | WHOLE_STEP
 
 
 def _compiled(fn: Callable[[], Any], variant: str, kwargs: dict[str, Any]) -> Callable[[], Any]:
@@ -141,9 +149,13 @@ def _describe(args: argparse.Namespace, variant: str, impl: str) -> dict[str, An
     out: dict[str, Any] = dict(_compile_kwargs(args, variant))
     if args.inductor_applied:
         out["inductor"] = args.inductor_applied
-    if args.dynamo_backward or variant in TRACE_BACKWARD:
+    if args.dynamo_backward or variant in UPDATE_ONLY:
         out["trace_autograd_ops"] = True
-    if impl == "ours":
+    if variant in WHOLE_STEP:
+        out["options"] = {"cpp_wrapper": True, "guard_filter_fn": "skip_all_nn_modules"}
+        out["adam"] = "functional"
+        out["what"] = "make_update_step" if impl == "ours" else "whole_step"
+    elif impl == "ours":
         out["what"] = args.ours_compile
     return out
 
@@ -200,10 +212,27 @@ def make_updates(algo: str, args: argparse.Namespace) -> dict[tuple[str, str], C
         with device:
             return PLAIN[algo](optimizer=True).update
 
+    def ours_whole(kwargs: dict[str, Any]) -> Callable[[], Any]:
+        with device:
+            loss, td, updater = make_losses(modules, objectives)[name]
+        optim = torch.optim.Adam([p for p in loss.parameters() if p.requires_grad], lr=3e-4)
+        step = make_update_step(loss, optim, updater, compile=True, compile_options=kwargs)
+        return lambda: step(td.clone(False))  # as the eager row: the loss writes into its input
+
+    def plain_whole(kwargs: dict[str, Any]) -> Callable[[], Any]:
+        torch.manual_seed(0)
+        with device:
+            case = PLAIN[algo](optimizer=True)
+        return whole_step(case, kwargs)
+
     updates["ours", "eager"] = ours()
     updates["plain", "eager"] = plain()
     for variant in args.variants:
         kwargs = _compile_kwargs(args, variant)
+        if variant in WHOLE_STEP:
+            updates["ours", variant] = ours_whole(kwargs)
+            updates["plain", variant] = plain_whole(kwargs)
+            continue
         if args.ours_compile == "loss":
             updates["ours", variant] = ours(compile_loss=kwargs)
         else:
@@ -324,7 +353,7 @@ def bench_collect(args: argparse.Namespace) -> None:
         runs: dict[str, tuple[Any, Any, str]] = {}
         first: dict[str, float] = {}
         # trace_backward changes nothing for a policy call (no backward): not repeated here.
-        variants = ["eager", *(v for v in args.variants if v not in TRACE_BACKWARD)]
+        variants = ["eager", *(v for v in args.variants if v not in UPDATE_ONLY)]
         if torch.device(args.device).type == "cuda":
             variants.append(CUDAGRAPH)
         for variant in variants:
@@ -387,7 +416,7 @@ def run_children(args: argparse.Namespace) -> None:
     for case in args.cases:
         variants = args.variants
         if case == "collect":
-            variants = [v for v in variants if v not in TRACE_BACKWARD] or ["default"]
+            variants = [v for v in variants if v not in UPDATE_ONLY] or ["default"]
         for i, variant in enumerate(variants):
             cmd = [sys.executable, __file__, "--cases", case, "--variants", variant, *common]
             out = subprocess.run(cmd, capture_output=True, text=True)

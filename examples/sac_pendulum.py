@@ -11,9 +11,9 @@ still fail.
 
 The whole gradient step (the SAC loss, its backward, the Adam step and the Polyak update) is
 compiled into one graph by default when the frame budget allows at least ``compile_min_updates``
-gradient steps (``make_update_step``: dynamo traces ``backward``, Adam runs through torch's
-functional ``adam`` on the optimizer's own state, the guards skip the networks' attributes,
-inductor's C++ wrapper calls the kernels); the batches of one round are drawn in one ``sample``
+gradient steps (torchrl's ``make_update_step``: dynamo traces ``backward``, Adam runs through
+torch's functional ``adam`` on the optimizer's own state, the guards skip the networks'
+attributes, inductor's C++ wrapper calls the kernels); the batches of one round are drawn in one ``sample``
 call. Measured on 2 busy AMD EPYC cores (torch 2.13 CPU, 1 thread, CPU time per step on the
 example's batches): eager 2.9-3.0 ms, compiled 0.89-0.92 ms (0.30x; compiling the loss and its
 backward only, with Adam and the Polyak update eager and the default guards, as before: 1.21-1.34
@@ -33,9 +33,7 @@ Usage: ``python examples/sac_pendulum.py [--frames N] [--seed S] [--out DIR] [--
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -47,18 +45,16 @@ from _common import (
     plot_curve,
     report,
 )
-from tensordict import TensorDictBase
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
-from torch.optim.adam import adam as functional_adam
 from tqdm import tqdm
 
-from torchrl import maybe_compile
 from torchrl.collectors import SyncDataCollector
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs import GymEnv, RewardSum, TransformedEnv
 from torchrl.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import SACLoss, SoftUpdate
+from torchrl.objectives._update_step import make_update_step
 
 
 @dataclass
@@ -133,134 +129,6 @@ def make_agent(env: GymEnv, hidden: int) -> tuple[ProbabilisticActor, ValueOpera
     return actor, qvalue
 
 
-def _trace_backward(enabled: bool) -> contextlib.AbstractContextManager:
-    """Lets dynamo trace ``loss.backward()`` into the compiled graph.
-
-    Without it, dynamo breaks the graph at ``backward``, which then runs through the autograd
-    engine after the compiled forward (measured with the loss compiled alone: 0.6x the eager
-    step's time, against 0.37x).
-    """
-    if not enabled or not hasattr(torch._dynamo.config, "trace_autograd_ops"):
-        return contextlib.nullcontext()
-    return torch._dynamo.config.patch(trace_autograd_ops=True)
-
-
-def _traced_adam(optim: torch.optim.Adam) -> Callable[[], None]:
-    """``optim.step()`` then ``optim.zero_grad()``, in a form dynamo traces into one graph.
-
-    ``Optimizer.step`` breaks a compiled graph on purpose (and its fused kernel is not traced),
-    as does ``zero_grad``; the returned function runs torch's functional ``adam`` (the same
-    update) on the optimizer's own state, created here as its first ``step`` would create it (so
-    ``optim.state_dict()`` stays valid), then sets the gradients to ``None``. It holds the
-    parameters, the state and the hyper-parameters (read once: later changes to
-    ``optim.param_groups`` are not seen), not ``optim`` itself: a compiled function that reads
-    the optimizer is tied to that object and compiles again for each new one.
-    """
-    groups = []
-    for group in optim.param_groups:
-        params = [p for p in group["params"] if p.requires_grad]
-        for p in params:
-            optim.state[p] = {
-                "step": torch.tensor(0.0),
-                "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
-            }
-        states = [optim.state[p] for p in params]
-        beta1, beta2 = group["betas"]
-        hyper = {
-            "beta1": float(beta1),
-            "beta2": float(beta2),
-            "lr": float(group["lr"]),
-            "weight_decay": float(group["weight_decay"]),
-            "eps": float(group["eps"]),
-        }
-        groups.append(
-            (
-                params,
-                [s["exp_avg"] for s in states],
-                [s["exp_avg_sq"] for s in states],
-                [s["step"] for s in states],
-                hyper,
-            )
-        )
-
-    def adam_step() -> None:
-        for params, exp_avgs, exp_avg_sqs, steps, hyper in groups:
-            with torch.no_grad():
-                functional_adam(
-                    params,
-                    [p.grad for p in params],
-                    exp_avgs,
-                    exp_avg_sqs,
-                    [],
-                    steps,
-                    foreach=False,
-                    amsgrad=False,
-                    maximize=False,
-                    **hyper,
-                )
-            for p in params:
-                p.grad = None
-
-    return adam_step
-
-
-def make_update_step(
-    loss_fn: SACLoss,
-    optim: torch.optim.Adam,
-    target_updater: SoftUpdate,
-    compiled: bool,
-    compile_options: dict | None = None,
-) -> Callable[[TensorDictBase], None]:
-    """One gradient step on a batch: the SAC loss, its backward, Adam, the Polyak update.
-
-    Compiled, the whole step is one inductor graph (call it under :func:`_trace_backward`,
-    which lets dynamo trace ``backward``): Adam runs through torch's functional ``adam`` on
-    ``optim``'s own state (:func:`_traced_adam`), as ``Optimizer.step`` breaks a compiled graph
-    on purpose, and the graph's guards skip the networks' attributes (checking them took
-    ~0.3 ms a call; nothing here changes a module once training starts, parameters change in
-    place). Where compilation fails (no C++ compiler, ...), it warns once and runs eagerly.
-    Eager, ``optim.step()`` runs its fused kernel.
-
-    Args:
-        loss_fn: the SAC loss.
-        optim: an Adam optimizer over ``loss_fn``'s parameters.
-        target_updater: the Polyak update of the target critics.
-        compiled: compile the step.
-        compile_options: ``torch.compile`` keyword arguments (default: the guard filter above
-            and inductor's ``cpp_wrapper``, which took the step from 1.02 to 0.89 ms here).
-
-    Returns:
-        ``step(batch)``.
-    """
-    if not compiled:
-
-        def eager_step(sample: TensorDictBase) -> None:
-            losses = loss_fn(sample)
-            (losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]).backward()
-            optim.step()
-            optim.zero_grad()
-            target_updater.step()
-
-        return eager_step
-
-    adam_step = _traced_adam(optim)
-
-    def step(sample: TensorDictBase) -> None:
-        losses = loss_fn(sample)
-        (losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]).backward()
-        adam_step()
-        target_updater.step()
-
-    if compile_options is None:
-        inductor: dict = {"cpp_wrapper": True}
-        skip_module_guards = getattr(torch.compiler, "skip_guard_on_all_nn_modules_unsafe", None)
-        if skip_module_guards is not None:  # absent from older torch releases
-            inductor["guard_filter_fn"] = skip_module_guards
-        compile_options = {"options": inductor}
-    return maybe_compile(step, compile_options, owner="sac_pendulum")
-
-
 def train(cfg: Config) -> dict:
     torch.manual_seed(cfg.seed)
     env = TransformedEnv(GymEnv(cfg.env_name), RewardSum())
@@ -277,7 +145,9 @@ def train(cfg: Config) -> dict:
 
     budget = int((cfg.frames - cfg.init_random_frames) * cfg.updates_per_frame)
     compiled = cfg.compile and budget >= cfg.compile_min_updates
-    update_step = make_update_step(loss_fn, optim, target_updater, compiled)
+    # One graph for the loss, its backward, Adam and the Polyak update when compiled (see the
+    # module docstring); eager, the fused optim.step().
+    update_step = make_update_step(loss_fn, optim, target_updater, compile=compiled)
 
     collector = SyncDataCollector(
         env,
@@ -309,14 +179,13 @@ def train(cfg: Config) -> dict:
             # The buffer does not change during these updates: one draw of all their batches
             # (uniform, with replacement) is distributed as `updates` draws, for one call.
             batches = buffer.sample(updates * cfg.batch_size).reshape(updates, -1).unbind(0)
-            with _trace_backward(compiled):
-                if "first_update_wall" not in history:  # compiling, when compiled
-                    first_start = time.perf_counter()
-                    update_step(batches[0])
-                    history["first_update_wall"] = time.perf_counter() - first_start
-                    batches = batches[1:]
-                for sample in batches:
-                    update_step(sample)
+            if "first_update_wall" not in history:  # compiling, when compiled
+                first_start = time.perf_counter()
+                update_step(batches[0])
+                history["first_update_wall"] = time.perf_counter() - first_start
+                batches = batches[1:]
+            for sample in batches:
+                update_step(sample)
             collector.update_policy_weights_()
 
         history["train"] += episode_returns(batch, frames)

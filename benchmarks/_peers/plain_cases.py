@@ -344,3 +344,75 @@ def time_call(
         best_cpu = min(best_cpu, (time.thread_time() - cpu) / reps)
         best_wall = min(best_wall, (time.perf_counter() - wall) / reps)
     return best_wall * 1e6, best_cpu * 1e6
+
+
+def whole_step(case: _Update, compile_kwargs: dict[str, Any] | None = None) -> Callable[[], None]:
+    """``case.update`` (built with ``optimizer=True``) compiled as one graph, written out by hand.
+
+    The recipe ``torchrl.objectives.make_update_step`` applies, so that ``benchmarks/compile.py``
+    compares like with like: ``Optimizer.step``/``zero_grad`` break a compiled graph, so Adam
+    runs as torch's functional ``adam`` on the optimizer's own state and the gradients are set to
+    ``None`` by hand; dynamo traces ``backward()`` (``trace_autograd_ops``, on for the first
+    calls, which compile); the guards skip module attributes
+    (``torch.compiler.skip_guard_on_all_nn_modules_unsafe``); inductor calls its kernels from
+    C++ (``cpp_wrapper``). ``compile_kwargs`` (``torch.compile`` arguments) override these.
+    """
+    from torch.optim.adam import adam
+
+    optimizer = case.optimizer
+    if not isinstance(optimizer, torch.optim.Adam):
+        raise ValueError("whole_step: build the case with optimizer=True (an Adam step)")
+    (group,) = optimizer.param_groups
+    params = list(group["params"])
+    for p in params:
+        optimizer.state[p] = {
+            "step": torch.zeros((), dtype=torch.float32),
+            "exp_avg": torch.zeros_like(p),
+            "exp_avg_sq": torch.zeros_like(p),
+        }
+    states = [optimizer.state[p] for p in params]
+    beta1, beta2 = group["betas"]
+
+    def update() -> None:
+        total: Any = sum(case.losses().values())
+        total.backward()
+        with torch.no_grad():
+            adam(
+                params,
+                [p.grad for p in params],
+                [s["exp_avg"] for s in states],
+                [s["exp_avg_sq"] for s in states],
+                [],
+                [s["step"] for s in states],
+                foreach=False,
+                amsgrad=False,
+                maximize=False,
+                beta1=beta1,
+                beta2=beta2,
+                lr=group["lr"],
+                weight_decay=group["weight_decay"],
+                eps=group["eps"],
+            )
+            for p in params:
+                p.grad = None
+            if case.targets:
+                torch._foreach_lerp_(case.targets, case.sources, case.tau)
+
+    kwargs: dict[str, Any] = {
+        "options": {
+            "cpp_wrapper": True,
+            "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
+        }
+    }
+    kwargs.update(compile_kwargs or {})
+    compiled = torch.compile(update, **kwargs)
+    calls = [0]
+
+    def run() -> None:
+        if calls[0] < 2:
+            calls[0] += 1
+            with torch._dynamo.config.patch(trace_autograd_ops=True):
+                return compiled()
+        return compiled()
+
+    return run
