@@ -14,11 +14,14 @@ critic are separate 2x64 tanh MLPs (the networks of the Sample Factory compariso
 ``[(frames, wall_s, avg_return)]`` (average of the last 100 training episodes, as Sample
 Factory reports it), ``reached_target`` and the policy lag (min/mean/max over the run).
 
-Measured on 2 cores (quiet, load average below 1; defaults): seeds 0 and 1 reached an average
-training return of 475 after 62k and 60k frames in 4.2 and 4.0 s (about 15k frames/s, learning
-included; policy lag mean 1.4, max 3 weight updates). ``pytest -m slow
-test/test_learning_async.py`` (seeds 0-2, with start-up and a final evaluation) takes 5-7 s per
-seed. ``benchmarks/async_throughput.py`` compares it with Sample Factory.
+Measured on 2 cores shared with other jobs (load average about 5; defaults: one rollout process
+of 16 envs, 2 gradient steps per 512 frames): ``pytest -m slow test/test_learning_async.py``,
+seeds 0-2, reached an average training return of 475 after 107k, 115k and 72k frames in 6.0,
+5.9 and 4.9 s (15-20k frames/s, learning included; policy lag mean 0.4-0.9, max 3 weight
+updates). Before the throughput work (two rollout processes of 8 envs, 8 gradient steps per 512
+frames, the learner waiting for the server to take the weights), on the quiet machine: 475 after
+62k and 60k frames in 4.2 and 4.0 s (about 15k frames/s), 10.6k frames/s at load 1-5.
+``benchmarks/async_throughput.py`` compares it with Sample Factory.
 
 Usage: ``python examples/appo_cartpole.py [--total-frames N] [--seed S] [--collector
 multi_async]``.

@@ -17,9 +17,13 @@ figure to compare with ``ppo_mujoco.py`` is the average training return at a fra
 ``[(frames, wall_s, avg_return)]`` (average of the last ``return_window`` training episodes),
 ``reached_target`` and the policy lag (min/mean/max over the run). Needs ``mujoco``.
 
-Measured (seed 0, a quiet 2-core machine): with the defaults, after 300k frames the average of
-the last 16 training episodes was 865 (39 s, 7.7k frames/s; policy lag mean 0.6, max 2); with
-10 epochs of minibatches of 256 instead, 934 (61 s, 4.9k frames/s). Earlier, with ``VecNorm``
+Measured (seed 0, 2 cores shared with other jobs, load average 4-6): with the defaults (one
+rollout process of 16 envs, 2 epochs of minibatches of 1024), after 300k frames the average of
+the last 16 training episodes was 712 (53 s, 5.7k frames/s; policy lag mean 0.16, max 1); after
+200k frames (the slow learning test), 300 in 28 s. Before the throughput work, on the quiet
+machine: minibatches of 512 and two rollout processes of 8 envs, 865 at 300k frames (39 s, 7.7k
+frames/s); minibatches of 1024 with them, 808 (39 s, loaded); 10 epochs of minibatches of 256,
+934 (61 s, 4.9k frames/s). Earlier, with ``VecNorm``
 and ``RewardSum`` on every env (on a loaded machine): 999 at 300k frames in 706 s. The
 synchronous ``ppo_mujoco.py`` (10 epochs of minibatches of 64 per 2048 frames) reached 1365 at
 300k frames (1284 s on the loaded machine; deterministic evaluation 1504): it makes many more

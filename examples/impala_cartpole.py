@@ -13,9 +13,12 @@ separate 2x64 tanh MLPs.
 ``[(frames, wall_s, avg_return)]`` (average of the last 100 training episodes, as Sample
 Factory reports it), ``reached_target`` and the policy lag (min/mean/max over the run).
 
-Measured (``train(seed=s)``, seeds 0-2, defaults, on a loaded 2-core machine): the average of
-the last 100 training episodes reached 475 after 98k, 94k and 91k frames (policy lag mean
-0.7-0.85, max 4-11 versions); with 2 updates per batch, 114k, 116k and 148k frames. On the
+Measured with one rollout process of 16 envs (the default now; 2 cores shared with other jobs,
+load average about 5): ``pytest -m slow test/test_learning_async.py``, seeds 0-2, reached 475
+after 100k, 99k and 117k frames in 7.7, 8.8 and 10.5 s (11-13k frames/s; policy lag mean 0.6,
+max 2). Earlier, with two rollout processes of 8 envs (``train(seed=s)``, seeds 0-2, on a loaded
+2-core machine): the average of the last 100 training episodes reached 475 after 98k, 94k and
+91k frames (policy lag mean 0.7-0.85, max 4-11 versions); with 2 updates per batch, 114k, 116k and 148k frames. On the
 quiet machine, with the envs bare on the workers and the server in its own process, seed 0
 reached 475 after 103k frames in 11.7 s (8.8k frames/s); ``pytest -m slow
 test/test_learning_async.py`` takes 6-7 s per seed.
