@@ -18,7 +18,12 @@ breaking the graph there, so the loss, its backward and the optimizer step share
 ``cpp_wrapper`` (inductor's ``cpp_wrapper=True``: the compiled graph calls its kernels from
 generated C++ instead of a Python wrapper); ``max_autotune``
 (``mode="max-autotune-no-cudagraphs"``); ``max_autotune_cpp_wrapper``; ``reduce_overhead``;
-``aot_eager`` (``backend="aot_eager"``: tracing without code generation). Without
+``aot_eager`` (``backend="aot_eager"``: tracing without code generation); ``whole_step`` (the
+whole update as one graph: ours through ``torchrl.objectives.make_update_step``, plain PyTorch
+with the same recipe written out in ``_peers/plain_cases.whole_step``: Adam as torch's
+functional ``adam`` on the optimizer's own state, since ``Optimizer.step``/``zero_grad`` break a
+graph; ``backward()`` traced; dynamo's guards on module attributes skipped; inductor's
+``cpp_wrapper``). Without
 ``trace_backward``, a compiled update is a compiled forward (whose backward AOTAutograd
 compiles too), then a compiled Adam step and target update. Each row gives ``first_call_s``
 (the first call, which traces and generates the code of a compiled update), ``per_s`` (updates

@@ -147,7 +147,9 @@ def train(cfg: Config) -> dict:
     compiled = cfg.compile and budget >= cfg.compile_min_updates
     # One graph for the loss, its backward, Adam and the Polyak update when compiled (see the
     # module docstring); eager, the fused optim.step().
-    update_step = make_update_step(loss_fn, optim, target_updater, compile=compiled)
+    update_step = make_update_step(
+        loss_fn, optim, target_updater, compile=compiled, return_losses=False
+    )
 
     collector = SyncDataCollector(
         env,

@@ -137,6 +137,16 @@ def test_compiled_matches_eager(algo: str) -> None:
     _assert_same_training(_train(algo, False), _train(algo, True))
 
 
+def test_compiled_step_is_one_graph() -> None:
+    """Loss, backward, Adam and the Polyak update in one graph: no graph break, one frame."""
+    import torch._dynamo
+
+    torch._dynamo.utils.counters.clear()
+    _train("dqn", True)
+    assert dict(torch._dynamo.utils.counters["graph_break"]) == {}
+    assert torch._dynamo.utils.counters["frames"]["ok"] == 1
+
+
 def test_compiled_adamw_amsgrad_clipping_matches_eager() -> None:
     def adamw(params, lr):
         return torch.optim.AdamW(params, lr=lr, weight_decay=0.1, amsgrad=True)
@@ -193,8 +203,8 @@ def test_loss_keys_selects_terms() -> None:
     loss, _, batches = _build("ppo")
     actor = [p.detach().clone() for p in loss.actor_network.parameters()]
     optim = torch.optim.Adam(loss.parameters(), lr=1e-2)
-    step = make_update_step(loss, optim, loss_keys=["loss_critic"])
-    step(batches[0])
+    step = make_update_step(loss, optim, loss_keys=["loss_critic"], return_losses=False)
+    assert step(batches[0]) is None
     assert all(torch.equal(a, p) for a, p in zip(actor, loss.actor_network.parameters()))
 
 
