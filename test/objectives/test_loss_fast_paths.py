@@ -1,6 +1,9 @@
-"""The losses' shortcuts give the generic path's results (direct network calls, TanhNormal)."""
+"""The losses' shortcuts (cached ensemble views, direct actor calls, the MLP's direct layer
+calls) give the same losses, gradients and parameter updates as the generic calls."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -8,112 +11,158 @@ from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 
-import torchrl.objectives.common as common
 from torchrl.modules import MLP, Actor, ProbabilisticActor, TanhNormal, ValueOperator
-from torchrl.objectives import SACLoss, TD3Loss
-from torchrl.objectives._helpers import dist_entropy
+from torchrl.objectives import ClipPPOLoss, SACLoss, SoftUpdate, TD3Loss
+from torchrl.objectives import common as loss_common
+
+OBS, ACT, B = 3, 2, 16
 
 
-def _batch(n: int = 6) -> TensorDict:
+def _batch() -> TensorDict:
     g = torch.Generator().manual_seed(0)
+    done = torch.zeros(B, 1, dtype=torch.bool)
+    done[::5] = True
     return TensorDict(
         {
-            "observation": torch.randn(n, 3, generator=g),
-            "action": torch.rand(n, 2, generator=g) * 1.8 - 0.9,
+            "observation": torch.randn(B, OBS, generator=g),
+            "action": torch.rand(B, ACT, generator=g) * 1.8 - 0.9,
+            "sample_log_prob": torch.randn(B, generator=g),
+            "advantage": torch.randn(B, 1, generator=g),
+            "value_target": torch.randn(B, 1, generator=g),
             "next": {
-                "observation": torch.randn(n, 3, generator=g),
-                "reward": torch.randn(n, 1, generator=g),
-                "done": torch.zeros(n, 1, dtype=torch.bool),
-                "terminated": torch.zeros(n, 1, dtype=torch.bool),
+                "observation": torch.randn(B, OBS, generator=g),
+                "reward": torch.randn(B, 1, generator=g),
+                "done": done,
+                "terminated": done.clone(),
             },
         },
-        [n],
+        batch_size=[B],
     )
 
 
-def _critic() -> ValueOperator:
-    return ValueOperator(
-        MLP(in_features=5, out_features=1, depth=1, num_cells=8), in_keys=["observation", "action"]
+def _actor() -> ProbabilisticActor:
+    net = TensorDictModule(
+        nn.Sequential(
+            MLP(in_features=OBS, out_features=2 * ACT, depth=1, num_cells=8), NormalParamExtractor()
+        ),
+        ["observation"],
+        ["loc", "scale"],
     )
+    return ProbabilisticActor(net, in_keys=["loc", "scale"], distribution_class=TanhNormal)
 
 
-def _losses(loss: nn.Module, data: TensorDict, seed: int = 1) -> dict[str, torch.Tensor]:
-    torch.manual_seed(seed)
-    out = loss(data.clone())
-    total = sum(v for k, v in out.items() if k.startswith("loss"))
-    total.backward()
-    grads = {n: p.grad.clone() for n, p in loss.named_parameters() if p.grad is not None}
-    loss.zero_grad(set_to_none=True)
-    return {**{k: v.detach() for k, v in out.items()}, **grads}
+def _critic(n_in: int) -> ValueOperator:
+    net = MLP(in_features=n_in, out_features=1, depth=1, num_cells=8)
+    keys = ["observation", "action"] if n_in > OBS else ["observation"]
+    return ValueOperator(net, in_keys=keys)
 
 
-@pytest.mark.parametrize("kind", ["td3", "sac"])
-def test_direct_network_calls_match_generic_calls(monkeypatch, kind):
+def _make(kind: str) -> tuple[nn.Module, SoftUpdate | None]:
     torch.manual_seed(0)
-    if kind == "td3":
-        loss = TD3Loss(
-            Actor(MLP(in_features=3, out_features=2, depth=1)), _critic(), bounds=(-1.0, 1.0)
-        )
+    if kind == "sac":
+        loss = SACLoss(_actor(), _critic(OBS + ACT), num_qvalue_nets=2, target_entropy=-2.0)
+    elif kind == "td3":
+        policy = Actor(MLP(in_features=OBS, out_features=ACT, depth=1, num_cells=8))
+        loss = TD3Loss(policy, _critic(OBS + ACT), bounds=(-1.0, 1.0), num_qvalue_nets=2)
     else:
-        net = TensorDictModule(
-            nn.Sequential(MLP(in_features=3, out_features=4, depth=1), NormalParamExtractor()),
-            ["observation"],
-            ["loc", "scale"],
-        )
-        actor = ProbabilisticActor(net, in_keys=["loc", "scale"], distribution_class=TanhNormal)
-        loss = SACLoss(actor, _critic(), target_entropy=-2.0)
-    assert common._direct(loss.qvalue_network)
+        loss = ClipPPOLoss(_actor(), _critic(OBS), entropy_coeff=0.01)
+        loss.set_keys(sample_log_prob="sample_log_prob")
+        return loss, None
+    loss.make_value_estimator(gamma=0.9)
+    return loss, SoftUpdate(loss, eps=0.9)
+
+
+def _train(loss: nn.Module, updater: SoftUpdate | None, steps: int) -> list[dict]:
     data = _batch()
-    direct = _losses(loss, data)
-    monkeypatch.setattr(common, "_direct", lambda module: False)
-    generic = _losses(loss, data)
-    assert direct.keys() == generic.keys()
-    for key in direct:
-        torch.testing.assert_close(direct[key], generic[key], msg=key)
+    adam = torch.optim.Adam([p for p in loss.parameters() if p.requires_grad], lr=1e-2)
+    torch.manual_seed(1)
+    record = []
+    for _ in range(steps):
+        adam.zero_grad()
+        out = loss(data.clone(False))
+        sum(v for k, v in out.items() if k.startswith("loss")).backward()
+        grads = {k: p.grad.clone() for k, p in loss.named_parameters() if p.grad is not None}
+        adam.step()
+        if updater is not None:
+            updater.step()
+        record.append(
+            {
+                "out": {k: v.detach().clone() for k, v in out.items()},
+                "grads": grads,
+                "state": {k: v.detach().clone() for k, v in loss.state_dict().items()},
+            }
+        )
+    return record
 
 
-def test_hooked_network_takes_the_generic_call():
-    critic = _critic()
+def _assert_same(a: list[dict], b: list[dict]) -> None:
+    for step_a, step_b in zip(a, b, strict=True):
+        for part in ("out", "grads", "state"):
+            assert step_a[part].keys() == step_b[part].keys()
+            for key in step_a[part]:
+                torch.testing.assert_close(step_a[part][key], step_b[part][key], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["sac", "td3", "ppo"])
+def test_shortcuts_match_generic_calls_over_optimizer_steps(kind, monkeypatch):
+    loss, updater = _make(kind)
+    fast = _train(loss, updater, steps=4)
+    monkeypatch.setattr(loss_common.LossModule, "_member_views", lambda self, n, p: None)
+    monkeypatch.setattr(loss_common, "_actor_dist", lambda actor, td: actor.get_dist(td))
+    monkeypatch.setattr("torchrl.objectives.sac._actor_dist", lambda actor, td: actor.get_dist(td))
+    monkeypatch.setattr("torchrl.objectives.ppo._actor_dist", lambda actor, td: actor.get_dist(td))
+    monkeypatch.setattr("torchrl.modules.models.mlp._no_global_hooks", lambda: False)
+    loss, updater = _make(kind)
+    generic = _train(loss, updater, steps=4)
+    _assert_same(fast, generic)
+
+
+def test_member_views_follow_replaced_and_loaded_tensors():
+    loss, _ = _make("sac")
+    data = _batch()
+    with torch.no_grad():
+        first = loss(data.clone(False))
+    state = copy.deepcopy(loss.state_dict())
+    views = loss._member_views("qvalue_network", loss_common.ParamSet.TARGET)
+    assert views is not None and len(views) == 2
+    # In-place target updates show through the cached views.
+    target = loss._leaves("target_qvalue_network_params")
+    with torch.no_grad():
+        for t in target:
+            t.add_(1.0)
+    assert loss._member_views("qvalue_network", loss_common.ParamSet.TARGET) is views
+    torch.testing.assert_close(views[1][0], target[0][1], rtol=0, atol=0)
+    # A new tensor behind a slot (.data assignment) is seen: new views are made.
+    leaf = loss._leaves("qvalue_network_params")[0]
+    leaf.data = leaf.data.clone()
+    detached = loss._member_views("qvalue_network", loss_common.ParamSet.DETACHED)
+    assert detached is not None and detached[0][0].data_ptr() == leaf.data_ptr()
+    loss.load_state_dict(state)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        again = loss(data.clone(False))
+    assert again["loss_qvalue"].shape == first["loss_qvalue"].shape
+
+
+def test_mlp_direct_layers_keep_hooks_and_outputs():
+    torch.manual_seed(0)
+    mlp = MLP(in_features=3, out_features=2, depth=2, num_cells=5)
+    x = torch.randn(4, 3)
+    fast = mlp(x)
+    seen = []
+    handle = mlp[0].register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    hooked = mlp(x)
+    handle.remove()
+    assert seen == [torch.Size([4, 5])]
+    torch.testing.assert_close(fast, hooked, rtol=0, atol=0)
     calls = []
-    critic.register_forward_hook(lambda *args: calls.append(1))
-    assert not common._direct(critic)
-    loss = TD3Loss(Actor(MLP(in_features=3, out_features=2, depth=1)), critic, bounds=(-1.0, 1.0))
-    loss(_batch())
-    assert calls
-
-
-def test_safe_actor_and_multi_output_modules_take_the_generic_call():
-    from torchrl.data import Bounded
-
-    spec = Bounded(-1.0, 1.0, shape=(2,))
-    assert not common._direct(Actor(nn.Linear(3, 2), spec=spec, safe=True))
-    assert common._direct(Actor(nn.Linear(3, 2)))
-    two = TensorDictModule(nn.Linear(3, 2), ["observation"], ["a", "b"])
-    assert not common._direct(two)
-    assert not common._direct(TensorDictModule(nn.Tanh(), ["observation"], ["x"]))
-
-
-def test_tanh_normal_unit_bounds_match_tensor_bounds():
-    loc, scale = torch.randn(5, 2), torch.rand(5, 2) + 0.1
-    fast = TanhNormal(loc, scale)
-    slow = TanhNormal(loc, scale, low=torch.tensor(-1.0), high=torch.tensor(1.0))
-    torch.manual_seed(0)
-    a, lp_a = fast.rsample_and_log_prob()
-    torch.manual_seed(0)
-    b, lp_b = slow.rsample_and_log_prob()
-    torch.testing.assert_close(a, b)
-    torch.testing.assert_close(lp_a, lp_b)
-    torch.testing.assert_close(fast.log_prob(a), slow.log_prob(a))
-    torch.testing.assert_close(fast.deterministic_sample, slow.deterministic_sample)
-    assert fast.low.item() == -1.0 and fast.high.item() == 1.0
-    assert bool(fast.support.check(a).all())
-
-
-def test_monte_carlo_entropy_scores_its_own_draw():
-    dist = TanhNormal(torch.zeros(4, 2), torch.ones(4, 2))
-    torch.manual_seed(0)
-    entropy = dist_entropy(dist, samples_mc=3)
-    torch.manual_seed(0)
-    sample = dist.rsample((3,))
-    assert entropy.shape == (4,)
-    torch.testing.assert_close(entropy, -dist.log_prob(sample).mean(0), rtol=1e-4, atol=1e-4)
+    handle = nn.modules.module.register_module_forward_hook(lambda m, i, o: calls.append(m))
+    try:
+        mlp(x)
+    finally:
+        handle.remove()
+    assert any(isinstance(m, nn.Linear) for m in calls)
+    # An instance forward on a layer is honoured.
+    mlp[2] = nn.Tanh()
+    mlp[2].forward = lambda v: v * 0  # type: ignore[method-assign]
+    assert bool((mlp(x) == mlp[4](mlp[3](torch.zeros(4, 5)))).all())

@@ -166,6 +166,18 @@ def as_batch(value: Tensor, like: Tensor, what: str, loss: str) -> Tensor:
 # ------------------------------------------------------------------------------------------
 
 
+def _critic_value(critic: Any, tensordict: TensorDictBase, key: NestedKey) -> Tensor:
+    """``critic(inputs).get(key)`` on a selection of ``tensordict``; the critic's network is
+    called directly when its wrapper only reads, calls and writes ``key`` (see ``_direct``)."""
+    from torchrl.objectives.common import _direct, _direct_inputs
+
+    if _direct(critic) and critic.out_keys[0] == key:
+        args = _direct_inputs(critic, tensordict)
+        if args is not None:
+            return critic.module(*args)
+    return critic(tensordict.select(*critic.in_keys, strict=False)).get(key)
+
+
 def critic_value_loss(
     loss: LossModule,
     tensordict: TensorDictBase,
@@ -189,13 +201,13 @@ def critic_value_loss(
         )
     old_value = tensordict.get(keys.value, None)
     critic = getattr(loss, critic_name)
-    inputs = tensordict.select(*critic.in_keys, strict=False)
     if detach_shared_with is not None:
+        inputs = tensordict.select(*critic.in_keys, strict=False)
         tensors = loss.network_tensors(critic_name, detach_shared_with=detach_shared_with)
         with loss.using_tensors(critic_name, tensors):
             value = critic(inputs).get(keys.value)
     else:
-        value = critic(inputs).get(keys.value)
+        value = _critic_value(critic, tensordict, keys.value)
     target = target.detach()
     per_sample = distance_loss(target, value, loss_type, strict_shape=False)
     if clip_value is None:

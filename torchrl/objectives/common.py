@@ -37,11 +37,17 @@ from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictParams
+from tensordict.nn import (
+    TensorDictModule,
+    TensorDictModuleBase,
+    TensorDictParams,
+    interaction_type,
+    set_interaction_type,
+)
 from torch import Tensor, nn
 
 from torchrl._compile import compile_in_place
-from torchrl._td_compat import plain_module_call
+from torchrl._td_compat import plain_entries, plain_module_call
 from torchrl._types import NestedKey
 from torchrl._utils import warn_once
 from torchrl.objectives._params import ParamSet, TensorSlots
@@ -111,13 +117,32 @@ def _vmap_randomness(module: nn.Module) -> str:
     return "different" if any(isinstance(m, random) for m in module.modules()) else "error"
 
 
+def _has_key(tensordict: TensorDictBase, key: NestedKey) -> bool | None:
+    """Whether a plain ``TensorDict`` holds ``key`` (walked through its entry dicts, ~10x
+    cheaper than ``key in td.keys(True)``); ``None`` when the walk does not apply (another
+    TensorDict kind on the way, a key that is neither a string nor a tuple of strings, under
+    tracing, where dynamo does not follow the entry dicts)."""
+    parts = (key,) if type(key) is str else key
+    if type(parts) is not tuple or not parts or torch.compiler.is_compiling():
+        return None
+    node: Any = tensordict
+    for part in parts:
+        found = plain_entries(node)
+        if found is None or type(part) is not str:
+            return None
+        if part not in found:
+            return False
+        node = found[part]
+    return True
+
+
 def _find_loss_mask(loss: LossModule, tensordict: TensorDictBase) -> torch.Tensor | None:
     """The AND of the loss's validity masks found in ``tensordict`` (``None``: none found)."""
     key = loss.loss_mask_key
     keys = AUTO_LOSS_MASK_KEYS if key == "auto" else () if key is None else (key,)
     mask = None
     for k in keys:
-        value = tensordict.get(k, None)
+        value = None if _has_key(tensordict, k) is False else tensordict.get(k, None)
         if value is None:
             if key != "auto":
                 raise KeyError(
@@ -240,8 +265,11 @@ def _direct(module: nn.Module) -> bool:
     if forward is not TensorDictModule.forward:
         if forward not in _direct_forwards() or getattr(module, "safe", True):
             return False
-    inner = module.module
-    last = inner[-1] if isinstance(inner, nn.Sequential) and len(inner) else inner
+    inner = module._modules.get("module")
+    last = inner
+    if isinstance(inner, nn.Sequential) and inner._modules:
+        # The last layer, without Sequential.__getitem__'s index arithmetic.
+        last = next(reversed(inner._modules.values()))
     return isinstance(last, nn.Linear) and len(module.out_keys) == 1 and plain_module_call(module)
 
 
@@ -250,6 +278,85 @@ def _direct_inputs(module: Any, tensordict: TensorDictBase) -> list[Tensor] | No
     (the generic call then raises tensordict's error, or passes None where that is allowed)."""
     inputs = [tensordict.get(key, None) for key in module.in_keys]
     return None if any(value is None for value in inputs) else inputs
+
+
+def _plain_params(module: Any) -> bool:
+    """Whether ``module(td)`` only reads, calls ``module.module`` and writes (any number of
+    outputs): a ``TensorDictModule`` with tensordict's own ``forward`` and no extras."""
+    return type(module).forward is TensorDictModule.forward and plain_module_call(module)
+
+
+def _actor_dist(actor: Any, tensordict: TensorDictBase) -> torch.distributions.Distribution:
+    """``actor.get_dist(tensordict)``, with the parameter networks called directly when they
+    are plain ``TensorDictModule``\\ s (same outputs written, same distribution).
+
+    For a ``ProbabilisticActor`` whose parameter modules are all plain (see
+    :func:`_plain_params`), each network is called on its inputs and its outputs are written
+    at its ``out_keys``, under the sampler's default interaction type when none is set (as
+    the actor's own call does); tensordict's generic module call (dispatch, skip-existing
+    checks) costs ~25 us a call, a tenth of a small actor's forward on the CPU. Anything else
+    takes ``actor.get_dist``.
+    """
+    if torch.compiler.is_compiling():  # traced, the generic call costs nothing at run time
+        return actor.get_dist(tensordict)
+    fast = actor.__dict__.get("_fast") if isinstance(actor, nn.Module) else None
+    if fast is None or type(actor).get_dist is not _probabilistic_get_dist():
+        return actor.get_dist(tensordict)
+    params, sampler = fast
+    if not all(map(_plain_params, params)):
+        return actor.get_dist(tensordict)
+    if interaction_type() is None:
+        with set_interaction_type(sampler.default_interaction_type):
+            _write_params(params, tensordict)
+    else:
+        _write_params(params, tensordict)
+    return sampler.get_dist(tensordict)
+
+
+def _write_params(params: Sequence[Any], tensordict: TensorDictBase) -> None:
+    for module in params:
+        inputs = _direct_inputs(module, tensordict)
+        if inputs is None:  # a missing input: the module's own call raises its error
+            module(tensordict)
+            continue
+        tensors = _outputs(module, module.module(*inputs))
+        out_keys = module.out_keys
+        if len(tensors) != len(out_keys):
+            raise RuntimeError(
+                f"{type(module.module).__name__} returned {len(tensors)} tensors for the "
+                f"{len(out_keys)} out_keys {out_keys}"
+            )
+        for key, tensor in zip(out_keys, tensors):
+            if key != "_":
+                if type(tensor) is not Tensor:
+                    tensor = TensorDict.from_any(tensor)
+                tensordict.set(key, tensor)
+
+
+def _outputs(module: Any, out: Any) -> tuple[Any, ...]:
+    """A network's result as the tuple ``TensorDictModule`` writes (a dict or TensorDict
+    holding every out key gives its values in ``out_keys`` order)."""
+    if type(out) is Tensor:
+        return (out,)
+    if type(out) is tuple:
+        return out
+    if out is None:
+        return ()
+    if isinstance(out, (dict, TensorDictBase)) and all(k in out for k in module.out_keys):
+        return tuple(out.get(k) for k in module.out_keys)
+    return (out,)
+
+
+_PROBABILISTIC_GET_DIST: list[Any] = []
+
+
+def _probabilistic_get_dist() -> Any:
+    """``ProbabilisticActor.get_dist`` (imported on first use, as in ``_direct_forwards``)."""
+    if not _PROBABILISTIC_GET_DIST:
+        from torchrl.modules.actors import ProbabilisticActor
+
+        _PROBABILISTIC_GET_DIST.append(ProbabilisticActor.get_dist)
+    return _PROBABILISTIC_GET_DIST[0]
 
 
 _ESTIMATOR_CLASSES: dict[ValueEstimators, type[ValueEstimatorBase]] = {
@@ -390,7 +497,7 @@ class LossModule(nn.Module):
         self._networks: dict[str, _Network] = {}
         # Flat leaf lists of the TensorDictParams (ensembles, targets): walking a nested
         # TensorDict costs ~50 us per call. Cleared whenever the tensors may be replaced.
-        self._leaves_cache: dict[str, list[Tensor]] = _LeavesCache()
+        self._leaves_cache: dict[str, Any] = _LeavesCache()
         self._estimator = _Unregistered()
         self.value_type: ValueEstimators | None = None
         self.deactivate_vmap = False
@@ -507,7 +614,10 @@ class LossModule(nn.Module):
             )
         present = tensordict.keys(include_nested=True)
         for key in self._required_keys if keys is None else keys:
-            if key not in present:
+            found = _has_key(tensordict, key)
+            if found is None:
+                found = key in present
+            if not found:
                 entries = sorted(map(str, tensordict.keys(True, True)))
                 raise KeyError(
                     f"{type(self).__name__}: the input tensordict has no entry {key!r} (rename "
@@ -775,6 +885,42 @@ class LossModule(nn.Module):
                     tensordict.set(direct.out_keys[0], direct.module(*args))
         return tensordict
 
+    def _member_views(self, name: str, param_set: ParamSet) -> list[list[Tensor]] | None:
+        """Per-member views of the target or detached tensors of ensemble ``name``, made once.
+
+        The views share storage and version counter with the stacked tensors, so in-place
+        updates (optimizer steps on the online tensors, target updates) show through them
+        exactly as through views made at each call; none of them requires grad, so no graph
+        is kept between calls. The cache entry is checked against the stacked tensors'
+        identity and data pointer at each call (``.data`` assignments, ``load_state_dict``,
+        ``.to()`` make new views) and is not used under tracing. ``None`` for the online
+        tensors (their views carry the autograd graph of one call) and when no cache applies.
+        """
+        if param_set is ParamSet.ONLINE or torch.compiler.is_compiling():
+            return None
+        net = self._network(name)
+        if net.ensemble_size is None:
+            return None
+        if param_set is ParamSet.TARGET and net.has_target:
+            sources = self._leaves(f"target_{name}_params")
+        else:
+            sources = self._online_tensors(name)
+        key = f"views:{name}:{param_set.value}"
+        entry = self._leaves_cache.get(key)
+        if entry is not None:
+            kept, pointers, views = entry
+            if (
+                len(kept) == len(sources)
+                and all(a is b for a, b in zip(kept, sources))
+                and all(t.data_ptr() == ptr for t, ptr in zip(sources, pointers))
+            ):
+                return views
+        with torch.no_grad():
+            per_tensor = [t.detach().unbind(0) for t in sources]
+        views = [list(member) for member in zip(*per_tensor)]
+        self._leaves_cache[key] = (list(sources), [t.data_ptr() for t in sources], views)
+        return views
+
     def _call_ensemble(
         self,
         name: str,
@@ -783,6 +929,7 @@ class LossModule(nn.Module):
         param_set: ParamSet = ParamSet.ONLINE,
         *,
         tensors: Sequence[Tensor] | None = None,
+        first: int | None = None,
     ) -> list[Tensor]:
         """Calls every member of an ensemble (``expand_dim``) on the same data.
 
@@ -792,17 +939,26 @@ class LossModule(nn.Module):
             out_keys: the outputs to collect.
             param_set: which tensors (see :class:`~torchrl.objectives.ParamSet`).
             tensors: stacked tensors to use instead (e.g. a subset of the members).
+            first: call only the first ``first`` members of ``param_set``.
 
         Returns:
             One tensor per key of ``out_keys``, stacked ``[n, *B, ...]`` over the members.
         """
-        if tensors is None:
-            tensors = self.network_tensors(name, param_set)
+        cached = None if tensors is not None else self._member_views(name, param_set)
+        if cached is not None:
+            members = len(cached) if first is None else min(first, len(cached))
+            device_type = cached[0][0].device.type
+        else:
+            if tensors is None:
+                tensors = self.network_tensors(name, param_set)
+                if first is not None:
+                    tensors = [t[:first] for t in tensors]
+            members = tensors[0].shape[0]
+            device_type = tensors[0].device.type
         module = getattr(self, name)
         direct = _direct(module) and list(out_keys) == list(module.out_keys)
         args = _direct_inputs(module, tensordict) if direct else None
         inputs = tensordict.select(*module.in_keys, strict=False) if args is None else None
-        members = tensors[0].shape[0]
         # vmap's fixed cost per call (batching every op, pytree handling) exceeds a second
         # Python call for the usual pair of critics on CPU: twin critics are looped there
         # (same results; ~20% of a small SAC update).
@@ -811,23 +967,32 @@ class LossModule(nn.Module):
         loop = (
             self.deactivate_vmap
             or self.autocast_dtype is not None
-            or (members <= 2 and tensors[0].device.type == "cpu")
+            or (members <= 2 and device_type == "cpu")
         )
         slots = self._networks[name].slots
+
+        network: Any = module.module if args is not None else None
 
         def one(flat: list[Tensor]) -> tuple[Tensor, ...]:
             with slots.swapped(flat):
                 if args is not None:
-                    return (module.module(*args),)
+                    return (network(*args),)
                 out = module(inputs.copy())  # type: ignore[union-attr]
             return tuple(out.get(k) for k in out_keys)
 
         if loop:
+            if cached is not None:
+                outs = [one(flat) for flat in cached[:members]]
+                return [torch.stack(group) for group in zip(*outs)]
             # unbind: one autograd node per tensor whose backward stacks the members' gradients,
             # where indexing member by member adds a zero-filled gradient per member and sums.
-            per_member = [t.unbind(0) for t in tensors]
+            per_member = [t.unbind(0) for t in cast(Sequence[Tensor], tensors)]
             outs = [one([u[i] for u in per_member]) for i in range(members)]
             return [torch.stack(group) for group in zip(*outs)]
+        if tensors is None:
+            tensors = self.network_tensors(name, param_set)
+            if first is not None:
+                tensors = [t[:first] for t in tensors]
         # Only the vmapped network's own modules decide (not the whole loss).
         return list(torch.vmap(one, randomness=_vmap_randomness(module))(list(tensors)))
 

@@ -41,7 +41,7 @@ from torchrl.objectives._helpers import (
     get_log_prob,
     reduce_loss,
 )
-from torchrl.objectives.common import LossModule, next_key
+from torchrl.objectives.common import LossModule, _actor_dist, next_key
 from torchrl.objectives.utils import ValueEstimators
 from torchrl.objectives.value.estimators import standardize
 
@@ -259,9 +259,11 @@ class PPOLoss(LossModule):
                 f"{type(self).__name__}: the stored {keys.sample_log_prob!r} requires grad; "
                 "collect data under torch.no_grad()"
             )
-        # A shallow copy: the actor writes its new distribution parameters there, so the
-        # data keeps those of the collecting policy (KLPENPPOLoss reads them).
-        dist = self.actor_network.get_dist(tensordict.copy())
+        # The actor's inputs, selected (a new TensorDict): the actor writes its new
+        # distribution parameters there, so the data keeps those of the collecting policy
+        # (KLPENPPOLoss reads them).
+        inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
+        dist = _actor_dist(self.actor_network, inputs)
         log_prob = action_log_prob(dist, tensordict, keys.action)
         prev = as_batch(prev, log_prob, repr(keys.sample_log_prob), type(self).__name__)
         return dist, log_prob, log_prob - prev

@@ -178,9 +178,10 @@ class TD3Loss(LossModule):
         key = self.tensor_keys.action
         check_action_shape(type(self).__name__, key, tensordict.get(key), acted.get(key))
         # Only the first critic scores the actor: evaluate that member alone.
-        first = [t[:1] for t in self.network_tensors("qvalue_network", ParamSet.DETACHED)]
         value_key = self.tensor_keys.state_action_value
-        q_actor = self._call_ensemble("qvalue_network", acted, [value_key], tensors=first)[0][0]
+        q_actor = self._call_ensemble(
+            "qvalue_network", acted, [value_key], ParamSet.DETACHED, first=1
+        )[0][0]
         out["state_action_value_actor"] = q_actor.detach().mean()
         return -q_actor
 

@@ -317,7 +317,35 @@ class TargetNetUpdater:
         self.initialized = False
 
     def _pairs(self) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]]:
-        """``(float_targets, float_sources, other_targets, other_sources)``, all detached."""
+        """``(float_targets, float_sources, other_targets, other_sources)``, all detached.
+
+        Made once and kept while the loss's tensors are the same objects on the same storage
+        (``.data`` aliases share it, so in-place optimizer steps show through them); a
+        ``.data`` assignment, ``load_state_dict(assign=True)`` or ``.to()`` makes new ones.
+        """
+        tensors: list[Tensor] = []
+        for name in self.loss_module.target_network_names:
+            tensors += self.loss_module.network_tensors(name, ParamSet.ONLINE)
+            tensors += self.loss_module.network_tensors(name, ParamSet.TARGET)
+        kept = self.__dict__.get("_kept_pairs")
+        if (
+            kept is not None
+            and len(kept[0]) == len(tensors)
+            and all(a is b for a, b in zip(kept[0], tensors))
+            and all(t.data_ptr() == ptr for t, ptr in zip(tensors, kept[1]))
+        ):
+            return kept[2]
+        pairs = self._make_pairs()
+        self.__dict__["_kept_pairs"] = (tensors, [t.data_ptr() for t in tensors], pairs)
+        return pairs
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The kept aliases point into this loss's storage: copies and pickles make their own.
+        state = self.__dict__.copy()
+        state.pop("_kept_pairs", None)
+        return state
+
+    def _make_pairs(self) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]]:
         ft, fs, ot, os_ = [], [], [], []
         for name in self.loss_module.target_network_names:
             sources = self.loss_module.network_tensors(name, ParamSet.ONLINE)

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _module_globals
 
 from torchrl._types import DeviceLike
 from torchrl.modules.models.noisy import NoisyLazyLinear, NoisyLinear
@@ -23,6 +24,37 @@ _DEFAULT_DEPTH = 3
 
 # Layer classes whose input size can be read from the first input.
 LAZY_LAYERS: dict[type, type] = {nn.Linear: nn.LazyLinear, NoisyLinear: NoisyLazyLinear}
+
+# Activations whose module call is only this function of the input (no state, no options).
+_PLAIN_ACTIVATIONS: dict[type, Callable[[torch.Tensor], torch.Tensor]] = {
+    nn.Tanh: torch.tanh,
+    nn.Sigmoid: torch.sigmoid,
+}
+
+
+_linear = nn.functional.linear
+
+
+def _no_global_hooks() -> bool:
+    """Whether no global module hook (``register_module_forward_hook`` & co.) is set."""
+    g = _module_globals
+    return not (
+        g._global_forward_hooks
+        or g._global_forward_pre_hooks
+        or g._global_backward_hooks
+        or g._global_backward_pre_hooks
+    )
+
+
+def _plain_call(layer: nn.Module) -> bool:
+    """Whether calling ``layer`` is only its class's ``forward`` (no hooks, no own forward)."""
+    return not (
+        layer._forward_hooks
+        or layer._forward_pre_hooks
+        or layer._backward_hooks
+        or layer._backward_pre_hooks
+        or "forward" in layer.__dict__
+    )
 
 
 def _make_layer(
@@ -147,8 +179,25 @@ class MLP(nn.Sequential):
         if not inputs:
             raise TypeError("MLP needs at least one input tensor")
         value = inputs[0] if len(inputs) == 1 else torch.cat(inputs, -1)
-        for layer in self:
-            value = layer(value)
+        layers = self._modules.values()
+        if _no_global_hooks() and all(map(_plain_call, layers)):
+            # Without hooks, the module call of an exact nn.Linear or of a stateless
+            # activation is only its function: calling that directly saves ~2 us a layer (a
+            # third of a small layer's own cost on a CPU). The weights are read from the
+            # layer's slots at each call, as nn.Linear.forward does. Other layers (norms,
+            # dropout, subclasses) keep their module call.
+            for layer in layers:
+                kind = type(layer)
+                if kind is nn.Linear:
+                    params = layer._parameters
+                    value = _linear(value, params["weight"], params["bias"])  # type: ignore[arg-type]
+                elif kind in _PLAIN_ACTIVATIONS:
+                    value = _PLAIN_ACTIVATIONS[kind](value)
+                else:
+                    value = layer(value)
+        else:
+            for layer in layers:
+                value = layer(value)
         if self._out_shape is not None:
             value = value.unflatten(-1, self._out_shape)
         return value
