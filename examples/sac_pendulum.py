@@ -15,9 +15,9 @@ gradient steps (torchrl's ``make_update_step``: dynamo traces ``backward``, Adam
 torch's functional ``adam`` on the optimizer's own state, the guards skip the networks'
 attributes, inductor's C++ wrapper calls the kernels); the batches of one round are drawn in one ``sample``
 call. Measured on 2 busy AMD EPYC cores (torch 2.13 CPU, 1 thread, CPU time per step on the
-example's batches): eager 2.9-3.0 ms, compiled 0.89-0.92 ms (0.30x; compiling the loss and its
-backward only, with Adam and the Polyak update eager and the default guards, as before: 1.21-1.34
-ms). Compiling costs ~3.6 s of CPU (4-7 s wall on this busy machine) with inductor's on-disk cache
+example's batches): eager 2.9-3.3 ms, compiled 0.89-1.08 ms (0.30-0.32x; the library helper,
+under load 3-5: 0.96 and 1.08 ms against 3.07 and 3.34 ms eager; compiling the loss and its
+backward only, with Adam and the Polyak update eager and the default guards: 1.21-1.34 ms). Compiling costs ~3.6 s of CPU (4-7 s wall on this busy machine) with inductor's on-disk cache
 warm and ~24 s wall on a machine's first run, once per process: later ``train`` calls reuse the
 graph (the step holds the optimizer's tensors, not the optimizer, so a new run does not
 recompile). A run that solves in 3-6k frames repays the warm cost only (``--compile false`` for a
