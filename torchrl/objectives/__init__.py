@@ -14,6 +14,7 @@ from torchrl.modules.models.dreamer_v3_functional import (
     two_hot_decode,
     two_hot_encode,
 )
+from torchrl.objectives._update_step import make_update_step
 from torchrl.objectives.a2c import A2CLoss
 from torchrl.objectives.act import ACTLoss
 from torchrl.objectives.bc import BCLoss
@@ -118,6 +119,7 @@ __all__ = [
     "default_value_kwargs",
     "distance_loss",
     "hold_out_net",
+    "make_update_step",
 ]
 
 # Issue 22: model-based losses.
