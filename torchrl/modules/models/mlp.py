@@ -180,18 +180,19 @@ class MLP(nn.Sequential):
             raise TypeError("MLP needs at least one input tensor")
         value = inputs[0] if len(inputs) == 1 else torch.cat(inputs, -1)
         layers = self._modules.values()
-        if _no_global_hooks() and all(map(_plain_call, layers)):
+        if _no_global_hooks():
             # Without hooks, the module call of an exact nn.Linear or of a stateless
             # activation is only its function: calling that directly saves ~2 us a layer (a
             # third of a small layer's own cost on a CPU). The weights are read from the
-            # layer's slots at each call, as nn.Linear.forward does. Other layers (norms,
-            # dropout, subclasses) keep their module call.
+            # layer's slots at each call, as nn.Linear.forward does. Layers with hooks or an
+            # instance forward, and other layers (norms, dropout, subclasses), keep their
+            # module call.
             for layer in layers:
                 kind = type(layer)
-                if kind is nn.Linear:
+                if kind is nn.Linear and _plain_call(layer):
                     params = layer._parameters
                     value = _linear(value, params["weight"], params["bias"])  # type: ignore[arg-type]
-                elif kind in _PLAIN_ACTIVATIONS:
+                elif kind in _PLAIN_ACTIVATIONS and _plain_call(layer):
                     value = _PLAIN_ACTIVATIONS[kind](value)
                 else:
                     value = layer(value)
