@@ -5,7 +5,9 @@
   actions (10 episodes) by at least 500.
 - DreamerV3 from 64x64 renders of Pendulum-v1 (the example's pixel defaults: the central 52% of
   the render, 40 updates per 100 agent steps): after 5000 agent steps its final evaluation beats
-  random actions and the run's first evaluation (at 500 steps) by at least 300 each.
+  random actions and the run's first evaluation (at 500 steps) by at least 300 each. Measured
+  (2026-11-27, 2013 s on the loaded 2-core CPU): final -1122, first -1532, random -1182: the
+  margin over random is NOT met yet (see docs/model_based.rst, "Measured").
 
 Each test prints its evaluation curve, wall time and the random baseline (``pytest -s``).
 """
