@@ -323,6 +323,10 @@ class TargetNetUpdater:
         (``.data`` aliases share it, so in-place optimizer steps show through them); a
         ``.data`` assignment, ``load_state_dict(assign=True)`` or ``.to()`` makes new ones.
         """
+        if torch.compiler.is_compiling():
+            # Traced (a compiled update step), the walk costs nothing at run time, while the
+            # kept pairs and their data pointers would be guarded on.
+            return self._make_pairs()
         tensors: list[Tensor] = []
         for name in self.loss_module.target_network_names:
             tensors += self.loss_module.network_tensors(name, ParamSet.ONLINE)
