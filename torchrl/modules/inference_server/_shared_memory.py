@@ -585,6 +585,15 @@ class SharedMemoryTransport(InferenceTransport):
             start: the request's first row in the batch.
             stop: the row after its last.
         """
+        slot = self._fill(callback, leaves, start, stop)
+        if slot is not None:
+            self._respond(slot, _OK)
+
+    def _fill(
+        self, callback: Any, leaves: dict[NestedKey, torch.Tensor], start: int, stop: int
+    ) -> _ServerSlot | None:
+        """Copies rows ``start:stop`` of ``leaves`` into the request's response slot; returns
+        the slot, or ``None`` after reporting an output that does not fit to the client."""
         slot = self._slots[callback]
         try:
             for key, dst in slot.response_leaves:
@@ -597,8 +606,8 @@ class SharedMemoryTransport(InferenceTransport):
                     f"{[k for k, _ in slot.response_leaves]}: {exc}"
                 ),
             )
-            return
-        self._respond(slot, _OK)
+            return None
+        return slot
 
     def resolve_rows_batch(
         self, callbacks: list[Any], leaves: dict[NestedKey, torch.Tensor], sizes: list[int]
@@ -618,22 +627,10 @@ class SharedMemoryTransport(InferenceTransport):
         ready: list[_ServerSlot] = []
         start = 0
         for callback, size in zip(callbacks, sizes, strict=True):
-            slot = self._slots[callback]
-            stop = start + size
-            try:
-                for key, dst in slot.response_leaves:
-                    dst.copy_(leaves[key][start:stop])
-            except Exception as exc:  # noqa: BLE001 - reported to the client instead
-                self.resolve_exception(
-                    callback,
-                    RuntimeError(
-                        f"the policy's output does not fit client {callback}'s response slot "
-                        f"{[k for k, _ in slot.response_leaves]}: {exc}"
-                    ),
-                )
-            else:
+            slot = self._fill(callback, leaves, start, start + size)
+            if slot is not None:
                 ready.append(slot)
-            start = stop
+            start += size
         for slot in ready:
             self._respond(slot, _OK)
 
