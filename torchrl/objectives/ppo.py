@@ -259,11 +259,11 @@ class PPOLoss(LossModule):
                 f"{type(self).__name__}: the stored {keys.sample_log_prob!r} requires grad; "
                 "collect data under torch.no_grad()"
             )
-        # The actor's inputs, selected (a new TensorDict): the actor writes its new
-        # distribution parameters there, so the data keeps those of the collecting policy
-        # (KLPENPPOLoss reads them).
-        inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
-        dist = _actor_dist(self.actor_network, inputs)
+        # A shallow copy: the actor writes its new distribution parameters there, so the
+        # data keeps those of the collecting policy (KLPENPPOLoss reads them). Not a select of
+        # the actor's in_keys: a recurrent actor also reads entries it does not list
+        # ("is_init" or the done flags mark its episode starts).
+        dist = _actor_dist(self.actor_network, tensordict.copy())
         log_prob = action_log_prob(dist, tensordict, keys.action)
         prev = as_batch(prev, log_prob, repr(keys.sample_log_prob), type(self).__name__)
         return dist, log_prob, log_prob - prev
