@@ -286,7 +286,7 @@ def _plain_params(module: Any) -> bool:
     return type(module).forward is TensorDictModule.forward and plain_module_call(module)
 
 
-def _actor_dist(actor: Any, tensordict: TensorDictBase) -> torch.distributions.Distribution:
+def actor_dist(actor: Any, tensordict: TensorDictBase) -> torch.distributions.Distribution:
     """``actor.get_dist(tensordict)``, with the parameter networks called directly when they
     are plain ``TensorDictModule``\\ s (same outputs written, same distribution).
 

@@ -41,7 +41,7 @@ from torchrl.objectives._helpers import (
     get_log_prob,
     reduce_loss,
 )
-from torchrl.objectives.common import LossModule, _actor_dist, next_key
+from torchrl.objectives.common import LossModule, actor_dist, next_key
 from torchrl.objectives.utils import ValueEstimators
 from torchrl.objectives.value.estimators import standardize
 
@@ -263,7 +263,7 @@ class PPOLoss(LossModule):
         # data keeps those of the collecting policy (KLPENPPOLoss reads them). Not a select of
         # the actor's in_keys: a recurrent actor also reads entries it does not list
         # ("is_init" or the done flags mark its episode starts).
-        dist = _actor_dist(self.actor_network, tensordict.copy())
+        dist = actor_dist(self.actor_network, tensordict.copy())
         log_prob = action_log_prob(dist, tensordict, keys.action)
         prev = as_batch(prev, log_prob, repr(keys.sample_log_prob), type(self).__name__)
         return dist, log_prob, log_prob - prev

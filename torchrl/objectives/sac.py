@@ -39,7 +39,7 @@ from torchrl.objectives._helpers import (
     rsample_and_log_prob,
     td_error_priority,
 )
-from torchrl.objectives.common import LossModule, ParamSet, _actor_dist, next_key
+from torchrl.objectives.common import LossModule, ParamSet, actor_dist, next_key
 from torchrl.objectives.utils import ValueEstimators, distance_loss
 
 if TYPE_CHECKING:
@@ -210,11 +210,11 @@ class SACLoss(LossModule):
         """Draws ``a ~ pi(.|s)``; returns (inputs with the action, ``log pi(a|s)`` ``[*B, 1]``)."""
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
         if param_set is ParamSet.ONLINE:
-            dist = _actor_dist(self.actor_network, inputs.copy())
+            dist = actor_dist(self.actor_network, inputs.copy())
         else:
             tensors = self.network_tensors("actor_network", param_set)
             with self.using_tensors("actor_network", tensors):
-                dist = _actor_dist(self.actor_network, inputs.copy())
+                dist = actor_dist(self.actor_network, inputs.copy())
         action, log_prob = rsample_and_log_prob(dist)
         inputs.set(self.tensor_keys.action, action)
         return inputs, log_prob.unsqueeze(-1)
