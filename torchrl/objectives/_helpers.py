@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torchrl._keys import paper_era_log_prob_key
 from torchrl._types import NestedKey
 from torchrl.modules.models.value_norm import DecodedValueOperator, encode_value
+from torchrl.objectives.common import calls_network_directly, network_inputs
 from torchrl.objectives.utils import LossFunction, Reduction, distance_loss
 
 if TYPE_CHECKING:
@@ -168,11 +169,10 @@ def as_batch(value: Tensor, like: Tensor, what: str, loss: str) -> Tensor:
 
 def _critic_value(critic: Any, tensordict: TensorDictBase, key: NestedKey) -> Tensor:
     """``critic(inputs).get(key)`` on a selection of ``tensordict``; the critic's network is
-    called directly when its wrapper only reads, calls and writes ``key`` (see ``_direct``)."""
-    from torchrl.objectives.common import _direct, _direct_inputs
-
-    if _direct(critic) and critic.out_keys[0] == key:
-        args = _direct_inputs(critic, tensordict)
+    called directly when its wrapper only reads, calls and writes ``key`` (see
+    :func:`~torchrl.objectives.common.calls_network_directly`)."""
+    if calls_network_directly(critic) and critic.out_keys[0] == key:
+        args = network_inputs(critic, tensordict)
         if args is not None:
             return critic.module(*args)
     return critic(tensordict.select(*critic.in_keys, strict=False)).get(key)

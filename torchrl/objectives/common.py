@@ -239,7 +239,8 @@ _DIRECT_FORWARDS: list[Any] = []
 
 
 def _direct_forwards() -> list[Any]:
-    """The ``forward`` functions that do nothing but read, call and write (see ``_direct``)."""
+    """The ``forward`` functions that do nothing but read, call and write (see
+    :func:`calls_network_directly`)."""
     if not _DIRECT_FORWARDS:
         # Imported on first use: torchrl.modules is not loaded with the objectives' base.
         from torchrl.modules.actors import Actor
@@ -248,7 +249,7 @@ def _direct_forwards() -> list[Any]:
     return _DIRECT_FORWARDS
 
 
-def _direct(module: nn.Module) -> bool:
+def calls_network_directly(module: nn.Module) -> bool:
     """Whether the loss may call ``module``'s network itself instead of ``module(td)``.
 
     True for a ``TensorDictModule`` (an ``Actor`` without ``safe``, a ``ValueOperator``, the
@@ -273,7 +274,7 @@ def _direct(module: nn.Module) -> bool:
     return isinstance(last, nn.Linear) and len(module.out_keys) == 1 and plain_module_call(module)
 
 
-def _direct_inputs(module: Any, tensordict: TensorDictBase) -> list[Tensor] | None:
+def network_inputs(module: Any, tensordict: TensorDictBase) -> list[Tensor] | None:
     """The inputs ``module(tensordict)`` would pass its network; None when one is missing
     (the generic call then raises tensordict's error, or passes None where that is allowed)."""
     inputs = [tensordict.get(key, None) for key in module.in_keys]
@@ -315,7 +316,7 @@ def actor_dist(actor: Any, tensordict: TensorDictBase) -> torch.distributions.Di
 
 def _write_params(params: Sequence[Any], tensordict: TensorDictBase) -> None:
     for module in params:
-        inputs = _direct_inputs(module, tensordict)
+        inputs = network_inputs(module, tensordict)
         if inputs is None:  # a missing input: the module's own call raises its error
             module(tensordict)
             continue
@@ -876,7 +877,9 @@ class LossModule(nn.Module):
         old = None if slots is None else slots.write(self.network_tensors(name, param_set))
         try:
             for module in run:
-                args = _direct_inputs(module, tensordict) if _direct(module) else None
+                args = (
+                    network_inputs(module, tensordict) if calls_network_directly(module) else None
+                )
                 if args is None:
                     tensordict = module(tensordict)
                 else:
@@ -958,8 +961,8 @@ class LossModule(nn.Module):
             members = tensors[0].shape[0]
             device_type = tensors[0].device.type
         module = getattr(self, name)
-        direct = _direct(module) and list(out_keys) == list(module.out_keys)
-        args = _direct_inputs(module, tensordict) if direct else None
+        direct = calls_network_directly(module) and list(out_keys) == list(module.out_keys)
+        args = network_inputs(module, tensordict) if direct else None
         inputs = tensordict.select(*module.in_keys, strict=False) if args is None else None
         # vmap's fixed cost per call (batching every op, pytree handling) exceeds a second
         # Python call for the usual pair of critics on CPU: twin critics are looped there
