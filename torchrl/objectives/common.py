@@ -257,8 +257,23 @@ def calls_network_directly(module: nn.Module) -> bool:
     output computed by a linear layer or a sequence ending in one (an ``MLP``): for those,
     ``module(td)`` only reads the inputs, calls the network and writes its tensor, and its
     generic machinery (dispatch, the skip-existing check, output conversion) costs ~10 us
-    per call, a third of a 2x64 MLP's own cost on a small batch. Anything else (hooks on the module,
-    keyword inputs, a ``method``, several outputs, other networks) takes ``module(td)``.
+    per call, a third of a 2x64 MLP's own cost on a small batch. Anything else (hooks on the
+    module, keyword inputs, a ``method``, several outputs, other networks) takes ``module(td)``.
+
+    Args:
+        module: a network wrapper held by a loss.
+
+    Returns:
+        Whether ``module.module(*network_inputs(module, td))`` computes what ``module(td)``
+        writes at its only out-key.
+
+    Examples:
+        >>> from torch import nn
+        >>> from torchrl.modules import MLP, ValueOperator
+        >>> calls_network_directly(ValueOperator(MLP(in_features=3, out_features=1)))
+        True
+        >>> calls_network_directly(nn.Linear(3, 1))  # not a TensorDictModule
+        False
     """
     if not isinstance(module, TensorDictModule):
         return False
@@ -275,8 +290,26 @@ def calls_network_directly(module: nn.Module) -> bool:
 
 
 def network_inputs(module: Any, tensordict: TensorDictBase) -> list[Tensor] | None:
-    """The inputs ``module(tensordict)`` would pass its network; None when one is missing
-    (the generic call then raises tensordict's error, or passes None where that is allowed)."""
+    """The inputs ``module(tensordict)`` would pass its network, read at its ``in_keys``.
+
+    Args:
+        module: a ``TensorDictModule``.
+        tensordict: the data.
+
+    Returns:
+        The tensors in ``in_keys`` order, or ``None`` when one is missing (the generic call
+        then raises tensordict's error, or passes ``None`` where that is allowed).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import MLP, ValueOperator
+        >>> critic = ValueOperator(MLP(in_features=3, out_features=1))
+        >>> [x.shape for x in network_inputs(critic, TensorDict(observation=torch.zeros(2, 3)))]
+        [torch.Size([2, 3])]
+        >>> network_inputs(critic, TensorDict()) is None
+        True
+    """
     inputs = [tensordict.get(key, None) for key in module.in_keys]
     return None if any(value is None for value in inputs) else inputs
 
@@ -297,6 +330,29 @@ def actor_dist(actor: Any, tensordict: TensorDictBase) -> torch.distributions.Di
     the actor's own call does); tensordict's generic module call (dispatch, skip-existing
     checks) costs ~25 us a call, a tenth of a small actor's forward on the CPU. Anything else
     takes ``actor.get_dist``.
+
+    Args:
+        actor: a probabilistic actor (anything with ``get_dist``).
+        tensordict: its inputs; the distribution parameters are written there.
+
+    Returns:
+        The actor's distribution on ``tensordict``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from tensordict.nn import NormalParamExtractor, TensorDictModule
+        >>> from torch import nn
+        >>> from torchrl.modules import ProbabilisticActor, TanhNormal
+        >>> net = TensorDictModule(
+        ...     nn.Sequential(nn.Linear(3, 4), NormalParamExtractor()),
+        ...     ["observation"],
+        ...     ["loc", "scale"],
+        ... )
+        >>> actor = ProbabilisticActor(net, ["loc", "scale"], distribution_class=TanhNormal)
+        >>> td = TensorDict(observation=torch.zeros(5, 3), batch_size=[5])
+        >>> actor_dist(actor, td).sample().shape
+        torch.Size([5, 2])
     """
     if torch.compiler.is_compiling():  # traced, the generic call costs nothing at run time
         return actor.get_dist(tensordict)
