@@ -311,7 +311,12 @@ def run_ours(args: argparse.Namespace, task: str, seed: int) -> dict:
         load_before = _load()
         # MuJoCo writes MUJOCO_LOG.TXT into the working directory: run in the temp dir.
         # Our ``train`` takes a frame budget only: the process gets ``--ours-timeout`` seconds.
-        proc = run_isolated(cmd, args.ours_timeout, tmp, dict(os.environ), log_path)
+        # The child runs in the temp dir: this checkout goes on its import path.
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+        }
+        proc = run_isolated(cmd, args.ours_timeout, tmp, env, log_path)
         row.update(proc, load_before=load_before, load_after=_load())
         if proc["rc"] != 0 or not os.path.exists(out):
             return {**row, "error": _tail(log_path)}
