@@ -64,8 +64,10 @@ class Config:
     # benchmarks/async_throughput.py's setup: CartPole 11.9k against 8.7-9.1k frames/s; the
     # collection's CPU time per frame 35 against 59 us for CartPole, 85 against 115 us for
     # HalfCheetah), because each server batch and each worker step then serves 16 envs at once.
-    # Double-buffered groups (num_splits=2, a thread each) contend for the worker's GIL and were
-    # slower still; they pay where an env step costs far more than the inference.
+    # Double-buffered groups (num_splits=2) were slower: 15.7-17.4k against 24.3-25.0k frames/s
+    # (2026-11-27, quiet machine): a CartPole step costs far less than the inference round
+    # trip, and two groups of 8 double the server's calls, each costing about as much as one
+    # of 16. They pay where an env step costs more (appo_mujoco.py).
     num_workers: int = 1
     num_splits: int = 1
     collector: str = "async_batched"  # or "multi_async" (MultiaSyncDataCollector)

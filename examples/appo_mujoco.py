@@ -79,10 +79,13 @@ class Config:
     # benchmarks/async_throughput.py's setup: CartPole 11.9k against 8.7-9.1k frames/s; the
     # collection's CPU time per frame 35 against 59 us for CartPole, 85 against 115 us for
     # HalfCheetah), because each server batch and each worker step then serves 16 envs at once.
-    # Double-buffered groups (num_splits=2, a thread each) contend for the worker's GIL and were
-    # slower still; they pay where an env step costs far more than the inference.
+    # Two double-buffered groups of 8 (num_splits=2, stepped in turn by one thread: one group's
+    # envs step while the other's actions are computed): 11.1-11.9k frames/s against 8.9-10.1k
+    # with one group of 16 (HalfCheetah, 150-200k frames, 2 cores, 2026-11-27, quiet machine);
+    # the worker then waits less (89% busy instead of 71%). CartPole's steps are too cheap for
+    # it (appo_cartpole.py keeps num_splits=1).
     num_workers: int = 1
-    num_splits: int = 1
+    num_splits: int = 2
     policy_backend: str = "multiprocessing"  # the inference server: its own process, or "threading"
     collector: str = "async_batched"  # or "multi_async" (MultiaSyncDataCollector)
     max_policy_lag: int = -1  # rows older than this are dropped; -1: keep all

@@ -64,8 +64,8 @@ class Config:
     # benchmarks/async_throughput.py's setup: CartPole 11.9k against 8.7-9.1k frames/s; the
     # collection's CPU time per frame 35 against 59 us for CartPole, 85 against 115 us for
     # HalfCheetah), because each server batch and each worker step then serves 16 envs at once.
-    # Double-buffered groups (num_splits=2, a thread each) contend for the worker's GIL and were
-    # slower still; they pay where an env step costs far more than the inference.
+    # Double-buffered groups (num_splits=2) are slower on CartPole, whose steps cost far less
+    # than the inference round trip (see appo_cartpole.py).
     num_workers: int = 1
     num_splits: int = 1
     policy_backend: str = "multiprocessing"  # the inference server: its own process, or "threading"

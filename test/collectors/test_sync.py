@@ -433,3 +433,50 @@ class TestLifeCycle:
             SyncDataCollector(lambda: 3, frames_per_batch=2)
         with pytest.raises(ValueError, match="one env"):
             SyncDataCollector([counting_env, counting_env], frames_per_batch=2)
+
+
+def _drive(collector: SyncDataCollector, policy: nn.Module) -> TensorDict:
+    """Runs ``collector.rollout_steps()`` to its end, acting with ``policy`` outside it."""
+    steps = collector.rollout_steps()
+    with torch.no_grad():
+        td = next(steps)
+        try:
+            while True:
+                td = steps.send(policy(td))
+        except StopIteration as stop:
+            return stop.value.clone()
+
+
+def test_rollout_steps_equals_rollout():
+    # The generator hands every policy call but the first to its caller: driven with the same
+    # deterministic policy, it collects what rollout() collects, batch after batch.
+    def make(seed: int) -> SyncDataCollector:
+        policy = TensorDictModule(nn.Linear(3, 1), ["observation"], ["action"])
+        torch.manual_seed(0)
+        policy.module.reset_parameters()
+        collector = SyncDataCollector(
+            PendulumEnv(batch_size=[3]), policy, frames_per_batch=12, max_frames_per_traj=5
+        )
+        collector.set_seed(seed)
+        return collector
+
+    plain, driven = make(1), make(1)
+    acting = driven.policy
+    calls = []
+
+    def counted(td):
+        calls.append(1)
+        return acting(td)
+
+    for _ in range(3):
+        expected = plain.rollout().clone()
+        got = _drive(driven, counted)
+        torch.testing.assert_close(got.to_dict(), expected.to_dict())
+    # 3 batches of 4 steps, the very first step called inside
+    assert len(calls) == 3 * 4 - 1
+
+
+def test_rollout_steps_needs_buffers():
+    collector = SyncDataCollector(PendulumEnv(), frames_per_batch=4, use_buffers=False)
+    with pytest.raises(RuntimeError, match="use_buffers"):
+        next(collector.rollout_steps())

@@ -306,3 +306,17 @@ def test_process_server_spawn():
     assert again["action"].tolist() == [[4.0] * ACT_DIM] * 2
     assert again["policy_version"].tolist() == [1, 1]
     assert not mp.active_children()
+
+
+def test_policy_client_submit_complete_with_a_blocking_callable():
+    # A client that only answers blocking calls: submit answers at once, complete writes it in.
+    def answer(td):
+        return TensorDict(action=td["observation"].sum(-1, keepdim=True), batch_size=td.batch_size)
+
+    remote = PolicyClientModule(answer, in_keys=["observation"], out_keys=["action"])
+    td = TensorDict(observation=torch.ones(4, 3), batch_size=[4])
+    handle = remote.submit(td)
+    assert "action" not in td.keys()
+    out = remote.complete(td, handle)
+    assert out is td
+    torch.testing.assert_close(td["action"], torch.full((4, 1), 3.0))

@@ -3,8 +3,9 @@
 :class:`AsyncBatchedCollector` is the Sample Factory architecture built from our parts:
 
 - **rollout workers** (processes) own the envs and never run the policy. Each splits its envs
-  into ``num_splits`` groups, one thread per group: while a group waits for its actions, the
-  other groups step their envs (double-buffered sampling for ``num_splits=2``). A group is a
+  into ``num_splits`` groups that one thread steps in turn: while a group waits for its
+  actions, the other groups step their envs (double-buffered sampling for ``num_splits=2``). A
+  group is a
   :class:`~torchrl.envs.SerialEnv` driven by a :class:`~torchrl.collectors.SyncDataCollector`
   whose policy is an :class:`~torchrl.modules.inference_server.InferenceClient`;
 - an **inference server** (a thread of this process by default) owns the policy, batches
@@ -33,7 +34,7 @@ import copy
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, cast
@@ -60,7 +61,7 @@ from torchrl.collectors.policy_lag import policy_lag_stats
 from torchrl.collectors.sync import SyncDataCollector, extend_replay_buffer
 from torchrl.envs.batched_envs import SerialEnv
 from torchrl.envs.common import EnvBase
-from torchrl.envs.utils import ExplorationType
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules.inference_server import (
     InferenceServer,
     InferenceTransport,
@@ -721,7 +722,7 @@ def rollout_main(
     inherited: tuple[Connection, ...],
     spec: RolloutSpec,
 ) -> None:
-    """Runs one rollout worker: a thread per env group, until the parent says ``"close"``."""
+    """Runs one rollout worker: one thread steps its env groups in turn, until ``"close"``."""
     if temp_dir is not None:
         use_temp_dir(temp_dir)
     watch_parent(parent_pid, cleanup=(temp_dir,) if temp_dir is not None else ())
@@ -730,10 +731,10 @@ def rollout_main(
     torch.set_num_threads(spec.num_threads)
     torch.manual_seed(spec.seed + 7919 * (spec.index + 1))
     collectors: list[SyncDataCollector] = []
-    threads: list[threading.Thread] = []
+    driver: threading.Thread | None = None
     stop = threading.Event()
     send_lock = threading.Lock()
-    free: list[queue.SimpleQueue[int | None]] = []
+    released: queue.SimpleQueue[int | None] = queue.SimpleQueue()
     try:
         for g, fns in enumerate(spec.groups):
             first = spec.first_env[g]
@@ -748,26 +749,22 @@ def rollout_main(
                 shared_slots=spec.slots_per_group * len(spec.groups),
             )
             collectors.append(collector)
-            slots: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-            for s in range(spec.slots_per_group):
-                slots.put(g * spec.slots_per_group + s)
-            free.append(slots)
+        for slot in range(spec.slots_per_group * len(collectors)):
+            released.put(slot)
         conn.send(("ready", {"pid": os.getpid()}))
-        for g, collector in enumerate(collectors):
-            thread = threading.Thread(
-                target=_group_loop,
-                args=(conn, send_lock, collector, g, free[g], stop),
-                daemon=True,
-                name=f"rollout-group-{g}",
-            )
-            thread.start()
-            threads.append(thread)
+        driver = threading.Thread(
+            target=_drive_groups,
+            args=(conn, send_lock, collectors, spec, released, stop),
+            daemon=True,
+            name="rollout-groups",
+        )
+        driver.start()
         while True:
             cmd, arg = conn.recv()
             if cmd == "close":
                 return
             if cmd == "release":
-                free[arg // spec.slots_per_group].put(arg)
+                released.put(arg)
             else:
                 raise ValueError(f"rollout worker: unknown command {cmd!r}")
     except (KeyboardInterrupt, BrokenPipeError, EOFError):
@@ -777,10 +774,9 @@ def rollout_main(
             send_error(conn, err)
     finally:
         stop.set()
-        for slots in free:
-            slots.put(None)
-        for thread in threads:
-            thread.join(2.0)
+        released.put(None)
+        if driver is not None:
+            driver.join(2.0)
         for collector in collectors:
             try:
                 collector.shutdown()
@@ -792,33 +788,80 @@ def rollout_main(
             exit_worker()
 
 
-def _group_loop(
+class _GroupRollout:
+    """One group's chunk in progress: its generator, slot, and the request in flight."""
+
+    def __init__(self, steps: Generator[TensorDictBase, TensorDictBase, TensorDictBase], slot: int):
+        self.steps = steps
+        self.slot = slot
+        self.td: TensorDictBase | None = None
+        self.handle: Any = None
+
+
+def _drive_groups(
     conn: Connection,
     send_lock: threading.Lock,
-    collector: SyncDataCollector,
-    group: int,
-    free: queue.SimpleQueue[int | None],
+    collectors: list[SyncDataCollector],
+    spec: RolloutSpec,
+    released: queue.SimpleQueue[int | None],
     stop: threading.Event,
 ) -> None:
-    """One env group: fills a free slot with a chunk, announces it, repeats."""
+    """Steps every env group of a worker in one thread, fills free slots, announces chunks.
+
+    Double-buffered sampling: each group sends its observations to the server and the thread
+    steps the next group's envs while the actions are computed, then comes back for them
+    (:meth:`~torchrl.collectors.SyncDataCollector.rollout_steps`). One thread instead of a
+    thread per group: the groups never contend for the GIL. With envs off the CPU the requests
+    go through the collector's device moves: the groups then run one after the other.
+    """
+    cooperative = spec.options.policy_device is None
+    per_group = spec.slots_per_group
+    free: list[list[int]] = [[] for _ in collectors]
+    running: list[_GroupRollout | None] = [None] * len(collectors)
     sent: set[int] = set()
-    buffers = collector.batch_buffers
+    exploration = collectors[0].exploration_type
     try:
-        while not stop.is_set():
-            slot = free.get()
-            if slot is None or stop.is_set():
-                return
-            buffers.slot = slot
-            batch = collector.rollout()
-            if stop.is_set():
-                return
-            steps = batch.batch_size[buffers.batch_dims] if batch.batch_dims else 0
-            buffer = None
-            if slot not in sent:
-                buffer = buffers.batch(slot)
-                sent.add(slot)
-            with send_lock:
-                conn.send(("batch", (group, slot, steps, buffer)))
+        with torch.no_grad(), set_exploration_type(exploration, thread_local=True):
+            while not stop.is_set():
+                # Take the slots the learner released; block only when no group has work.
+                block = not any(running) and not any(free)
+                while True:
+                    try:
+                        slot = released.get(block=block)
+                    except queue.Empty:
+                        break
+                    if slot is None:
+                        return
+                    free[slot // per_group].append(slot)
+                    block = False
+                for g, collector in enumerate(collectors):
+                    if stop.is_set():
+                        return
+                    chunk = running[g]
+                    if chunk is None and not cooperative and free[g]:
+                        collector.batch_buffers.slot = slot = free[g].pop(0)
+                        batch = collector.rollout()
+                        _announce(conn, send_lock, g, slot, batch, collector, sent)
+                        continue
+                    if chunk is None:
+                        if not free[g]:
+                            continue
+                        chunk = running[g] = _GroupRollout(
+                            collector.rollout_steps(), free[g].pop(0)
+                        )
+                        collector.batch_buffers.slot = chunk.slot
+                        answered = None
+                    else:
+                        client = cast(PolicyClientModule, collector.policy)
+                        answered = client.complete(cast(TensorDictBase, chunk.td), chunk.handle)
+                    try:
+                        td = next(chunk.steps) if answered is None else chunk.steps.send(answered)
+                    except StopIteration as done:
+                        running[g] = None
+                        _announce(conn, send_lock, g, chunk.slot, done.value, collector, sent)
+                        continue
+                    chunk.td = td
+                    chunk.handle = cast(PolicyClientModule, collector.policy).submit(td)
     except (BrokenPipeError, EOFError, OSError):
         stop.set()
     except BaseException as err:  # noqa: BLE001 - every failure goes to the parent
@@ -826,3 +869,23 @@ def _group_loop(
             with send_lock:
                 send_error(conn, err)
         stop.set()
+
+
+def _announce(
+    conn: Connection,
+    send_lock: threading.Lock,
+    group: int,
+    slot: int,
+    batch: TensorDictBase,
+    collector: SyncDataCollector,
+    sent: set[int],
+) -> None:
+    """Tells the parent that ``slot`` holds a chunk (with the buffer the first time)."""
+    buffers = collector.batch_buffers
+    steps = batch.batch_size[buffers.batch_dims] if batch.batch_dims else 0
+    buffer = None
+    if slot not in sent:
+        buffer = buffers.batch(slot)
+        sent.add(slot)
+    with send_lock:
+        conn.send(("batch", (group, slot, steps, buffer)))

@@ -10,7 +10,7 @@ spec is read, no check is made; trajectory ids are derived once per batch.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, cast
 
 import torch
@@ -512,6 +512,62 @@ class SyncDataCollector(DataCollectorBase):
             >>> collector.rollout().batch_size
             torch.Size([2, 4])
         """
+        policy, random = self._rollout_begin()
+        with torch.no_grad(), set_exploration_type(self.exploration_type, thread_local=True):
+            if self.use_buffers:
+                steps = _run_through(self._rollout_buffered(policy, random))
+                batch = self.batch_buffers.batch()
+            else:
+                batch = self._rollout_stacked(policy)
+                steps = batch.batch_size[self._batch_dims]
+        return self._rollout_end(batch, steps)
+
+    def rollout_steps(self) -> Generator[TensorDictBase, TensorDictBase, TensorDictBase]:
+        """:meth:`rollout` as a generator that hands each policy call to its caller.
+
+        It yields the TensorDict the policy must act on, takes the policy's output back through
+        ``send`` and finally returns the batch (``StopIteration.value``). One thread can thus
+        drive several collectors in turn, each waiting for its actions while the others step
+        their envs (what :class:`~torchrl.collectors.AsyncBatchedCollector`'s workers do with
+        an inference server). The first step of the first batch and random-action steps
+        (``init_random_frames``) call the policy inside, without yielding. The caller sets
+        the grad mode and the exploration type (a generator's context managers would leak
+        into the others'). Needs ``use_buffers``.
+
+        Yields:
+            The TensorDict of the current step, to be completed with the policy's outputs.
+
+        Returns:
+            The batch, as :meth:`rollout` returns it.
+
+        Examples:
+            >>> import torch
+            >>> from torchrl.collectors import SyncDataCollector
+            >>> from torchrl.envs import PendulumEnv
+            >>> collector = SyncDataCollector(PendulumEnv(batch_size=[2]), frames_per_batch=8)
+            >>> steps = collector.rollout_steps()
+            >>> with torch.no_grad():
+            ...     td = next(steps)
+            ...     try:
+            ...         while True:
+            ...             td["action"] = torch.zeros(2, 1)
+            ...             td = steps.send(td)
+            ...     except StopIteration as stop:
+            ...         batch = stop.value
+            >>> batch.batch_size
+            torch.Size([2, 4])
+        """
+        if not self.use_buffers:
+            raise RuntimeError(
+                "SyncDataCollector.rollout_steps needs use_buffers=True (the batch is written "
+                "step by step into the collector's buffers)"
+            )
+        policy, random = self._rollout_begin()
+        steps = yield from self._rollout_buffered(policy if random else None, random)
+        return self._rollout_end(self.batch_buffers.batch(), steps)
+
+    def _rollout_begin(self) -> tuple[Callable, bool]:
+        """Checks, resets if needed; returns the policy to call and whether it is random."""
         self._check_open()
         random = (not self._uses_random_policy) and self.frames < self.init_random_frames
         policy = self._random_call if random else self._policy_call
@@ -519,13 +575,9 @@ class SyncDataCollector(DataCollectorBase):
             policy.refresh()
         if self._needs_reset or self.reset_at_each_iter or self._carrier is None:
             self._reset_all()
-        with torch.no_grad(), set_exploration_type(self.exploration_type, thread_local=True):
-            if self.use_buffers:
-                steps = self._rollout_buffered(policy, random)
-                batch = self.batch_buffers.batch()
-            else:
-                batch = self._rollout_stacked(policy)
-                steps = batch.batch_size[self._batch_dims]
+        return policy, random
+
+    def _rollout_end(self, batch: TensorDictBase, steps: int) -> TensorDictBase:
         if steps < self._steps:
             batch = batch[(slice(None),) * self._batch_dims + (slice(0, steps),)]
         if steps:
@@ -535,14 +587,18 @@ class SyncDataCollector(DataCollectorBase):
         return batch
 
     # ---------------------------------------------------------------------------- the hot loop
-    def _rollout_buffered(self, policy: Callable, random: bool) -> int:
+    def _rollout_buffered(
+        self, policy: Callable | None, random: bool
+    ) -> Generator[TensorDictBase, TensorDictBase, int]:
+        """Fills the buffers; returns the number of steps. With ``policy=None`` each policy
+        call after the first step is yielded to the caller (see :meth:`rollout_steps`)."""
         td = self._carrier
         assert td is not None
         step = self._step_fn
         stop = self.interruptor
         start = 0
         if not self.batch_buffers.allocated:
-            td = self._first_step(td, policy, random)
+            td = self._first_step(td, policy or self._policy_call, random)
             start = 1
         writer = self.batch_buffers.writer(random)
         write = writer.write
@@ -560,9 +616,12 @@ class SyncDataCollector(DataCollectorBase):
                 stamp(td)
             if views is not None:
                 views.build(td)
-            out = policy(td)
-            if out is not None:
-                td = out
+            if policy is None:
+                td = yield td
+            else:
+                out = policy(td)
+                if out is not None:
+                    td = out
             transition, td = step(td)
             if views is not None:
                 views.record(transition)
@@ -959,3 +1018,12 @@ def _paths(td: TensorDictBase) -> list[tuple[str, ...]]:
 
 def _expand_mask(mask: torch.Tensor, like: torch.Tensor, batch_dims: int) -> torch.Tensor:
     return mask.reshape(*mask.shape, *([1] * (like.ndim - batch_dims))).expand_as(like)
+
+
+def _run_through(steps: Generator[Any, Any, int]) -> int:
+    """Runs a generator that yields nothing (a rollout given its policy) to its return value."""
+    try:
+        next(steps)
+    except StopIteration as stop:
+        return stop.value
+    raise RuntimeError("the rollout asked for a policy call it was given")  # pragma: no cover

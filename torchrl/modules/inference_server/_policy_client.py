@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
@@ -74,6 +75,54 @@ class PolicyClientModule(TensorDictModuleBase):
         self.in_keys = list(in_keys)  # type: ignore[arg-type]
         self.out_keys = list(out_keys)  # type: ignore[arg-type]
 
+    def submit(self, tensordict: TensorDictBase) -> Any:
+        """Sends ``tensordict`` to the server without waiting for the answer.
+
+        Args:
+            tensordict: the request.
+
+        Returns:
+            A handle for :meth:`complete` (the client's future-like result; a client that only
+            answers blocking calls has answered already).
+
+        Examples:
+            >>> import torch
+            >>> from tensordict import TensorDict
+            >>> from tensordict.nn import TensorDictModule
+            >>> from torchrl.modules.inference_server import (
+            ...     InferenceServer, PolicyClientModule, ThreadingTransport)
+            >>> policy = TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["action"])
+            >>> transport = ThreadingTransport()
+            >>> remote = PolicyClientModule(transport, in_keys=["observation"], out_keys=["action"])
+            >>> with InferenceServer(policy, transport):
+            ...     td = TensorDict(observation=torch.zeros(3))
+            ...     handle = remote.submit(td)  # other work can run here
+            ...     td = remote.complete(td, handle)
+            >>> td["action"].shape
+            torch.Size([2])
+        """
+        submit = getattr(self.client, "submit", None)
+        if submit is None:
+            return _Answered(self.client(tensordict))
+        return submit(tensordict)
+
+    def complete(self, tensordict: TensorDictBase, handle: Any) -> TensorDictBase:
+        """Waits for the answer to :meth:`submit` and writes its entries into ``tensordict``.
+
+        Args:
+            tensordict: the request that was submitted.
+            handle: what :meth:`submit` returned for it.
+
+        Returns:
+            ``tensordict``, with the response entries written in.
+        """
+        response = handle.result()
+        if self._all_out:
+            return tensordict.update(response)
+        for key in self.out_keys:
+            tensordict.set(key, response.get(key))
+        return tensordict
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Sends ``tensordict`` to the server and writes the response's entries into it.
 
@@ -83,9 +132,14 @@ class PolicyClientModule(TensorDictModuleBase):
         Returns:
             ``tensordict``, with the response entries written in.
         """
-        response = self.client(tensordict)
-        if self._all_out:
-            return tensordict.update(response)
-        for key in self.out_keys:
-            tensordict.set(key, response.get(key))
-        return tensordict
+        return self.complete(tensordict, self.submit(tensordict))
+
+
+class _Answered:
+    """The handle of a request a blocking client already answered."""
+
+    def __init__(self, response: TensorDictBase) -> None:
+        self.response = response
+
+    def result(self, timeout: float | None = None) -> TensorDictBase:
+        return self.response
