@@ -819,6 +819,7 @@ def _drive_groups(
     free: list[list[int]] = [[] for _ in collectors]
     running: list[_GroupRollout | None] = [None] * len(collectors)
     sent: set[int] = set()
+    clients = [cast(PolicyClientModule, c.policy) for c in collectors]
     exploration = collectors[0].exploration_type
     try:
         with torch.no_grad(), set_exploration_type(exploration, thread_local=True):
@@ -852,8 +853,7 @@ def _drive_groups(
                         collector.batch_buffers.slot = chunk.slot
                         answered = None
                     else:
-                        client = cast(PolicyClientModule, collector.policy)
-                        answered = client.complete(cast(TensorDictBase, chunk.td), chunk.handle)
+                        answered = clients[g].complete(cast(TensorDictBase, chunk.td), chunk.handle)
                     try:
                         td = next(chunk.steps) if answered is None else chunk.steps.send(answered)
                     except StopIteration as done:
@@ -861,7 +861,7 @@ def _drive_groups(
                         _announce(conn, send_lock, g, chunk.slot, done.value, collector, sent)
                         continue
                     chunk.td = td
-                    chunk.handle = cast(PolicyClientModule, collector.policy).submit(td)
+                    chunk.handle = clients[g].submit(td)
     except (BrokenPipeError, EOFError, OSError):
         stop.set()
     except BaseException as err:  # noqa: BLE001 - every failure goes to the parent
