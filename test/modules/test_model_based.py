@@ -90,6 +90,97 @@ class TestObsEncoderDecoder:
             ObsEncoder(num_layers=0)
 
 
+def _grads(module, loss):
+    module.zero_grad(set_to_none=True)
+    loss.backward()
+    return [p.grad.clone() for p in module.parameters()]
+
+
+class TestConvFastPaths:
+    """The channels-last / GEMM / sub-pixel / chunked conv paths equal the plain module calls."""
+
+    @pytest.mark.parametrize("chunk_bytes", [None, 64 * 1024])  # one chunk; several chunks
+    def test_encoder_matches_module_calls(self, monkeypatch, chunk_bytes):
+        from torchrl.modules.models import model_based
+
+        if chunk_bytes is not None:
+            monkeypatch.setattr(model_based, "_CHUNK_BYTES", chunk_bytes)
+        torch.manual_seed(0)
+        enc = ObsEncoder(channels=4, in_channels=3)
+        pixels = torch.rand(B, T, 3, 64, 64)
+        out = enc(pixels)
+        ref = enc.net(pixels.reshape(-1, 3, 64, 64)).reshape(B, T, -1)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        weights = torch.randn_like(ref)
+        for got, want in zip(
+            _grads(enc, (out * weights).sum()), _grads(enc, (ref * weights).sum())
+        ):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+    @pytest.mark.parametrize(
+        "kwargs",
+        [
+            {},  # [5, 5, 6, 6]: a GEMM first layer, a sub-pixel last layer (no crop)
+            {"num_layers": 3, "out_channels": 1},  # kernels of 5: the sub-pixel output is cropped
+            {"num_layers": 2, "kernel_sizes": [4, 3], "out_channels": 16},  # last layer plain
+        ],
+    )
+    @pytest.mark.parametrize("chunk_bytes", [None, 64 * 1024])
+    def test_decoder_matches_module_calls(self, monkeypatch, kwargs, chunk_bytes):
+        from torchrl.modules.models import model_based
+
+        if chunk_bytes is not None:
+            monkeypatch.setattr(model_based, "_CHUNK_BYTES", chunk_bytes)
+        torch.manual_seed(0)
+        dec = ObsDecoder(channels=4, latent_dim=STATE + BELIEF, **kwargs)
+        state, belief = torch.randn(B, T, STATE), torch.randn(B, T, BELIEF)
+        out = dec(state, belief)
+        hidden = dec.proj(torch.cat([state, belief], -1)).reshape(-1, dec.proj_features, 1, 1)
+        ref = dec.net(hidden)
+        ref = ref.reshape(B, T, *ref.shape[1:])
+        assert out.shape == ref.shape and out.is_contiguous()
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        weights = torch.randn_like(ref)
+        for got, want in zip(
+            _grads(dec, (out * weights).sum()), _grads(dec, (ref * weights).sum())
+        ):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+    def test_hooked_layers_keep_their_module_calls(self):
+        seen = []
+        enc = ObsEncoder(channels=4, in_channels=3)
+        enc.net[2].register_forward_hook(lambda module, args, out: seen.append(out.shape))
+        dec = ObsDecoder(channels=4, latent_dim=STATE + BELIEF)
+        dec.net[0].register_forward_hook(lambda module, args, out: seen.append(out.shape))
+        enc(torch.rand(3, 3, 64, 64))
+        dec(torch.randn(3, STATE), torch.randn(3, BELIEF))
+        assert seen == [(3, 8, 14, 14), (3, 16, 5, 5)]
+
+    def test_largest_activation_per_image(self):
+        from torchrl.modules.models.model_based import _conv_stack_largest
+
+        enc = ObsEncoder(channels=4, in_channels=3)
+        x, largest = torch.zeros(1, 3, 64, 64), 3 * 64 * 64
+        for layer in enc.net:
+            x = layer(x)
+            largest = max(largest, x.numel())
+        assert _conv_stack_largest(list(enc.net), 3, (64, 64)) == largest
+        dec = ObsDecoder(channels=4, latent_dim=STATE + BELIEF)
+        x, largest = torch.zeros(1, dec.proj_features, 1, 1), dec.proj_features
+        for layer in dec.net:
+            x = layer(x)
+            largest = max(largest, x.numel())
+        assert _conv_stack_largest(list(dec.net), dec.proj_features, (1, 1)) == largest
+
+    def test_gaussian_std_is_softplus_plus_bound(self):
+        prior = RSSMPrior(None, HIDDEN, BELIEF, STATE, action_dim=ACT, scale_lb=0.2)
+        state, belief, action = torch.randn(3, STATE), torch.randn(3, BELIEF), torch.randn(3, ACT)
+        mean, std, _, next_belief = prior(state, belief, action)
+        raw = prior.rnn_to_prior_projector(next_belief)
+        torch.testing.assert_close(mean, raw[:, :STATE])
+        torch.testing.assert_close(std, torch.nn.functional.softplus(raw[:, STATE:]) + 0.2)
+
+
 class TestRSSMSteps:
     def test_prior_shapes_and_sample(self):
         spec = Unbounded(shape=(ACT,))

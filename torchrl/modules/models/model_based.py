@@ -26,7 +26,7 @@ from torch.nn import functional as F
 from torchrl._keys import NEXT
 from torchrl._types import DeviceLike, NestedKey
 from torchrl.modules._spec_utils import module_keys
-from torchrl.modules.models.mlp import MLP
+from torchrl.modules.models.mlp import MLP, _no_global_hooks, _plain_call
 
 __all__ = [
     "DreamerActor",
@@ -52,6 +52,119 @@ def _flatten_batch(x: torch.Tensor, event_dims: int) -> tuple[torch.Tensor, torc
     """Merges the leading batch dims into one: ``[*B, *E] -> [prod(B), *E]``."""
     batch = x.shape[: x.ndim - event_dims]
     return x.reshape(-1, *x.shape[x.ndim - event_dims :]), batch
+
+
+def _plain_layers(net: nn.Module, kinds: tuple[type, ...]) -> list[nn.Module] | None:
+    """The layers of ``net`` when each is exactly one of ``kinds`` with a plain call, else None.
+
+    The fast conv paths below call these layers' functions in another memory layout (and the
+    ELUs in place); a hook, a subclass or an instance ``forward`` keeps the module calls.
+    """
+    if not _no_global_hooks():
+        return None
+    layers = list(net.children())
+    if all(type(layer) in kinds and _plain_call(layer) for layer in layers):
+        return layers
+    return None
+
+
+def _elu_inplace(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
+    # In place on a fresh conv output: a convolution saves its input, not its output, for the
+    # backward, and ELU's backward reads its result, so no saved tensor is overwritten. It
+    # saves one activation-sized allocation (and its page faults) per layer.
+    return F.elu_(x, cast(nn.ELU, layer).alpha)
+
+
+# Images per chunk of the conv stacks: the largest activation of a chunk stays under this many
+# bytes. glibc serves blocks below its mmap threshold (at most 32 MiB) from its heap and reuses
+# them on the next call, while larger blocks are mapped fresh and page-faulted on every call; on
+# a 64x64 Dreamer batch of 2500 images that was a third of the update's CPU time (system time).
+_CHUNK_BYTES = 16 * 2**20
+
+
+def _images_per_chunk(largest_per_image: int, element_size: int) -> int:
+    return max(1, _CHUNK_BYTES // max(1, largest_per_image * element_size))
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
+
+
+def _conv_stack_largest(layers: Sequence[nn.Module], channels: int, size: tuple[int, int]) -> int:
+    """The most elements per image among the outputs of a stack of (transposed) convolutions."""
+    height, width = size
+    largest = channels * height * width
+    for layer in layers:
+        if isinstance(layer, nn.ConvTranspose2d):
+            k, st, p = layer.kernel_size, layer.stride, _pair(layer.padding)
+            d, op = layer.dilation, layer.output_padding
+            height = (height - 1) * st[0] - 2 * p[0] + d[0] * (k[0] - 1) + op[0] + 1
+            width = (width - 1) * st[1] - 2 * p[1] + d[1] * (k[1] - 1) + op[1] + 1
+        elif isinstance(layer, nn.Conv2d):
+            k, st, d = layer.kernel_size, layer.stride, layer.dilation
+            if not isinstance(layer.padding, str):  # "same"/"valid": the size is a bound
+                p = _pair(layer.padding)
+                height = (height + 2 * p[0] - d[0] * (k[0] - 1) - 1) // st[0] + 1
+                width = (width + 2 * p[1] - d[1] * (k[1] - 1) - 1) // st[1] + 1
+        else:
+            continue
+        largest = max(largest, layer.out_channels * height * width)
+    return largest
+
+
+def _transposed_conv_geometry(layer: nn.ConvTranspose2d) -> bool:
+    """Whether ``layer`` is a plain strided transposed conv (no padding, dilation or groups)."""
+    return (
+        layer.padding == (0, 0)
+        and layer.output_padding == (0, 0)
+        and layer.dilation == (1, 1)
+        and layer.groups == 1
+        and layer.padding_mode == "zeros"
+    )
+
+
+def _transposed_conv_of_a_point(layer: nn.ConvTranspose2d, x: torch.Tensor) -> torch.Tensor:
+    """A transposed conv of ``[N, C_in]`` (a ``1x1`` map) as one matrix product.
+
+    On a single input pixel every output pixel ``(i, j)`` of channel ``c`` is
+    ``sum_k x[k] * W[k, c, i, j] + b[c]``: a linear map with the weight seen as
+    ``[C_in, C_out * kh * kw]``. One GEMM is ~5x faster (forward and backward) than oneDNN's
+    transposed convolution on this shape on a CPU, with the same sums.
+    """
+    weight = layer.weight
+    c_in, c_out, kh, kw = weight.shape
+    flat_weight = weight.reshape(c_in, c_out * kh * kw)
+    if layer.bias is None:
+        out = x.mm(flat_weight)
+    else:
+        out = torch.addmm(layer.bias.repeat_interleave(kh * kw), x, flat_weight)
+    return out.view(x.shape[0], c_out, kh, kw)
+
+
+def _transposed_conv_as_subpixel_conv(layer: nn.ConvTranspose2d, x: torch.Tensor) -> torch.Tensor:
+    """A stride-``s`` transposed conv as a stride-1 conv with ``s * s`` times the outputs.
+
+    Output pixel ``(s*m + a, s*n + b)`` only meets the kernel taps of parity ``(a, b)``, so
+    each of the ``s * s`` phases is an ordinary convolution with a ``ceil(k / s)`` sub-kernel
+    (flipped) over the input padded by ``ceil(k / s) - 1``; all phases are one conv with
+    ``s * s * C_out`` channels and ``pixel_shuffle`` interleaves them, cropped to the
+    transposed conv's size. The sums are the same; oneDNN runs it ~1.5x faster (forward and
+    backward, channels-last) than the transposed conv when ``C_out`` is small (an image's 3
+    channels).
+    """
+    s = layer.stride[0]
+    c_in, c_out, kh, kw = layer.weight.shape
+    jh, jw = -(-kh // s), -(-kw // s)
+    weight = F.pad(layer.weight, (0, s * jw - kw, 0, s * jh - kh))
+    # [c_in, c_out, t, a, u, b] -> [c_out, a, b, c_in, t, u], taps reversed (conv vs its transpose)
+    weight = weight.reshape(c_in, c_out, jh, s, jw, s).flip(2, 4)
+    weight = weight.permute(1, 3, 5, 0, 2, 4).reshape(c_out * s * s, c_in, jh, jw)
+    bias = None if layer.bias is None else layer.bias.repeat_interleave(s * s)
+    x = x.contiguous(memory_format=torch.channels_last)
+    out = F.pixel_shuffle(F.conv2d(x, weight, bias, padding=(jh - 1, jw - 1)), s)
+    height = (x.shape[-2] - 1) * s + kh
+    width = (x.shape[-1] - 1) * s + kw
+    return out[..., :height, :width].contiguous()
 
 
 class ObsEncoder(nn.Module):
@@ -129,8 +242,28 @@ class ObsEncoder(nn.Module):
                 f"ObsEncoder expects pixels shaped [*B, C, H, W], got shape {tuple(observation.shape)}"
             )
         flat, batch = _flatten_batch(observation, 3)
-        out = self.net(flat)
+        layers = _plain_layers(self.net, (nn.Conv2d, nn.ELU))
+        if layers is None:
+            return self.net(flat).reshape(*batch, -1)
+        # Channels-last end to end: oneDNN convolves NHWC without reordering every layer's
+        # input and output (~25% less time, forward and backward, on 64x64 pixels on a CPU).
+        # The embedding is flattened in the usual (C, H, W) order.
+        largest = _conv_stack_largest(layers, flat.shape[-3], (flat.shape[-2], flat.shape[-1]))
+        chunks = flat.split(_images_per_chunk(largest, flat.element_size()))
+        outs = [self._conv_stack(layers, chunk) for chunk in chunks]
+        out = outs[0] if len(outs) == 1 else torch.cat(outs)
         return out.reshape(*batch, -1)
+
+    @staticmethod
+    def _conv_stack(layers: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous(memory_format=torch.channels_last)
+        fresh = False  # whether x is a conv output that nothing else holds
+        for layer in layers:
+            if type(layer) is nn.Conv2d:
+                x, fresh = layer(x), True
+            else:
+                x, fresh = (_elu_inplace(x, layer) if fresh else layer(x)), False
+        return x.contiguous().flatten(1)
 
 
 class ObsDecoder(nn.Module):
@@ -219,14 +352,43 @@ class ObsDecoder(nn.Module):
         if self.obs_dim is not None:
             return self.net(latent)
         flat, batch = _flatten_batch(latent, 1)
-        hidden = self.proj(flat).reshape(-1, self.proj_features, 1, 1)
-        out = self.net(hidden)
+        hidden = self.proj(flat)
+        layers = _plain_layers(self.net, (nn.ConvTranspose2d, nn.ELU))
+        if layers is None:
+            out = self.net(hidden.reshape(-1, self.proj_features, 1, 1))
+            return out.reshape(*batch, *out.shape[1:])
+        largest = _conv_stack_largest(layers, self.proj_features, (1, 1))
+        chunks = hidden.split(_images_per_chunk(largest, hidden.element_size()))
+        outs = [self._conv_stack(layers, chunk) for chunk in chunks]
+        out = outs[0] if len(outs) == 1 else torch.cat(outs)
         return out.reshape(*batch, *out.shape[1:])
+
+    def _conv_stack(self, layers: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
+        fresh = False  # whether x is a conv output that nothing else holds
+        for layer in layers:
+            if type(layer) is nn.ELU:
+                x, fresh = (_elu_inplace(x, layer) if fresh else layer(x)), False
+                continue
+            conv = cast(nn.ConvTranspose2d, layer)
+            plain = _transposed_conv_geometry(conv)
+            if x.ndim == 2 and plain:
+                x, fresh = _transposed_conv_of_a_point(conv, x), True
+                continue
+            if x.ndim == 2:
+                x = x.reshape(-1, self.proj_features, 1, 1)
+            if plain and conv.stride[0] == conv.stride[1] and conv.out_channels <= 8:
+                x = _transposed_conv_as_subpixel_conv(conv, x)
+            else:
+                x = conv(x)
+            fresh = True
+        return x
 
 
 def _gaussian_params(raw: torch.Tensor, scale_lb: float) -> tuple[torch.Tensor, torch.Tensor]:
     mean, std = raw.chunk(2, dim=-1)
-    return mean, F.softplus(std) + scale_lb
+    # softplus runs ~10x slower on the strided half than on a contiguous copy of it (CPU); its
+    # backward reads its input, so the bound is added in place on its output.
+    return mean, F.softplus(std.contiguous()).add_(scale_lb)
 
 
 def _action_dim_from(action_spec: Any, action_dim: int | None) -> int | None:
