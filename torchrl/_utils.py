@@ -10,9 +10,16 @@ import importlib.util
 import logging
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from tensordict import TensorDictBase
+    from torch import Tensor
+
+    from torchrl._types import NestedKey
 
 logger = logging.getLogger("torchrl")
 
@@ -482,3 +489,107 @@ class cuda_memory_profile(contextlib.ContextDecorator):
                 self.stats["reserved_gb"],
                 self.stats["max_reserved_gb"],
             )
+
+
+def loss_terms(
+    losses: TensorDictBase,
+    keys: Sequence[NestedKey] | None = None,
+    *,
+    owner: str = "loss_terms",
+    option: str = "keys",
+) -> list[NestedKey]:
+    """The entries of a loss module's output that add up to the loss to back-propagate.
+
+    One rule for every part of the library that sums a loss output (the trainer's optimizer
+    hook, :func:`~torchrl.objectives.make_update_step`, the mixed-precision stepper, the
+    computation tasks): the ``keys`` given, or else every top-level entry whose name starts with
+    ``"loss"`` (``"loss"``, ``"loss_actor"``, ...; diagnostics such as ``"alpha"`` or
+    ``"entropy"`` are left out).
+
+    Args:
+        losses: what a loss module returned.
+        keys: the entries to use (checked to be there); ``None`` for the default rule.
+        owner: the name the errors start with (the calling component).
+        option: how the errors name ``keys`` (the caller's option, e.g. ``"loss_keys"``).
+
+    Returns:
+        The keys of the terms, in the output's order (or the order of ``keys``).
+
+    Raises:
+        KeyError: an entry of ``keys`` is missing, or no entry starts with ``"loss"``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> out = TensorDict(loss_actor=torch.tensor(1.0), loss_qvalue=torch.tensor(2.0),
+        ...     alpha=torch.tensor(0.1))
+        >>> loss_terms(out)
+        ['loss_actor', 'loss_qvalue']
+        >>> loss_terms(out, ["loss_qvalue"])
+        ['loss_qvalue']
+    """
+    if keys is not None:
+        chosen = list(keys)
+        missing = [k for k in chosen if k not in losses.keys(include_nested=True)]
+        if missing:
+            raise KeyError(
+                f"{owner}: {option} {missing} not in the loss output (entries: "
+                f"{sorted(map(str, losses.keys(True)))})"
+            )
+        return chosen
+    found: list[NestedKey] = [
+        k for k in losses.keys() if isinstance(k, str) and k.startswith("loss")
+    ]
+    if not found:
+        raise KeyError(
+            f"{owner}: the loss output has no entry starting with 'loss' (entries: "
+            f"{sorted(map(str, losses.keys()))}); name the terms with {option}"
+        )
+    return found
+
+
+def total_loss(
+    losses: TensorDictBase,
+    keys: Sequence[NestedKey] | None = None,
+    *,
+    owner: str = "total_loss",
+    option: str = "keys",
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    """The sum of a loss output's terms (see :func:`loss_terms`), each a one-element tensor.
+
+    Args:
+        losses: what a loss module returned.
+        keys: the entries to sum; ``None``: every top-level entry starting with ``"loss"``.
+        owner: the name the errors start with.
+        option: how the errors name ``keys``.
+        dtype: cast each term to it before the sum (e.g. ``torch.float32`` for terms that
+            autocast computed in half precision); ``None``: no cast.
+
+    Returns:
+        A scalar tensor.
+
+    Raises:
+        KeyError: see :func:`loss_terms`.
+        ValueError: a term holds more than one element (a loss with ``reduction="none"``).
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> out = TensorDict(loss_actor=torch.tensor(1.0), loss_qvalue=torch.tensor(2.0),
+        ...     alpha=torch.tensor(0.1))
+        >>> total_loss(out)
+        tensor(3.)
+    """
+    total: Tensor | None = None
+    for key in loss_terms(losses, keys, owner=owner, option=option):
+        term = losses.get(key)
+        if term.numel() != 1:
+            raise ValueError(
+                f"{owner}: loss entry {key!r} must be a scalar (one element), got shape "
+                f"{tuple(term.shape)} (reduce it, e.g. the loss's reduction='mean')"
+            )
+        term = term.reshape(()) if dtype is None else term.reshape(()).to(dtype)
+        total = term if total is None else total + term
+    assert total is not None
+    return total

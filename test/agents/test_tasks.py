@@ -331,11 +331,11 @@ def test_task_errors_name_the_task() -> None:
         torch.optim.SGD(lin.parameters(), lr=0.1), every=4,
     )  # fmt: skip
     no_loss.add(batch)
-    with pytest.raises(KeyError, match="'noloss'.*no loss_\\* entry.*'value'"):
+    with pytest.raises(KeyError, match="'noloss'.*no entry starting with 'loss'.*'value'"):
         no_loss.run_due()
     wrong_key = make_task("wrongkey", every=4, loss_keys=["loss_other"])
     wrong_key.add(batch)
-    with pytest.raises(KeyError, match="loss_keys names 'loss_other'.*loss_fit"):
+    with pytest.raises(KeyError, match=r"loss_keys \['loss_other'\] not in the loss output.*loss_fit"):
         wrong_key.run_due()
     empty = make_task("empty", every=4, preprocess=lambda td: None)
     empty.add(batch)

@@ -29,6 +29,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from torchrl._utils import total_loss
 from torchrl.collectors import DataCollectorBase, SyncDataCollector
 from torchrl.data import (
     LazyTensorStorage,
@@ -81,7 +82,8 @@ class ComputationTask:
         start: frames to collect before the first round can be due (>= 0).
         preprocess: maps each collected batch (under ``torch.no_grad``) to what the buffer
             stores, e.g. advantages or a subset of rows; ``None`` (returned) stores nothing.
-        loss_keys: the loss entries to sum (default: every ``loss_*`` entry).
+        loss_keys: the loss entries to sum (default: every top-level entry starting with
+            ``"loss"``; see :func:`~torchrl.objectives.total_loss`).
         max_grad_norm: clip the gradient norm of the optimized parameters to this.
         after_update: called with the task after every gradient step (e.g. a target update).
 
@@ -231,30 +233,13 @@ class ComputationTask:
         return cast(TensorDictBase, self.buffer.sample(self.batch_size))
 
     def _loss(self, losses: TensorDictBase) -> torch.Tensor:
+        owner = f"ComputationTask({self.name!r})"
         if not isinstance(losses, TensorDictBase):
             raise TypeError(
-                f"ComputationTask({self.name!r}): the loss module must return a TensorDict of "
-                f"loss_* entries, got {type(losses).__name__}"
+                f"{owner}: the loss module must return a TensorDict of loss_* entries, got "
+                f"{type(losses).__name__}"
             )
-        keys = self.loss_keys
-        if keys is None:
-            keys = [k for k in losses.keys() if isinstance(k, str) and k.startswith("loss_")]
-            if not keys:
-                raise KeyError(
-                    f"ComputationTask({self.name!r}): the loss module returned no loss_* entry "
-                    f"(entries: {sorted(map(str, losses.keys()))}); set loss_keys"
-                )
-        total: torch.Tensor | None = None
-        for key in keys:
-            value = losses.get(key, None)
-            if value is None:
-                raise KeyError(
-                    f"ComputationTask({self.name!r}): loss_keys names {key!r} but the loss "
-                    f"module returned {sorted(map(str, losses.keys()))}"
-                )
-            total = value if total is None else total + value
-        assert total is not None
-        return total
+        return total_loss(losses, self.loss_keys, owner=owner, option="loss_keys")
 
     def update(self) -> dict[str, float]:
         """One gradient step on a batch from the buffer.

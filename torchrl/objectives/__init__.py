@@ -61,7 +61,9 @@ from torchrl.objectives.utils import (
     group_optimizers,
     hold_out_net,
     hold_out_params,
+    loss_terms,
     next_state_value,
+    total_loss,
 )
 from torchrl.objectives.world_model_loss import WorldModelLoss
 
@@ -88,7 +90,9 @@ __all__ = [
     "add_random_module",
     "group_optimizers",
     "hold_out_params",
+    "loss_terms",
     "next_state_value",
+    "total_loss",
     "A2CLoss",
     "BCLoss",
     "CQLLoss",

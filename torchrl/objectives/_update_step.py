@@ -31,7 +31,7 @@ from torch.optim.adam import adam as _functional_adam
 
 from torchrl._compile import maybe_compile
 from torchrl._types import NestedKey
-from torchrl.objectives.utils import SoftUpdate
+from torchrl.objectives.utils import SoftUpdate, total_loss
 
 __all__ = ["make_update_step"]
 
@@ -83,8 +83,8 @@ def make_update_step(
         compile_options: ``torch.compile`` keyword arguments, merged over the defaults above;
             ``"options"`` is merged key by key, and an option given as ``None`` removes the
             default (``{"options": {"guard_filter_fn": None}}`` keeps every guard).
-        loss_keys: the entries summed before ``backward`` (default: ``"loss"`` and every
-            top-level ``"loss_*"`` entry).
+        loss_keys: the entries summed before ``backward`` (default: every top-level entry
+            whose name starts with ``"loss"``; see :func:`~torchrl.objectives.total_loss`).
         max_grad_norm: clip the global L2 norm of the gradients to this value (``None``: no
             clipping); the norm before clipping is returned as ``"grad_norm"``.
         return_losses: return the loss output; ``False`` returns ``None``, which saves a
@@ -155,7 +155,7 @@ def make_update_step(
 
     def body(batch: TensorDictBase) -> TensorDictBase | None:
         losses = loss_module(batch)
-        _total_loss(losses, keys).backward()
+        total_loss(losses, keys, owner="make_update_step", option="loss_keys").backward()
         norm = None if max_grad_norm is None else _clip_grad_norm(params, max_grad_norm)
         if adam is not None:
             adam.step()
@@ -202,7 +202,7 @@ def _eager_step(
 ) -> Callable[[TensorDictBase], TensorDictBase | None]:
     def step(batch: TensorDictBase) -> TensorDictBase | None:
         losses = loss_module(batch)
-        _total_loss(losses, keys).backward()
+        total_loss(losses, keys, owner="make_update_step", option="loss_keys").backward()
         norm = None
         if max_grad_norm is not None:
             norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
@@ -232,31 +232,6 @@ def _check_loss_keys(loss_keys: Sequence[NestedKey], owner: str) -> list[NestedK
     if not keys:
         raise ValueError(f"{owner}: loss_keys is empty: name at least one loss entry")
     return keys
-
-
-def _total_loss(losses: TensorDictBase, keys: list[NestedKey] | None) -> Tensor:
-    """The sum of the ``keys`` entries (default: ``"loss"`` and the ``"loss_*"`` ones)."""
-    present = list(losses.keys())
-    if keys is None:
-        chosen: list[NestedKey] = [
-            k for k in present if isinstance(k, str) and (k == "loss" or k.startswith("loss_"))
-        ]
-        if not chosen:
-            raise KeyError(
-                f"make_update_step: the loss returned no 'loss' or 'loss_*' entry (keys: "
-                f"{present}); pass loss_keys"
-            )
-    else:
-        missing = [k for k in keys if k not in losses.keys(include_nested=True)]
-        if missing:
-            raise KeyError(
-                f"make_update_step: loss_keys {missing} not in the loss output (keys: {present})"
-            )
-        chosen = keys
-    total = losses.get(chosen[0])
-    for k in chosen[1:]:
-        total = total + losses.get(k)
-    return total
 
 
 @torch.no_grad()

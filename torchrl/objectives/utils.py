@@ -12,6 +12,7 @@ from tensordict import TensorDictBase
 from torch import Tensor, nn
 
 from torchrl._types import NestedKey
+from torchrl._utils import loss_terms, total_loss
 from torchrl.objectives._params import ParamSet
 
 if TYPE_CHECKING:
@@ -27,7 +28,9 @@ __all__ = [
     "group_optimizers",
     "hold_out_net",
     "hold_out_params",
+    "loss_terms",
     "next_state_value",
+    "total_loss",
 ]
 
 LossFunction = Literal["l1", "l2", "smooth_l1"]

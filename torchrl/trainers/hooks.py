@@ -19,6 +19,7 @@ from tensordict import TensorDictBase
 
 from torchrl._keys import COLLECTOR, MASK, NEXT, REWARD
 from torchrl._types import NestedKey, WeightSyncLike
+from torchrl._utils import total_loss
 from torchrl.record.loggers.common import as_float
 
 if TYPE_CHECKING:
@@ -152,37 +153,12 @@ class OptimizerHook(TrainerHookBase):
         self.clip_norm = clip_norm
         self._params = [p for group in optimizer.param_groups for p in group["params"]]
 
-    def _keys(self, losses: TensorDictBase) -> list[NestedKey]:
-        if self.loss_components is not None:
-            missing = [k for k in self.loss_components if k not in losses.keys(True)]
-            if missing:
-                raise KeyError(
-                    f"OptimizerHook: loss components {missing} are not in the loss output "
-                    f"(keys: {sorted(map(str, losses.keys(True)))})"
-                )
-            return self.loss_components
-        keys: list[NestedKey] = [
-            k for k in losses.keys() if isinstance(k, str) and k.startswith("loss")
-        ]
-        if not keys:
-            raise KeyError(
-                f"OptimizerHook: the loss output has no entry starting with 'loss' (keys: "
-                f"{sorted(map(str, losses.keys()))})"
-            )
-        return keys
-
     def __call__(self, losses: TensorDictBase) -> TensorDictBase:
         """Steps the optimizer on the summed loss; returns the detached losses plus
         ``"grad_norm_0"`` (the total gradient norm before clipping)."""
-        terms = [losses.get(k) for k in self._keys(losses)]
-        for key, term in zip(self._keys(losses), terms, strict=True):
-            if term.numel() != 1:
-                raise ValueError(
-                    f"OptimizerHook: loss entry {key!r} must be a scalar, got shape {tuple(term.shape)}"
-                )
-        total = terms[0].reshape(())
-        for term in terms[1:]:
-            total = total + term.reshape(())
+        total = total_loss(
+            losses, self.loss_components, owner="OptimizerHook", option="loss components"
+        )
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         grads = [p for p in self._params if p.grad is not None]

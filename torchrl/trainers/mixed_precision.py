@@ -8,7 +8,10 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import torch
-from tensordict import NestedKey, TensorDictBase
+from tensordict import TensorDictBase
+
+from torchrl._types import NestedKey
+from torchrl._utils import total_loss
 
 if TYPE_CHECKING:
     from torchrl.trainers.learners import OptimizationContext
@@ -212,33 +215,14 @@ class MixedPrecisionOptimizationStepper:
         return self._backward_and_maybe_step(losses, None)
 
     def _total(self, losses: TensorDictBase) -> torch.Tensor:
-        if self.loss_components is not None:
-            keys = list(self.loss_components)
-            missing = [k for k in keys if k not in losses.keys(True)]
-            if missing:
-                raise KeyError(
-                    f"MixedPrecisionOptimizationStepper: loss components {missing} are not in the "
-                    f"loss output (keys: {sorted(map(str, losses.keys(True)))})"
-                )
-        else:
-            keys = [k for k in losses.keys() if isinstance(k, str) and k.startswith("loss")]
-            if not keys:
-                raise KeyError(
-                    "MixedPrecisionOptimizationStepper: the loss output has no entry starting "
-                    f"with 'loss' (keys: {sorted(map(str, losses.keys()))})"
-                )
-        total: torch.Tensor | None = None
-        for key in keys:
-            term = losses.get(key)
-            if term.numel() != 1:
-                raise ValueError(
-                    f"MixedPrecisionOptimizationStepper: loss entry {key!r} must be a scalar, got "
-                    f"shape {tuple(term.shape)}"
-                )
-            term = term.reshape(()).float()
-            total = term if total is None else total + term
-        assert total is not None
-        return total
+        # each term in float32 before the sum: autocast may have computed some in half
+        return total_loss(
+            losses,
+            self.loss_components,
+            owner="MixedPrecisionOptimizationStepper",
+            option="loss components",
+            dtype=torch.float32,
+        )
 
     def _backward_and_maybe_step(
         self, losses: TensorDictBase, context: OptimizationContext | None
