@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import torch
 
 from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.objectives import total_loss
 
 C = TypeVar("C")
 
@@ -326,11 +327,6 @@ class AsyncRunTracker:
             "wall": wall_s,
             "solved_at": None if self.reached is None else self.reached["frames"],
         }
-
-
-def total_loss(losses: Any) -> torch.Tensor:
-    """The sum of a loss module's ``loss_*`` terms."""
-    return sum(value for key, value in losses.items() if key.startswith("loss_"))
 
 
 def optimizer_step(
