@@ -47,8 +47,12 @@ class PolicyClientModule(TensorDictModuleBase):
         >>> remote = PolicyClientModule(transport, in_keys=["observation"], out_keys=["action"])
         >>> with InferenceServer(policy, transport):
         ...     td = remote(TensorDict(observation=torch.zeros(3)))
-        >>> sorted(td.keys())
-        ['action', 'observation']
+        ...     # or in two halves, other work running in between:
+        ...     other = TensorDict(observation=torch.ones(3))
+        ...     handle = remote.submit(other)
+        ...     other = remote.complete(other, handle)
+        >>> sorted(td.keys()), other["action"].shape
+        (['action', 'observation'], torch.Size([2]))
     """
 
     def __init__(
@@ -83,23 +87,7 @@ class PolicyClientModule(TensorDictModuleBase):
 
         Returns:
             A handle for :meth:`complete` (the client's future-like result; a client that only
-            answers blocking calls has answered already).
-
-        Examples:
-            >>> import torch
-            >>> from tensordict import TensorDict
-            >>> from tensordict.nn import TensorDictModule
-            >>> from torchrl.modules.inference_server import (
-            ...     InferenceServer, PolicyClientModule, ThreadingTransport)
-            >>> policy = TensorDictModule(torch.nn.Linear(3, 2), ["observation"], ["action"])
-            >>> transport = ThreadingTransport()
-            >>> remote = PolicyClientModule(transport, in_keys=["observation"], out_keys=["action"])
-            >>> with InferenceServer(policy, transport):
-            ...     td = TensorDict(observation=torch.zeros(3))
-            ...     handle = remote.submit(td)  # other work can run here
-            ...     td = remote.complete(td, handle)
-            >>> td["action"].shape
-            torch.Size([2])
+            answers blocking calls has answered already). The class example shows both halves.
         """
         submit = getattr(self.client, "submit", None)
         if submit is None:
