@@ -149,8 +149,9 @@ def _transposed_conv_as_subpixel_conv(layer: nn.ConvTranspose2d, x: torch.Tensor
     (flipped) over the input padded by ``ceil(k / s) - 1``; all phases are one conv with
     ``s * s * C_out`` channels and ``pixel_shuffle`` interleaves them, cropped to the
     transposed conv's size. The sums are the same; oneDNN runs it ~1.5x faster (forward and
-    backward, channels-last) than the transposed conv when ``C_out`` is small (an image's 3
-    channels).
+    backward) than the transposed conv when ``C_out`` is small (an image's 3 channels). The
+    input stays in its layout: a channels-last copy here made the previous layer's backward
+    slower than it saved.
     """
     s = layer.stride[0]
     c_in, c_out, kh, kw = layer.weight.shape
@@ -160,7 +161,6 @@ def _transposed_conv_as_subpixel_conv(layer: nn.ConvTranspose2d, x: torch.Tensor
     weight = weight.reshape(c_in, c_out, jh, s, jw, s).flip(2, 4)
     weight = weight.permute(1, 3, 5, 0, 2, 4).reshape(c_out * s * s, c_in, jh, jw)
     bias = None if layer.bias is None else layer.bias.repeat_interleave(s * s)
-    x = x.contiguous(memory_format=torch.channels_last)
     out = F.pixel_shuffle(F.conv2d(x, weight, bias, padding=(jh - 1, jw - 1)), s)
     height = (x.shape[-2] - 1) * s + kh
     width = (x.shape[-1] - 1) * s + kw
@@ -174,7 +174,8 @@ class ObsEncoder(nn.Module):
     ELU activations, doubling the channels each layer (``channels``, ``2 * channels``, ...), and
     are flattened: a ``64x64`` image gives ``[*B, 8 * channels * 2 * 2]`` (1024 by default). With
     ``obs_dim`` the encoder is instead an MLP over a flat state ``[*B, obs_dim]`` with
-    ``num_layers`` hidden layers of ``num_cells`` units, giving ``[*B, num_cells]``.
+    ``num_layers`` hidden layers of ``num_cells`` units, giving ``[*B, num_cells]``. The pixel
+    stack runs channels-last, in chunks of images; a layer with hooks keeps its module call.
 
     Args:
         channels: channels of the first convolution. Defaults to 32.
@@ -246,8 +247,9 @@ class ObsEncoder(nn.Module):
         if layers is None:
             return self.net(flat).reshape(*batch, -1)
         # Channels-last end to end: oneDNN convolves NHWC without reordering every layer's
-        # input and output (~25% less time, forward and backward, on 64x64 pixels on a CPU).
-        # The embedding is flattened in the usual (C, H, W) order.
+        # input and output (~10% less time, forward and backward, on 64x64 pixels on a CPU),
+        # in chunks of images (see _CHUNK_BYTES). The embedding is flattened in the usual
+        # (C, H, W) order.
         largest = _conv_stack_largest(layers, flat.shape[-3], (flat.shape[-2], flat.shape[-1]))
         chunks = flat.split(_images_per_chunk(largest, flat.element_size()))
         outs = [self._conv_stack(layers, chunk) for chunk in chunks]
@@ -273,7 +275,9 @@ class ObsDecoder(nn.Module):
     ``channels * 2 ** (num_layers + 1)`` features seen as a ``1x1`` map, then ``num_layers``
     stride-2 transposed convolutions halve the channels down to ``out_channels``. With the
     default kernels ``[5, 5, 6, 6]`` the output is ``[*B, out_channels, 64, 64]``. With
-    ``obs_dim`` it is an MLP giving ``[*B, obs_dim]``.
+    ``obs_dim`` it is an MLP giving ``[*B, obs_dim]``. The same sums run faster in chunks of
+    images: the first layer as one matrix product, a last layer of few channels as a sub-pixel
+    convolution; a layer with hooks keeps its module call.
 
     Args:
         channels: channels of the last hidden transposed convolution. Defaults to 32.
