@@ -146,6 +146,25 @@ class TestConvFastPaths:
         ):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
+    def test_empty_batch(self):
+        enc = ObsEncoder(channels=4, in_channels=3)
+        dec = ObsDecoder(channels=4, latent_dim=STATE + BELIEF)
+        assert enc(torch.rand(0, 3, 64, 64)).shape == (0, 4 * 8 * 2 * 2)
+        assert dec(torch.randn(0, STATE), torch.randn(0, BELIEF)).shape == (0, 3, 64, 64)
+
+    def test_cuda_matches_module_calls(self):
+        if not torch.cuda.is_available():
+            pytest.skip("needs CUDA")
+        torch.manual_seed(0)
+        enc = ObsEncoder(channels=4, in_channels=3, device="cuda")
+        dec = ObsDecoder(channels=4, latent_dim=STATE + BELIEF, device="cuda")
+        pixels = torch.rand(B, T, 3, 64, 64, device="cuda")
+        ref = enc.net(pixels.reshape(-1, 3, 64, 64)).reshape(B, T, -1)
+        torch.testing.assert_close(enc(pixels), ref, rtol=1e-4, atol=1e-4)
+        state, belief = torch.randn(4, STATE, device="cuda"), torch.randn(4, BELIEF, device="cuda")
+        hidden = dec.proj(torch.cat([state, belief], -1)).reshape(-1, dec.proj_features, 1, 1)
+        torch.testing.assert_close(dec(state, belief), dec.net(hidden), rtol=1e-4, atol=1e-4)
+
     def test_hooked_layers_keep_their_module_calls(self):
         seen = []
         enc = ObsEncoder(channels=4, in_channels=3)

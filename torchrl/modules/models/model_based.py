@@ -82,8 +82,10 @@ def _elu_inplace(x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
 _CHUNK_BYTES = 16 * 2**20
 
 
-def _images_per_chunk(largest_per_image: int, element_size: int) -> int:
-    return max(1, _CHUNK_BYTES // max(1, largest_per_image * element_size))
+def _images_per_chunk(x: torch.Tensor, largest_per_image: int) -> int:
+    if x.device.type != "cpu":  # an accelerator wants the whole batch in each kernel
+        return max(1, x.shape[0])
+    return max(1, _CHUNK_BYTES // max(1, largest_per_image * x.element_size()))
 
 
 def _pair(value: Any) -> tuple[int, int]:
@@ -245,16 +247,17 @@ class ObsEncoder(nn.Module):
         flat, batch = _flatten_batch(observation, 3)
         layers = _plain_layers(self.net, (nn.Conv2d, nn.ELU))
         if layers is None:
-            return self.net(flat).reshape(*batch, -1)
+            out = self.net(flat).flatten(1)
+            return out.reshape(*batch, out.shape[-1])
         # Channels-last end to end: oneDNN convolves NHWC without reordering every layer's
         # input and output (~10% less time, forward and backward, on 64x64 pixels on a CPU),
         # in chunks of images (see _CHUNK_BYTES). The embedding is flattened in the usual
         # (C, H, W) order.
         largest = _conv_stack_largest(layers, flat.shape[-3], (flat.shape[-2], flat.shape[-1]))
-        chunks = flat.split(_images_per_chunk(largest, flat.element_size()))
+        chunks = flat.split(_images_per_chunk(flat, largest))
         outs = [self._conv_stack(layers, chunk) for chunk in chunks]
         out = outs[0] if len(outs) == 1 else torch.cat(outs)
-        return out.reshape(*batch, -1)
+        return out.reshape(*batch, out.shape[-1])
 
     @staticmethod
     def _conv_stack(layers: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
@@ -362,7 +365,7 @@ class ObsDecoder(nn.Module):
             out = self.net(hidden.reshape(-1, self.proj_features, 1, 1))
             return out.reshape(*batch, *out.shape[1:])
         largest = _conv_stack_largest(layers, self.proj_features, (1, 1))
-        chunks = hidden.split(_images_per_chunk(largest, hidden.element_size()))
+        chunks = hidden.split(_images_per_chunk(hidden, largest))
         outs = [self._conv_stack(layers, chunk) for chunk in chunks]
         out = outs[0] if len(outs) == 1 else torch.cat(outs)
         return out.reshape(*batch, *out.shape[1:])
