@@ -17,10 +17,12 @@ figure to compare with ``ppo_mujoco.py`` is the average training return at a fra
 ``[(frames, wall_s, avg_return)]`` (average of the last ``return_window`` training episodes),
 ``reached_target`` and the policy lag (min/mean/max over the run). Needs ``mujoco``.
 
-Measured (seed 0, 2 cores shared with other jobs, load average 4-6): with the defaults (one
-rollout process of 16 envs, 2 epochs of minibatches of 1024), after 300k frames the average of
-the last 16 training episodes was 712 (53 s, 5.7k frames/s; policy lag mean 0.16, max 1); after
-200k frames (the slow learning test), 300 in 28 s. Before the throughput work, on the quiet
+Measured (2 cores shared with other jobs, load average 3-4, 2026-11-28): with the defaults (one
+rollout process of 32 envs in two double-buffered groups, 2 epochs of minibatches of 1024),
+after 300k frames the average of the last 16 training episodes was 943 (seed 0; 28.5 s, 10.6k
+frames/s; policy lag mean 0.18, max 1) and 768 (seed 1; 30.1 s, 10.0k frames/s), deterministic
+evaluations 1807 and 1268. With one group of 16 envs (load 4-6, 2026-11-27): 712 (53 s, 5.7k
+frames/s); after 200k frames (the slow learning test), 300 in 28 s. Before the throughput work, on the quiet
 machine: minibatches of 512 and two rollout processes of 8 envs, 865 at 300k frames (39 s, 7.7k
 frames/s); minibatches of 1024 with them, 808 (39 s, loaded); 10 epochs of minibatches of 256,
 934 (61 s, 4.9k frames/s). Earlier, with ``VecNorm``
@@ -71,19 +73,21 @@ from torchrl.modules import (
 class Config:
     env_name: str = "HalfCheetah-v5"
     total_frames: int = 300_000
-    num_envs: int = 16
+    num_envs: int = 32
     rollout_length: int = 64  # T: steps of each trajectory chunk
     frames_per_batch: int = 2048
-    # One rollout process for the 16 envs, the inference server in a process of its own: on 2
-    # cores it beat two rollout processes of 8 envs each (measured with
-    # benchmarks/async_throughput.py's setup: CartPole 11.9k against 8.7-9.1k frames/s; the
+    # One rollout process, the inference server in a process of its own: on 2 cores it beat two
+    # rollout processes of 8 envs each (CartPole 11.9k against 8.7-9.1k frames/s; the
     # collection's CPU time per frame 35 against 59 us for CartPole, 85 against 115 us for
-    # HalfCheetah), because each server batch and each worker step then serves 16 envs at once.
-    # Two double-buffered groups of 8 (num_splits=2, stepped in turn by one thread: one group's
-    # envs step while the other's actions are computed): 11.1-11.9k frames/s against 8.9-10.1k
-    # with one group of 16 (HalfCheetah, 150-200k frames, 2 cores, 2026-11-27, quiet machine);
-    # the worker then waits less (89% busy instead of 71%). CartPole's steps are too cheap for
-    # it (appo_cartpole.py keeps num_splits=1).
+    # HalfCheetah): each server batch and each worker step then serves more envs at once.
+    # Two double-buffered groups (num_splits=2, stepped in turn by one thread: one group's envs
+    # step while the other's actions are computed): with 16 envs, 11.1-11.9k frames/s against
+    # 8.9-10.1k with one group of 16 (150-200k frames, quiet machine, 2026-11-27); the worker
+    # waits less (89% busy instead of 71%). 32 envs in two groups of 16 halve the server's calls
+    # per frame: 10.0-10.6k against 7.3-7.7k frames/s with 16 envs at 300k frames (load 3-4,
+    # 2026-11-28), and at least as good a policy (training return 943 / 768 against 891 / 680,
+    # deterministic evaluation 1807 / 1268 against 1579 / 1084, seeds 0 / 1). CartPole's steps
+    # are too cheap for double buffering (appo_cartpole.py keeps num_splits=1).
     num_workers: int = 1
     num_splits: int = 2
     policy_backend: str = "multiprocessing"  # the inference server: its own process, or "threading"
