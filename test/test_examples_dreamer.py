@@ -60,6 +60,8 @@ def test_config_errors(dreamer) -> None:
         dreamer.Config(version="v2")
     with pytest.raises(ValueError, match=r"crop must be in \(0, 1\]"):
         dreamer.Config(crop=0.0)
+    with pytest.raises(ValueError, match="burn_in must be >= 0"):
+        dreamer.Config(burn_in=-1)
     with pytest.raises(ValueError, match="seq_len must be >= 1"):
         dreamer.Config(seq_len=0)
     with pytest.raises(ValueError, match="multiple of 8"):
@@ -98,6 +100,8 @@ def test_batches_and_imagination_shapes(dreamer, version: str) -> None:
     for row in batch["next", "observation"]:
         start = int((obs == row[0]).all(-1).nonzero()[0])
         assert torch.equal(obs[start : start + 5], row)
+    model_logs = dreamer.update(agent, batch, model_only=True)  # world-model pretraining step
+    assert "loss_model_reco" in model_logs and "loss_actor" not in model_logs
     logs = dreamer.update(agent, batch)
     assert {"loss_model_kl", "loss_model_reco", "loss_actor", "loss_value"} <= set(logs)
     assert all(torch.isfinite(torch.tensor(v)) for v in logs.values())
@@ -133,3 +137,22 @@ def test_pixels_show_the_pendulum_centred(dreamer) -> None:
         assert float(radius[frame].max()) > 20, "the rod spans less than a third of the frame"
         assert float(frame.float().mean()) > 0.05
     assert float((pixels[1:] - pixels[:-1]).abs().mean()) > 0.005, "frames do not change"
+
+
+def test_probe_world_model_prints_its_diagnostics(dreamer, monkeypatch, tmp_path, capsys) -> None:
+    """The world-model probe trains the model alone and prints the probe and reward errors."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    probe = importlib.import_module("probe_world_model")
+    probe.main([
+        "--updates", "2", "--every", "2", "--train-episodes", "2", "--test-episodes", "1",
+        "--action-repeat", "8", "--hidden", "16", "--belief-dim", "16", "--num-bins", "21",
+        "--batch-size", "2", "--seq-len", "4",
+    ])  # fmt: skip
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["updates"] == 2 and len(line["probe_r2"]) == 3
+    assert len(line["reward_open_loop_mae"]) == len(probe.HORIZONS)
+    assert line["reward_std"] > 0 and "loss_model_reco" in line
+    with pytest.raises(ValueError, match="two-hot reward head"):
+        probe.main(["--version", "v1"])
