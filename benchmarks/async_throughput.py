@@ -50,14 +50,36 @@ each SF lib and task the ratios ours/SF of frames/s (target: >= 3) and of the ti
 (target: < 0.5), with ``meets_issue_targets``. Torch runs with 1 thread in our process
 (``torch.set_num_threads(1)``); SF's learner, inference and rollout workers use 1 thread each.
 
-Measured 2026-11-27 (evening) on the 2-core box while other sessions' jobs ran (load average
-4-10: each row's ``load_before``/``load_after``), all with ``--seeds 2 --libs ours,sample_factory
---tasks cartpole,halfcheetah --cartpole-seconds 120 --halfcheetah-frames 150000
---halfcheetah-seconds 150`` and the examples' current defaults (one rollout process of 16 bare
-envs, the inference server in its own process, weights handed to it without waiting; CartPole 2
-gradient steps of 512 per 512 frames, HalfCheetah 2 epochs of minibatches of 1024 per 2048):
+Measured 2026-11-28 with ``--seeds 2 --libs ours,sample_factory --tasks cartpole,halfcheetah
+--cartpole-seconds 120 --halfcheetah-frames 150000 --halfcheetah-seconds 150``, after the rollout
+workers' env groups were driven by one thread (double-buffered sampling without GIL contention)
+and ``appo_mujoco.py`` moved to 32 envs in two groups of 16 (``appo_cartpole.py``: 16 envs, one
+group):
 
-- the recorded run (``docs/benchmarks/async_throughput.json``, load 4.9-8.0): CartPole, ours
+- the recorded run (``docs/benchmarks/async_throughput.json``, load 3.6-6.1 while another
+  session trained Dreamer): CartPole, ours 16.9k and 15.5k frames/s, 475 reached at 106k and
+  92k frames in 6.3 and 5.9 s (policy lag mean 0.55 and 0.58, max 3); SF 5.1k and 4.9k (steady
+  5.5k and 5.3k), never 475 (164 and 175 after 120 s). HalfCheetah, ours 9.6k and 7.5k; SF (v4)
+  2.6k and 2.7k (policy lag mean 6.3 and 5.2 SGD steps). Ratios ours/SF (medians): frames/s
+  3.22 on CartPole and 3.20 on HalfCheetah: the issue's 3x is met on both, and CartPole's 475 in
+  far less than half of SF's time.
+- HalfCheetah alone just before (load 2-4): ours 9.9k and 8.7k, SF 2.6k and 2.8k: 3.43.
+- SF given 32 envs too (``--sf-flag=--num_envs_per_worker=16``, load 2-4): 2.9k and 3.0k
+  (steady 3.6k and 3.7k), about 10% more than with 16: the recorded run's median of ours
+  (8.5k) is 2.9x that. At 16 envs each, ours (two groups of 8: 7.3-7.7k at load 3-4) is
+  2.7-3.0x SF's 2.6-2.7k. The issue fixes SF's flags (2 workers of 8 envs); ours uses 32 envs
+  because they also learn at least as well (``examples/appo_mujoco.py``).
+- Quiet machine (load ~1, before the one-thread driver, 16 envs in one group): CartPole 3.87
+  (ours 24.1k and 25.3k, SF 6.3k and 6.5k), HalfCheetah 2.59 (ours 10.3k and 11.8k, SF 4.0k and
+  4.5k).
+
+Earlier, 2026-11-27 (evening), on the 2-core box while other sessions' jobs ran (load average
+4-10: each row's ``load_before``/``load_after``), with the same flags and the examples' defaults
+of then (one rollout process of 16 bare envs in one group, the inference server in its own
+process, weights handed to it without waiting; CartPole 2 gradient steps of 512 per 512 frames,
+HalfCheetah 2 epochs of minibatches of 1024 per 2048):
+
+- the run recorded then (load 4.9-8.0): CartPole, ours
   8.7k and 15.4k frames/s, 475 reached at 139k and 118k frames in 16.0 and 7.7 s (policy lag
   mean 0.4 and 0.9, max 3 weight updates); SF 4.2k and 3.9k frames/s (steady 4.6k and 4.4k),
   never 475 (140 and 212 after 120 s). HalfCheetah, ours 4.7k and 6.8k; SF (v4) 2.5k and 2.4k.
@@ -67,7 +89,7 @@ gradient steps of 512 per 512 frames, HalfCheetah 2 epochs of minibatches of 102
 - with 3 gradient steps per 512 frames on CartPole (load 4.6-6.5): CartPole 2.48 (ours 11.7k
   and 13.0k; SF 4.8k and 5.1k), HalfCheetah 3.19 (ours 10.5k and 8.2k; SF 3.0k and 2.9k).
 
-The issue's 3x is met in some runs and not in others: on this shared machine one run of ours
+That evening the issue's 3x was met in some runs and not in others: one run of ours
 (7-16 s on CartPole) swings by 2x with the load of the moment while SF's 120 s average does not,
 so the ratios above move between 2.1 and 3.3; CartPole's 475 is always reached (SF's never,
 with the same network), far inside half of SF's time. Our runs alone, the same evening (slow
