@@ -543,6 +543,20 @@ def imagination_starts(data: TensorDictBase, burn_in: int) -> TensorDictBase:
     return data
 
 
+def stored_step(action: torch.Tensor, nxt: TensorDict, cfg: Config) -> TensorDict:
+    """What the replay buffer keeps of one env step: the action and what came next."""
+    return TensorDict(
+        {
+            "action": action,
+            ("next", cfg.obs_key): nxt.get(cfg.obs_key),
+            ("next", "reward"): nxt.get("reward"),
+            ("next", "done"): nxt.get("done"),
+            ("next", "terminated"): nxt.get("terminated"),
+        },
+        batch_size=[],
+    )
+
+
 @torch.no_grad()
 def run_episode(
     env: TransformedEnv, agent: Agent, mode: str, max_steps: int = 10_000
@@ -570,18 +584,7 @@ def run_episode(
         td.set("action", action)
         td = env.step(td)
         nxt = td.get("next")
-        steps.append(
-            TensorDict(
-                {
-                    "action": action,
-                    ("next", cfg.obs_key): nxt.get(cfg.obs_key),
-                    ("next", "reward"): nxt.get("reward"),
-                    ("next", "done"): nxt.get("done"),
-                    ("next", "terminated"): nxt.get("terminated"),
-                },
-                batch_size=[],
-            )
-        )
+        steps.append(stored_step(action, nxt, cfg))
         obs, prev_action = nxt.get(cfg.obs_key), action
         if bool(nxt.get("done").any()):
             break

@@ -29,7 +29,7 @@ import sys
 import time
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dreamer  # noqa: E402
@@ -48,16 +48,7 @@ def collect(env, cfg: dreamer.Config, episodes: int) -> TensorDictBase:
             action = torch.rand(1) * 2 - 1
             td.set("action", action)
             nxt = env.step(td).get("next")
-            step = TensorDict(
-                {
-                    "action": action,
-                    ("next", cfg.obs_key): nxt.get(cfg.obs_key),
-                    ("next", "reward"): nxt.get("reward"),
-                    ("next", "done"): nxt.get("done"),
-                    ("next", "terminated"): nxt.get("terminated"),
-                },
-                batch_size=[],
-            )
+            step = dreamer.stored_step(action, nxt, cfg)
             steps.append(dreamer.to_storage(step, cfg))
             step.set(("next", "true_obs"), nxt.get("observation"))
             if bool(nxt.get("done").any()):
