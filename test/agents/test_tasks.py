@@ -335,7 +335,9 @@ def test_task_errors_name_the_task() -> None:
         no_loss.run_due()
     wrong_key = make_task("wrongkey", every=4, loss_keys=["loss_other"])
     wrong_key.add(batch)
-    with pytest.raises(KeyError, match=r"loss_keys \['loss_other'\] not in the loss output.*loss_fit"):
+    with pytest.raises(
+        KeyError, match=r"loss_keys \['loss_other'\] not in the loss output.*loss_fit"
+    ):
         wrong_key.run_due()
     empty = make_task("empty", every=4, preprocess=lambda td: None)
     empty.add(batch)
