@@ -111,7 +111,7 @@ def test_shortcuts_match_generic_calls_over_optimizer_steps(kind, monkeypatch):
     monkeypatch.setattr(loss_common, "actor_dist", lambda actor, td: actor.get_dist(td))
     monkeypatch.setattr("torchrl.objectives.sac.actor_dist", lambda actor, td: actor.get_dist(td))
     monkeypatch.setattr("torchrl.objectives.ppo.actor_dist", lambda actor, td: actor.get_dist(td))
-    monkeypatch.setattr("torchrl.modules.models.mlp._no_global_hooks", lambda: False)
+    monkeypatch.setattr("torchrl.modules.models.mlp.no_global_hooks", lambda: False)
     loss, updater = _make(kind)
     generic = _train(loss, updater, steps=4)
     _assert_same(fast, generic)

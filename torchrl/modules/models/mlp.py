@@ -35,8 +35,19 @@ _PLAIN_ACTIVATIONS: dict[type, Callable[[torch.Tensor], torch.Tensor]] = {
 _linear = nn.functional.linear
 
 
-def _no_global_hooks() -> bool:
-    """Whether no global module hook (``register_module_forward_hook`` & co.) is set."""
+def no_global_hooks() -> bool:
+    """Whether no global module hook (``register_module_forward_hook`` & co.) is set.
+
+    With :func:`plain_call`, what lets a fast path call a layer's function instead of the
+    layer (the MLP here, the conv encoder/decoder of :mod:`~torchrl.modules.models.model_based`).
+
+    Returns:
+        ``True`` when calling a module runs no global hook.
+
+    Examples:
+        >>> no_global_hooks()
+        True
+    """
     g = _module_globals
     return not (
         g._global_forward_hooks
@@ -46,8 +57,23 @@ def _no_global_hooks() -> bool:
     )
 
 
-def _plain_call(layer: nn.Module) -> bool:
-    """Whether calling ``layer`` is only its class's ``forward`` (no hooks, no own forward)."""
+def plain_call(layer: nn.Module) -> bool:
+    """Whether calling ``layer`` is only its class's ``forward`` (no hooks, no own forward).
+
+    Args:
+        layer: a module.
+
+    Returns:
+        ``True`` when ``layer(x)`` runs nothing but ``type(layer).forward``.
+
+    Examples:
+        >>> layer = nn.Linear(2, 2)
+        >>> plain_call(layer)
+        True
+        >>> _ = layer.register_forward_hook(lambda module, args, out: out)
+        >>> plain_call(layer)
+        False
+    """
     return not (
         layer._forward_hooks
         or layer._forward_pre_hooks
@@ -180,7 +206,7 @@ class MLP(nn.Sequential):
             raise TypeError("MLP needs at least one input tensor")
         value = inputs[0] if len(inputs) == 1 else torch.cat(inputs, -1)
         layers = self._modules.values()
-        if _no_global_hooks():
+        if no_global_hooks():
             # Without hooks, the module call of an exact nn.Linear or of a stateless
             # activation is only its function: calling that directly saves ~2 us a layer (a
             # third of a small layer's own cost on a CPU). The weights are read from the
@@ -189,10 +215,10 @@ class MLP(nn.Sequential):
             # module call.
             for layer in layers:
                 kind = type(layer)
-                if kind is nn.Linear and _plain_call(layer):
+                if kind is nn.Linear and plain_call(layer):
                     params = layer._parameters
                     value = _linear(value, params["weight"], params["bias"])  # type: ignore[arg-type]
-                elif kind in _PLAIN_ACTIVATIONS and _plain_call(layer):
+                elif kind in _PLAIN_ACTIVATIONS and plain_call(layer):
                     value = _PLAIN_ACTIVATIONS[kind](value)
                 else:
                     value = layer(value)

@@ -26,7 +26,7 @@ from torch.nn import functional as F
 from torchrl._keys import NEXT
 from torchrl._types import DeviceLike, NestedKey
 from torchrl.modules._spec_utils import module_keys
-from torchrl.modules.models.mlp import MLP, _no_global_hooks, _plain_call
+from torchrl.modules.models.mlp import MLP, no_global_hooks, plain_call
 
 __all__ = [
     "DreamerActor",
@@ -60,10 +60,10 @@ def _plain_layers(net: nn.Module, kinds: tuple[type, ...]) -> list[nn.Module] | 
     The fast conv paths below call these layers' functions in another memory layout (and the
     ELUs in place); a hook, a subclass or an instance ``forward`` keeps the module calls.
     """
-    if not _no_global_hooks():
+    if not no_global_hooks():
         return None
     layers = list(net.children())
-    if all(type(layer) in kinds and _plain_call(layer) for layer in layers):
+    if all(type(layer) in kinds and plain_call(layer) for layer in layers):
         return layers
     return None
 
