@@ -88,6 +88,14 @@ def _images_per_chunk(x: torch.Tensor, largest_per_image: int) -> int:
     return max(1, _CHUNK_BYTES // max(1, largest_per_image * x.element_size()))
 
 
+def _in_chunks(
+    x: torch.Tensor, largest_per_image: int, fn: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """``fn`` over chunks of ``x``'s images (see ``_CHUNK_BYTES``), concatenated."""
+    outs = [fn(chunk) for chunk in x.split(_images_per_chunk(x, largest_per_image))]
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
 def _pair(value: Any) -> tuple[int, int]:
     return (value, value) if isinstance(value, int) else (int(value[0]), int(value[1]))
 
@@ -254,9 +262,7 @@ class ObsEncoder(nn.Module):
         # in chunks of images (see _CHUNK_BYTES). The embedding is flattened in the usual
         # (C, H, W) order.
         largest = _conv_stack_largest(layers, flat.shape[-3], (flat.shape[-2], flat.shape[-1]))
-        chunks = flat.split(_images_per_chunk(flat, largest))
-        outs = [self._conv_stack(layers, chunk) for chunk in chunks]
-        out = outs[0] if len(outs) == 1 else torch.cat(outs)
+        out = _in_chunks(flat, largest, lambda chunk: self._conv_stack(layers, chunk))
         return out.reshape(*batch, out.shape[-1])
 
     @staticmethod
@@ -365,9 +371,7 @@ class ObsDecoder(nn.Module):
             out = self.net(hidden.reshape(-1, self.proj_features, 1, 1))
             return out.reshape(*batch, *out.shape[1:])
         largest = _conv_stack_largest(layers, self.proj_features, (1, 1))
-        chunks = hidden.split(_images_per_chunk(hidden, largest))
-        outs = [self._conv_stack(layers, chunk) for chunk in chunks]
-        out = outs[0] if len(outs) == 1 else torch.cat(outs)
+        out = _in_chunks(hidden, largest, lambda chunk: self._conv_stack(layers, chunk))
         return out.reshape(*batch, *out.shape[1:])
 
     def _conv_stack(self, layers: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
