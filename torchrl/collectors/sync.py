@@ -598,7 +598,7 @@ class SyncDataCollector(DataCollectorBase):
         stop = self.interruptor
         start = 0
         if not self.batch_buffers.allocated:
-            td = self._first_step(td, policy or self._policy_call, random)
+            td = self._first_step(td, self._policy_call if policy is None else policy, random)
             start = 1
         writer = self.batch_buffers.writer(random)
         write = writer.write
