@@ -179,9 +179,8 @@ class Config:
     free_nats: float = 3.0  # v1
     expl_noise: float = 0.3  # v1: Gaussian noise on the acting policy's mean action
     entropy_bonus: float = 3e-4  # v3
-    reinforce: bool = (
-        False  # v3: score-function actor gradients instead of backprop through the model
-    )
+    # v3: score-function actor gradients instead of backprop through the model
+    reinforce: bool = False
     # evaluation
     eval_every: int = 2_000
     eval_episodes: int = 3
