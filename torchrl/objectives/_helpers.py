@@ -38,6 +38,8 @@ __all__ = [
     "clamped_alpha",
     "critic_value_loss",
     "dist_entropy",
+    "ensemble_distance",
+    "reduced_distance",
     "either_alias",
     "find_mask_key",
     "gather_action_values",
@@ -67,6 +69,40 @@ def reduce_loss(tensor: Tensor, reduction: Reduction) -> Tensor:
     if reduction == "none":
         return tensor
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+_FUSED_DISTANCE = {
+    "l2": nn.functional.mse_loss,
+    "l1": nn.functional.l1_loss,
+    "smooth_l1": nn.functional.smooth_l1_loss,
+}
+
+
+def reduced_distance(
+    v1: Tensor, v2: Tensor, loss_function: LossFunction, reduction: Reduction
+) -> Tensor:
+    """``reduce_loss(distance_loss(v1, v2, loss_function), reduction)``; one fused torch loss op
+    (forward and backward) when the shapes agree and the reduction is ``"mean"`` or ``"sum"``;
+    otherwise the two are broadcast (``strict_shape=False``)."""
+    fused = _FUSED_DISTANCE.get(loss_function)
+    if fused is not None and reduction != "none" and v1.shape == v2.shape:
+        return fused(v1, v2, reduction=reduction)
+    return reduce_loss(distance_loss(v1, v2, loss_function, strict_shape=False), reduction)
+
+
+def ensemble_distance(
+    pred: Tensor, target: Tensor, loss_function: LossFunction, reduction: Reduction
+) -> Tensor:
+    """``reduce_loss(sum_i d(pred_i, target), reduction)`` for the ``[n, *B, *F]`` predictions
+    of ``n`` critics and their shared ``[*B, *F]`` target.
+
+    Summed over the critics then averaged over the batch is ``n`` times the mean over all
+    members, so ``"mean"`` and ``"sum"`` take one fused loss op."""
+    target = target.expand_as(pred)
+    if reduction == "none":
+        return distance_loss(pred, target, loss_function).sum(0)
+    reduced = reduced_distance(pred, target, loss_function, reduction)
+    return reduced * pred.shape[0] if reduction == "mean" else reduced
 
 
 def check_reduction(reduction: str) -> Reduction:
@@ -121,6 +157,8 @@ def dist_entropy(dist: torch.distributions.Distribution, samples_mc: int = 1) ->
         if dist.has_rsample and callable(getattr(dist, "rsample_and_log_prob", None)):
             # Scored from its own draw (a TanhNormal's pre-tanh value): the exact density,
             # without the atanh(tanh(x)) round trip of log_prob(rsample()) and its backward.
+            if samples_mc == 1:
+                return -dist.rsample_and_log_prob()[1]  # type: ignore[attr-defined]
             _, log_prob = dist.rsample_and_log_prob(torch.Size((samples_mc,)))  # type: ignore[attr-defined]
             return -log_prob.mean(0)
         sample = dist.rsample((samples_mc,)) if dist.has_rsample else dist.sample((samples_mc,))
@@ -185,8 +223,9 @@ def critic_value_loss(
     loss_type: LossFunction,
     clip_value: float | None,
     detach_shared_with: str | None,
+    reduction: Reduction,
 ) -> tuple[Tensor, Tensor | None]:
-    """Per-sample critic loss ``d(value_target, V(s))`` of the on-policy losses.
+    """Critic loss ``d(value_target, V(s))`` of the on-policy losses, reduced by ``reduction``.
 
     With ``clip_value`` the PPO2 clipped variant ``max(d(target, V), d(target, V_clipped))``
     where ``V_clipped = V_old + clamp(V - V_old, -clip_value, clip_value)`` and ``V_old`` is the
@@ -209,9 +248,9 @@ def critic_value_loss(
     else:
         value = _critic_value(critic, tensordict, keys.value)
     target = target.detach()
-    per_sample = distance_loss(target, value, loss_type, strict_shape=False)
     if clip_value is None:
-        return per_sample, None
+        return reduced_distance(target, value, loss_type, reduction), None
+    per_sample = distance_loss(target, value, loss_type, strict_shape=False)
     if old_value is None:
         raise KeyError(
             f"{name}: clip_value needs the old value {keys.value!r} in the input (the value "
@@ -221,7 +260,8 @@ def critic_value_loss(
     delta = value - old_value
     clipped = old_value + delta.clamp(-clip_value, clip_value)
     per_sample = torch.maximum(per_sample, distance_loss(target, clipped, loss_type, False))
-    return per_sample, (delta.abs() > clip_value).to(delta.dtype).mean().detach()
+    clip_fraction = (delta.abs() > clip_value).to(delta.dtype).mean().detach()
+    return reduce_loss(per_sample, reduction), clip_fraction
 
 
 # ------------------------------------------------------------------------------------------

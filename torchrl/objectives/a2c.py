@@ -235,8 +235,9 @@ class A2CLoss(LossModule):
                 self.loss_critic_type,
                 self.clip_value,
                 "actor_network" if self.separate_losses else None,
+                self.reduction,
             )
-            out["loss_critic"] = self.critic_coef * reduce_loss(loss, self.reduction)
+            out["loss_critic"] = self.critic_coef * loss
             if clip_fraction is not None:
                 out["value_clip_fraction"] = clip_fraction
         return TensorDict(out, batch_size=[])

@@ -669,11 +669,10 @@ class LossModule(nn.Module):
                 f"{type(self).__name__} takes a TensorDict (or tensors as keyword arguments), "
                 f"got {type(tensordict).__name__}"
             )
-        present = tensordict.keys(include_nested=True)
         for key in self._required_keys if keys is None else keys:
             found = _has_key(tensordict, key)
             if found is None:
-                found = key in present
+                found = key in tensordict.keys(include_nested=True)
             if not found:
                 entries = sorted(map(str, tensordict.keys(True, True)))
                 raise KeyError(

@@ -14,14 +14,15 @@ from torchrl._types import NestedKey
 from torchrl.objectives._helpers import (
     action_bounds,
     alpha_loss,
+    ensemble_distance,
     gather_action_values,
     reduce_loss,
+    reduced_distance,
     td_error_priority,
 )
 from torchrl.objectives.common import ParamSet
 from torchrl.objectives.dqn import DQNLoss
 from torchrl.objectives.sac import SACLoss
-from torchrl.objectives.utils import distance_loss
 
 if TYPE_CHECKING:
     from torchrl.data.specs import TensorSpec
@@ -215,7 +216,7 @@ class CQLLoss(SACLoss):
             next_value = self._next_value(tensordict, alpha)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         pred = self._q(tensordict, ParamSet.ONLINE)  # [2, *B, 1]
-        loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
+        loss_qvalue = ensemble_distance(pred, target, self.loss_function, self.reduction)
         td_error = (pred.detach() - target).abs().max(0).values
         tensordict.set(
             self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
@@ -223,7 +224,7 @@ class CQLLoss(SACLoss):
         cql = self._cql_terms(tensordict, pred)  # [2, *B, 1]
         out = {
             "loss_actor": reduce_loss(loss_actor, self.reduction),
-            "loss_qvalue": reduce_loss(loss_qvalue, self.reduction),
+            "loss_qvalue": loss_qvalue,
         }
         if self.with_lagrange:
             alpha_prime = self.log_alpha_prime.exp().clamp(0.0, 1e6)
@@ -310,11 +311,11 @@ class DiscreteCQLLoss(DQNLoss):
         tensordict.set(
             keys.priority, td_error_priority((pred - target).abs(), tensordict.batch_size)
         )
-        loss_qvalue = distance_loss(pred, target, self.loss_function)
+        loss_qvalue = reduced_distance(pred, target, self.loss_function, self.reduction)
         loss_cql = values.logsumexp(-1, keepdim=True) - pred
         return TensorDict(
             {
-                "loss_qvalue": reduce_loss(loss_qvalue, self.reduction),
+                "loss_qvalue": loss_qvalue,
                 "loss_cql": reduce_loss(loss_cql, self.reduction),
             },
             batch_size=[],

@@ -30,6 +30,7 @@ from torchrl.objectives._helpers import (
     gather_action_values,
     masked_argmax,
     reduce_loss,
+    reduced_distance,
     resolve_action_space,
     td_error_priority,
     without_greedy_head,
@@ -57,16 +58,20 @@ def _as_value_network(value_network: Any, action_space: Any) -> Any:
     return QValueActor(value_network, action_space=action_space)
 
 
-def _weights(tensordict: TensorDictBase, use: bool | str, loss: Tensor) -> Tensor:
-    """Multiplies per-sample losses by the importance weights of a prioritized buffer."""
-    if use is False:
-        return loss
-    weight = tensordict.get(WEIGHT, None)
+def _weighted_distance(
+    loss: DQNLoss, tensordict: TensorDictBase, pred: Tensor, target: Tensor
+) -> Tensor:
+    """The reduced distance of ``pred`` to ``target``, each sample weighted by the importance
+    weight of a prioritized buffer when ``use_prioritized_weights`` finds (or requires) one."""
+    use = loss.use_prioritized_weights
+    weight = None if use is False else tensordict.get(WEIGHT, None)
     if weight is None:
         if use is True:
             raise KeyError(f"use_prioritized_weights=True but the batch has no {WEIGHT!r} entry")
-        return loss
-    return loss * weight.reshape(weight.shape + (1,) * (loss.ndim - weight.ndim))
+        return reduced_distance(pred, target, loss.loss_function, loss.reduction)
+    per_sample = distance_loss(pred, target, loss.loss_function)
+    per_sample = per_sample * weight.reshape(weight.shape + (1,) * (per_sample.ndim - weight.ndim))
+    return reduce_loss(per_sample, loss.reduction)
 
 
 class DQNLoss(LossModule):
@@ -208,9 +213,8 @@ class DQNLoss(LossModule):
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         td_error = (pred - target).abs()
         tensordict.set(keys.priority, td_error_priority(td_error, tensordict.batch_size))
-        loss = distance_loss(pred, target, self.loss_function)
-        loss = _weights(tensordict, self.use_prioritized_weights, loss)
-        return TensorDict({"loss": reduce_loss(loss, self.reduction)}, batch_size=[])
+        loss = _weighted_distance(self, tensordict, pred, target)
+        return TensorDict({"loss": loss}, batch_size=[])
 
 
 class DistributionalDQNLoss(LossModule):

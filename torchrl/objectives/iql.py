@@ -27,13 +27,14 @@ from torchrl.objectives._helpers import (
     check_loss_function,
     check_probabilistic_actor,
     check_reduction,
+    ensemble_distance,
     gather_action_values,
     reduce_loss,
     resolve_action_space,
     td_error_priority,
 )
 from torchrl.objectives.common import LossModule, ParamSet, next_key
-from torchrl.objectives.utils import ValueEstimators, distance_loss
+from torchrl.objectives.utils import ValueEstimators
 
 if TYPE_CHECKING:
     from torchrl.data.specs import TensorSpec
@@ -195,13 +196,13 @@ class IQLLoss(LossModule):
             next_value = self._value(tensordict.get(NEXT))
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         pred = self._q_taken(tensordict, ParamSet.ONLINE)
-        loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
+        loss_qvalue = ensemble_distance(pred, target, self.loss_function, self.reduction)
         td_error = (pred.detach() - target).abs().max(0).values
         tensordict.set(keys.priority, td_error_priority(td_error, tensordict.batch_size))
         return TensorDict(
             {
                 "loss_actor": reduce_loss(loss_actor, self.reduction),
-                "loss_qvalue": reduce_loss(loss_qvalue, self.reduction),
+                "loss_qvalue": loss_qvalue,
                 "loss_value": reduce_loss(loss_value, self.reduction),
                 "entropy": -log_prob.detach().mean(),
             },

@@ -300,10 +300,11 @@ class PPOLoss(LossModule):
             self.loss_critic_type,
             self.clip_value,
             "actor_network" if self.separate_losses else None,
+            self.reduction,
         )
         if clip_fraction is not None:
             out["value_clip_fraction"] = clip_fraction
-        out["loss_critic"] = self.critic_coef * reduce_loss(loss, self.reduction)
+        out["loss_critic"] = self.critic_coef * loss
 
     def _entropy_terms(
         self, dist: torch.distributions.Distribution, out: dict[str, Tensor]
@@ -311,8 +312,9 @@ class PPOLoss(LossModule):
         if not self.entropy_bonus:
             return
         entropy = dist_entropy(dist, self.samples_mc_entropy)
-        out["entropy"] = entropy.detach().mean()
-        out["loss_entropy"] = -self.entropy_coef * reduce_loss(entropy, self.reduction)
+        reduced = reduce_loss(entropy, self.reduction)
+        out["entropy"] = (reduced if self.reduction == "mean" else entropy.mean()).detach()
+        out["loss_entropy"] = -self.entropy_coef * reduced
 
     def _objective(
         self,
@@ -402,10 +404,10 @@ class ClipPPOLoss(PPOLoss):
     ) -> Tensor:
         eps = self.clip_epsilon
         ratio = log_weight.exp()
-        gain = ratio * adv
-        clipped_gain = ratio.clamp(1.0 - eps, 1.0 + eps) * adv
-        out["clip_fraction"] = ((ratio - 1.0).abs() > eps).to(ratio.dtype).mean().detach()
-        return -torch.minimum(gain, clipped_gain)
+        clipped = ratio.clamp(1.0 - eps, 1.0 + eps)
+        # The share of samples whose ratio the clip moved (a comparison: no graph).
+        out["clip_fraction"] = torch.mean(clipped != ratio, dtype=ratio.dtype)
+        return -torch.minimum(ratio * adv, clipped * adv)
 
 
 class KLPENPPOLoss(PPOLoss):

@@ -178,6 +178,7 @@ class ReinforceLoss(LossModule):
                 self.loss_critic_type,
                 self.clip_value,
                 "actor_network" if self.separate_losses else None,
+                self.reduction,
             )
-            out["loss_value"] = reduce_loss(loss, self.reduction)
+            out["loss_value"] = loss
         return TensorDict(out, batch_size=[])

@@ -31,6 +31,7 @@ from torchrl.objectives._helpers import (
     check_probabilistic_actor,
     check_reduction,
     clamped_alpha,
+    ensemble_distance,
     gather_action_values,
     reduce_loss,
     register_log_alpha,
@@ -267,7 +268,7 @@ class SACLoss(LossModule):
             next_value = self._next_value(tensordict, alpha)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         pred = self._q(tensordict, ParamSet.ONLINE)  # [n, *B, 1]
-        loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
+        loss_qvalue = ensemble_distance(pred, target, self.loss_function, self.reduction)
         td_error = (pred.detach() - target).abs().max(0).values
         tensordict.set(
             self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
@@ -275,7 +276,7 @@ class SACLoss(LossModule):
 
         out = {
             "loss_actor": reduce_loss(loss_actor, self.reduction),
-            "loss_qvalue": reduce_loss(loss_qvalue, self.reduction),
+            "loss_qvalue": loss_qvalue,
         }
         if self.value_network is not None:
             value = self._value(tensordict, ParamSet.ONLINE)
@@ -476,13 +477,13 @@ class DiscreteSACLoss(LossModule):
         action = tensordict.get(keys.action)
         action = action.expand(q_all.shape[0], *action.shape)
         pred = gather_action_values(q_all, action, self.action_space, type(self).__name__)
-        loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
+        loss_qvalue = ensemble_distance(pred, target, self.loss_function, self.reduction)
         td_error = (pred.detach() - target).abs().max(0).values
         tensordict.set(keys.priority, td_error_priority(td_error, tensordict.batch_size))
         return TensorDict(
             {
                 "loss_actor": reduce_loss(loss_actor, self.reduction),
-                "loss_qvalue": reduce_loss(loss_qvalue, self.reduction),
+                "loss_qvalue": loss_qvalue,
                 "loss_alpha": reduce_loss(alpha_loss(self, -entropy), self.reduction),
                 "alpha": alpha,
                 "entropy": entropy.detach().mean(),

@@ -17,11 +17,12 @@ from torchrl.objectives._helpers import (
     check_action_shape,
     check_loss_function,
     check_reduction,
+    ensemble_distance,
     reduce_loss,
     td_error_priority,
 )
 from torchrl.objectives.common import LossModule, ParamSet, next_key
-from torchrl.objectives.utils import ValueEstimators, distance_loss
+from torchrl.objectives.utils import ValueEstimators
 
 if TYPE_CHECKING:
     from torchrl.data.specs import TensorSpec
@@ -204,13 +205,13 @@ class TD3Loss(LossModule):
             next_value = self._q(next_acted, ParamSet.TARGET).min(0).values
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         pred = self._q(tensordict, ParamSet.ONLINE)  # [n, *B, 1]
-        loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
+        loss_qvalue = ensemble_distance(pred, target, self.loss_function, self.reduction)
         td_error = (pred.detach() - target).abs().max(0).values
         tensordict.set(
             self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
         )
         out["loss_actor"] = reduce_loss(loss_actor, self.reduction)
-        out["loss_qvalue"] = reduce_loss(loss_qvalue, self.reduction)
+        out["loss_qvalue"] = loss_qvalue
         out["pred_value"] = pred.detach().mean()
         out["next_state_value"] = next_value.mean()
         out["target_value"] = target.mean()

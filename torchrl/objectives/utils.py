@@ -120,7 +120,7 @@ def distance_loss(
             )
         v1, v2 = torch.broadcast_tensors(v1, v2)
     if loss_function == "l2":
-        return (v1 - v2).pow(2)
+        return nn.functional.mse_loss(v1, v2, reduction="none")
     if loss_function == "l1":
         return (v1 - v2).abs()
     if loss_function == "smooth_l1":

@@ -115,11 +115,15 @@ def td0_return_estimate(
         terminated = done
     check_tensors(fn, reward, next_state_value=next_state_value, terminated=terminated, done=done)
     gamma = as_discount(fn, "gamma", gamma, reward.shape)
-    boot = gamma * next_state_value
-    if terminated is not None:
-        zero = torch.zeros((), dtype=boot.dtype, device=boot.device)
-        boot = torch.where(as_flag(terminated), zero, boot)
-    return reward + boot
+    if isinstance(gamma, float):
+        # One fused op for r + gamma * V (what the per-update losses call most).
+        target = torch.add(reward, next_state_value, alpha=gamma)
+    else:
+        target = reward + gamma * next_state_value
+    if terminated is None:
+        return target
+    # A select, not a product: a non-finite V after a terminal step does not leak.
+    return torch.where(as_flag(terminated), reward, target)
 
 
 def td0_advantage_estimate(
