@@ -328,10 +328,10 @@ def gather_action_values(
     return values.gather(-1, index.long())
 
 
-def masked_argmax(values: Tensor, mask: Tensor | None) -> Tensor:
+def masked_argmax(values: Tensor, mask: Tensor | None, keepdim: bool = False) -> Tensor:
     if mask is not None:
         values = values.masked_fill(~mask.bool().expand_as(values), float("-inf"))
-    return values.argmax(-1)
+    return values.argmax(-1, keepdim=keepdim)
 
 
 def td_error_priority(td_error: Tensor, batch_shape: torch.Size) -> Tensor:

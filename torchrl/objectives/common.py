@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -990,6 +991,7 @@ class LossModule(nn.Module):
         *,
         tensors: Sequence[Tensor] | None = None,
         first: int | None = None,
+        minimum: bool = False,
     ) -> list[Tensor]:
         """Calls every member of an ensemble (``expand_dim``) on the same data.
 
@@ -1000,9 +1002,13 @@ class LossModule(nn.Module):
             param_set: which tensors (see :class:`~torchrl.objectives.ParamSet`).
             tensors: stacked tensors to use instead (e.g. a subset of the members).
             first: call only the first ``first`` members of ``param_set``.
+            minimum: return the element-wise minimum over the members (``[*B, ...]``) instead
+                of their stack; looped members are folded with ``torch.minimum``, without the
+                stack and the reduction over it.
 
         Returns:
-            One tensor per key of ``out_keys``, stacked ``[n, *B, ...]`` over the members.
+            One tensor per key of ``out_keys``, stacked ``[n, *B, ...]`` over the members
+            (``[*B, ...]`` with ``minimum``).
         """
         cached = None if tensors is not None else self._member_views(name, param_set)
         if cached is not None:
@@ -1046,18 +1052,22 @@ class LossModule(nn.Module):
         if loop:
             if cached is not None:
                 outs = [one(flat) for flat in cached[:members]]
-                return [torch.stack(group) for group in zip(*outs)]
-            # unbind: one autograd node per tensor whose backward stacks the members' gradients,
-            # where indexing member by member adds a zero-filled gradient per member and sums.
-            per_member = [t.unbind(0) for t in cast(Sequence[Tensor], tensors)]
-            outs = [one([u[i] for u in per_member]) for i in range(members)]
+            else:
+                # unbind: one autograd node per tensor whose backward stacks the members'
+                # gradients, where indexing member by member adds a zero-filled gradient per
+                # member and sums.
+                per_member = [t.unbind(0) for t in cast(Sequence[Tensor], tensors)]
+                outs = [one([u[i] for u in per_member]) for i in range(members)]
+            if minimum:
+                return [functools.reduce(torch.minimum, group) for group in zip(*outs)]
             return [torch.stack(group) for group in zip(*outs)]
         if tensors is None:
             tensors = self.network_tensors(name, param_set)
             if first is not None:
                 tensors = [t[:first] for t in tensors]
         # Only the vmapped network's own modules decide (not the whole loss).
-        return list(torch.vmap(one, randomness=_vmap_randomness(module))(list(tensors)))
+        stacked = list(torch.vmap(one, randomness=_vmap_randomness(module))(list(tensors)))
+        return [t.min(0).values for t in stacked] if minimum else stacked
 
     # ---- compilation and mixed precision ---------------------------------------------------
 

@@ -165,10 +165,10 @@ class CQLLoss(SACLoss):
         next_td = tensordict.get(NEXT)
         if self.max_q_backup:
             acted, _ = self._sample(self._repeat(next_td), param_set)
-            q = self._q(acted, ParamSet.TARGET).min(0).values  # [R, *B, 1]
+            q = self._q(acted, ParamSet.TARGET, minimum=True)  # [R, *B, 1]
             return q.max(0).values
         acted, log_prob = self._sample(next_td, param_set)
-        value = self._q(acted, ParamSet.TARGET).min(0).values
+        value = self._q(acted, ParamSet.TARGET, minimum=True)
         if not self.deterministic_backup:
             value = value - alpha * log_prob
         return value
@@ -211,7 +211,7 @@ class CQLLoss(SACLoss):
         alpha = self.alpha
         acted, log_prob = self._sample(tensordict, ParamSet.ONLINE)
         self._check_action(tensordict, acted)
-        loss_actor = alpha * log_prob - self._q(acted, ParamSet.DETACHED).min(0).values
+        loss_actor = alpha * log_prob - self._q(acted, ParamSet.DETACHED, minimum=True)
         with torch.no_grad():
             next_value = self._next_value(tensordict, alpha)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)

@@ -188,8 +188,7 @@ class DQNLoss(LossModule):
         chooser = (
             self._action_values(next_td, ParamSet.DETACHED) if self.double_dqn else target_values
         )
-        index = masked_argmax(chooser, mask)
-        return target_values.gather(-1, index.unsqueeze(-1))
+        return target_values.gather(-1, masked_argmax(chooser, mask, keepdim=True))
 
     @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:  # type: ignore[override]
@@ -211,7 +210,7 @@ class DQNLoss(LossModule):
         with torch.no_grad():
             next_value = self._next_value(tensordict)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
-        td_error = (pred - target).abs()
+        td_error = (pred.detach() - target).abs()  # no graph for the priority
         tensordict.set(keys.priority, td_error_priority(td_error, tensordict.batch_size))
         loss = _weighted_distance(self, tensordict, pred, target)
         return TensorDict({"loss": loss}, batch_size=[])

@@ -224,10 +224,13 @@ class SACLoss(LossModule):
         key = self.tensor_keys.action
         check_action_shape(type(self).__name__, key, tensordict.get(key), acted.get(key))
 
-    def _q(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
-        """``[n_critics, *B, 1]`` action values."""
+    def _q(self, tensordict: TensorDictBase, param_set: ParamSet, minimum: bool = False) -> Tensor:
+        """``[n_critics, *B, 1]`` action values (their minimum ``[*B, 1]`` with ``minimum``)."""
         key = self.tensor_keys.state_action_value
-        return self._call_ensemble("qvalue_network", tensordict, [key], param_set)[0]
+        (values,) = self._call_ensemble(
+            "qvalue_network", tensordict, [key], param_set, minimum=minimum
+        )
+        return values
 
     def _value(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
         in_keys = self._net_in_keys(self.value_network, with_next=False)
@@ -241,7 +244,7 @@ class SACLoss(LossModule):
         acted, log_prob = self._sample(
             next_td, ParamSet.TARGET if self.delay_actor else ParamSet.ONLINE
         )
-        return self._q(acted, ParamSet.TARGET).min(0).values - alpha * log_prob
+        return self._q(acted, ParamSet.TARGET, minimum=True) - alpha * log_prob
 
     # ---- forward -----------------------------------------------------------------------------
 
@@ -261,7 +264,7 @@ class SACLoss(LossModule):
         alpha = self.alpha
         acted, log_prob = self._sample(tensordict, ParamSet.ONLINE)
         self._check_action(tensordict, acted)
-        min_q_pi = self._q(acted, ParamSet.DETACHED).min(0).values  # [*B, 1]
+        min_q_pi = self._q(acted, ParamSet.DETACHED, minimum=True)  # [*B, 1]
         loss_actor = alpha * log_prob - min_q_pi
 
         with torch.no_grad():
@@ -440,10 +443,13 @@ class DiscreteSACLoss(LossModule):
         log_probs = torch.where(probs > 0, log_probs, torch.zeros_like(log_probs))
         return probs, log_probs
 
-    def _q(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
-        """``[n_critics, *B, n_actions]`` action values."""
+    def _q(self, tensordict: TensorDictBase, param_set: ParamSet, minimum: bool = False) -> Tensor:
+        """``[n_critics, *B, n_actions]`` action values (their minimum with ``minimum``)."""
         key = self.tensor_keys.action_value
-        return self._call_ensemble("qvalue_network", tensordict, [key], param_set)[0]
+        (values,) = self._call_ensemble(
+            "qvalue_network", tensordict, [key], param_set, minimum=minimum
+        )
+        return values
 
     @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:  # type: ignore[override]
@@ -471,7 +477,7 @@ class DiscreteSACLoss(LossModule):
 
         with torch.no_grad():
             next_probs, next_log_probs = self._policy(tensordict.get(NEXT))
-            next_q = self._q(tensordict.get(NEXT), ParamSet.TARGET).min(0).values
+            next_q = self._q(tensordict.get(NEXT), ParamSet.TARGET, minimum=True)
             next_value = (next_probs * (next_q - alpha * next_log_probs)).sum(-1, keepdim=True)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         action = tensordict.get(keys.action)

@@ -157,10 +157,13 @@ class TD3Loss(LossModule):
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
         return self._call_network("actor_network", inputs, param_set)
 
-    def _q(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
-        """``[n_critics, *B, 1]`` action values."""
+    def _q(self, tensordict: TensorDictBase, param_set: ParamSet, minimum: bool = False) -> Tensor:
+        """``[n_critics, *B, 1]`` action values (their minimum ``[*B, 1]`` with ``minimum``)."""
         key = self.tensor_keys.state_action_value
-        return self._call_ensemble("qvalue_network", tensordict, [key], param_set)[0]
+        (values,) = self._call_ensemble(
+            "qvalue_network", tensordict, [key], param_set, minimum=minimum
+        )
+        return values
 
     def _smoothed_next_action(self, next_td: TensorDictBase) -> TensorDictBase:
         acted = self._act(next_td, ParamSet.TARGET)
@@ -171,7 +174,7 @@ class TD3Loss(LossModule):
         )
         low = self.low.to(action.dtype)
         high = self.high.to(action.dtype)
-        acted.set(key, torch.minimum(torch.maximum(action + noise, low), high))
+        acted.set(key, torch.clamp(action + noise, low, high))
         return acted
 
     def _actor_terms(self, tensordict: TensorDictBase, out: dict[str, Tensor]) -> Tensor:
@@ -181,8 +184,8 @@ class TD3Loss(LossModule):
         # Only the first critic scores the actor: evaluate that member alone.
         value_key = self.tensor_keys.state_action_value
         q_actor = self._call_ensemble(
-            "qvalue_network", acted, [value_key], ParamSet.DETACHED, first=1
-        )[0][0]
+            "qvalue_network", acted, [value_key], ParamSet.DETACHED, first=1, minimum=True
+        )[0]
         out["state_action_value_actor"] = q_actor.detach().mean()
         return -q_actor
 
@@ -202,7 +205,7 @@ class TD3Loss(LossModule):
         loss_actor = self._actor_terms(tensordict, out)
         with torch.no_grad():
             next_acted = self._smoothed_next_action(tensordict.get(NEXT))
-            next_value = self._q(next_acted, ParamSet.TARGET).min(0).values
+            next_value = self._q(next_acted, ParamSet.TARGET, minimum=True)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         pred = self._q(tensordict, ParamSet.ONLINE)  # [n, *B, 1]
         loss_qvalue = ensemble_distance(pred, target, self.loss_function, self.reduction)
