@@ -14,19 +14,22 @@ TorchRL is installed beside us
 speed-up. Runs with ``torch.set_num_threads(1)``. On a shared machine, ``--rounds`` alternates
 the three measurements several times and keeps the best time of each case.
 
-Measured on 2026-11-27 on a 2-core machine shared with other jobs (load ~1.9, ``--rounds 3``,
-recorded in ``docs/benchmarks/losses.json``, after the MLP's direct layer calls and the losses'
-shortcuts: cached ensemble member views, direct actor and critic network calls, cheaper key checks,
-parameter swaps and target-update pairs): ``ours_over_plain`` 1.28 (DQN), 1.25 (SAC), 1.27 (TD3)
-and 1.27 (PPO), from 1.34 / 1.30 / 1.34 / 1.29 earlier that day and 1.39 / 1.41 / 1.51 / 1.46
-before it; the 1.15 target is not met. Five runs that evening (small changes between them) gave
-1.25-1.31 (DQN), 1.23-1.32 (SAC), 1.26-1.34 (TD3) and 1.15-1.29 (PPO): compare ratios of one run
-only. TorchRL 0.14.1's wall time over ours: 2.11 / 1.86 / 1.99 / 1.87. The gap to plain PyTorch is
-Python bookkeeping spread thinly over the loss call (TensorDict reads and writes, parameter swaps
-for target and detached networks, input checks, the logged diagnostics), no part above 10-20 us;
-with a batch of 1 and 1 cell (arithmetic removed) ours costs about 200 us (DQN) to 500 us (SAC)
-more per update than plain PyTorch. The networks themselves cost the same (a 2x64 MLP forward on
-256 rows: ~150 us in both). Compiling removes the gap (``benchmarks/compile.py``).
+Measured on 2026-11-28 on the shared 2-core machine (other jobs paused for the run, ``--rounds
+3``, recorded in ``docs/benchmarks/losses.json``): ``ours_over_plain`` 1.25 (DQN), 1.20 (SAC),
+1.20 (TD3) and 1.19 (PPO); the 1.15 target is not met. The day before: 1.28 / 1.25 / 1.27 /
+1.27, and 1.39 / 1.41 / 1.51 / 1.46 before that. What moved them: one fused torch loss op
+(``mse_loss``, ``smooth_l1_loss`` with their reduction) where the losses reduce a distance, the
+critics' minimum folded with ``torch.minimum`` instead of a stack and a reduction over it, a
+two-op TD(0) target, cheaper diagnostics (PPO's clip fraction from the clamp), no graph for the
+priorities. TorchRL 0.14.1's wall time over ours: 2.19 / 1.86 / 2.05 / 1.91. The aten op counts
+are now close (SAC 339 against plain PyTorch's 330, PPO 216 against 204); the gap is Python
+bookkeeping: ours makes about three times the Python calls per update (TensorDict reads and
+writes, parameter-slot swaps for target and detached networks, input checks, the module-call
+machinery, the diagnostics and priorities plain PyTorch does not compute), none of them above
+~5 us. The networks themselves cost the same (a 2x64 MLP forward on 256 rows: ~145 us in both).
+Compiling removes the gap (``benchmarks/compile.py``). On a loaded machine the ratio rises
+(1.25-1.38 for the same code with two training jobs on the two cores): compare ratios of one
+run only.
 
 Usage: ``python benchmarks/losses.py [--seconds 0.3] [--rounds 2] [--no-peers] [--no-plain]``
 """
