@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import math
 import os
 import runpy
 import sys
@@ -137,6 +138,45 @@ def test_pixels_show_the_pendulum_centred(dreamer) -> None:
         assert float(radius[frame].max()) > 20, "the rod spans less than a third of the frame"
         assert float(frame.float().mean()) > 0.05
     assert float((pixels[1:] - pixels[:-1]).abs().mean()) > 0.005, "frames do not change"
+
+
+def test_pixels_show_the_state_after_the_action(dreamer) -> None:
+    """Each step's frame draws the pendulum at that step's own angle: no one-step lag.
+
+    The rod's tip (the drawn pixel furthest from the pivot) must point where the env's
+    ``(cos, sin)`` observation of the same step says, after the repeated action, also on reset.
+    A lag from the render / frame-skip / transform order would leave the world-model probes
+    fine but hand the policy stale frames.
+    """
+    cfg = dreamer.Config(version="v3", pixels=True, progress=False)
+    env = dreamer.make_env(cfg)
+    env.set_seed(0)
+    rows, cols = torch.meshgrid(torch.arange(64.0), torch.arange(64.0), indexing="ij")
+
+    def tip_angle(frame: torch.Tensor) -> float:
+        rod = (frame[0] - frame[1]) > 0.3  # the rod is drawn red
+        radius = torch.where(rod, (rows - 31.5) ** 2 + (cols - 31.5) ** 2, -1.0)
+        index = int(radius.argmax())
+        row, col = rows.flatten()[index], cols.flatten()[index]
+        # the render's up is -row; theta = 0 points up, positive theta turns to the left
+        return float(torch.atan2(-(col - 31.5), -(row - 31.5)))
+
+    td = env.reset()
+    errors, moves = [], []
+    for step in range(8):
+        obs = td["observation"]
+        theta = float(torch.atan2(obs[1], obs[0]))
+        diff = tip_angle(td["pixels"]) - theta
+        errors.append(abs(math.atan2(math.sin(diff), math.cos(diff))))
+        td["action"] = torch.full((1,), 1.0 if step % 4 < 2 else -1.0)
+        nxt = env.step(td)["next"]
+        move = float(torch.atan2(nxt["observation"][1], nxt["observation"][0])) - theta
+        moves.append(abs(math.atan2(math.sin(move), math.cos(move))))
+        td = nxt.exclude("reward", "done", "terminated", "truncated")
+    env.close()
+    assert max(errors) < 0.15, f"frame vs observation angle errors {errors}"
+    # a one-step lag would show errors as large as the moves
+    assert sum(m > 0.2 for m in moves) >= 5, f"the pendulum barely moved ({moves}): no lag seen"
 
 
 def test_probe_world_model_prints_its_diagnostics(dreamer, monkeypatch, tmp_path, capsys) -> None:
