@@ -166,3 +166,57 @@ def test_mlp_direct_layers_keep_hooks_and_outputs():
     mlp[2] = nn.Tanh()
     mlp[2].forward = lambda v: v * 0  # type: ignore[method-assign]
     assert bool((mlp(x) == mlp[4](mlp[3](torch.zeros(4, 5)))).all())
+
+
+@pytest.mark.parametrize("loss_function", ["l2", "l1", "smooth_l1"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_fused_distances_match_the_per_sample_forms(loss_function, reduction):
+    from torchrl.objectives._helpers import ensemble_distance, reduced_distance
+    from torchrl.objectives.utils import distance_loss
+
+    g = torch.Generator().manual_seed(0)
+    pred = (torch.randn(2, B, 1, generator=g) * 3).requires_grad_()
+    target = torch.randn(B, 1, generator=g) * 3
+
+    def reduce(x):
+        return {"mean": x.mean(), "sum": x.sum(), "none": x}[reduction]
+
+    # One critic: the fused op against distance_loss then the reduction.
+    got = reduced_distance(pred[0], target, loss_function, reduction)
+    want = reduce(distance_loss(pred[0], target, loss_function))
+    torch.testing.assert_close(got, want)
+    # An ensemble: summed over the critics, then reduced; values and gradients.
+    got = ensemble_distance(pred, target, loss_function, reduction)
+    want = reduce(distance_loss(pred, target.expand_as(pred), loss_function).sum(0))
+    torch.testing.assert_close(got, want)
+    (g_got,) = torch.autograd.grad(got.sum(), pred)
+    (g_want,) = torch.autograd.grad(want.sum(), pred)
+    torch.testing.assert_close(g_got, g_want)
+
+
+def test_reduced_distance_keeps_the_strict_shape_check():
+    from torchrl.objectives._helpers import reduced_distance
+
+    with pytest.raises(ValueError, match="different shapes"):
+        reduced_distance(torch.zeros(4, 1), torch.zeros(4), "l2", "mean")
+    # Broadcast on request (the on-policy critics' [*B] targets against [*B, 1] values).
+    out = reduced_distance(torch.zeros(4, 1), torch.ones(4), "l2", "mean", strict_shape=False)
+    assert out.item() == 1.0
+
+
+@pytest.mark.parametrize("param_set", ["ONLINE", "DETACHED", "TARGET"])
+@pytest.mark.parametrize("members", [2, 3])  # on the CPU two critics are looped, three vmapped
+def test_ensemble_minimum_equals_the_minimum_of_the_stack(param_set, members):
+    loss, _ = _make("sac")
+    data = _batch()
+    which = getattr(loss_common.ParamSet, param_set)
+    key = loss.tensor_keys.state_action_value
+    if members == 2:  # the parameter set's own tensors (cached views, or unbound online ones)
+        options: dict = {"param_set": which}
+    else:
+        tensors = loss.network_tensors("qvalue_network", which)
+        options = {"tensors": [torch.cat([t, t[:1] * 0.5]) for t in tensors]}
+    stacked = loss._call_ensemble("qvalue_network", data, [key], **options)[0]
+    folded = loss._call_ensemble("qvalue_network", data, [key], minimum=True, **options)[0]
+    assert stacked.shape[0] == members
+    torch.testing.assert_close(folded, stacked.min(0).values, rtol=0, atol=0)

@@ -30,27 +30,27 @@ __all__ = [
     "alpha_loss",
     "as_batch",
     "check_action_shape",
-    "decoded_critic",
-    "encoded_critic_data",
     "check_loss_function",
     "check_probabilistic_actor",
     "check_reduction",
     "clamped_alpha",
     "critic_value_loss",
+    "decoded_critic",
     "dist_entropy",
-    "ensemble_distance",
-    "reduced_distance",
     "either_alias",
+    "encoded_critic_data",
+    "ensemble_distance",
     "find_mask_key",
     "gather_action_values",
     "get_log_prob",
     "masked_argmax",
     "reduce_loss",
-    "soft_actor_critic_terms",
+    "reduced_distance",
     "register_log_alpha",
     "resolve_action_space",
     "resolve_target_entropy",
     "rsample_and_log_prob",
+    "soft_actor_critic_terms",
     "td_error_priority",
     "without_greedy_head",
 ]
@@ -79,15 +79,19 @@ _FUSED_DISTANCE = {
 
 
 def reduced_distance(
-    v1: Tensor, v2: Tensor, loss_function: LossFunction, reduction: Reduction
+    v1: Tensor,
+    v2: Tensor,
+    loss_function: LossFunction,
+    reduction: Reduction,
+    strict_shape: bool = True,
 ) -> Tensor:
-    """``reduce_loss(distance_loss(v1, v2, loss_function), reduction)``; one fused torch loss op
-    (forward and backward) when the shapes agree and the reduction is ``"mean"`` or ``"sum"``;
-    otherwise the two are broadcast (``strict_shape=False``)."""
+    """``reduce_loss(distance_loss(v1, v2, loss_function, strict_shape), reduction)``, as one
+    fused torch loss op (forward and backward) when the shapes agree and the reduction is
+    ``"mean"`` or ``"sum"``."""
     fused = _FUSED_DISTANCE.get(loss_function)
     if fused is not None and reduction != "none" and v1.shape == v2.shape:
         return fused(v1, v2, reduction=reduction)
-    return reduce_loss(distance_loss(v1, v2, loss_function, strict_shape=False), reduction)
+    return reduce_loss(distance_loss(v1, v2, loss_function, strict_shape), reduction)
 
 
 def ensemble_distance(
@@ -249,7 +253,7 @@ def critic_value_loss(
         value = _critic_value(critic, tensordict, keys.value)
     target = target.detach()
     if clip_value is None:
-        return reduced_distance(target, value, loss_type, reduction), None
+        return reduced_distance(target, value, loss_type, reduction, strict_shape=False), None
     per_sample = distance_loss(target, value, loss_type, strict_shape=False)
     if old_value is None:
         raise KeyError(
