@@ -13,6 +13,11 @@
   updates, world-model pretraining. Diagnostics show the pixel world model predicts rewards
   (posterior and 15-step open loop) as well as the state model after ~800 updates, so the
   failure is downstream of the model or in the budget; the test keeps the original settings.
+  2026-11-28, later: per-phase logs find no acting bug (no frame lag, the filter resets every
+  episode); the pixel actor shrinks its actions where the state actor stays bang-bang, and the
+  pixel model predicts an action's effect a few steps on worse (correlation with the true
+  dynamics 0.60-0.66 against 0.66-0.87). No entropy bonus, a 5x critic learning rate and
+  action repeat 4 (with 40 or 80 updates per 100 steps) did not learn either; still failing.
 
 Each test prints its evaluation curve, wall time and the random baseline (``pytest -s``).
 """
