@@ -167,7 +167,10 @@ class Config:
       the actions saturated, final -1254; ``value_lr=1e-3`` lets the critic catch up (-519
       against -629 at 1000 updates) but the actions shrink as before, final -1152; both with
       ``action_repeat=4``: evaluations -1311 to -943, final -1087; the same with 80 updates
-      per 100 steps: -1338 to -932, final -1191 (1453 s). Not found yet: how to make the
+      per 100 steps: -1338 to -932, final -1191 (1453 s); action repeat 4 for 5000 steps:
+      -1328, -1132, -1104, -1256, -1277, -1353, -1172, -982, -1174, -1256 every 500, final
+      -1309 (1194 s); ``horizon=30`` (repeat 2): -1170, -1539, -1683, -1307, -927, -1013,
+      final -1246. Not found yet: how to make the
       pixel model's multi-step action effects (or the actor's use of them) as good as the
       state model's within this budget.
     """
