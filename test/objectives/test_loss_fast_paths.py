@@ -95,12 +95,13 @@ def _train(loss: nn.Module, updater: SoftUpdate | None, steps: int) -> list[dict
     return record
 
 
-def _assert_same(a: list[dict], b: list[dict]) -> None:
+def _assert_same(a: list[dict], b: list[dict], exact: bool = True) -> None:
+    tol = {"rtol": 0, "atol": 0} if exact else {"rtol": 1e-5, "atol": 1e-6}
     for step_a, step_b in zip(a, b, strict=True):
         for part in ("out", "grads", "state"):
             assert step_a[part].keys() == step_b[part].keys()
             for key in step_a[part]:
-                torch.testing.assert_close(step_a[part][key], step_b[part][key], rtol=0, atol=0)
+                torch.testing.assert_close(step_a[part][key], step_b[part][key], **tol)
 
 
 @pytest.mark.parametrize("kind", ["sac", "td3", "ppo"])
@@ -114,7 +115,9 @@ def test_shortcuts_match_generic_calls_over_optimizer_steps(kind, monkeypatch):
     monkeypatch.setattr("torchrl.modules.models.mlp.no_global_hooks", lambda: False)
     loss, updater = _make(kind)
     generic = _train(loss, updater, steps=4)
-    _assert_same(fast, generic)
+    # The twin critics run as one batched matmul per layer (stacked_forward): float32 sums in
+    # another order than two linear calls, so equal to rounding only; the rest is exact.
+    _assert_same(fast, generic, exact=kind == "ppo")
 
 
 def test_member_views_follow_replaced_and_loaded_tensors():
@@ -220,3 +223,96 @@ def test_ensemble_minimum_equals_the_minimum_of_the_stack(param_set, members):
     folded = loss._call_ensemble("qvalue_network", data, [key], minimum=True, **options)[0]
     assert stacked.shape[0] == members
     torch.testing.assert_close(folded, stacked.min(0).values, rtol=0, atol=0)
+
+
+def _stacked(members: list[nn.Module], keys: list[tuple[str, ...]]) -> list[torch.Tensor]:
+    params = [dict(m.named_parameters()) for m in members]
+    return [torch.stack([p[".".join(k)] for p in params]).detach().requires_grad_() for k in keys]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"out_features": 1, "depth": 2},
+        {"out_features": (2, 3), "depth": 1, "activation_class": nn.Sigmoid},
+        {"out_features": 2, "depth": 1, "bias_last_layer": False},
+        {"out_features": 2, "depth": 0},
+    ],
+)
+@pytest.mark.parametrize("batch", [(5,), (2, 3)])
+def test_stacked_forward_matches_each_member(kwargs, batch):
+    from torchrl.modules.models.mlp import stack_plan, stacked_forward
+
+    torch.manual_seed(0)
+    members = [MLP(in_features=4, num_cells=6, **kwargs) for _ in range(3)]
+    keys = [tuple(name.split(".")) for name, _ in members[0].named_parameters()]
+    plan = stack_plan(members[0], keys)
+    assert plan is not None
+    tensors = _stacked(members, keys)
+    obs = torch.randn(*batch, 3, requires_grad=True)
+    act = torch.randn(*batch, 1)
+    out = stacked_forward(members[0], plan, tensors, obs, act)
+    want = torch.stack([m(obs, act) for m in members])
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
+    # Gradients: to the stacked parameters (one member each) and to the shared input.
+    weights = torch.randn_like(want)
+    got = torch.autograd.grad((out * weights).sum(), [obs, *tensors])
+    expected = torch.autograd.grad(
+        (want * weights).sum(), [obs, *(p for m in members for p in m.parameters())]
+    )
+    torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=1e-6)
+    n_params = len(keys)
+    for i, grad in enumerate(got[1:]):
+        per_member = torch.stack([expected[1 + j * n_params + i] for j in range(3)])
+        torch.testing.assert_close(grad, per_member, rtol=1e-5, atol=1e-6)
+
+
+def test_stacked_forward_declines_what_it_cannot_run():
+    from torchrl.modules.models.mlp import stack_plan, stacked_forward
+
+    def keys_of(module):
+        return [tuple(name.split(".")) for name, _ in module.named_parameters()]
+
+    # Layers other than nn.Linear and function-only activations: no plan.
+    for mlp in (
+        MLP(in_features=3, out_features=1, depth=1, activation_class=nn.ReLU),
+        MLP(in_features=3, out_features=1, depth=1, single_bias_last_layer=True),
+        MLP(
+            in_features=3,
+            out_features=1,
+            depth=1,
+            norm_class=nn.LayerNorm,
+            norm_kwargs={"normalized_shape": 32},
+        ),
+    ):
+        assert stack_plan(mlp, keys_of(mlp)) is None
+    mlp = MLP(in_features=3, out_features=1, depth=1, num_cells=4)
+    keys = keys_of(mlp)
+    assert stack_plan(mlp, keys[1:]) is None  # a weight missing from the keys
+    assert stack_plan(mlp, [*keys, ("0", "extra")]) is None  # a tensor of no layer
+    # A hook on a layer: no stacked call (the caller calls the members as modules).
+    plan = stack_plan(mlp, keys)
+    tensors = _stacked([mlp, mlp], keys)
+    handle = mlp[0].register_forward_hook(lambda m, i, o: None)
+    try:
+        assert stacked_forward(mlp, plan, tensors, torch.zeros(2, 3)) is None
+    finally:
+        handle.remove()
+    assert stacked_forward(mlp, plan, tensors, torch.zeros(2, 3)).shape == (2, 2, 1)
+
+
+def test_ensemble_with_a_hooked_critic_layer_calls_its_members():
+    loss, _ = _make("sac")
+    calls = []
+    template = loss.qvalue_network.module
+    template[0].register_forward_hook(lambda m, i, o: calls.append(o.shape))
+    with torch.no_grad():
+        torch.manual_seed(0)
+        hooked = loss(_batch())
+    assert len(calls) == 6  # two critics, three calls (actor, target, prediction)
+    loss, _ = _make("sac")
+    with torch.no_grad():
+        torch.manual_seed(0)
+        stacked = loss(_batch())
+    for key in ("loss_actor", "loss_qvalue", "loss_alpha"):
+        torch.testing.assert_close(hooked[key], stacked[key], rtol=1e-5, atol=1e-6)

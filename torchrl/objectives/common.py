@@ -982,6 +982,25 @@ class LossModule(nn.Module):
         self._leaves_cache[key] = (list(sources), [t.data_ptr() for t in sources], views)
         return views
 
+    def _stack_plan(self, name: str) -> Any:
+        """How ensemble ``name`` runs its members at once (:func:`stack_plan`), made once;
+        ``None`` unless its network is a plain ``MLP`` holding all of its tensors."""
+        key = f"plan:{name}"
+        # Traced, the plan is made at each trace (no guard on the cache's contents, as _leaves).
+        compiling = torch.compiler.is_compiling()
+        plan = False if compiling else self._leaves_cache.get(key, False)
+        if plan is False:
+            from torchrl.modules.models.mlp import stack_plan
+
+            keys = self._network(name).keys
+            inner = getattr(self, name)._modules.get("module")
+            plan = None
+            if inner is not None and all(k[0] == "module" for k in keys):
+                plan = stack_plan(inner, [k[1:] for k in keys])
+            if not compiling:
+                self._leaves_cache[key] = plan
+        return plan
+
     def _call_ensemble(
         self,
         name: str,
@@ -994,6 +1013,11 @@ class LossModule(nn.Module):
         minimum: bool = False,
     ) -> list[Tensor]:
         """Calls every member of an ensemble (``expand_dim``) on the same data.
+
+        How: a network that is a plain ``MLP`` behind a direct ``TensorDictModule`` runs all
+        members at once on the stacked tensors (:func:`~torchrl.modules.models.mlp.stacked_forward`:
+        one batched matmul per layer); other networks loop over the members (two on a CPU,
+        or with ``deactivate_vmap`` or autocast) or are vmapped.
 
         Args:
             name: a network converted with ``expand_dim``.
@@ -1010,6 +1034,22 @@ class LossModule(nn.Module):
             One tensor per key of ``out_keys``, stacked ``[n, *B, ...]`` over the members
             (``[*B, ...]`` with ``minimum``).
         """
+        module = getattr(self, name)
+        direct = calls_network_directly(module) and list(out_keys) == list(module.out_keys)
+        args = network_inputs(module, tensordict) if direct else None
+        plan = self._stack_plan(name) if args is not None else None
+        if plan is not None:
+            # An MLP: every member in one batched matmul per layer, on the stacked tensors.
+            from torchrl.modules.models.mlp import stacked_forward
+
+            stacked = tensors
+            if stacked is None:
+                stacked = self.network_tensors(name, param_set)
+                if first is not None:
+                    stacked = [t[:first] for t in stacked]
+            out = stacked_forward(module.module, plan, stacked, *cast(list[Tensor], args))
+            if out is not None:
+                return [out.amin(0) if minimum else out]
         cached = None if tensors is not None else self._member_views(name, param_set)
         if cached is not None:
             members = len(cached) if first is None else min(first, len(cached))
@@ -1021,9 +1061,6 @@ class LossModule(nn.Module):
                     tensors = [t[:first] for t in tensors]
             members = tensors[0].shape[0]
             device_type = tensors[0].device.type
-        module = getattr(self, name)
-        direct = calls_network_directly(module) and list(out_keys) == list(module.out_keys)
-        args = network_inputs(module, tensordict) if direct else None
         inputs = tensordict.select(*module.in_keys, strict=False) if args is None else None
         # vmap's fixed cost per call (batching every op, pytree handling) exceeds a second
         # Python call for the usual pair of critics on CPU: twin critics are looped there

@@ -48,7 +48,8 @@ class REDQLoss(SACLoss):
         separate_losses: unused.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
         deactivate_vmap: loop over the critics instead of vmapping (always done for
-            two critics on CPU, where it is faster).
+            two critics on CPU, where it is faster). Critics made of a plain ``MLP`` skip
+            both: their members run stacked, one batched matmul per layer.
 
     Examples:
         >>> from tensordict.nn import TensorDictModule, NormalParamExtractor

@@ -85,7 +85,8 @@ class SACLoss(LossModule):
         separate_losses: unused (the actor loss never updates the critics).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
         deactivate_vmap: loop over the critics instead of vmapping (always done for
-            two critics on CPU, where it is faster).
+            two critics on CPU, where it is faster). Critics made of a plain ``MLP`` skip
+            both: their members run stacked, one batched matmul per layer.
 
     Examples:
         >>> from tensordict.nn import TensorDictModule, NormalParamExtractor
@@ -320,7 +321,8 @@ class DiscreteSACLoss(LossModule):
         separate_losses: unused.
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
         deactivate_vmap: loop over the critics instead of vmapping (always done for
-            two critics on CPU, where it is faster).
+            two critics on CPU, where it is faster). Critics made of a plain ``MLP`` skip
+            both: their members run stacked, one batched matmul per layer.
 
     Examples:
         >>> from tensordict.nn import TensorDictModule

@@ -54,7 +54,8 @@ class TD3Loss(LossModule):
         separate_losses: unused (the actor loss never updates the critics).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
         deactivate_vmap: loop over the critics instead of vmapping (always done for
-            two critics on CPU, where it is faster).
+            two critics on CPU, where it is faster). Critics made of a plain ``MLP`` skip
+            both: their members run stacked, one batched matmul per layer.
 
     Examples:
         >>> from torch import nn

@@ -228,3 +228,110 @@ class MLP(nn.Sequential):
         if self._out_shape is not None:
             value = value.unflatten(-1, self._out_shape)
         return value
+
+
+# One step of a stacked call: (layer, index of its weight, index of its bias) for a linear
+# layer, (layer, None, None) for an activation; indices into the flat tensor list.
+StackPlan = list[tuple[nn.Module, int | None, int | None]]
+
+
+def stack_plan(module: nn.Module, keys: Sequence[tuple[str, ...]]) -> StackPlan | None:
+    """How to call ``n`` copies of ``module``, an :class:`MLP`, with stacked parameters at once.
+
+    The plan lists the MLP's layers with the positions of their weight and bias among
+    ``keys`` (the parameter paths of a flat tensor list, relative to ``module``, as
+    :meth:`tensordict.TensorDict.from_module` names them). It exists when every layer is an
+    exact ``nn.Linear`` or an activation that is only its function (``Tanh``, ``Sigmoid``)
+    and the keys are exactly those layers' parameters; ``None`` otherwise. See
+    :func:`stacked_forward`.
+
+    Args:
+        module: the network (an ``MLP``, or its subclass that keeps ``MLP.forward``).
+        keys: the paths of the tensors :func:`stacked_forward` will get, in their order.
+
+    Returns:
+        The plan, or ``None``.
+
+    Examples:
+        >>> mlp = MLP(in_features=3, out_features=1, depth=1, num_cells=4)
+        >>> [(type(layer).__name__, w, b) for layer, w, b in stack_plan(mlp, [
+        ...     ("0", "weight"), ("0", "bias"), ("2", "weight"), ("2", "bias")])]
+        [('Linear', 0, 1), ('Tanh', None, None), ('Linear', 2, 3)]
+        >>> stack_plan(nn.Linear(3, 1), [("weight",), ("bias",)]) is None  # not an MLP
+        True
+    """
+    if not isinstance(module, MLP) or type(module).forward is not MLP.forward:
+        return None
+    index = {tuple(key): i for i, key in enumerate(keys)}
+    plan: StackPlan = []
+    for name, layer in module._modules.items():
+        if type(layer) is nn.Linear:
+            weight = index.pop((name, "weight"), None)
+            if weight is None:
+                return None
+            plan.append((layer, weight, index.pop((name, "bias"), None)))
+        elif type(layer) in _PLAIN_ACTIVATIONS:
+            plan.append((layer, None, None))
+        else:
+            return None
+    # Every tensor must belong to a linear layer (no buffers, nothing left over).
+    return plan if not index and plan else None
+
+
+def stacked_forward(
+    module: nn.Module, plan: StackPlan, tensors: Sequence[torch.Tensor], *inputs: torch.Tensor
+) -> torch.Tensor | None:
+    """``n`` copies of an MLP called on the same inputs, one batched matmul per layer.
+
+    ``tensors`` hold the copies' parameters stacked along a first dim of size ``n``, in the
+    order of ``plan`` (:func:`stack_plan`). What ``torch.vmap`` over the copies or a loop over
+    them computes, in half the operations of a loop of two (and no per-copy views of the
+    stacked tensors): on a CPU, the twin critics of SAC or TD3 cost ~15% less this way (a loop
+    of two beats vmap there). ``None`` when a layer has hooks or a global module hook is set
+    (the caller then calls the copies as modules).
+
+    Args:
+        module: the MLP the plan was made for.
+        plan: from :func:`stack_plan`.
+        tensors: the stacked parameters ``[n, ...]``.
+        *inputs: ``[*B, in]`` tensors, concatenated along the last dim as ``MLP`` does.
+
+    Returns:
+        The outputs ``[n, *B, *out]``, or ``None``.
+
+    Examples:
+        >>> mlp = MLP(in_features=3, out_features=2, depth=1, num_cells=4)
+        >>> keys = [("0", "weight"), ("0", "bias"), ("2", "weight"), ("2", "bias")]
+        >>> members = [MLP(in_features=3, out_features=2, depth=1, num_cells=4) for _ in range(3)]
+        >>> stacked = [torch.stack([dict(m.named_parameters())[".".join(k)] for m in members])
+        ...            for k in keys]
+        >>> x = torch.randn(5, 3)
+        >>> out = stacked_forward(mlp, stack_plan(mlp, keys), stacked, x)
+        >>> out.shape
+        torch.Size([3, 5, 2])
+        >>> torch.allclose(out[1], members[1](x), atol=1e-6)
+        True
+    """
+    if not no_global_hooks():
+        return None
+    value = inputs[0] if len(inputs) == 1 else torch.cat(inputs, -1)
+    batch = value.shape[:-1]
+    value = value.reshape(-1, value.shape[-1])  # [N, in]
+    n = tensors[0].shape[0]
+    for layer, weight, bias in plan:
+        if not plain_call(layer):
+            return None
+        if weight is None:
+            value = _PLAIN_ACTIVATIONS[type(layer)](value)
+            continue
+        w = tensors[weight]
+        if value.dim() == 2:
+            # The shared input: one broadcast (stride 0) batch for every copy.
+            value = value.expand(n, *value.shape)
+        if bias is None:
+            value = torch.bmm(value, w.mT)
+        else:
+            value = torch.baddbmm(tensors[bias].unsqueeze(-2), value, w.mT)
+    value = value.reshape(n, *batch, value.shape[-1])
+    out_shape = module._out_shape  # type: ignore[union-attr]
+    return value if out_shape is None else value.unflatten(-1, out_shape)
