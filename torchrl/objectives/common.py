@@ -1037,7 +1037,10 @@ class LossModule(nn.Module):
         module = getattr(self, name)
         direct = calls_network_directly(module) and list(out_keys) == list(module.out_keys)
         args = network_inputs(module, tensordict) if direct else None
-        plan = self._stack_plan(name) if args is not None else None
+        plan = None
+        if args is not None and (first is None or first > 1):
+            # (One member alone is called as the module, on cached views when there are.)
+            plan = self._stack_plan(name)
         if plan is not None:
             # An MLP: every member in one batched matmul per layer, on the stacked tensors.
             from torchrl.modules.models.mlp import stacked_forward
