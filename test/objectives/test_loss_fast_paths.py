@@ -11,8 +11,8 @@ from tensordict import TensorDict
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 
-from torchrl.modules import MLP, Actor, ProbabilisticActor, TanhNormal, ValueOperator
-from torchrl.objectives import ClipPPOLoss, SACLoss, SoftUpdate, TD3Loss
+from torchrl.modules import MLP, Actor, ProbabilisticActor, QValueActor, TanhNormal, ValueOperator
+from torchrl.objectives import ClipPPOLoss, DQNLoss, SACLoss, SoftUpdate, TD3Loss
 from torchrl.objectives import common as loss_common
 
 OBS, ACT, B = 3, 2, 16
@@ -61,6 +61,11 @@ def _make(kind: str) -> tuple[nn.Module, SoftUpdate | None]:
     torch.manual_seed(0)
     if kind == "sac":
         loss = SACLoss(_actor(), _critic(OBS + ACT), num_qvalue_nets=2, target_entropy=-2.0)
+    elif kind == "dqn":
+        qnet = QValueActor(
+            MLP(in_features=OBS, out_features=4, depth=1, num_cells=8), action_space="one_hot"
+        )
+        loss = DQNLoss(qnet, double_dqn=True, action_space="one_hot")
     elif kind == "td3":
         policy = Actor(MLP(in_features=OBS, out_features=ACT, depth=1, num_cells=8))
         loss = TD3Loss(policy, _critic(OBS + ACT), bounds=(-1.0, 1.0), num_qvalue_nets=2)
@@ -74,6 +79,8 @@ def _make(kind: str) -> tuple[nn.Module, SoftUpdate | None]:
 
 def _train(loss: nn.Module, updater: SoftUpdate | None, steps: int) -> list[dict]:
     data = _batch()
+    if isinstance(loss, DQNLoss):
+        data["action"] = nn.functional.one_hot(torch.arange(B) % 4, 4)
     adam = torch.optim.Adam([p for p in loss.parameters() if p.requires_grad], lr=1e-2)
     torch.manual_seed(1)
     record = []
@@ -104,7 +111,7 @@ def _assert_same(a: list[dict], b: list[dict], exact: bool = True) -> None:
                 torch.testing.assert_close(step_a[part][key], step_b[part][key], **tol)
 
 
-@pytest.mark.parametrize("kind", ["sac", "td3", "ppo"])
+@pytest.mark.parametrize("kind", ["sac", "td3", "ppo", "dqn"])
 def test_shortcuts_match_generic_calls_over_optimizer_steps(kind, monkeypatch):
     loss, updater = _make(kind)
     fast = _train(loss, updater, steps=4)
@@ -113,11 +120,13 @@ def test_shortcuts_match_generic_calls_over_optimizer_steps(kind, monkeypatch):
     monkeypatch.setattr("torchrl.objectives.sac.actor_dist", lambda actor, td: actor.get_dist(td))
     monkeypatch.setattr("torchrl.objectives.ppo.actor_dist", lambda actor, td: actor.get_dist(td))
     monkeypatch.setattr("torchrl.modules.models.mlp.no_global_hooks", lambda: False)
+    # The target networks then go through the slots, and DQN's Q-network through the module.
+    monkeypatch.setattr(loss_common.LossModule, "_direct_output", lambda self, *args: None)
     loss, updater = _make(kind)
     generic = _train(loss, updater, steps=4)
-    # The twin critics run as one batched matmul per layer (stacked_forward): float32 sums in
+    # The twin critics run as one batched matmul per layer (planned_forward): float32 sums in
     # another order than two linear calls, so equal to rounding only; the rest is exact.
-    _assert_same(fast, generic, exact=kind == "ppo")
+    _assert_same(fast, generic, exact=kind in ("ppo", "dqn"))
 
 
 def test_member_views_follow_replaced_and_loaded_tensors():
@@ -240,18 +249,18 @@ def _stacked(members: list[nn.Module], keys: list[tuple[str, ...]]) -> list[torc
     ],
 )
 @pytest.mark.parametrize("batch", [(5,), (2, 3)])
-def test_stacked_forward_matches_each_member(kwargs, batch):
-    from torchrl.modules.models.mlp import stack_plan, stacked_forward
+def test_planned_forward_matches_each_member(kwargs, batch):
+    from torchrl.modules.models.mlp import mlp_plan, planned_forward
 
     torch.manual_seed(0)
     members = [MLP(in_features=4, num_cells=6, **kwargs) for _ in range(3)]
     keys = [tuple(name.split(".")) for name, _ in members[0].named_parameters()]
-    plan = stack_plan(members[0], keys)
+    plan = mlp_plan(members[0], keys)
     assert plan is not None
     tensors = _stacked(members, keys)
     obs = torch.randn(*batch, 3, requires_grad=True)
     act = torch.randn(*batch, 1)
-    out = stacked_forward(members[0], plan, tensors, obs, act)
+    out = planned_forward(members[0], plan, tensors, obs, act)
     want = torch.stack([m(obs, act) for m in members])
     torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
     # Gradients: to the stacked parameters (one member each) and to the shared input.
@@ -267,8 +276,8 @@ def test_stacked_forward_matches_each_member(kwargs, batch):
         torch.testing.assert_close(grad, per_member, rtol=1e-5, atol=1e-6)
 
 
-def test_stacked_forward_declines_what_it_cannot_run():
-    from torchrl.modules.models.mlp import stack_plan, stacked_forward
+def test_planned_forward_declines_what_it_cannot_run():
+    from torchrl.modules.models.mlp import mlp_plan, planned_forward
 
     def keys_of(module):
         return [tuple(name.split(".")) for name, _ in module.named_parameters()]
@@ -285,20 +294,20 @@ def test_stacked_forward_declines_what_it_cannot_run():
             norm_kwargs={"normalized_shape": 32},
         ),
     ):
-        assert stack_plan(mlp, keys_of(mlp)) is None
+        assert mlp_plan(mlp, keys_of(mlp)) is None
     mlp = MLP(in_features=3, out_features=1, depth=1, num_cells=4)
     keys = keys_of(mlp)
-    assert stack_plan(mlp, keys[1:]) is None  # a weight missing from the keys
-    assert stack_plan(mlp, [*keys, ("0", "extra")]) is None  # a tensor of no layer
+    assert mlp_plan(mlp, keys[1:]) is None  # a weight missing from the keys
+    assert mlp_plan(mlp, [*keys, ("0", "extra")]) is None  # a tensor of no layer
     # A hook on a layer: no stacked call (the caller calls the members as modules).
-    plan = stack_plan(mlp, keys)
+    plan = mlp_plan(mlp, keys)
     tensors = _stacked([mlp, mlp], keys)
     handle = mlp[0].register_forward_hook(lambda m, i, o: None)
     try:
-        assert stacked_forward(mlp, plan, tensors, torch.zeros(2, 3)) is None
+        assert planned_forward(mlp, plan, tensors, torch.zeros(2, 3)) is None
     finally:
         handle.remove()
-    assert stacked_forward(mlp, plan, tensors, torch.zeros(2, 3)).shape == (2, 2, 1)
+    assert planned_forward(mlp, plan, tensors, torch.zeros(2, 3)).shape == (2, 2, 1)
 
 
 def test_ensemble_with_a_hooked_critic_layer_calls_its_members():
@@ -316,3 +325,34 @@ def test_ensemble_with_a_hooked_critic_layer_calls_its_members():
         stacked = loss(_batch())
     for key in ("loss_actor", "loss_qvalue", "loss_alpha"):
         torch.testing.assert_close(hooked[key], stacked[key], rtol=1e-5, atol=1e-6)
+
+
+def test_direct_output_of_a_sub_module_uses_its_own_target_tensors():
+    # Two MLPs in one network: the second one's tensors sit after the first one's in the
+    # flat list, so its plan's positions must be remapped.
+    from tensordict.nn import TensorDictSequential
+
+    from torchrl.objectives.common import LossModule, ParamSet
+
+    class Holder(LossModule):
+        def forward(self, td):  # pragma: no cover - not called
+            return td
+
+    torch.manual_seed(0)
+    first = TensorDictModule(MLP(in_features=OBS, out_features=4, depth=1), ["observation"], ["h"])
+    second = TensorDictModule(MLP(in_features=4, out_features=2, depth=1), ["h"], ["out"])
+    loss = Holder()
+    loss.convert_to_functional(
+        TensorDictSequential(first, second), "net", create_target_params=True
+    )
+    with torch.no_grad():
+        for t in loss.network_tensors("net", ParamSet.TARGET):
+            t.add_(torch.randn_like(t))
+    td = TensorDict({"h": torch.randn(5, 4)}, batch_size=[5])
+    out = loss._direct_output("net", td, ParamSet.TARGET, second)
+    assert loss._mlp_plan("net", second) is not None  # the planned path, not the slot swap
+    with loss.using_tensors("net", loss.network_tensors("net", ParamSet.TARGET)):
+        expected = second.module(td["h"])
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert not torch.equal(out, second.module(td["h"]))  # the online tensors differ
+    assert "out" not in td.keys()  # nothing written

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from torchrl._keys import paper_era_log_prob_key
 from torchrl._types import NestedKey
+from torchrl.modules.distributions.continuous import TanhNormal
 from torchrl.modules.models.value_norm import DecodedValueOperator, encode_value
 from torchrl.objectives.common import calls_network_directly, network_inputs
 from torchrl.objectives.utils import LossFunction, Reduction, distance_loss
@@ -148,6 +149,10 @@ def action_log_prob(
     return dist.log_prob(tensordict.get(action_key))
 
 
+# ``entropy`` methods that only raise NotImplementedError.
+_NO_CLOSED_FORM_ENTROPY = (torch.distributions.Distribution.entropy, TanhNormal.entropy)
+
+
 def dist_entropy(dist: torch.distributions.Distribution, samples_mc: int = 1) -> Tensor:
     """Entropy of ``dist`` (``[*B]``): closed form, else a Monte-Carlo estimate."""
     if _is_composite(dist):
@@ -155,18 +160,20 @@ def dist_entropy(dist: torch.distributions.Distribution, samples_mc: int = 1) ->
 
         with set_composite_lp_aggregate(True):
             return dist.entropy(samples_mc)  # type: ignore[call-arg]
-    try:
-        return dist.entropy()
-    except NotImplementedError:
-        if dist.has_rsample and callable(getattr(dist, "rsample_and_log_prob", None)):
-            # Scored from its own draw (a TanhNormal's pre-tanh value): the exact density,
-            # without the atanh(tanh(x)) round trip of log_prob(rsample()) and its backward.
-            if samples_mc == 1:
-                return -dist.rsample_and_log_prob()[1]  # type: ignore[attr-defined]
-            _, log_prob = dist.rsample_and_log_prob(torch.Size((samples_mc,)))  # type: ignore[attr-defined]
-            return -log_prob.mean(0)
-        sample = dist.rsample((samples_mc,)) if dist.has_rsample else dist.sample((samples_mc,))
-        return -dist.log_prob(sample).mean(0)
+    if type(dist).entropy not in _NO_CLOSED_FORM_ENTROPY:  # (known to raise: no exception)
+        try:
+            return dist.entropy()
+        except NotImplementedError:
+            pass
+    if dist.has_rsample and callable(getattr(dist, "rsample_and_log_prob", None)):
+        # Scored from its own draw (a TanhNormal's pre-tanh value): the exact density,
+        # without the atanh(tanh(x)) round trip of log_prob(rsample()) and its backward.
+        if samples_mc == 1:
+            return -dist.rsample_and_log_prob()[1]  # type: ignore[attr-defined]
+        _, log_prob = dist.rsample_and_log_prob(torch.Size((samples_mc,)))  # type: ignore[attr-defined]
+        return -log_prob.mean(0)
+    sample = dist.rsample((samples_mc,)) if dist.has_rsample else dist.sample((samples_mc,))
+    return -dist.log_prob(sample).mean(0)
 
 
 def rsample_and_log_prob(dist: torch.distributions.Distribution) -> tuple[Tensor, Tensor]:

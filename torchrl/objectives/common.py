@@ -926,6 +926,11 @@ class LossModule(nn.Module):
         if param_set is ParamSet.DETACHED and not torch.is_grad_enabled():
             # Nothing records gradients: the online tensors give the same values, unswapped.
             param_set = ParamSet.ONLINE
+        if len(run) == 1:
+            out = self._direct_output(name, tensordict, param_set, run[0])
+            if out is not None:
+                tensordict.set(run[0].out_keys[0], out)
+                return tensordict
         # The online tensors already sit in the slots: no swap needed.
         # The other tensors go into the slots for the call (what using_tensors does, without
         # its two generator-based context managers: ~3 us a call).
@@ -945,6 +950,48 @@ class LossModule(nn.Module):
             if slots is not None:
                 slots.write(cast(list[Tensor], old))
         return tensordict
+
+    def _direct_output(
+        self,
+        name: str,
+        tensordict: TensorDictBase,
+        param_set: ParamSet = ParamSet.ONLINE,
+        module: nn.Module | None = None,
+    ) -> Tensor | None:
+        """What (non-ensemble) network ``name``, or ``module``, one of its sub-modules, writes
+        at its one out-key, called on its inputs in ``tensordict``; nothing is written.
+
+        ``None`` unless the module calls its network directly (:func:`calls_network_directly`)
+        and its inputs are there: the caller then calls it as a module. A plain ``MLP`` gets
+        the target or detached tensors as arguments
+        (:func:`~torchrl.modules.models.mlp.planned_forward`), without the two writes of the
+        slots that other networks cost.
+        """
+        module = getattr(self, name) if module is None else module
+        if not calls_network_directly(module):
+            return None
+        args = network_inputs(module, tensordict)
+        if args is None:
+            return None
+        if param_set is ParamSet.DETACHED and not torch.is_grad_enabled():
+            param_set = ParamSet.ONLINE
+        inner = module.module
+        if param_set is ParamSet.ONLINE:
+            return inner(*args)
+        tensors = self.network_tensors(name, param_set)
+        plan = self._mlp_plan(name, module)
+        if plan is not None:
+            from torchrl.modules.models.mlp import planned_forward
+
+            out = planned_forward(inner, plan, tensors, *args)
+            if out is not None:
+                return out
+        slots = self._network(name).slots
+        old = slots.write(tensors)
+        try:
+            return inner(*args)
+        finally:
+            slots.write(old)
 
     def _member_views(self, name: str, param_set: ParamSet) -> list[list[Tensor]] | None:
         """Per-member views of the target or detached tensors of ensemble ``name``, made once.
@@ -982,21 +1029,37 @@ class LossModule(nn.Module):
         self._leaves_cache[key] = (list(sources), [t.data_ptr() for t in sources], views)
         return views
 
-    def _stack_plan(self, name: str) -> Any:
-        """How ensemble ``name`` runs its members at once (:func:`stack_plan`), made once;
-        ``None`` unless its network is a plain ``MLP`` holding all of its tensors."""
-        key = f"plan:{name}"
+    def _mlp_plan(self, name: str, module: nn.Module | None = None) -> Any:
+        """How the ``MLP`` that ``module`` (network ``name`` itself by default) wraps runs on a
+        flat list of the network's tensors (:func:`~torchrl.modules.models.mlp.mlp_plan`), made
+        once; ``None`` unless it is a plain ``MLP``."""
+        network = getattr(self, name)
+        module = network if module is None else module
+        key = f"plan:{name}:{id(module)}"
         # Traced, the plan is made at each trace (no guard on the cache's contents, as _leaves).
         compiling = torch.compiler.is_compiling()
         plan = False if compiling else self._leaves_cache.get(key, False)
         if plan is False:
-            from torchrl.modules.models.mlp import stack_plan
+            from torchrl.modules.models.mlp import mlp_plan
 
-            keys = self._network(name).keys
-            inner = getattr(self, name)._modules.get("module")
             plan = None
-            if inner is not None and all(k[0] == "module" for k in keys):
-                plan = stack_plan(inner, [k[1:] for k in keys])
+            inner = module._modules.get("module")
+            path = next((p for p, sub in network.named_modules() if sub is inner), None)
+            if path is not None:
+                prefix = tuple(path.split("."))
+                keys = self._network(name).keys
+                # The MLP's tensors among the network's, and their positions in the flat list.
+                positions = [i for i, k in enumerate(keys) if k[: len(prefix)] == prefix]
+                own = mlp_plan(inner, [keys[i][len(prefix) :] for i in positions])
+                if own is not None:
+                    plan = [
+                        (
+                            layer,
+                            None if w is None else positions[w],
+                            None if b is None else positions[b],
+                        )
+                        for layer, w, b in own
+                    ]
             if not compiling:
                 self._leaves_cache[key] = plan
         return plan
@@ -1015,7 +1078,7 @@ class LossModule(nn.Module):
         """Calls every member of an ensemble (``expand_dim``) on the same data.
 
         How: a network that is a plain ``MLP`` behind a direct ``TensorDictModule`` runs all
-        members at once on the stacked tensors (:func:`~torchrl.modules.models.mlp.stacked_forward`:
+        members at once on the stacked tensors (:func:`~torchrl.modules.models.mlp.planned_forward`:
         one batched matmul per layer); other networks loop over the members (two on a CPU,
         or with ``deactivate_vmap`` or autocast) or are vmapped.
 
@@ -1040,17 +1103,17 @@ class LossModule(nn.Module):
         plan = None
         if args is not None and (first is None or first > 1):
             # (One member alone is called as the module, on cached views when there are.)
-            plan = self._stack_plan(name)
+            plan = self._mlp_plan(name)
         if plan is not None:
             # An MLP: every member in one batched matmul per layer, on the stacked tensors.
-            from torchrl.modules.models.mlp import stacked_forward
+            from torchrl.modules.models.mlp import planned_forward
 
             stacked = tensors
             if stacked is None:
                 stacked = self.network_tensors(name, param_set)
                 if first is not None:
                     stacked = [t[:first] for t in stacked]
-            out = stacked_forward(module.module, plan, stacked, *cast(list[Tensor], args))
+            out = planned_forward(module.module, plan, stacked, *cast(list[Tensor], args))
             if out is not None:
                 return [out.amin(0) if minimum else out]
         cached = None if tensors is not None else self._member_views(name, param_set)

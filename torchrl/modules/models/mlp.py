@@ -230,40 +230,40 @@ class MLP(nn.Sequential):
         return value
 
 
-# One step of a stacked call: (layer, index of its weight, index of its bias) for a linear
-# layer, (layer, None, None) for an activation; indices into the flat tensor list.
-StackPlan = list[tuple[nn.Module, int | None, int | None]]
+# One step of a planned call: (layer, index of its weight, index of its bias) for a linear
+# layer, (layer, None, None) for an activation; indices into a flat tensor list.
+MLPPlan = list[tuple[nn.Module, int | None, int | None]]
 
 
-def stack_plan(module: nn.Module, keys: Sequence[tuple[str, ...]]) -> StackPlan | None:
-    """How to call ``n`` copies of ``module``, an :class:`MLP`, with stacked parameters at once.
+def mlp_plan(module: nn.Module, keys: Sequence[tuple[str, ...]]) -> MLPPlan | None:
+    """How to call ``module``, an :class:`MLP`, on a flat list of tensors instead of its own.
 
     The plan lists the MLP's layers with the positions of their weight and bias among
     ``keys`` (the parameter paths of a flat tensor list, relative to ``module``, as
     :meth:`tensordict.TensorDict.from_module` names them). It exists when every layer is an
     exact ``nn.Linear`` or an activation that is only its function (``Tanh``, ``Sigmoid``)
     and the keys are exactly those layers' parameters; ``None`` otherwise. See
-    :func:`stacked_forward`.
+    :func:`planned_forward`.
 
     Args:
         module: the network (an ``MLP``, or its subclass that keeps ``MLP.forward``).
-        keys: the paths of the tensors :func:`stacked_forward` will get, in their order.
+        keys: the paths of the tensors :func:`planned_forward` will get, in their order.
 
     Returns:
         The plan, or ``None``.
 
     Examples:
         >>> mlp = MLP(in_features=3, out_features=1, depth=1, num_cells=4)
-        >>> [(type(layer).__name__, w, b) for layer, w, b in stack_plan(mlp, [
+        >>> [(type(layer).__name__, w, b) for layer, w, b in mlp_plan(mlp, [
         ...     ("0", "weight"), ("0", "bias"), ("2", "weight"), ("2", "bias")])]
         [('Linear', 0, 1), ('Tanh', None, None), ('Linear', 2, 3)]
-        >>> stack_plan(nn.Linear(3, 1), [("weight",), ("bias",)]) is None  # not an MLP
+        >>> mlp_plan(nn.Linear(3, 1), [("weight",), ("bias",)]) is None  # not an MLP
         True
     """
     if not isinstance(module, MLP) or type(module).forward is not MLP.forward:
         return None
     index = {tuple(key): i for i, key in enumerate(keys)}
-    plan: StackPlan = []
+    plan: MLPPlan = []
     for name, layer in module._modules.items():
         if type(layer) is nn.Linear:
             weight = index.pop((name, "weight"), None)
@@ -278,60 +278,69 @@ def stack_plan(module: nn.Module, keys: Sequence[tuple[str, ...]]) -> StackPlan 
     return plan if not index and plan else None
 
 
-def stacked_forward(
-    module: nn.Module, plan: StackPlan, tensors: Sequence[torch.Tensor], *inputs: torch.Tensor
+def planned_forward(
+    module: nn.Module, plan: MLPPlan, tensors: Sequence[torch.Tensor], *inputs: torch.Tensor
 ) -> torch.Tensor | None:
-    """``n`` copies of an MLP called on the same inputs, one batched matmul per layer.
+    """An MLP called with ``tensors`` as its parameters, or ``n`` copies of it at once.
 
-    ``tensors`` hold the copies' parameters stacked along a first dim of size ``n``, in the
-    order of ``plan`` (:func:`stack_plan`). What ``torch.vmap`` over the copies or a loop over
-    them computes, in half the operations of a loop of two (and no per-copy views of the
-    stacked tensors): on a CPU, the twin critics of SAC or TD3 cost ~15% less this way (a loop
-    of two beats vmap there). ``None`` when a layer has hooks or a global module hook is set
-    (the caller then calls the copies as modules).
+    ``tensors`` are in the order of ``plan`` (:func:`mlp_plan`). One copy's tensors give what
+    ``module`` computes with them in its slots (``torch.func.functional_call`` without the
+    swap: a target network costs no parameter writes). Tensors stacked along a first dim of
+    size ``n`` (3-d weights) give the ``n`` copies' outputs on the same inputs, one batched
+    matmul per layer: what ``torch.vmap`` over the copies or a loop over them computes, in
+    half the operations of a loop of two and without per-copy views of the stacked tensors
+    (on a CPU, the twin critics of SAC or TD3 cost ~15% less this way). ``None`` when the MLP
+    or a layer has hooks or a global module hook is set (the caller then calls the modules).
 
     Args:
         module: the MLP the plan was made for.
-        plan: from :func:`stack_plan`.
-        tensors: the stacked parameters ``[n, ...]``.
+        plan: from :func:`mlp_plan`.
+        tensors: the parameters (``[n, ...]`` each when stacked).
         *inputs: ``[*B, in]`` tensors, concatenated along the last dim as ``MLP`` does.
 
     Returns:
-        The outputs ``[n, *B, *out]``, or ``None``.
+        The output ``[*B, *out]`` (``[n, *B, *out]`` when stacked), or ``None``.
 
     Examples:
         >>> mlp = MLP(in_features=3, out_features=2, depth=1, num_cells=4)
         >>> keys = [("0", "weight"), ("0", "bias"), ("2", "weight"), ("2", "bias")]
         >>> members = [MLP(in_features=3, out_features=2, depth=1, num_cells=4) for _ in range(3)]
-        >>> stacked = [torch.stack([dict(m.named_parameters())[".".join(k)] for m in members])
-        ...            for k in keys]
+        >>> params = [[dict(m.named_parameters())[".".join(k)] for k in keys] for m in members]
         >>> x = torch.randn(5, 3)
-        >>> out = stacked_forward(mlp, stack_plan(mlp, keys), stacked, x)
+        >>> torch.equal(planned_forward(mlp, mlp_plan(mlp, keys), params[1], x), members[1](x))
+        True
+        >>> stacked = [torch.stack(column) for column in zip(*params)]
+        >>> out = planned_forward(mlp, mlp_plan(mlp, keys), stacked, x)
         >>> out.shape
         torch.Size([3, 5, 2])
         >>> torch.allclose(out[1], members[1](x), atol=1e-6)
         True
     """
-    if not no_global_hooks():
+    if not (no_global_hooks() and plain_call(module)):
         return None
     value = inputs[0] if len(inputs) == 1 else torch.cat(inputs, -1)
+    first_weight = next(w for _, w, _ in plan if w is not None)
+    n = tensors[first_weight].shape[0] if tensors[first_weight].dim() == 3 else None
     batch = value.shape[:-1]
-    value = value.reshape(-1, value.shape[-1])  # [N, in]
-    n = tensors[0].shape[0]
+    if n is not None:
+        value = value.reshape(-1, value.shape[-1])  # [N, in]
     for layer, weight, bias in plan:
         if not plain_call(layer):
             return None
         if weight is None:
             value = _PLAIN_ACTIVATIONS[type(layer)](value)
-            continue
-        w = tensors[weight]
-        if value.dim() == 2:
-            # The shared input: one broadcast (stride 0) batch for every copy.
-            value = value.expand(n, *value.shape)
-        if bias is None:
-            value = torch.bmm(value, w.mT)
+        elif n is None:
+            value = _linear(value, tensors[weight], None if bias is None else tensors[bias])
         else:
-            value = torch.baddbmm(tensors[bias].unsqueeze(-2), value, w.mT)
-    value = value.reshape(n, *batch, value.shape[-1])
+            w = tensors[weight]
+            if value.dim() == 2:
+                # The shared input: one broadcast (stride 0) batch for every copy.
+                value = value.expand(n, *value.shape)
+            if bias is None:
+                value = torch.bmm(value, w.mT)
+            else:
+                value = torch.baddbmm(tensors[bias].unsqueeze(-2), value, w.mT)
+    if n is not None:
+        value = value.reshape(n, *batch, value.shape[-1])
     out_shape = module._out_shape  # type: ignore[union-attr]
     return value if out_shape is None else value.unflatten(-1, out_shape)
