@@ -929,7 +929,7 @@ class LossModule(nn.Module):
         if len(run) == 1:
             out = self._direct_output(name, tensordict, param_set, run[0])
             if out is not None:
-                tensordict.set(run[0].out_keys[0], out)
+                tensordict.set(cast(TensorDictModule, run[0]).out_keys[0], out)
                 return tensordict
         # The online tensors already sit in the slots: no swap needed.
         # The other tensors go into the slots for the call (what using_tensors does, without
@@ -975,7 +975,7 @@ class LossModule(nn.Module):
             return None
         if param_set is ParamSet.DETACHED and not torch.is_grad_enabled():
             param_set = ParamSet.ONLINE
-        inner = module.module
+        inner = cast(nn.Module, module.module)
         if param_set is ParamSet.ONLINE:
             return inner(*args)
         tensors = self.network_tensors(name, param_set)
@@ -1045,7 +1045,7 @@ class LossModule(nn.Module):
             plan = None
             inner = module._modules.get("module")
             path = next((p for p, sub in network.named_modules() if sub is inner), None)
-            if path is not None:
+            if inner is not None and path is not None:
                 prefix = tuple(path.split("."))
                 keys = self._network(name).keys
                 # The MLP's tensors among the network's, and their positions in the flat list.

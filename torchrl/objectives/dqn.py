@@ -173,7 +173,7 @@ class DQNLoss(LossModule):
 
     def _action_values(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
         qnet = self._q_modules[0] if len(self._q_modules) == 1 else None
-        if qnet is not None and qnet.out_keys[0] == self.tensor_keys.action_value:
+        if qnet is not None and getattr(qnet, "out_keys", None) == [self.tensor_keys.action_value]:
             values = self._direct_output("value_network", tensordict, param_set, qnet)
             if values is not None:
                 return values
