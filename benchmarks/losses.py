@@ -8,28 +8,32 @@ updates in plain PyTorch (the same layers and loss terms, plain tensors, no Tens
 floor a library can reach, whose ratio ``ours_over_plain`` is our overhead (the target is at
 most 1.15). Prints one JSON object per case with ``us_per_call`` (ours, wall clock),
 ``cpu_us_per_call`` (this thread's CPU time per call, which a loaded machine disturbs far
-less), the same two for plain PyTorch, ``ours_over_plain`` (ratio of the CPU times) and, when
-TorchRL is installed beside us
+less), ``plain_us_per_call``, and the comparison with plain PyTorch: the two updates run in
+alternating chunks of 10 calls (``paired_cpu_us_per_call`` / ``plain_paired_cpu_us_per_call``:
+median CPU time per call over the chunks), and ``ours_over_plain`` is the median of the
+chunk pairs' ratios (``pairs`` of them), two timings taken milliseconds apart, so that a
+machine whose speed drifts moves both alike. When TorchRL is installed beside us
 (``TORCHRL_PEERS_PYTHON``, default ``/work/peers-venv/bin/python``), TorchRL's time and the
-speed-up. Runs with ``torch.set_num_threads(1)``. On a shared machine, ``--rounds`` alternates
-the three measurements several times and keeps the best time of each case.
+speed-up over ours. Runs with ``torch.set_num_threads(1)``. ``--rounds`` repeats everything
+(best times kept, every pair pooled).
 
-Measured on 2026-11-28 on the shared 2-core machine (other jobs paused for the run, ``--rounds
-3``, recorded in ``docs/benchmarks/losses.json``): ``ours_over_plain`` 1.25 (DQN), 1.20 (SAC),
-1.20 (TD3) and 1.19 (PPO); the 1.15 target is not met. The day before: 1.28 / 1.25 / 1.27 /
-1.27, and 1.39 / 1.41 / 1.51 / 1.46 before that. What moved them: one fused torch loss op
-(``mse_loss``, ``smooth_l1_loss`` with their reduction) where the losses reduce a distance, the
-critics' minimum folded with ``torch.minimum`` instead of a stack and a reduction over it, a
-two-op TD(0) target, cheaper diagnostics (PPO's clip fraction from the clamp), no graph for the
-priorities. TorchRL 0.14.1's wall time over ours: 2.19 / 1.86 / 2.05 / 1.91. The aten op counts
-are now close (SAC 339 against plain PyTorch's 330, PPO 216 against 204); the gap is Python
-bookkeeping: ours makes about three times the Python calls per update (TensorDict reads and
-writes, parameter-slot swaps for target and detached networks, input checks, the module-call
-machinery, the diagnostics and priorities plain PyTorch does not compute), none of them above
-~5 us. The networks themselves cost the same (a 2x64 MLP forward on 256 rows: ~145 us in both).
-Compiling removes the gap (``benchmarks/compile.py``). On a loaded machine the ratio rises
-(1.25-1.38 for the same code with two training jobs on the two cores): compare ratios of one
-run only.
+Measured on 2026-11-29 on the shared 2-core machine (nothing else running, ``--rounds 3``,
+recorded in ``docs/benchmarks/losses.json``): ``ours_over_plain`` 1.26 (DQN), 1.05 (SAC),
+1.13 (TD3) and 1.20 (PPO); the 1.15 target is met for SAC and TD3, not for DQN and PPO. This
+host ran about twice as slow as on the days before (plain PyTorch's DQN update 1.8 ms against
+0.75 ms), and the ratios of the same code move by several hundredths from run to run. The
+2026-11-28 record (best-of timings, not paired): 1.25 / 1.20 / 1.20 / 1.19. What moved them
+since: networks that are a plain ``MLP`` get their target and detached tensors as arguments
+(``planned_forward``: no parameter-slot swaps), DQN's Q-network output is read without
+TensorDict writes, the twin critics of SAC and TD3 run stacked (one batched matmul per layer);
+before that, fused torch loss ops, the critics' minimum folded with ``torch.minimum``, a two-op
+TD(0) target, cheaper diagnostics, no graph for the priorities. TorchRL 0.14.1's wall time over
+ours: 2.29 / 2.71 / 2.10 / 1.62. The aten op counts are close (PPO 213 against plain
+PyTorch's 204); what remains is Python bookkeeping spread over many small steps (TensorDict
+reads and writes, input checks, the module-call machinery, distribution objects, and the
+diagnostics and priorities plain PyTorch does not compute), none of them above ~10 us.
+Compiling removes the gap (``benchmarks/compile.py``). On a loaded machine the ratio rises:
+compare ratios of one run only.
 
 Usage: ``python benchmarks/losses.py [--seconds 0.3] [--rounds 2] [--no-peers] [--no-plain]``
 """
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -49,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).parent / "_peers"))
 
 from compare import run_peer  # noqa: E402
 from loss_cases import make_cases  # noqa: E402
-from plain_cases import make_plain_cases, time_call  # noqa: E402
+from plain_cases import make_plain_cases, paired_cpu, time_call  # noqa: E402
 
 from torchrl import modules, objectives  # noqa: E402
 
@@ -70,7 +75,8 @@ def main() -> None:
     ours: dict[str, float] = {}
     ours_cpu: dict[str, float] = {}
     plain: dict[str, float] = {}
-    plain_cpu: dict[str, float] = {}
+    # Per case, the CPU times of the alternating ours/plain chunks, pair by pair.
+    pairs: dict[str, list[tuple[float, float]]] = {}
     peer: dict[str, float] = {}
     peer_note = "skipped: --no-peers" if args.no_peers else ""
     impl = ""
@@ -82,9 +88,10 @@ def main() -> None:
             _keep_best(ours, name, wall)
             _keep_best(ours_cpu, name, cpu)
             if name in plain_cases:
-                wall, cpu = time_call(plain_cases[name], args.seconds)
+                wall, _ = time_call(plain_cases[name], args.seconds)
                 _keep_best(plain, name, wall)
-                _keep_best(plain_cpu, name, cpu)
+                a, b = paired_cpu(fn, plain_cases[name], 2 * args.seconds)
+                pairs.setdefault(name, []).extend(zip(a, b))
         if args.no_peers:
             continue
         result = run_peer("losses", args.seconds)
@@ -102,9 +109,12 @@ def main() -> None:
             "cpu_us_per_call": round(ours_cpu[name], 2),
         }
         if name in plain:
+            ours_paired, plain_paired = zip(*pairs[name])
             record["plain_us_per_call"] = round(plain[name], 2)
-            record["plain_cpu_us_per_call"] = round(plain_cpu[name], 2)
-            record["ours_over_plain"] = round(ours_cpu[name] / plain_cpu[name], 3)
+            record["paired_cpu_us_per_call"] = round(statistics.median(ours_paired), 2)
+            record["plain_paired_cpu_us_per_call"] = round(statistics.median(plain_paired), 2)
+            record["ours_over_plain"] = round(statistics.median(a / b for a, b in pairs[name]), 3)
+            record["pairs"] = len(pairs[name])
         if name in peer:
             record["torchrl_impl"] = impl
             record["torchrl_us_per_call"] = peer[name]

@@ -194,3 +194,22 @@ def test_compile_benchmark_rows_with_aot_eager():
     collect = [r for r in rows if r["case"] == "collect_pendulum_2env"]
     assert [r["variant"] for r in collect] == ["eager", "aot_eager"]
     assert all(r["per_s"] > 0 for r in collect)
+
+
+def test_paired_cpu_times_both_calls_in_alternating_chunks():
+    calls: list[str] = []
+    x = torch.randn(64, 64)
+
+    def heavy() -> None:
+        calls.append("a")
+        for _ in range(20):
+            x @ x
+
+    def light() -> None:
+        calls.append("b")
+
+    a, b = plain.paired_cpu(heavy, light, seconds=0.0, chunk=2)
+    assert len(a) == len(b) == 5  # at least five pairs, even with no time given
+    assert calls[4:8] == ["a", "a", "b", "b"]  # after a warm-up of 2 each: chunks of 2
+    assert min(a) > 0 and min(b) >= 0
+    assert sorted(a)[2] > sorted(b)[2]  # the heavier call is the slower one

@@ -346,6 +346,38 @@ def time_call(
     return best_wall * 1e6, best_cpu * 1e6
 
 
+def paired_cpu(
+    fn_a: Callable[[], Any], fn_b: Callable[[], Any], seconds: float, chunk: int = 10
+) -> tuple[list[float], list[float]]:
+    """This thread's CPU microseconds per call of ``fn_a`` and ``fn_b``, timed in alternating
+    chunks of ``chunk`` calls for about ``seconds``: one pair per chunk.
+
+    The two timings of a pair are taken milliseconds apart, so a machine whose speed drifts
+    (other jobs, a shared host) moves both alike: the median of the pairs' ratios is steadier
+    than a ratio of two best-of timings taken seconds apart.
+    """
+    import time
+
+    clock = time.thread_time_ns
+    for _ in range(chunk):
+        fn_a()
+        fn_b()
+    a: list[float] = []
+    b: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(a) < 5:
+        t0 = clock()
+        for _ in range(chunk):
+            fn_a()
+        t1 = clock()
+        for _ in range(chunk):
+            fn_b()
+        t2 = clock()
+        a.append((t1 - t0) / chunk / 1e3)
+        b.append((t2 - t1) / chunk / 1e3)
+    return a, b
+
+
 def whole_step(case: _Update, compile_kwargs: dict[str, Any] | None = None) -> Callable[[], None]:
     """``case.update`` (built with ``optimizer=True``) compiled as one graph, written out by hand.
 
