@@ -274,6 +274,14 @@ def test_planned_forward_matches_each_member(kwargs, batch):
     for i, grad in enumerate(got[1:]):
         per_member = torch.stack([expected[1 + j * n_params + i] for j in range(3)])
         torch.testing.assert_close(grad, per_member, rtol=1e-5, atol=1e-6)
+    # One copy's own (unstacked) tensors: exactly that member's module call.
+    own = list(members[2].parameters())
+    single = planned_forward(members[0], plan, own, obs, act)
+    torch.testing.assert_close(single, members[2](obs, act), rtol=0, atol=0)
+    got = torch.autograd.grad(single.sum(), [obs, *own])
+    expected = torch.autograd.grad(members[2](obs, act).sum(), [obs, *own])
+    for a, b in zip(got, expected, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_planned_forward_declines_what_it_cannot_run():
