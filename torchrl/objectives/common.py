@@ -938,14 +938,12 @@ class LossModule(nn.Module):
         old = None if slots is None else slots.write(self.network_tensors(name, param_set))
         try:
             for module in run:
-                args = (
-                    network_inputs(module, tensordict) if calls_network_directly(module) else None
-                )
-                if args is None:
+                # The slots hold the chosen tensors: each module runs as the online network.
+                out = self._direct_output(name, tensordict, ParamSet.ONLINE, module)
+                if out is None:
                     tensordict = module(tensordict)
                 else:
-                    direct = cast(TensorDictModule, module)
-                    tensordict.set(direct.out_keys[0], direct.module(*args))
+                    tensordict.set(cast(TensorDictModule, module).out_keys[0], out)
         finally:
             if slots is not None:
                 slots.write(cast(list[Tensor], old))
