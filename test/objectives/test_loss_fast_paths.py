@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 from tensordict import TensorDict
-from tensordict.nn import NormalParamExtractor, TensorDictModule
+from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
 
 from torchrl.modules import MLP, Actor, ProbabilisticActor, QValueActor, TanhNormal, ValueOperator
@@ -116,12 +116,17 @@ def test_shortcuts_match_generic_calls_over_optimizer_steps(kind, monkeypatch):
     loss, updater = _make(kind)
     fast = _train(loss, updater, steps=4)
     monkeypatch.setattr(loss_common.LossModule, "_member_views", lambda self, n, p: None)
-    monkeypatch.setattr(loss_common, "actor_dist", lambda actor, td: actor.get_dist(td))
-    monkeypatch.setattr("torchrl.objectives.sac.actor_dist", lambda actor, td: actor.get_dist(td))
-    monkeypatch.setattr("torchrl.objectives.ppo.actor_dist", lambda actor, td: actor.get_dist(td))
+
+    def generic_dist(actor, td, write=True):
+        return actor.get_dist(td if write else td.copy())
+
+    monkeypatch.setattr(loss_common, "actor_dist", generic_dist)
+    monkeypatch.setattr("torchrl.objectives.sac.actor_dist", generic_dist)
+    monkeypatch.setattr("torchrl.objectives.ppo.actor_dist", generic_dist)
     monkeypatch.setattr("torchrl.modules.models.mlp.no_global_hooks", lambda: False)
     # The target networks then go through the slots, and DQN's Q-network through the module.
     monkeypatch.setattr(loss_common.LossModule, "_direct_output", lambda self, *args: None)
+    monkeypatch.setattr("torchrl.objectives.dqn.calls_network_directly", lambda module: False)
     loss, updater = _make(kind)
     generic = _train(loss, updater, steps=4)
     # The twin critics run as one batched matmul per layer (planned_forward): float32 sums in
@@ -364,3 +369,44 @@ def test_direct_output_of_a_sub_module_uses_its_own_target_tensors():
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
     assert not torch.equal(out, second.module(td["h"]))  # the online tensors differ
     assert "out" not in td.keys()  # nothing written
+
+
+def _tanh_normal_actor(*param_modules: TensorDictModule) -> ProbabilisticActor:
+    params = param_modules[0] if len(param_modules) == 1 else TensorDictSequential(*param_modules)
+    return ProbabilisticActor(params, in_keys=["loc", "scale"], distribution_class=TanhNormal)
+
+
+@pytest.mark.parametrize("two_modules", [False, True])
+def test_actor_dist_without_writes_leaves_the_input_and_matches(two_modules):
+    torch.manual_seed(0)
+    if two_modules:
+        # A trunk writing a hidden entry, then a head: the writes go to a shallow copy.
+        actor = _tanh_normal_actor(
+            TensorDictModule(nn.Linear(OBS, 8), ["observation"], ["hidden"]),
+            TensorDictModule(
+                nn.Sequential(nn.Linear(8, 2 * ACT), NormalParamExtractor()),
+                ["hidden"],
+                ["loc", "scale"],
+            ),
+        )
+    else:
+        actor = _tanh_normal_actor(
+            TensorDictModule(
+                nn.Sequential(MLP(in_features=OBS, out_features=2 * ACT), NormalParamExtractor()),
+                ["observation"],
+                ["loc", "scale"],
+            )
+        )
+    data = _batch()
+    keys = set(data.keys(True, True))
+    dist = loss_common.actor_dist(actor, data, write=False)
+    assert set(data.keys(True, True)) == keys  # nothing written
+    written = data.copy()
+    reference = loss_common.actor_dist(actor, written)
+    assert "loc" in written.keys() and "scale" in written.keys()
+    assert type(dist) is type(reference)
+    torch.testing.assert_close(dist.loc, reference.loc, rtol=0, atol=0)
+    torch.testing.assert_close(dist.scale, reference.scale, rtol=0, atol=0)
+    # Gradients reach the actor's parameters through the unwritten parameters.
+    dist.log_prob(data["action"]).sum().backward()
+    assert all(p.grad is not None for p in actor.parameters())

@@ -324,7 +324,11 @@ def gather_action_values(
                 f"{loss}: one-hot action {action_key!r} has shape {tuple(action.shape)}, "
                 f"expected {tuple(values.shape)} (the action values' shape)"
             )
-        return (values * action.to(values.dtype)).sum(-1, keepdim=True)
+        # An integer or boolean one-hot multiplies as it is (type promotion gives the values'
+        # dtype), without a converted copy.
+        if action.is_floating_point() and action.dtype != values.dtype:
+            action = action.to(values.dtype)
+        return (values * action).sum(-1, keepdim=True)
     if action.shape == batch + (1,):
         index = action
     elif action.shape == batch:

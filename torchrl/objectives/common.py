@@ -39,6 +39,7 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import (
+    ProbabilisticTensorDictModule,
     TensorDictModule,
     TensorDictModuleBase,
     TensorDictParams,
@@ -321,7 +322,9 @@ def _plain_params(module: Any) -> bool:
     return type(module).forward is TensorDictModule.forward and plain_module_call(module)
 
 
-def actor_dist(actor: Any, tensordict: TensorDictBase) -> torch.distributions.Distribution:
+def actor_dist(
+    actor: Any, tensordict: TensorDictBase, *, write: bool = True
+) -> torch.distributions.Distribution:
     """``actor.get_dist(tensordict)``, with the parameter networks called directly when they
     are plain ``TensorDictModule``\\ s (same outputs written, same distribution).
 
@@ -335,6 +338,9 @@ def actor_dist(actor: Any, tensordict: TensorDictBase) -> torch.distributions.Di
     Args:
         actor: a probabilistic actor (anything with ``get_dist``).
         tensordict: its inputs; the distribution parameters are written there.
+        write: ``False`` leaves ``tensordict`` as it is (the parameters go to a shallow copy,
+            or with one plain parameter module straight from its network to the
+            distribution, without a TensorDict in between).
 
     Returns:
         The actor's distribution on ``tensordict``.
@@ -356,13 +362,18 @@ def actor_dist(actor: Any, tensordict: TensorDictBase) -> torch.distributions.Di
         torch.Size([5, 2])
     """
     if torch.compiler.is_compiling():  # traced, the generic call costs nothing at run time
-        return actor.get_dist(tensordict)
+        return actor.get_dist(tensordict if write else tensordict.copy())
     fast = actor.__dict__.get("_fast") if isinstance(actor, nn.Module) else None
     if fast is None or type(actor).get_dist is not _probabilistic_get_dist():
-        return actor.get_dist(tensordict)
+        return actor.get_dist(tensordict if write else tensordict.copy())
     params, sampler = fast
     if not all(map(_plain_params, params)):
-        return actor.get_dist(tensordict)
+        return actor.get_dist(tensordict if write else tensordict.copy())
+    if not write:
+        dist = _dist_from_network(params, sampler, tensordict)
+        if dist is not None:
+            return dist
+        tensordict = tensordict.copy()
     if interaction_type() is None:
         with set_interaction_type(sampler.default_interaction_type):
             _write_params(params, tensordict)
@@ -377,18 +388,56 @@ def _write_params(params: Sequence[Any], tensordict: TensorDictBase) -> None:
         if inputs is None:  # a missing input: the module's own call raises its error
             module(tensordict)
             continue
-        tensors = _outputs(module, module.module(*inputs))
-        out_keys = module.out_keys
-        if len(tensors) != len(out_keys):
-            raise RuntimeError(
-                f"{type(module.module).__name__} returned {len(tensors)} tensors for the "
-                f"{len(out_keys)} out_keys {out_keys}"
-            )
-        for key, tensor in zip(out_keys, tensors):
-            if key != "_":
-                if type(tensor) is not Tensor:
-                    tensor = TensorDict.from_any(tensor)
-                tensordict.set(key, tensor)
+        for key, tensor in _keyed_outputs(module, module.module(*inputs)):
+            tensordict.set(key, tensor)
+
+
+def _keyed_outputs(module: Any, out: Any) -> list[tuple[NestedKey, Any]]:
+    """``(out_key, value)`` pairs of what ``module``'s network returned, as the module writes
+    them (``"_"`` keys dropped, nested outputs as TensorDicts)."""
+    tensors = _outputs(module, out)
+    out_keys = module.out_keys
+    if len(tensors) != len(out_keys):
+        raise RuntimeError(
+            f"{type(module.module).__name__} returned {len(tensors)} tensors for the "
+            f"{len(out_keys)} out_keys {out_keys}"
+        )
+    return [
+        (key, tensor if type(tensor) is Tensor else TensorDict.from_any(tensor))
+        for key, tensor in zip(out_keys, tensors)
+        if key != "_"
+    ]
+
+
+def _dist_from_network(
+    params: Sequence[Any], sampler: Any, tensordict: TensorDictBase
+) -> torch.distributions.Distribution | None:
+    """The distribution of one plain parameter module's outputs, passed to the distribution
+    class as ``sampler.get_dist`` would read them back (nothing written); ``None`` when that
+    does not apply (several parameter modules, a parameter the module does not write, a
+    sampler with its own ``get_dist``, a missing input): the caller writes them instead."""
+    if len(params) != 1 or type(sampler).get_dist is not ProbabilisticTensorDictModule.get_dist:
+        return None
+    module = params[0]
+    extra = sampler.distribution_kwargs
+    if (extra is not None and type(extra) is not dict) or not all(
+        k in module.out_keys for k in sampler.in_keys
+    ):
+        return None
+    inputs = network_inputs(module, tensordict)
+    if inputs is None:
+        return None
+    if interaction_type() is None:
+        with set_interaction_type(sampler.default_interaction_type):
+            out = module.module(*inputs)
+    else:
+        out = module.module(*inputs)
+    produced = dict(_keyed_outputs(module, out))
+    kwargs = {
+        dist_key[-1] if isinstance(dist_key, tuple) else dist_key: produced[key]
+        for dist_key, key in zip(sampler.dist_keys, sampler.in_keys)
+    }
+    return sampler.distribution_class(**kwargs, **(extra or {}))
 
 
 def _outputs(module: Any, out: Any) -> tuple[Any, ...]:
@@ -971,9 +1020,22 @@ class LossModule(nn.Module):
         args = network_inputs(module, tensordict)
         if args is None:
             return None
+        return self._run_direct(name, module, args, param_set)
+
+    def _run_direct(
+        self, name: str, module: nn.Module, args: list[Tensor], param_set: ParamSet
+    ) -> Tensor:
+        """The output of ``module`` (network ``name`` or one of its sub-modules, one that
+        :func:`calls_network_directly`) on its inputs ``args``, with the ``param_set`` tensors.
+
+        Split from :meth:`_direct_output` for a caller that runs one module with several
+        parameter sets on the same inputs (read and checked once).
+        """
         if param_set is ParamSet.DETACHED and not torch.is_grad_enabled():
             param_set = ParamSet.ONLINE
-        inner = cast(nn.Module, module.module)
+        # The wrapped network, read from the module dict: TensorDictModule's __getattr__ costs
+        # ~2 us.
+        inner = cast(nn.Module, module._modules["module"])
         if param_set is ParamSet.ONLINE:
             return inner(*args)
         tensors = self.network_tensors(name, param_set)

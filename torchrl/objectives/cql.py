@@ -302,7 +302,7 @@ class DiscreteCQLLoss(DQNLoss):
         """
         keys = self.tensor_keys
         self._check_inputs(tensordict)
-        values = self._action_values(tensordict, ParamSet.ONLINE)
+        (values,) = self._action_values(tensordict, ParamSet.ONLINE)
         pred = gather_action_values(
             values, tensordict.get(keys.action), self.action_space, "DiscreteCQLLoss", keys.action
         )

@@ -35,7 +35,13 @@ from torchrl.objectives._helpers import (
     td_error_priority,
     without_greedy_head,
 )
-from torchrl.objectives.common import LossModule, ParamSet, next_key
+from torchrl.objectives.common import (
+    LossModule,
+    ParamSet,
+    calls_network_directly,
+    network_inputs,
+    next_key,
+)
 from torchrl.objectives.utils import ValueEstimators, distance_loss
 from torchrl.objectives.value.estimators import STEPS_TO_NEXT_OBS
 
@@ -171,28 +177,37 @@ class DQNLoss(LossModule):
             next_key(keys.terminated),
         ]
 
-    def _action_values(self, tensordict: TensorDictBase, param_set: ParamSet) -> Tensor:
+    def _action_values(self, tensordict: TensorDictBase, *param_sets: ParamSet) -> list[Tensor]:
+        """The action values ``[*B, n]`` of ``tensordict`` under each of ``param_sets``; a
+        Q-network called directly reads (and checks) its inputs once for all of them."""
         qnet = self._q_modules[0] if len(self._q_modules) == 1 else None
-        if qnet is not None and getattr(qnet, "out_keys", None) == [self.tensor_keys.action_value]:
-            values = self._direct_output("value_network", tensordict, param_set, qnet)
-            if values is not None:
-                return values
-        out = self._call_network(
-            "value_network",
-            tensordict.select(*self.value_network.in_keys, strict=False),
-            param_set,
-            modules=self._q_modules,
-        )
-        return out.get(self.tensor_keys.action_value)
+        if (
+            qnet is not None
+            and getattr(qnet, "out_keys", None) == [self.tensor_keys.action_value]
+            and calls_network_directly(qnet)
+        ):
+            args = network_inputs(qnet, tensordict)
+            if args is not None:
+                return [self._run_direct("value_network", qnet, args, p) for p in param_sets]
+        inputs = tensordict.select(*self.value_network.in_keys, strict=False)
+        return [
+            self._call_network("value_network", inputs.copy(), p, modules=self._q_modules).get(
+                self.tensor_keys.action_value
+            )
+            for p in param_sets
+        ]
 
     def _next_value(self, tensordict: TensorDictBase) -> Tensor:
         """``Q_target(s', a*)``, ``a*`` greedy w.r.t. the online (double) or target network."""
         next_td = tensordict.get(NEXT)
-        target_values = self._action_values(next_td, ParamSet.TARGET)
+        if self.double_dqn:
+            target_values, chooser = self._action_values(
+                next_td, ParamSet.TARGET, ParamSet.DETACHED
+            )
+        else:
+            (target_values,) = self._action_values(next_td, ParamSet.TARGET)
+            chooser = target_values
         mask = next_td.get(self._mask_key, None) if self._mask_key is not None else None
-        chooser = (
-            self._action_values(next_td, ParamSet.DETACHED) if self.double_dqn else target_values
-        )
         return target_values.gather(-1, masked_argmax(chooser, mask, keepdim=True))
 
     @dispatch
@@ -208,7 +223,7 @@ class DQNLoss(LossModule):
         """
         keys = self.tensor_keys
         self._check_inputs(tensordict)
-        values = self._action_values(tensordict, ParamSet.ONLINE)
+        (values,) = self._action_values(tensordict, ParamSet.ONLINE)
         pred = gather_action_values(
             values, tensordict.get(keys.action), self.action_space, "DQNLoss", keys.action
         )

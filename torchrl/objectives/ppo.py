@@ -259,11 +259,11 @@ class PPOLoss(LossModule):
                 f"{type(self).__name__}: the stored {keys.sample_log_prob!r} requires grad; "
                 "collect data under torch.no_grad()"
             )
-        # A shallow copy: the actor writes its new distribution parameters there, so the
-        # data keeps those of the collecting policy (KLPENPPOLoss reads them). Not a select of
-        # the actor's in_keys: a recurrent actor also reads entries it does not list
-        # ("is_init" or the done flags mark its episode starts).
-        dist = actor_dist(self.actor_network, tensordict.copy())
+        # Nothing written: the data keeps the distribution parameters of the collecting
+        # policy (KLPENPPOLoss reads them). The whole input, not a select of the actor's
+        # in_keys: a recurrent actor also reads entries it does not list ("is_init" or the
+        # done flags mark its episode starts).
+        dist = actor_dist(self.actor_network, tensordict, write=False)
         log_prob = action_log_prob(dist, tensordict, keys.action)
         prev = as_batch(prev, log_prob, repr(keys.sample_log_prob), type(self).__name__)
         return dist, log_prob, log_prob - prev

@@ -212,11 +212,11 @@ class SACLoss(LossModule):
         """Draws ``a ~ pi(.|s)``; returns (inputs with the action, ``log pi(a|s)`` ``[*B, 1]``)."""
         inputs = tensordict.select(*self.actor_network.in_keys, strict=False)
         if param_set is ParamSet.ONLINE:
-            dist = actor_dist(self.actor_network, inputs.copy())
+            dist = actor_dist(self.actor_network, inputs, write=False)
         else:
             tensors = self.network_tensors("actor_network", param_set)
             with self.using_tensors("actor_network", tensors):
-                dist = actor_dist(self.actor_network, inputs.copy())
+                dist = actor_dist(self.actor_network, inputs, write=False)
         action, log_prob = rsample_and_log_prob(dist)
         inputs.set(self.tensor_keys.action, action)
         return inputs, log_prob.unsqueeze(-1)

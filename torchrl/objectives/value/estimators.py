@@ -317,7 +317,10 @@ class ValueEstimatorBase(nn.Module):
         return value, next_value
 
     def _grad_context(self) -> AbstractContextManager[Any]:
-        return nullcontext() if self.differentiable else torch.no_grad()
+        # Under an enclosing no_grad (a loss's target computation) a second one costs ~2 us.
+        if self.differentiable or not torch.is_grad_enabled():
+            return nullcontext()
+        return torch.no_grad()
 
     # ---- API -----------------------------------------------------------------------------
 
