@@ -18,20 +18,26 @@ speed-up over ours. Runs with ``torch.set_num_threads(1)``. ``--rounds`` repeats
 (best times kept, every pair pooled).
 
 Measured on 2026-11-29 on the shared 2-core machine (nothing else running, ``--rounds 3``,
-recorded in ``docs/benchmarks/losses.json``): ``ours_over_plain`` 1.26 (DQN), 1.05 (SAC),
-1.13 (TD3) and 1.20 (PPO); the 1.15 target is met for SAC and TD3, not for DQN and PPO. This
-host ran about twice as slow as on the days before (plain PyTorch's DQN update 1.8 ms against
-0.75 ms), and the ratios of the same code move by several hundredths from run to run. The
-2026-11-28 record (best-of timings, not paired): 1.25 / 1.20 / 1.20 / 1.19. What moved them
-since: networks that are a plain ``MLP`` get their target and detached tensors as arguments
-(``planned_forward``: no parameter-slot swaps), DQN's Q-network output is read without
-TensorDict writes, the twin critics of SAC and TD3 run stacked (one batched matmul per layer);
-before that, fused torch loss ops, the critics' minimum folded with ``torch.minimum``, a two-op
-TD(0) target, cheaper diagnostics, no graph for the priorities. TorchRL 0.14.1's wall time over
-ours: 2.29 / 2.71 / 2.10 / 1.62. The aten op counts are close (PPO 213 against plain
-PyTorch's 204); what remains is Python bookkeeping spread over many small steps (TensorDict
-reads and writes, input checks, the module-call machinery, distribution objects, and the
-diagnostics and priorities plain PyTorch does not compute), none of them above ~10 us.
+recorded in ``docs/benchmarks/losses.json``): ``ours_over_plain`` 1.20 (DQN, 1.195), 1.12
+(SAC), 1.12 (TD3) and 1.19 (PPO); the 1.15 target is met for SAC and TD3, not for DQN and
+PPO. This host's speed drifts by up to a third within minutes, and the ratios of the same
+code move by several hundredths from run to run (SAC 1.05 in the morning's record, 1.12
+now). The morning's record: 1.26 / 1.05 / 1.13 / 1.20. What moved DQN and PPO since: DQN
+reads its Q-network's inputs once for the target and detached values, PPO and SAC build the
+actor's distribution from its network's outputs without a TensorDict copy and writes, the
+loss mask is applied in ``LossModule.__call__`` rather than by a forward pre-hook (which put
+every call on ``nn.Module``'s hook path). Before: plain ``MLP`` networks get their target
+and detached tensors as arguments (``planned_forward``), the twin critics of SAC and TD3 run
+stacked, fused torch loss ops, a two-op TD(0) target, cheaper diagnostics, no graph for the
+priorities. TorchRL 0.14.1's wall time over ours: 2.53 / 2.24 / 2.40 / 2.18. The aten op
+counts are close (PPO 213 against plain PyTorch's 204, DQN 37 against 32), and so are the
+instruction counts (valgrind: 5.1 M against 4.7 M per DQN update, 1.09x); the time gap is
+larger, presumably as interpreter bookkeeping retires fewer instructions per cycle than the
+vectorised kernels (this machine has no cycle counters to show it). A hand-inlined DQN
+update with everything the library must do (the TensorDict reads, key checks, the priority
+write, a TensorDict of losses, our ``SoftUpdate``) measured 0.98-1.04x plain PyTorch: what
+remains is the loss's layering (per-call decisions on which path a network takes, shape and
+key checks, estimator and helper calls, ~5-10 us each), not TensorDict itself.
 Compiling removes the gap (``benchmarks/compile.py``). On a loaded machine the ratio rises:
 compare ratios of one run only.
 
