@@ -362,14 +362,14 @@ def actor_dist(
         >>> actor_dist(actor, td).sample().shape
         torch.Size([5, 2])
     """
-    if torch.compiler.is_compiling():  # traced, the generic call costs nothing at run time
-        return actor.get_dist(tensordict if write else tensordict.copy())
-    fast = actor.__dict__.get("_fast") if isinstance(actor, nn.Module) else None
-    if fast is None or type(actor).get_dist is not _probabilistic_get_dist():
+    fast = None
+    # Traced, the generic call costs nothing at run time.
+    if not torch.compiler.is_compiling() and isinstance(actor, nn.Module):
+        if getattr(type(actor), "get_dist", None) is _probabilistic_get_dist():
+            fast = actor.__dict__.get("_fast")
+    if fast is None or not all(map(_plain_params, fast[0])):
         return actor.get_dist(tensordict if write else tensordict.copy())
     params, sampler = fast
-    if not all(map(_plain_params, params)):
-        return actor.get_dist(tensordict if write else tensordict.copy())
     if not write:
         dist = _dist_from_network(params, sampler, tensordict)
         if dist is not None:
