@@ -35,9 +35,10 @@ instruction counts (valgrind: 5.1 M against 4.7 M per DQN update, 1.09x); the ti
 larger, presumably as interpreter bookkeeping retires fewer instructions per cycle than the
 vectorised kernels (this machine has no cycle counters to show it). A hand-inlined DQN
 update with everything the library must do (the TensorDict reads, key checks, the priority
-write, a TensorDict of losses, our ``SoftUpdate``) measured 0.98-1.04x plain PyTorch: what
-remains is the loss's layering (per-call decisions on which path a network takes, shape and
-key checks, estimator and helper calls, ~5-10 us each), not TensorDict itself.
+write, a TensorDict of losses, our ``SoftUpdate``; a scratch script, not kept) measured
+0.98-1.04x plain PyTorch in three runs: what remains is the loss's layering (per-call
+decisions on which path a network takes, shape and key checks, estimator and helper calls,
+~5-10 us each), not TensorDict itself.
 Compiling removes the gap (``benchmarks/compile.py``). On a loaded machine the ratio rises:
 compare ratios of one run only.
 
