@@ -566,15 +566,17 @@ class DistributedDataCollector(DataCollectorBase):
             return self._workers[i].pid
         return None
 
+    def _stored_error(self, i: int) -> str | None:
+        """The traceback worker ``i`` left in the store, if any."""
+        name = f"error{i + 1}"
+        if not self._store.check([name]):
+            return None
+        message = self._store.get(name)
+        return verify_entry(self._key, name, message, type(self).__name__).decode(errors="replace")
+
     def _dead(self, i: int) -> str | None:
         """Why worker ``i`` is gone (its traceback when it left one), or ``None`` if alive."""
-        error = None
-        name = f"error{i + 1}"
-        if self._store.check([name]):
-            message = self._store.get(name)
-            error = verify_entry(self._key, name, message, type(self).__name__).decode(
-                errors="replace"
-            )
+        error = self._stored_error(i)
         if self.launcher == "submitit_delayed":
             # a job of the delayed launcher: no handle here, only what it reported
             return None if error is None else f"collection job failed\n{error}"
@@ -583,12 +585,18 @@ class DistributedDataCollector(DataCollectorBase):
             if error is None and worker.is_alive():
                 return None
             worker.join(1.0)
+            if error is None:
+                # A worker writes its traceback before it exits: one that ended between the
+                # first look and the liveness check has it there now.
+                error = self._stored_error(i)
             code = worker.exitcode
             what = f"exit code {code}" if code is not None else "failed"
         else:
             if error is None and not worker.done():
                 return None
             what = f"job {worker.job_id}, state {worker.state}"
+            if error is None:
+                error = self._stored_error(i)  # as above: written before the job ended
             if error is None:
                 try:
                     exc = worker.exception()
