@@ -11,25 +11,27 @@ most 1.15). Prints one JSON object per case with ``us_per_call`` (ours, wall clo
 less), ``plain_us_per_call``, and the comparison with plain PyTorch: the two updates run in
 alternating chunks of 10 calls (``paired_cpu_us_per_call`` / ``plain_paired_cpu_us_per_call``:
 median CPU time per call over the chunks), and ``ours_over_plain`` is the median of the
-chunk pairs' ratios (``pairs`` of them), two timings taken milliseconds apart, so that a
-machine whose speed drifts moves both alike. When TorchRL is installed beside us
+chunk pairs' ratios (``pairs`` of them; ``ours_over_plain_quartiles`` their first and third
+quartiles), two timings taken milliseconds apart, so that a machine whose speed drifts moves
+both alike. When TorchRL is installed beside us
 (``TORCHRL_PEERS_PYTHON``, default ``/work/peers-venv/bin/python``), TorchRL's time and the
 speed-up over ours. Runs with ``torch.set_num_threads(1)``. ``--rounds`` repeats everything
 (best times kept, every pair pooled).
 
 Measured on 2026-11-29 on the shared 2-core machine (nothing else running, ``--rounds 3``,
-recorded in ``docs/benchmarks/losses.json``): ``ours_over_plain`` 1.20 (DQN, 1.195), 1.12
-(SAC), 1.12 (TD3) and 1.19 (PPO); the 1.15 target is met for SAC and TD3, not for DQN and
-PPO. This host's speed drifts by up to a third within minutes, and the ratios of the same
-code move by several hundredths from run to run (SAC 1.05 in the morning's record, 1.12
-now). The morning's record: 1.26 / 1.05 / 1.13 / 1.20. What moved DQN and PPO since: DQN
+recorded in ``docs/benchmarks/losses.json``): ``ours_over_plain`` 1.19 (DQN), 1.07 (SAC),
+1.14 (TD3) and 1.19 (PPO), quartiles of the pair ratios 1.13-1.26, 1.02-1.11, 1.11-1.21 and
+1.11-1.27; the 1.15 target is met for SAC and TD3, not for DQN and PPO. This host's speed
+drifts by up to a third within minutes, and the ratios of the same code move by several
+hundredths from run to run (a run an hour earlier: 1.20 / 1.12 / 1.12 / 1.19). The
+morning's record: 1.26 / 1.05 / 1.13 / 1.20. What moved DQN and PPO since: DQN
 reads its Q-network's inputs once for the target and detached values, PPO and SAC build the
 actor's distribution from its network's outputs without a TensorDict copy and writes, the
 loss mask is applied in ``LossModule.__call__`` rather than by a forward pre-hook (which put
 every call on ``nn.Module``'s hook path). Before: plain ``MLP`` networks get their target
 and detached tensors as arguments (``planned_forward``), the twin critics of SAC and TD3 run
 stacked, fused torch loss ops, a two-op TD(0) target, cheaper diagnostics, no graph for the
-priorities. TorchRL 0.14.1's wall time over ours: 2.53 / 2.24 / 2.40 / 2.18. The aten op
+priorities. TorchRL 0.14.1's wall time over ours: 2.72 / 2.48 / 2.46 / 2.00. The aten op
 counts are close (PPO 213 against plain PyTorch's 204, DQN 37 against 32), and so are the
 instruction counts (valgrind: 5.1 M against 4.7 M per DQN update, 1.09x); the time gap is
 larger, presumably as interpreter bookkeeping retires fewer instructions per cycle than the
@@ -49,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -61,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).parent / "_peers"))
 
 from compare import run_peer  # noqa: E402
 from loss_cases import make_cases  # noqa: E402
-from plain_cases import make_plain_cases, paired_cpu, time_call  # noqa: E402
+from plain_cases import make_plain_cases, paired_cpu, paired_summary, time_call  # noqa: E402
 
 from torchrl import modules, objectives  # noqa: E402
 
@@ -116,12 +117,8 @@ def main() -> None:
             "cpu_us_per_call": round(ours_cpu[name], 2),
         }
         if name in plain:
-            ours_paired, plain_paired = zip(*pairs[name])
             record["plain_us_per_call"] = round(plain[name], 2)
-            record["paired_cpu_us_per_call"] = round(statistics.median(ours_paired), 2)
-            record["plain_paired_cpu_us_per_call"] = round(statistics.median(plain_paired), 2)
-            record["ours_over_plain"] = round(statistics.median(a / b for a, b in pairs[name]), 3)
-            record["pairs"] = len(pairs[name])
+            record.update(paired_summary(pairs[name]))
         if name in peer:
             record["torchrl_impl"] = impl
             record["torchrl_us_per_call"] = peer[name]

@@ -213,3 +213,14 @@ def test_paired_cpu_times_both_calls_in_alternating_chunks():
     assert calls[4:8] == ["a", "a", "b", "b"]  # after a warm-up of 2 each: chunks of 2
     assert min(a) > 0 and min(b) >= 0
     assert sorted(a)[2] > sorted(b)[2]  # the heavier call is the slower one
+
+
+def test_paired_summary_gives_median_ratio_and_quartiles():
+    pairs = [(2.0, 1.0), (3.0, 2.0), (1.2, 1.0), (4.0, 2.0), (1.0, 1.0)]
+    out = plain.paired_summary(pairs)
+    assert out["pairs"] == 5
+    assert out["ours_over_plain"] == 1.5  # ratios 1.0, 1.2, 1.5, 2.0, 2.0
+    low, high = out["ours_over_plain_quartiles"]
+    assert 1.0 <= low <= 1.5 <= high <= 2.0
+    assert out["paired_cpu_us_per_call"] == 2.0 and out["plain_paired_cpu_us_per_call"] == 1.0
+    assert plain.paired_summary([(3.0, 2.0)])["ours_over_plain_quartiles"] == [1.5, 1.5]

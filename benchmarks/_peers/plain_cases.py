@@ -378,6 +378,23 @@ def paired_cpu(
     return a, b
 
 
+def paired_summary(pairs: list[tuple[float, float]]) -> dict[str, Any]:
+    """The record fields of :func:`paired_cpu`'s pairs ``(a, b)``: each side's median CPU time
+    per call, the median of the ratios ``a / b`` and their quartiles (the spread a drifting
+    machine leaves; with fewer than two pairs both quartiles are the one ratio)."""
+    import statistics
+
+    ratios = [a / b for a, b in pairs]
+    low, high = statistics.quantiles(ratios, n=4)[::2] if len(ratios) > 1 else ratios * 2
+    return {
+        "paired_cpu_us_per_call": round(statistics.median(a for a, _ in pairs), 2),
+        "plain_paired_cpu_us_per_call": round(statistics.median(b for _, b in pairs), 2),
+        "ours_over_plain": round(statistics.median(ratios), 3),
+        "ours_over_plain_quartiles": [round(low, 3), round(high, 3)],
+        "pairs": len(pairs),
+    }
+
+
 def whole_step(case: _Update, compile_kwargs: dict[str, Any] | None = None) -> Callable[[], None]:
     """``case.update`` (built with ``optimizer=True``) compiled as one graph, written out by hand.
 
