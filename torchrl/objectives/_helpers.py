@@ -16,7 +16,7 @@ from torchrl._keys import paper_era_log_prob_key
 from torchrl._types import NestedKey
 from torchrl.modules.distributions.continuous import TanhNormal
 from torchrl.modules.models.value_norm import DecodedValueOperator, encode_value
-from torchrl.objectives.common import calls_network_directly, network_inputs
+from torchrl.objectives.common import direct_call_inputs
 from torchrl.objectives.utils import LossFunction, Reduction, distance_loss
 
 if TYPE_CHECKING:
@@ -220,10 +220,9 @@ def _critic_value(critic: Any, tensordict: TensorDictBase, key: NestedKey) -> Te
     """``critic(inputs).get(key)`` on a selection of ``tensordict``; the critic's network is
     called directly when its wrapper only reads, calls and writes ``key`` (see
     :func:`~torchrl.objectives.common.calls_network_directly`)."""
-    if calls_network_directly(critic) and critic.out_keys[0] == key:
-        args = network_inputs(critic, tensordict)
-        if args is not None:
-            return critic.module(*args)
+    args = direct_call_inputs(critic, tensordict, [key])
+    if args is not None:
+        return critic._modules["module"](*args)
     return critic(tensordict.select(*critic.in_keys, strict=False)).get(key)
 
 

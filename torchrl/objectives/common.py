@@ -33,7 +33,7 @@ import dataclasses
 import functools
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, cast
 
 import torch
@@ -317,6 +317,32 @@ def network_inputs(module: Any, tensordict: TensorDictBase) -> list[Tensor] | No
     return None if any(value is None for value in inputs) else inputs
 
 
+def direct_call_inputs(
+    module: Any, tensordict: TensorDictBase, out_keys: Sequence[NestedKey] | None = None
+) -> list[Tensor] | None:
+    """The inputs on which a loss may call ``module``'s network itself: ``None`` unless
+    :func:`calls_network_directly` (and the module writes exactly ``out_keys``, when given)
+    and every input is in ``tensordict`` (:func:`network_inputs`); the caller then calls
+    ``module(td)``.
+
+    Examples:
+        >>> import torch
+        >>> from tensordict import TensorDict
+        >>> from torchrl.modules import MLP, ValueOperator
+        >>> critic = ValueOperator(MLP(in_features=3, out_features=1))
+        >>> td = TensorDict(observation=torch.zeros(2, 3))
+        >>> len(direct_call_inputs(critic, td))
+        1
+        >>> direct_call_inputs(critic, td, ["another_value"]) is None
+        True
+    """
+    if not calls_network_directly(module):
+        return None
+    if out_keys is not None and list(out_keys) != list(module.out_keys):
+        return None
+    return network_inputs(module, tensordict)
+
+
 def _plain_params(module: Any) -> bool:
     """Whether ``module(td)`` only reads, calls ``module.module`` and writes (any number of
     outputs): a ``TensorDictModule`` with tensordict's own ``forward`` and no extras."""
@@ -375,12 +401,17 @@ def actor_dist(
         if dist is not None:
             return dist
         tensordict = tensordict.copy()
-    if interaction_type() is None:
-        with set_interaction_type(sampler.default_interaction_type):
-            _write_params(params, tensordict)
-    else:
+    with _default_interaction(sampler):
         _write_params(params, tensordict)
     return sampler.get_dist(tensordict)
+
+
+def _default_interaction(sampler: Any) -> AbstractContextManager[Any]:
+    """The sampler's default interaction type when none is set (what the actor's own call runs
+    its parameter modules under, as tensordict's ``get_dist_params``)."""
+    if interaction_type() is None:
+        return set_interaction_type(sampler.default_interaction_type)
+    return nullcontext()
 
 
 def _write_params(params: Sequence[Any], tensordict: TensorDictBase) -> None:
@@ -428,10 +459,7 @@ def _dist_from_network(
     inputs = network_inputs(module, tensordict)
     if inputs is None:
         return None
-    if interaction_type() is None:
-        with set_interaction_type(sampler.default_interaction_type):
-            out = module.module(*inputs)
-    else:
+    with _default_interaction(sampler):
         out = module.module(*inputs)
     produced = dict(_keyed_outputs(module, out))
     kwargs = {
@@ -1025,9 +1053,7 @@ class LossModule(nn.Module):
         slots that other networks cost.
         """
         module = getattr(self, name) if module is None else module
-        if not calls_network_directly(module):
-            return None
-        args = network_inputs(module, tensordict)
+        args = direct_call_inputs(module, tensordict)
         if args is None:
             return None
         return self._run_direct(name, module, args, param_set)
@@ -1168,8 +1194,7 @@ class LossModule(nn.Module):
             (``[*B, ...]`` with ``minimum``).
         """
         module = getattr(self, name)
-        direct = calls_network_directly(module) and list(out_keys) == list(module.out_keys)
-        args = network_inputs(module, tensordict) if direct else None
+        args = direct_call_inputs(module, tensordict, out_keys)
         plan = None
         if args is not None and (first is None or first > 1):
             # (One member alone is called as the module, on cached views when there are.)

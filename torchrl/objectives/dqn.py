@@ -38,8 +38,7 @@ from torchrl.objectives._helpers import (
 from torchrl.objectives.common import (
     LossModule,
     ParamSet,
-    calls_network_directly,
-    network_inputs,
+    direct_call_inputs,
     next_key,
 )
 from torchrl.objectives.utils import ValueEstimators, distance_loss
@@ -180,13 +179,9 @@ class DQNLoss(LossModule):
     def _action_values(self, tensordict: TensorDictBase, *param_sets: ParamSet) -> list[Tensor]:
         """The action values ``[*B, n]`` of ``tensordict`` under each of ``param_sets``; a
         Q-network called directly reads (and checks) its inputs once for all of them."""
-        qnet = self._q_modules[0] if len(self._q_modules) == 1 else None
-        if (
-            qnet is not None
-            and getattr(qnet, "out_keys", None) == [self.tensor_keys.action_value]
-            and calls_network_directly(qnet)
-        ):
-            args = network_inputs(qnet, tensordict)
+        if len(self._q_modules) == 1:
+            qnet = self._q_modules[0]
+            args = direct_call_inputs(qnet, tensordict, [self.tensor_keys.action_value])
             if args is not None:
                 return [self._run_direct("value_network", qnet, args, p) for p in param_sets]
         inputs = tensordict.select(*self.value_network.in_keys, strict=False)

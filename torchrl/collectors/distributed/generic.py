@@ -581,22 +581,20 @@ class DistributedDataCollector(DataCollectorBase):
             # a job of the delayed launcher: no handle here, only what it reported
             return None if error is None else f"collection job failed\n{error}"
         worker = self._workers[i]
-        if self.launcher == "mp":
-            if error is None and worker.is_alive():
+        mp = self.launcher == "mp"
+        if error is None:
+            running = worker.is_alive() if mp else not worker.done()
+            if running:
                 return None
+            # A worker writes its traceback before it exits: one that ended between the first
+            # look and the liveness check has it there now.
+            error = self._stored_error(i)
+        if mp:
             worker.join(1.0)
-            if error is None:
-                # A worker writes its traceback before it exits: one that ended between the
-                # first look and the liveness check has it there now.
-                error = self._stored_error(i)
             code = worker.exitcode
             what = f"exit code {code}" if code is not None else "failed"
         else:
-            if error is None and not worker.done():
-                return None
             what = f"job {worker.job_id}, state {worker.state}"
-            if error is None:
-                error = self._stored_error(i)  # as above: written before the job ended
             if error is None:
                 try:
                     exc = worker.exception()
