@@ -222,7 +222,7 @@ def _critic_value(critic: Any, tensordict: TensorDictBase, key: NestedKey) -> Te
     :func:`~torchrl.objectives.common.calls_network_directly`)."""
     args = direct_call_inputs(critic, tensordict, [key])
     if args is not None:
-        return critic._modules["module"](*args)
+        return critic.module(*args)
     return critic(tensordict.select(*critic.in_keys, strict=False)).get(key)
 
 

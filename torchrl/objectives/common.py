@@ -320,10 +320,17 @@ def network_inputs(module: Any, tensordict: TensorDictBase) -> list[Tensor] | No
 def direct_call_inputs(
     module: Any, tensordict: TensorDictBase, out_keys: Sequence[NestedKey] | None = None
 ) -> list[Tensor] | None:
-    """The inputs on which a loss may call ``module``'s network itself: ``None`` unless
-    :func:`calls_network_directly` (and the module writes exactly ``out_keys``, when given)
-    and every input is in ``tensordict`` (:func:`network_inputs`); the caller then calls
-    ``module(td)``.
+    """The inputs on which a loss may call ``module``'s network itself.
+
+    Args:
+        module: a network wrapper held by a loss.
+        tensordict: the data to read the inputs from.
+        out_keys: when given, the keys ``module`` must write (exactly these).
+
+    Returns:
+        The tensors at ``module.in_keys`` when :func:`calls_network_directly` holds, the
+        out-keys match and every input is present (:func:`network_inputs`); ``None``
+        otherwise, and the caller then calls ``module(td)``.
 
     Examples:
         >>> import torch
