@@ -24,6 +24,7 @@ from torchrl.objectives import (
     SoftUpdate,
     ValueEstimators,
 )
+from torchrl.objectives._helpers import gather_action_values
 
 GAMMA = 0.9
 
@@ -65,6 +66,18 @@ def test_dqn_matches_reference(space, double_dqn, loss_function):
             ref = F.smooth_l1_loss(pred, y.detach())
         assert_matches(out["loss"], ref, list(net.parameters()))
         torch.testing.assert_close(td["td_error"], (pred - y).abs().squeeze(-1).detach())
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.float32])
+def test_one_hot_action_values_ignore_untaken_actions(dtype):
+    # The taken action's value is picked out, not summed over the one-hot: an infinite value
+    # of an action not taken leaves the prediction (and its gradient) finite.
+    values = torch.tensor([[1.0, float("inf")], [float("-inf"), 2.0]], requires_grad=True)
+    action = F.one_hot(torch.tensor([0, 1]), 2).to(dtype)
+    pred = gather_action_values(values, action, "one_hot", "DQNLoss")
+    assert pred.tolist() == [[1.0], [2.0]]
+    pred.sum().backward()
+    assert values.grad.tolist() == [[1.0, 0.0], [0.0, 1.0]]
 
 
 def test_dqn_masked_next_actions():

@@ -107,6 +107,30 @@ def test_values_given_and_value_estimate():
         TD0Estimator(gamma=GAMMA)(td.exclude("state_value"))
 
 
+@pytest.mark.parametrize("variant", ["float_flags", "int_gamma", "steps", "only_done"])
+def test_td0_target_given_next_value_is_the_functional_one(variant):
+    # The common case (bool flags, a float gamma, no step counts) takes a shorter path than
+    # these variants; every one equals the functional estimate.
+    td = _batch(2, 5, 3)
+    td["next", "terminated"][0, 1] = True
+    next_value = torch.randn(2, 5, 1)
+    gamma = GAMMA
+    terminated = td["next", "terminated"]
+    if variant == "float_flags":
+        td["next", "terminated"] = terminated.float()
+    elif variant == "int_gamma":
+        gamma = 1
+    elif variant == "steps":
+        td["steps_to_next_obs"] = torch.full((2, 5, 1), 2)
+        gamma = GAMMA**2
+    elif variant == "only_done":
+        td["next", "done"] = terminated.clone()
+        del td["next", "terminated"]
+    expected = functional.td0_return_estimate(gamma, next_value, td["next", "reward"], terminated)
+    estimator = TD0Estimator(gamma=GAMMA if variant == "steps" else gamma)
+    torch.testing.assert_close(estimator.value_estimate(td, next_value=next_value), expected)
+
+
 def test_skip_existing_and_set_keys():
     critic = _critic()
     td = _batch(2, 5, 3)

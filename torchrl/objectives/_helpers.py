@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import CompositeDistribution
 from torch import Tensor, nn
 
 from torchrl._keys import paper_era_log_prob_key
@@ -53,6 +54,7 @@ __all__ = [
     "rsample_and_log_prob",
     "soft_actor_critic_terms",
     "td_error_priority",
+    "write_priority",
     "without_greedy_head",
 ]
 
@@ -72,11 +74,16 @@ def reduce_loss(tensor: Tensor, reduction: Reduction) -> Tensor:
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-_FUSED_DISTANCE = {
-    "l2": nn.functional.mse_loss,
-    "l1": nn.functional.l1_loss,
-    "smooth_l1": nn.functional.smooth_l1_loss,
+# The aten ops behind ``F.mse_loss`` & co., with their trailing arguments: called directly, as
+# the shapes are checked equal first, they skip the functional wrappers' broadcasting and
+# legacy-argument handling (~5 us a call on a CPU, a third of a small loss op). Same kernels,
+# same autograd nodes; ``_REDUCTIONS`` are ATen's reduction codes.
+_FUSED_DISTANCE: dict[str, tuple[Any, tuple[float, ...]]] = {
+    "l2": (torch.ops.aten.mse_loss.default, ()),
+    "l1": (torch.ops.aten.l1_loss.default, ()),
+    "smooth_l1": (torch.ops.aten.smooth_l1_loss.default, (1.0,)),
 }
+_REDUCTIONS = {"mean": 1, "sum": 2}
 
 
 def reduced_distance(
@@ -90,8 +97,10 @@ def reduced_distance(
     fused torch loss op (forward and backward) when the shapes agree and the reduction is
     ``"mean"`` or ``"sum"``."""
     fused = _FUSED_DISTANCE.get(loss_function)
-    if fused is not None and reduction != "none" and v1.shape == v2.shape:
-        return fused(v1, v2, reduction=reduction)
+    code = _REDUCTIONS.get(reduction)
+    if fused is not None and code is not None and v1.shape == v2.shape:
+        op, extra = fused
+        return op(v1, v2, code, *extra)
     return reduce_loss(distance_loss(v1, v2, loss_function, strict_shape), reduction)
 
 
@@ -132,8 +141,6 @@ def check_loss_function(loss_function: str) -> LossFunction:
 
 
 def _is_composite(dist: torch.distributions.Distribution) -> bool:
-    from tensordict.nn import CompositeDistribution
-
     return isinstance(dist, CompositeDistribution)
 
 
@@ -248,7 +255,6 @@ def critic_value_loss(
         raise KeyError(
             f"{name}: the input has no {keys.value_target!r} entry (written by the value estimator)"
         )
-    old_value = tensordict.get(keys.value, None)
     critic = getattr(loss, critic_name)
     if detach_shared_with is not None:
         inputs = tensordict.select(*critic.in_keys, strict=False)
@@ -261,6 +267,7 @@ def critic_value_loss(
     if clip_value is None:
         return reduced_distance(target, value, loss_type, reduction, strict_shape=False), None
     per_sample = distance_loss(target, value, loss_type, strict_shape=False)
+    old_value = tensordict.get(keys.value, None)
     if old_value is None:
         raise KeyError(
             f"{name}: clip_value needs the old value {keys.value!r} in the input (the value "
@@ -323,11 +330,11 @@ def gather_action_values(
                 f"{loss}: one-hot action {action_key!r} has shape {tuple(action.shape)}, "
                 f"expected {tuple(values.shape)} (the action values' shape)"
             )
-        # An integer or boolean one-hot multiplies as it is (type promotion gives the values'
-        # dtype), without a converted copy.
-        if action.is_floating_point() and action.dtype != values.dtype:
-            action = action.to(values.dtype)
-        return (values * action).sum(-1, keepdim=True)
+        if action.dtype == torch.bool:
+            action = action.view(torch.uint8)  # the same bytes, without a copy
+        # The hot index, then a gather: two cheap ops, and a non-finite value of an action
+        # not taken stays out (0 * inf is nan in a product with the one-hot).
+        return values.gather(-1, action.argmax(-1, keepdim=True))
     if action.shape == batch + (1,):
         index = action
     elif action.shape == batch:
@@ -348,11 +355,30 @@ def masked_argmax(values: Tensor, mask: Tensor | None, keepdim: bool = False) ->
     return values.argmax(-1, keepdim=keepdim)
 
 
+def write_priority(
+    tensordict: TensorDictBase,
+    key: NestedKey,
+    pred: Tensor,
+    target: Tensor,
+    ensemble: bool = False,
+) -> None:
+    """Writes the per-sample priority ``|pred - target|`` (``[*B]``) at ``key``, without a graph.
+
+    With ``ensemble=True``, ``pred`` is ``[n, *B, 1]`` (one row per critic) and the priority
+    is the largest of the ``n`` errors.
+    """
+    error = (pred.detach() - target).abs_()
+    if ensemble:
+        error = error.amax(0)
+    tensordict.set(key, td_error_priority(error, tensordict.batch_size))
+
+
 def td_error_priority(td_error: Tensor, batch_shape: torch.Size) -> Tensor:
     """Per-sample priorities ``[*B]`` from a ``[*B, 1]`` (or ``[*B]``) error."""
     td_error = td_error.detach()
     if td_error.shape != batch_shape and td_error.numel() == batch_shape.numel():
-        return td_error.reshape(batch_shape)
+        # The sizes unpacked: a torch.Size argument costs ~1.5 us more to parse.
+        return td_error.reshape(*batch_shape) if batch_shape else td_error.reshape(())
     return td_error
 
 

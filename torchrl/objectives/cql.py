@@ -18,7 +18,7 @@ from torchrl.objectives._helpers import (
     gather_action_values,
     reduce_loss,
     reduced_distance,
-    td_error_priority,
+    write_priority,
 )
 from torchrl.objectives.common import ParamSet
 from torchrl.objectives.dqn import DQNLoss
@@ -218,10 +218,7 @@ class CQLLoss(SACLoss):
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         pred = self._q(tensordict, ParamSet.ONLINE)  # [2, *B, 1]
         loss_qvalue = ensemble_distance(pred, target, self.loss_function, self.reduction)
-        td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(
-            self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
-        )
+        write_priority(tensordict, self.tensor_keys.priority, pred, target, ensemble=True)
         cql = self._cql_terms(tensordict, pred)  # [2, *B, 1]
         out = {
             "loss_actor": reduce_loss(loss_actor, self.reduction),
@@ -309,9 +306,7 @@ class DiscreteCQLLoss(DQNLoss):
         with torch.no_grad():
             next_value = self._next_value(tensordict)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
-        tensordict.set(
-            keys.priority, td_error_priority((pred - target).abs(), tensordict.batch_size)
-        )
+        write_priority(tensordict, keys.priority, pred, target)
         loss_qvalue = reduced_distance(pred, target, self.loss_function, self.reduction)
         loss_cql = values.logsumexp(-1, keepdim=True) - pred
         return TensorDict(

@@ -16,7 +16,7 @@ from torchrl.objectives._helpers import (
     check_loss_function,
     check_reduction,
     reduce_loss,
-    td_error_priority,
+    write_priority,
 )
 from torchrl.objectives.common import LossModule, ParamSet, next_key
 from torchrl.objectives.utils import ValueEstimators, distance_loss
@@ -155,10 +155,7 @@ class DDPGLoss(LossModule):
         self._check_inputs(tensordict)
         loss_actor = self.actor_loss(tensordict)
         loss_value, pred, target = self.value_loss(tensordict)
-        tensordict.set(
-            self.tensor_keys.priority,
-            td_error_priority((pred - target).abs(), tensordict.batch_size),
-        )
+        write_priority(tensordict, self.tensor_keys.priority, pred, target)
         pred = pred.detach()
         return TensorDict(
             {

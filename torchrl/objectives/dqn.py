@@ -32,8 +32,8 @@ from torchrl.objectives._helpers import (
     reduce_loss,
     reduced_distance,
     resolve_action_space,
-    td_error_priority,
     without_greedy_head,
+    write_priority,
 )
 from torchrl.objectives.common import (
     LossModule,
@@ -225,8 +225,7 @@ class DQNLoss(LossModule):
         with torch.no_grad():
             next_value = self._next_value(tensordict)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
-        td_error = (pred.detach() - target).abs()  # no graph for the priority
-        tensordict.set(keys.priority, td_error_priority(td_error, tensordict.batch_size))
+        write_priority(tensordict, keys.priority, pred, target)
         loss = _weighted_distance(self, tensordict, pred, target)
         return TensorDict({"loss": loss}, batch_size=[])
 

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torchrl._keys import ACTION, DONE, NEXT, PRIORITY, REWARD, STATE_ACTION_VALUE, TERMINATED
 from torchrl._types import NestedKey
 from torchrl.modules.models.flow import FlowMatchingModel, OneStepModel
-from torchrl.objectives._helpers import check_reduction, reduce_loss, td_error_priority
+from torchrl.objectives._helpers import check_reduction, reduce_loss, write_priority
 from torchrl.objectives.common import LossModule, ParamSet, next_key
 from torchrl.objectives.utils import ValueEstimators
 
@@ -302,10 +302,7 @@ class FQLLoss(LossModule):
         loss = (pred - target.expand_as(pred)).pow(2).mean(0)
         if loss.numel() == tensordict.batch_size.numel():
             loss = loss.reshape(tensordict.batch_size)
-        td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(
-            self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
-        )
+        write_priority(tensordict, self.tensor_keys.priority, pred, target, ensemble=True)
         info = {"pred_value": pred.detach().mean(), "target_value": target.mean()}
         return loss, info
 

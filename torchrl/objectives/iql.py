@@ -31,7 +31,7 @@ from torchrl.objectives._helpers import (
     gather_action_values,
     reduce_loss,
     resolve_action_space,
-    td_error_priority,
+    write_priority,
 )
 from torchrl.objectives.common import LossModule, ParamSet, next_key
 from torchrl.objectives.utils import ValueEstimators
@@ -198,8 +198,7 @@ class IQLLoss(LossModule):
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         pred = self._q_taken(tensordict, ParamSet.ONLINE)
         loss_qvalue = ensemble_distance(pred, target, self.loss_function, self.reduction)
-        td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(keys.priority, td_error_priority(td_error, tensordict.batch_size))
+        write_priority(tensordict, keys.priority, pred, target, ensemble=True)
         return TensorDict(
             {
                 "loss_actor": reduce_loss(loss_actor, self.reduction),

@@ -10,7 +10,7 @@ from tensordict.nn import TensorDictModuleBase, dispatch
 
 from torchrl._keys import NEXT
 from torchrl._types import NestedKey
-from torchrl.objectives._helpers import soft_actor_critic_terms, td_error_priority
+from torchrl.objectives._helpers import soft_actor_critic_terms, write_priority
 from torchrl.objectives.common import ParamSet
 from torchrl.objectives.sac import SACLoss
 from torchrl.objectives.utils import distance_loss
@@ -140,8 +140,5 @@ class REDQLoss(SACLoss):
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         pred = self._q(tensordict, ParamSet.ONLINE)
         loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
-        td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(
-            self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
-        )
+        write_priority(tensordict, self.tensor_keys.priority, pred, target, ensemble=True)
         return soft_actor_critic_terms(self, loss_actor, loss_qvalue, log_prob, alpha)

@@ -38,7 +38,7 @@ from torchrl.objectives._helpers import (
     resolve_action_space,
     resolve_target_entropy,
     rsample_and_log_prob,
-    td_error_priority,
+    write_priority,
 )
 from torchrl.objectives.common import LossModule, ParamSet, actor_dist, next_key
 from torchrl.objectives.utils import ValueEstimators, distance_loss
@@ -273,10 +273,7 @@ class SACLoss(LossModule):
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         pred = self._q(tensordict, ParamSet.ONLINE)  # [n, *B, 1]
         loss_qvalue = ensemble_distance(pred, target, self.loss_function, self.reduction)
-        td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(
-            self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
-        )
+        write_priority(tensordict, self.tensor_keys.priority, pred, target, ensemble=True)
 
         out = {
             "loss_actor": reduce_loss(loss_actor, self.reduction),
@@ -486,8 +483,7 @@ class DiscreteSACLoss(LossModule):
         action = action.expand(q_all.shape[0], *action.shape)
         pred = gather_action_values(q_all, action, self.action_space, type(self).__name__)
         loss_qvalue = ensemble_distance(pred, target, self.loss_function, self.reduction)
-        td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(keys.priority, td_error_priority(td_error, tensordict.batch_size))
+        write_priority(tensordict, keys.priority, pred, target, ensemble=True)
         return TensorDict(
             {
                 "loss_actor": reduce_loss(loss_actor, self.reduction),

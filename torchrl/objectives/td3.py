@@ -19,7 +19,7 @@ from torchrl.objectives._helpers import (
     check_reduction,
     ensemble_distance,
     reduce_loss,
-    td_error_priority,
+    write_priority,
 )
 from torchrl.objectives.common import LossModule, ParamSet, next_key
 from torchrl.objectives.utils import ValueEstimators
@@ -210,10 +210,7 @@ class TD3Loss(LossModule):
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         pred = self._q(tensordict, ParamSet.ONLINE)  # [n, *B, 1]
         loss_qvalue = ensemble_distance(pred, target, self.loss_function, self.reduction)
-        td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(
-            self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
-        )
+        write_priority(tensordict, self.tensor_keys.priority, pred, target, ensemble=True)
         out["loss_actor"] = reduce_loss(loss_actor, self.reduction)
         out["loss_qvalue"] = loss_qvalue
         out["pred_value"] = pred.detach().mean()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
@@ -335,15 +336,17 @@ class TargetNetUpdater:
             tensors += self.loss_module.network_tensors(name, ParamSet.ONLINE)
             tensors += self.loss_module.network_tensors(name, ParamSet.TARGET)
         kept = self.__dict__.get("_kept_pairs")
+        # The checks run in C (map over the lists): they are per step.
+        pointers = list(map(Tensor.data_ptr, tensors))
         if (
             kept is not None
             and len(kept[0]) == len(tensors)
-            and all(a is b for a, b in zip(kept[0], tensors))
-            and all(t.data_ptr() == ptr for t, ptr in zip(tensors, kept[1]))
+            and all(map(operator.is_, kept[0], tensors))
+            and kept[1] == pointers
         ):
             return kept[2]
         pairs = self._make_pairs()
-        self.__dict__["_kept_pairs"] = (tensors, [t.data_ptr() for t in tensors], pairs)
+        self.__dict__["_kept_pairs"] = (tensors, pointers, pairs)
         return pairs
 
     def __getstate__(self) -> dict[str, Any]:
@@ -417,9 +420,10 @@ class SoftUpdate(TargetNetUpdater):
         super().__init__(loss_module)
         self.eps = float(eps)
 
-    @torch.no_grad()
     def step(self) -> None:
         """Moves each target a fraction ``1 - eps`` of the way to its online parameters."""
+        # The pairs are ``.data`` aliases: no graph is recorded without a no_grad block (whose
+        # decorator form costs a context-manager copy per call).
         ft, fs, ot, os_ = self._pairs()
         if ft:
             torch._foreach_lerp_(ft, fs, 1.0 - self.eps)

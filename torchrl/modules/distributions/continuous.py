@@ -39,6 +39,8 @@ def _check_bounds(low: float | torch.Tensor, high: float | torch.Tensor) -> None
 
 
 def _sum_event(value: torch.Tensor, event_dims: int) -> torch.Tensor:
+    if event_dims == 1:  # the usual case, without a tuple of dims to build and parse
+        return value.sum(-1)
     return value.sum(tuple(range(-event_dims, 0))) if event_dims else value
 
 
@@ -127,6 +129,9 @@ class TanhNormal(D.Distribution):
         if event_dims > len(shape):
             raise ValueError(f"event_dims={event_dims} exceeds the parameter dims {tuple(shape)}")
         self.event_dims = event_dims
+        # Whether a draw has the parameters' shape (no bounds of another shape): one draw is
+        # then randn_like(loc), without building its shape.
+        self._loc_shaped = shape == loc.shape
         split = len(shape) - event_dims
         super().__init__(shape[:split], shape[split:], validate_args=False)
 
@@ -176,8 +181,11 @@ class TanhNormal(D.Distribution):
         Returns:
             ``(sample [*S, *B, *E], log_prob [*S, *B])``.
         """
-        shape = self._extended_shape(torch.Size(sample_shape))
-        noise = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        if not sample_shape and self._loc_shaped:
+            noise = torch.randn_like(self.loc, memory_format=torch.contiguous_format)
+        else:
+            shape = self._extended_shape(torch.Size(sample_shape))
+            noise = torch.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
         x = self.loc + self.scale * noise
         sample = self._squash(x)
         if not _score:

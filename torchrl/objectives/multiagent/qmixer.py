@@ -30,8 +30,8 @@ from torchrl.objectives._helpers import (
     masked_argmax,
     reduce_loss,
     resolve_action_space,
-    td_error_priority,
     without_greedy_head,
+    write_priority,
 )
 from torchrl.objectives.common import LossModule, ParamSet, next_key
 from torchrl.objectives.utils import ValueEstimators, distance_loss
@@ -209,8 +209,6 @@ class QMixerLoss(LossModule):
                 f"QMixerLoss: the mixed value has shape {tuple(pred.shape)} but the target "
                 f"(from the global reward {keys.reward!r}) has shape {tuple(target.shape)}"
             )
-        tensordict.set(
-            keys.priority, td_error_priority((pred - target).abs(), tensordict.batch_size)
-        )
+        write_priority(tensordict, keys.priority, pred, target)
         loss = distance_loss(pred, target, self.loss_function)
         return TensorDict({"loss": reduce_loss(loss, self.reduction)}, batch_size=[])
