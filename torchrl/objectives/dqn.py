@@ -39,6 +39,7 @@ from torchrl.objectives.common import (
     LossModule,
     ParamSet,
     direct_call_inputs,
+    loss_output,
     next_key,
 )
 from torchrl.objectives.utils import ValueEstimators, distance_loss
@@ -227,7 +228,7 @@ class DQNLoss(LossModule):
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         write_priority(tensordict, keys.priority, pred, target)
         loss = _weighted_distance(self, tensordict, pred, target)
-        return TensorDict({"loss": loss}, batch_size=[])
+        return loss_output({"loss": loss})
 
 
 class DistributionalDQNLoss(LossModule):

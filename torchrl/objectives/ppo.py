@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import ProbabilisticTensorDictSequential, TensorDictModuleBase, dispatch
 from torch import Tensor, nn
 
@@ -41,7 +41,7 @@ from torchrl.objectives._helpers import (
     get_log_prob,
     reduce_loss,
 )
-from torchrl.objectives.common import LossModule, actor_dist, next_key
+from torchrl.objectives.common import LossModule, actor_dist, loss_output, next_key
 from torchrl.objectives.utils import ValueEstimators
 from torchrl.objectives.value.estimators import standardize
 
@@ -96,6 +96,7 @@ class PPOLoss(LossModule):
             ``"value_target"`` in the data are always real (untransformed) values.
 
     Examples:
+        >>> from tensordict import TensorDict
         >>> from tensordict.nn import TensorDictModule, NormalParamExtractor
         >>> from torch import nn
         >>> from torchrl.modules import ProbabilisticActor, ValueOperator, TanhNormal
@@ -351,8 +352,8 @@ class PPOLoss(LossModule):
         out["loss_objective"] = reduce_loss(objective, self.reduction)
         self._entropy_terms(dist, out)
         self._critic_terms(tensordict, out)
-        out["kl_approx"] = (-log_weight).detach().mean()
-        return TensorDict(out, batch_size=[])
+        out["kl_approx"] = log_weight.detach().mean().neg()
+        return loss_output(out)
 
 
 class ClipPPOLoss(PPOLoss):
@@ -365,6 +366,7 @@ class ClipPPOLoss(PPOLoss):
         **kwargs: the other :class:`PPOLoss` arguments.
 
     Examples:
+        >>> from tensordict import TensorDict
         >>> from tensordict.nn import TensorDictModule
         >>> from torch import nn
         >>> from torchrl.modules import ProbabilisticActor, OneHotCategorical
@@ -429,6 +431,7 @@ class KLPENPPOLoss(PPOLoss):
         **kwargs: the other :class:`PPOLoss` arguments.
 
     Examples:
+        >>> from tensordict import TensorDict
         >>> from tensordict.nn import TensorDictModule
         >>> from torch import nn
         >>> from torchrl.modules import ProbabilisticActor, OneHotCategorical

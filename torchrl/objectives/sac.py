@@ -40,7 +40,7 @@ from torchrl.objectives._helpers import (
     rsample_and_log_prob,
     write_priority,
 )
-from torchrl.objectives.common import LossModule, ParamSet, actor_dist, next_key
+from torchrl.objectives.common import LossModule, ParamSet, actor_dist, loss_output, next_key
 from torchrl.objectives.utils import ValueEstimators, distance_loss
 
 if TYPE_CHECKING:
@@ -287,7 +287,7 @@ class SACLoss(LossModule):
         out["loss_alpha"] = reduce_loss(alpha_loss(self, log_prob), self.reduction)
         out["alpha"] = alpha
         out["entropy"] = -log_prob.detach().mean()
-        return TensorDict(out, batch_size=[])
+        return loss_output(out)
 
 
 class DiscreteSACLoss(LossModule):

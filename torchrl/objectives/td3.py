@@ -6,7 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, dispatch
 from torch import Tensor
 
@@ -21,7 +21,7 @@ from torchrl.objectives._helpers import (
     reduce_loss,
     write_priority,
 )
-from torchrl.objectives.common import LossModule, ParamSet, next_key
+from torchrl.objectives.common import LossModule, ParamSet, loss_output, next_key
 from torchrl.objectives.utils import ValueEstimators
 
 if TYPE_CHECKING:
@@ -216,4 +216,4 @@ class TD3Loss(LossModule):
         out["pred_value"] = pred.detach().mean()
         out["next_state_value"] = next_value.mean()
         out["target_value"] = target.mean()
-        return TensorDict(out, batch_size=[])
+        return loss_output(out)
