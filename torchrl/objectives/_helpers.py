@@ -17,7 +17,7 @@ from torchrl._keys import paper_era_log_prob_key
 from torchrl._types import NestedKey
 from torchrl.modules.distributions.continuous import TanhNormal
 from torchrl.modules.models.value_norm import DecodedValueOperator, encode_value
-from torchrl.objectives.common import direct_call_inputs
+from torchrl.objectives.common import direct_call_inputs, wrapped_network
 from torchrl.objectives.utils import LossFunction, Reduction, distance_loss
 
 if TYPE_CHECKING:
@@ -211,7 +211,7 @@ def as_batch(value: Tensor, like: Tensor, what: str, loss: str) -> Tensor:
     if value.shape == like.shape:
         return value
     if value.numel() == like.numel():
-        return value.reshape(like.shape)
+        return value.reshape_as(like)  # (a torch.Size argument costs ~1.5 us more)
     raise ValueError(
         f"{loss}: {what} has shape {tuple(value.shape)}, expected {tuple(like.shape)} "
         "(the batch shape of the action log-probabilities)"
@@ -229,7 +229,7 @@ def _critic_value(critic: Any, tensordict: TensorDictBase, key: NestedKey) -> Te
     :func:`~torchrl.objectives.common.calls_network_directly`)."""
     args = direct_call_inputs(critic, tensordict, [key])
     if args is not None:
-        return critic.module(*args)
+        return wrapped_network(critic)(*args)
     return critic(tensordict.select(*critic.in_keys, strict=False)).get(key)
 
 

@@ -238,6 +238,36 @@ def _autocast_targets(loss: nn.Module) -> list[nn.Module]:
     return targets
 
 
+class _SubmoduleReader:
+    """Reads submodule ``name`` of a loss from its module dict, as a class attribute.
+
+    ``nn.Module`` keeps submodules in ``_modules`` and finds them in its ``__getattr__``,
+    which runs only after the normal lookup has failed: ~1.5 us a read, and a loss reads its
+    networks a few times a call. Found on the class, this (non-data) descriptor answers
+    first. Assignments and deletions still go through ``nn.Module`` (a module lands in
+    ``_modules``, anything else in the instance dict, which then takes precedence), so it
+    reads what they left; a missing name falls back on ``nn.Module.__getattr__``'s error.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        try:
+            return obj._modules[self.name]
+        except KeyError:
+            raise AttributeError(self.name) from None
+
+
+def _read_directly(cls: type, name: str) -> None:
+    """Puts a :class:`_SubmoduleReader` for ``name`` on ``cls``, unless the class (or a base)
+    defines the name already."""
+    if not hasattr(cls, name):
+        setattr(cls, name, _SubmoduleReader(name))
+
+
 _DIRECT_FORWARDS: list[Any] = []
 
 
@@ -341,6 +371,25 @@ def loss_output(terms: dict[str, Tensor]) -> TensorDictBase:
         # constructor).
         return TensorDict(terms, batch_size=[])
     return new_unchecked(terms, batch_size=_NO_BATCH)
+
+
+def wrapped_network(module: nn.Module) -> nn.Module:
+    """The network a ``TensorDictModule`` wraps (``module.module``), read from its module dict:
+    the attribute goes through ``TensorDictModule.__getattr__`` (~1.5 us a read).
+
+    Args:
+        module: a ``TensorDictModule``.
+
+    Returns:
+        Its ``module``.
+
+    Examples:
+        >>> from torchrl.modules import ValueOperator
+        >>> critic = ValueOperator(nn.Linear(3, 1))
+        >>> wrapped_network(critic) is critic.module
+        True
+    """
+    return cast(nn.Module, module._modules["module"])
 
 
 def direct_call_inputs(
@@ -453,7 +502,7 @@ def _write_params(params: Sequence[Any], tensordict: TensorDictBase) -> None:
         if inputs is None:  # a missing input: the module's own call raises its error
             module(tensordict)
             continue
-        for key, tensor in _keyed_outputs(module, module.module(*inputs)):
+        for key, tensor in _keyed_outputs(module, wrapped_network(module)(*inputs)):
             tensordict.set(key, tensor)
 
 
@@ -493,7 +542,7 @@ def _dist_from_network(
     if inputs is None:
         return None
     with _default_interaction(sampler):
-        out = module.module(*inputs)
+        out = wrapped_network(module)(*inputs)
     produced = dict(_keyed_outputs(module, out))
     kwargs = {
         dist_key[-1] if isinstance(dist_key, tuple) else dist_key: produced[key]
@@ -850,6 +899,7 @@ class LossModule(nn.Module):
                 f"{type(self).__name__}: {module_name} must be an nn.Module, got "
                 f"{type(module).__name__}"
             )
+        _read_directly(type(self), module_name)
         if _lazy_names(module):
             # Lazy layers get their shapes from the first batch the loss sees: the network is
             # registered as it is now and converted (targets, ensembles) just before that call.
@@ -1102,9 +1152,7 @@ class LossModule(nn.Module):
         """
         if param_set is ParamSet.DETACHED and not torch.is_grad_enabled():
             param_set = ParamSet.ONLINE
-        # The wrapped network, read from the module dict: TensorDictModule's __getattr__ costs
-        # ~2 us.
-        inner = cast(nn.Module, module._modules["module"])
+        inner = wrapped_network(module)
         if param_set is ParamSet.ONLINE:
             return inner(*args)
         tensors = self.network_tensors(name, param_set)

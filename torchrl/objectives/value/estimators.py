@@ -244,9 +244,9 @@ class ValueEstimatorBase(nn.Module):
         if terminated is None:
             terminated = done
         if done.shape != reward.shape:
-            done = done.reshape(reward.shape)
+            done = done.reshape_as(reward)
         if terminated.shape != reward.shape:
-            terminated = terminated.reshape(reward.shape)
+            terminated = terminated.reshape_as(reward)
         return reward, done, terminated
 
     def _gamma(self, td: TensorDictBase, reward: Tensor) -> float | Tensor:
