@@ -126,7 +126,7 @@ def test_shortcuts_match_generic_calls_over_optimizer_steps(kind, monkeypatch):
     monkeypatch.setattr("torchrl.modules.models.mlp.no_global_hooks", lambda: False)
     # The target networks then go through the slots, and DQN's Q-network through the module.
     monkeypatch.setattr(loss_common.LossModule, "_direct_output", lambda self, *args: None)
-    monkeypatch.setattr("torchrl.objectives.dqn.direct_call_inputs", lambda *args: None)
+    monkeypatch.setattr("torchrl.objectives.dqn.DQNLoss._direct_q", lambda self: None)
     loss, updater = _make(kind)
     generic = _train(loss, updater, steps=4)
     # The twin critics run as one batched matmul per layer (planned_forward): float32 sums in

@@ -299,12 +299,13 @@ class DiscreteCQLLoss(DQNLoss):
         """
         keys = self.tensor_keys
         self._check_inputs(tensordict)
-        (values,) = self._action_values(tensordict, ParamSet.ONLINE)
+        qnet = self._direct_q()
+        (values,) = self._action_values(tensordict, qnet, ParamSet.ONLINE)
         pred = gather_action_values(
             values, tensordict.get(keys.action), self.action_space, "DiscreteCQLLoss", keys.action
         )
         with torch.no_grad():
-            next_value = self._next_value(tensordict)
+            next_value = self._next_value(tensordict, qnet)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         write_priority(tensordict, keys.priority, pred, target)
         loss_qvalue = reduced_distance(pred, target, self.loss_function, self.reduction)

@@ -38,8 +38,9 @@ from torchrl.objectives._helpers import (
 from torchrl.objectives.common import (
     LossModule,
     ParamSet,
-    direct_call_inputs,
+    calls_network_directly,
     loss_output,
+    network_inputs,
     next_key,
 )
 from torchrl.objectives.utils import ValueEstimators, distance_loss
@@ -177,12 +178,24 @@ class DQNLoss(LossModule):
             next_key(keys.terminated),
         ]
 
-    def _action_values(self, tensordict: TensorDictBase, *param_sets: ParamSet) -> list[Tensor]:
+    def _direct_q(self) -> nn.Module | None:
+        """The Q-network when the loss may call it directly (:func:`calls_network_directly`,
+        writing the action values only), else ``None``: checked once per call of the loss."""
+        if len(self._q_modules) != 1:
+            return None
+        qnet = self._q_modules[0]
+        if calls_network_directly(qnet) and qnet.out_keys == [self.tensor_keys.action_value]:
+            return qnet
+        return None
+
+    def _action_values(
+        self, tensordict: TensorDictBase, qnet: nn.Module | None, *param_sets: ParamSet
+    ) -> list[Tensor]:
         """The action values ``[*B, n]`` of ``tensordict`` under each of ``param_sets``; a
-        Q-network called directly reads (and checks) its inputs once for all of them."""
-        if len(self._q_modules) == 1:
-            qnet = self._q_modules[0]
-            args = direct_call_inputs(qnet, tensordict, [self.tensor_keys.action_value])
+        Q-network called directly (``qnet``, from :meth:`_direct_q`) reads its inputs once
+        for all of them."""
+        if qnet is not None:
+            args = network_inputs(qnet, tensordict)
             if args is not None:
                 return [self._run_direct("value_network", qnet, args, p) for p in param_sets]
         inputs = tensordict.select(*self.value_network.in_keys, strict=False)
@@ -193,15 +206,15 @@ class DQNLoss(LossModule):
             for p in param_sets
         ]
 
-    def _next_value(self, tensordict: TensorDictBase) -> Tensor:
+    def _next_value(self, tensordict: TensorDictBase, qnet: nn.Module | None) -> Tensor:
         """``Q_target(s', a*)``, ``a*`` greedy w.r.t. the online (double) or target network."""
         next_td = tensordict.get(NEXT)
         if self.double_dqn:
             target_values, chooser = self._action_values(
-                next_td, ParamSet.TARGET, ParamSet.DETACHED
+                next_td, qnet, ParamSet.TARGET, ParamSet.DETACHED
             )
         else:
-            (target_values,) = self._action_values(next_td, ParamSet.TARGET)
+            (target_values,) = self._action_values(next_td, qnet, ParamSet.TARGET)
             chooser = target_values
         mask = next_td.get(self._mask_key, None) if self._mask_key is not None else None
         return target_values.gather(-1, masked_argmax(chooser, mask, keepdim=True))
@@ -219,12 +232,13 @@ class DQNLoss(LossModule):
         """
         keys = self.tensor_keys
         self._check_inputs(tensordict)
-        (values,) = self._action_values(tensordict, ParamSet.ONLINE)
+        qnet = self._direct_q()
+        (values,) = self._action_values(tensordict, qnet, ParamSet.ONLINE)
         pred = gather_action_values(
             values, tensordict.get(keys.action), self.action_space, "DQNLoss", keys.action
         )
         with torch.no_grad():
-            next_value = self._next_value(tensordict)
+            next_value = self._next_value(tensordict, qnet)
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         write_priority(tensordict, keys.priority, pred, target)
         loss = _weighted_distance(self, tensordict, pred, target)
