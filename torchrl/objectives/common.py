@@ -238,36 +238,6 @@ def _autocast_targets(loss: nn.Module) -> list[nn.Module]:
     return targets
 
 
-class _SubmoduleReader:
-    """Reads submodule ``name`` of a loss from its module dict, as a class attribute.
-
-    ``nn.Module`` keeps submodules in ``_modules`` and finds them in its ``__getattr__``,
-    which runs only after the normal lookup has failed: ~1.5 us a read, and a loss reads its
-    networks a few times a call. Found on the class, this (non-data) descriptor answers
-    first. Assignments and deletions still go through ``nn.Module`` (a module lands in
-    ``_modules``, anything else in the instance dict, which then takes precedence), so it
-    reads what they left; a missing name falls back on ``nn.Module.__getattr__``'s error.
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        if obj is None:
-            return self
-        try:
-            return obj._modules[self.name]
-        except KeyError:
-            raise AttributeError(self.name) from None
-
-
-def _read_directly(cls: type, name: str) -> None:
-    """Puts a :class:`_SubmoduleReader` for ``name`` on ``cls``, unless the class (or a base)
-    defines the name already."""
-    if not hasattr(cls, name):
-        setattr(cls, name, _SubmoduleReader(name))
-
-
 _DIRECT_FORWARDS: list[Any] = []
 
 
@@ -899,7 +869,6 @@ class LossModule(nn.Module):
                 f"{type(self).__name__}: {module_name} must be an nn.Module, got "
                 f"{type(module).__name__}"
             )
-        _read_directly(type(self), module_name)
         if _lazy_names(module):
             # Lazy layers get their shapes from the first batch the loss sees: the network is
             # registered as it is now and converted (targets, ensembles) just before that call.
