@@ -19,28 +19,34 @@ speed-up over ours. Runs with ``torch.set_num_threads(1)``. ``--rounds`` repeats
 (best times kept, every pair pooled).
 
 Measured on 2026-11-29 on the shared 2-core machine (nothing else running, ``--rounds 3``,
-recorded in ``docs/benchmarks/losses.json``): ``ours_over_plain`` 1.19 (DQN), 1.07 (SAC),
-1.14 (TD3) and 1.19 (PPO), quartiles of the pair ratios 1.13-1.26, 1.02-1.11, 1.11-1.21 and
-1.11-1.27; the 1.15 target is met for SAC and TD3, not for DQN and PPO. This host's speed
-drifts by up to a third within minutes, and the ratios of the same code move by several
-hundredths from run to run (a run an hour earlier: 1.20 / 1.12 / 1.12 / 1.19). The
-morning's record: 1.26 / 1.05 / 1.13 / 1.20. What moved DQN and PPO since: DQN
-reads its Q-network's inputs once for the target and detached values, PPO and SAC build the
-actor's distribution from its network's outputs without a TensorDict copy and writes, the
-loss mask is applied in ``LossModule.__call__`` rather than by a forward pre-hook (which put
-every call on ``nn.Module``'s hook path). Before: plain ``MLP`` networks get their target
-and detached tensors as arguments (``planned_forward``), the twin critics of SAC and TD3 run
-stacked, fused torch loss ops, a two-op TD(0) target, cheaper diagnostics, no graph for the
-priorities. TorchRL 0.14.1's wall time over ours: 2.72 / 2.48 / 2.46 / 2.00. The aten op
-counts are close (PPO 213 against plain PyTorch's 204, DQN 37 against 32), and so are the
-instruction counts (valgrind: 5.1 M against 4.7 M per DQN update, 1.09x); the time gap is
-larger, presumably as interpreter bookkeeping retires fewer instructions per cycle than the
-vectorised kernels (this machine has no cycle counters to show it). A hand-inlined DQN
+recorded in ``docs/benchmarks/losses.json``): ``ours_over_plain`` 1.14 (DQN), 1.09 (SAC),
+1.12 (TD3) and 1.17 (PPO), quartiles of the pair ratios 1.10-1.16, 1.01-1.18, 1.07-1.20 and
+1.14-1.20; a second run a minute later: 1.16 / 1.12 / 1.10 / 1.14. The 1.15 target is met
+for SAC and TD3; DQN and PPO sit on it, under or over by a few hundredths from run to run
+(this host's speed drifts by up to a third within minutes, and the ratios rise when it is
+slow). The previous record, the same morning: 1.19 / 1.07 / 1.14 / 1.19. What moved DQN and
+PPO: one-hot actions picked by ``argmax`` and ``gather`` instead of a product and a sum, a
+TD(0) target of boolean flags and a float discount in its two ops without further reads or
+checks, the fused loss ops called as their aten ops (the ``torch.nn.functional`` wrappers'
+checks cost ~5 us a call), the priority written without a graph, a ``SoftUpdate`` step that
+checks its kept parameter pairs in C, the loss's output TensorDict built without per-entry
+checks, ``TanhNormal`` drawing with ``randn_like``, and a DQN that checks once per call
+whether its Q-network is called directly. Before: DQN reads its Q-network's inputs once for
+the target and detached values, PPO and SAC build the actor's distribution from its
+network's outputs without a TensorDict copy and writes, the loss mask is applied in
+``LossModule.__call__``, plain ``MLP`` networks get their target and detached tensors as
+arguments (``planned_forward``), the twin critics of SAC and TD3 run stacked. TorchRL
+0.14.1's wall time over ours: 2.44 / 2.28 / 2.24 / 2.11. The aten op counts are close (PPO
+196 against plain PyTorch's 188, DQN 62 against 59, as listed by ``torch.profiler`` per
+update), and so were the instruction counts (valgrind, before these changes: 5.1 M against
+4.7 M per DQN update); the time gap is larger, as interpreter bookkeeping retires fewer
+instructions per cycle than the kernels and pays more for cache misses in a long update
+(a step that costs 4 us in a tight loop costs 10-20 us inside the update). A hand-inlined DQN
 update with everything the library must do (the TensorDict reads, key checks, the priority
 write, a TensorDict of losses, our ``SoftUpdate``; a scratch script, not kept) measured
-0.98-1.04x plain PyTorch in three runs: what remains is the loss's layering (per-call
-decisions on which path a network takes, shape and key checks, estimator and helper calls,
-~5-10 us each), not TensorDict itself.
+0.98-1.04x plain PyTorch: what remains is the loss's layering (per-call decisions on which
+path a network takes, shape and key checks, the distribution object, estimator and helper
+calls, 1-3 us each in a tight loop), not TensorDict itself.
 Compiling removes the gap (``benchmarks/compile.py``). On a loaded machine the ratio rises:
 compare ratios of one run only.
 
