@@ -54,8 +54,8 @@ __all__ = [
     "rsample_and_log_prob",
     "soft_actor_critic_terms",
     "td_error_priority",
-    "write_priority",
     "without_greedy_head",
+    "write_priority",
 ]
 
 # ------------------------------------------------------------------------------------------
@@ -364,8 +364,13 @@ def write_priority(
 ) -> None:
     """Writes the per-sample priority ``|pred - target|`` (``[*B]``) at ``key``, without a graph.
 
-    With ``ensemble=True``, ``pred`` is ``[n, *B, 1]`` (one row per critic) and the priority
-    is the largest of the ``n`` errors.
+    Args:
+        tensordict: the loss's input ``[*B]``, written in place.
+        key: where the priority goes (the loss's ``priority`` key).
+        pred: the predicted values, ``[*B, 1]`` (or ``[n, *B, 1]`` with ``ensemble``).
+        target: their targets, ``[*B, 1]``.
+        ensemble: ``pred`` has one row per critic; the priority is the largest of the ``n``
+            errors.
     """
     error = (pred.detach() - target).abs_()
     if ensemble:
