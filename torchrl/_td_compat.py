@@ -133,6 +133,19 @@ def plain_entries(td: TensorDictBase) -> Mapping[str, Any] | None:
     return entries(td) if type(td) is TensorDict else None
 
 
+_TENSORDICT_MODULE: list[type] = []
+
+
+def _tensordict_module() -> type:
+    """``tensordict.nn.TensorDictModule``, imported on first use (``import torchrl`` does not
+    load ``tensordict.nn``) and kept: an import statement costs ~0.5 us a call."""
+    if not _TENSORDICT_MODULE:
+        from tensordict.nn import TensorDictModule
+
+        _TENSORDICT_MODULE.append(TensorDictModule)
+    return _TENSORDICT_MODULE[0]
+
+
 def plain_module_call(module: Any) -> bool:
     """Whether ``module(td)`` only reads ``module.in_keys`` from ``td``, calls ``module.module``
     with them positionally and writes its outputs at ``module.out_keys`` in place.
@@ -142,9 +155,7 @@ def plain_module_call(module: Any) -> bool:
     tensordict version without the private attributes read here gives ``False``: the caller
     then takes the module's own call.
     """
-    from tensordict.nn import TensorDictModule
-
-    if not isinstance(module, TensorDictModule):
+    if not isinstance(module, _tensordict_module()):
         return False
     return (
         getattr(module, "_kwargs", False) is None
@@ -152,7 +163,8 @@ def plain_module_call(module: Any) -> bool:
         and module.method is None
         and not module.method_kwargs
         and module.inplace is True
-        and list(module.out_keys_source) == list(module.out_keys)
+        # (two lists, or anything else: then unequal, and the module's own call is taken)
+        and module.out_keys_source == module.out_keys
         and not (
             module._forward_hooks
             or module._forward_pre_hooks
