@@ -133,10 +133,10 @@ def plain_entries(td: TensorDictBase) -> Mapping[str, Any] | None:
     return entries(td) if type(td) is TensorDict else None
 
 
-_TENSORDICT_MODULE: list[type] = []
+_TENSORDICT_MODULE: list[Any] = []
 
 
-def _tensordict_module() -> type:
+def _tensordict_module() -> Any:
     """``tensordict.nn.TensorDictModule``, imported on first use (``import torchrl`` does not
     load ``tensordict.nn``) and kept: an import statement costs ~0.5 us a call."""
     if not _TENSORDICT_MODULE:
