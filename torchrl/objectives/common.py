@@ -252,7 +252,7 @@ def _direct_forwards() -> list[Any]:
     return _DIRECT_FORWARDS
 
 
-def calls_network_directly(module: nn.Module) -> bool:
+def calls_network_directly(module: nn.Module, out_keys: Sequence[NestedKey] | None = None) -> bool:
     """Whether the loss may call ``module``'s network itself instead of ``module(td)``.
 
     True for a ``TensorDictModule`` (an ``Actor`` without ``safe``, a ``ValueOperator``, the
@@ -265,6 +265,7 @@ def calls_network_directly(module: nn.Module) -> bool:
 
     Args:
         module: a network wrapper held by a loss.
+        out_keys: when given, the keys ``module`` must write (exactly these).
 
     Returns:
         Whether ``module.module(*network_inputs(module, td))`` computes what ``module(td)``
@@ -289,6 +290,8 @@ def calls_network_directly(module: nn.Module) -> bool:
     if isinstance(inner, nn.Sequential) and inner._modules:
         # The last layer, without Sequential.__getitem__'s index arithmetic.
         last = next(reversed(inner._modules.values()))
+    if out_keys is not None and list(out_keys) != list(module.out_keys):
+        return False
     return isinstance(last, nn.Linear) and len(module.out_keys) == 1 and plain_module_call(module)
 
 
@@ -388,9 +391,7 @@ def direct_call_inputs(
         >>> direct_call_inputs(critic, td, ["another_value"]) is None
         True
     """
-    if not calls_network_directly(module):
-        return None
-    if out_keys is not None and list(out_keys) != list(module.out_keys):
+    if not calls_network_directly(module, out_keys):
         return None
     return network_inputs(module, tensordict)
 

@@ -184,9 +184,7 @@ class DQNLoss(LossModule):
         if len(self._q_modules) != 1:
             return None
         qnet = self._q_modules[0]
-        if calls_network_directly(qnet) and qnet.out_keys == [self.tensor_keys.action_value]:
-            return qnet
-        return None
+        return qnet if calls_network_directly(qnet, [self.tensor_keys.action_value]) else None
 
     def _action_values(
         self, tensordict: TensorDictBase, qnet: nn.Module | None, *param_sets: ParamSet

@@ -115,6 +115,14 @@ def td0_return_estimate(
         terminated = done
     check_tensors(fn, reward, next_state_value=next_state_value, terminated=terminated, done=done)
     gamma = as_discount(fn, "gamma", gamma, reward.shape)
+    return _td0_target(gamma, next_state_value, reward, terminated)
+
+
+def _td0_target(
+    gamma: float | Tensor, next_state_value: Tensor, reward: Tensor, terminated: Tensor | None
+) -> Tensor:
+    """:func:`td0_return_estimate`'s arithmetic on checked inputs (``gamma`` a float or a tensor
+    broadcastable to ``reward``); the estimator calls it directly when its checks are moot."""
     if isinstance(gamma, float):
         # One fused op for r + gamma * V (what the per-update losses call most).
         target = torch.add(reward, next_state_value, alpha=gamma)
