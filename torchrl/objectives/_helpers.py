@@ -162,6 +162,8 @@ _NO_CLOSED_FORM_ENTROPY = (torch.distributions.Distribution.entropy, TanhNormal.
 
 def dist_entropy(dist: torch.distributions.Distribution, samples_mc: int = 1) -> Tensor:
     """Entropy of ``dist`` (``[*B]``): closed form, else a Monte-Carlo estimate."""
+    if type(dist) is TanhNormal:  # its estimate scores the draws without squashing them
+        return dist.mc_entropy(samples_mc)
     if _is_composite(dist):
         from tensordict.nn import set_composite_lp_aggregate
 
