@@ -147,3 +147,28 @@ def test_renamed_keys_are_the_ones_checked():
     assert "DQNLoss" in info.value.args[0] and "('next', 'r')" in info.value.args[0]
     td["next", "r"] = td["next", "reward"]
     loss(td)
+
+
+def test_key_checks_on_other_tensordict_kinds_and_shapes():
+    # The check walks a plain TensorDict's entry dicts; a tensor where a sub-TensorDict should
+    # be, a lazy stack, and a key nested deeper than the loss's keys all give the same answers
+    # as tensordict's own key lookup.
+    from tensordict import LazyStackedTensorDict
+
+    torch.manual_seed(0)
+    loss = DQNLoss(QValueActor(mlp(3, 3), action_space="one_hot"))
+    td = _discrete()
+    loss._check_inputs(td)
+    loss._check_inputs(LazyStackedTensorDict.lazy_stack(list(td.unbind(0)), 0))
+    loss._check_inputs(td, [("next", "observation"), "action"])
+    td["deep"] = {"er": {"key": torch.zeros(8)}}
+    loss._check_inputs(td, [("deep", "er", "key")])
+    for key in [("deep", "er", "nokey"), ("deep", "no", "key"), ("action", "x"), ("no", "x")]:
+        with pytest.raises(KeyError, match=r"DQNLoss: the input tensordict has no entry"):
+            loss._check_inputs(td, [key])
+    lazy = LazyStackedTensorDict.lazy_stack(list(td.unbind(0)), 0)
+    with pytest.raises(KeyError) as info:
+        loss._check_inputs(lazy, [("next", "nothing")])
+    assert "no entry ('next', 'nothing')" in info.value.args[0]
+    with pytest.raises(TypeError, match="takes a TensorDict"):
+        loss._check_inputs({"observation": torch.zeros(3)})

@@ -124,18 +124,30 @@ def _has_key(tensordict: TensorDictBase, key: NestedKey) -> bool | None:
     cheaper than ``key in td.keys(True)``); ``None`` when the walk does not apply (another
     TensorDict kind on the way, a key that is neither a string nor a tuple of strings, under
     tracing, where dynamo does not follow the entry dicts)."""
-    parts = (key,) if type(key) is str else key
-    if type(parts) is not tuple or not parts or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():
         return None
-    node: Any = tensordict
-    for part in parts:
-        found = plain_entries(node)
-        if found is None or type(part) is not str:
+    entries = plain_entries(tensordict)
+    return None if entries is None else _has_entry(entries, key)
+
+
+def _has_entry(entries: Mapping[str, Any], key: NestedKey) -> bool | None:
+    """:func:`_has_key` from a plain TensorDict's entry dict (``entries``), not traced."""
+    if type(key) is str:
+        return key in entries
+    if type(key) is not tuple or not key:
+        return None
+    *parents, leaf = key
+    node = entries
+    for part in parents:
+        if type(part) is not str:
             return None
-        if part not in found:
+        if part not in node:
             return False
-        node = found[part]
-    return True
+        child = plain_entries(node[part])
+        if child is None:  # another TensorDict kind (or a tensor) on the way
+            return None
+        node = child
+    return leaf in node if type(leaf) is str else None
 
 
 def _find_loss_mask(loss: LossModule, tensordict: TensorDictBase) -> torch.Tensor | None:
@@ -810,8 +822,10 @@ class LossModule(nn.Module):
                 f"{type(self).__name__} takes a TensorDict (or tensors as keyword arguments), "
                 f"got {type(tensordict).__name__}"
             )
+        # The entry dicts are walked once per key (see _has_key), not under tracing.
+        entries = None if torch.compiler.is_compiling() else plain_entries(tensordict)
         for key in self._required_keys if keys is None else keys:
-            found = _has_key(tensordict, key)
+            found = None if entries is None else _has_entry(entries, key)
             if found is None:
                 found = key in tensordict.keys(include_nested=True)
             if not found:
