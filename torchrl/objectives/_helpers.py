@@ -381,8 +381,9 @@ def write_priority(
 
 
 def td_error_priority(td_error: Tensor, batch_shape: torch.Size) -> Tensor:
-    """Per-sample priorities ``[*B]`` from a ``[*B, 1]`` (or ``[*B]``) error."""
-    td_error = td_error.detach()
+    """Per-sample priorities ``[*B]`` from a ``[*B, 1]`` (or ``[*B]``) error, without a graph."""
+    if td_error.requires_grad:
+        td_error = td_error.detach()
     if td_error.shape != batch_shape and td_error.numel() == batch_shape.numel():
         # The sizes unpacked: a torch.Size argument costs ~1.5 us more to parse.
         return td_error.reshape(*batch_shape) if batch_shape else td_error.reshape(())
