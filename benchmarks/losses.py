@@ -19,13 +19,17 @@ speed-up over ours. Runs with ``torch.set_num_threads(1)``. ``--rounds`` repeats
 (best times kept, every pair pooled).
 
 Measured on 2026-11-29 on the shared 2-core machine (nothing else running, ``--rounds 3``,
-recorded in ``docs/benchmarks/losses.json``): ``ours_over_plain`` 1.14 (DQN), 1.09 (SAC),
-1.12 (TD3) and 1.17 (PPO), quartiles of the pair ratios 1.10-1.16, 1.01-1.18, 1.07-1.20 and
-1.14-1.20; a second run a minute later: 1.16 / 1.12 / 1.10 / 1.14. The 1.15 target is met
-for SAC and TD3; DQN and PPO sit on it, under or over by a few hundredths from run to run
-(this host's speed drifts by up to a third within minutes, and the ratios rise when it is
-slow). The previous record, the same morning: 1.19 / 1.07 / 1.14 / 1.19. What moved DQN and
-PPO: one-hot actions picked by ``argmax`` and ``gather`` instead of a product and a sum, a
+recorded in ``docs/benchmarks/losses.json``): ``ours_over_plain`` 1.14 (DQN), 1.05 (SAC),
+1.07 (TD3) and 1.11 (PPO), quartiles of the pair ratios 1.10-1.23, 1.02-1.11, 1.04-1.24 and
+1.08-1.14: the 1.15 target is met for all four. A second run a minute later: 1.12 / 1.07 /
+1.08 / 1.11; in five more runs that afternoon (``--no-peers``) DQN ranged 1.11-1.14 and PPO
+1.10-1.16, so PPO still crosses the target now and then (this host's speed drifts by up to a
+third within minutes, and the ratios rise when it is slow). The record before, the same day: 1.14 / 1.09 / 1.12 / 1.17. What moved since: the
+batch is no longer copied at each call (see ``_peers/loss_cases.py``; 0.01-0.02 of each ratio
+in paired runs), a ``TanhNormal``'s entropy estimate scores its draw without squashing it
+(``TanhNormal.mc_entropy``: PPO's entropy term skips a ``tanh`` and a clamp), and the input
+key checks read the batch's entry dict once per call. Earlier the same day: one-hot actions
+picked by ``argmax`` and ``gather`` instead of a product and a sum, a
 TD(0) target of boolean flags and a float discount in its two ops without further reads or
 checks, the fused loss ops called as their aten ops (the ``torch.nn.functional`` wrappers'
 checks cost ~5 us a call), the priority written without a graph, a ``SoftUpdate`` step that
@@ -36,12 +40,15 @@ the target and detached values, PPO and SAC build the actor's distribution from 
 network's outputs without a TensorDict copy and writes, the loss mask is applied in
 ``LossModule.__call__``, plain ``MLP`` networks get their target and detached tensors as
 arguments (``planned_forward``), the twin critics of SAC and TD3 run stacked. TorchRL
-0.14.1's wall time over ours: 2.44 / 2.28 / 2.24 / 2.11. The aten op counts are close (PPO
-196 against plain PyTorch's 188, DQN 62 against 59, as listed by ``torch.profiler`` per
-update), and so were the instruction counts (valgrind, before these changes: 5.1 M against
-4.7 M per DQN update); the time gap is larger, as interpreter bookkeeping retires fewer
-instructions per cycle than the kernels and pays more for cache misses in a long update
-(a step that costs 4 us in a tight loop costs 10-20 us inside the update). A hand-inlined DQN
+0.14.1's wall time over ours in the recorded run: 2.84 / 1.88 / 2.00 / 1.90 (2.44 / 2.28 /
+2.24 / 2.11 in the record before: the two libraries are timed a minute apart, best of three
+rounds each, so this ratio moves with the host's speed more than ``ours_over_plain``). The
+aten op counts are close (PPO 196 against plain PyTorch's 188, DQN 62 against 59, as listed
+by ``torch.profiler`` per update, before the entropy change), and so were the instruction
+counts (valgrind, before these changes: 5.1 M against 4.7 M per DQN update); the time gap is
+larger, as interpreter bookkeeping retires fewer instructions per cycle than the kernels and
+pays more for cache misses in a long update (a step that costs 4 us in a tight loop costs
+10-20 us inside the update). A hand-inlined DQN
 update with everything the library must do (the TensorDict reads, key checks, the priority
 write, a TensorDict of losses, our ``SoftUpdate``; a scratch script, not kept) measured
 0.98-1.04x plain PyTorch: what remains is the loss's layering (per-call decisions on which
