@@ -829,10 +829,10 @@ class LossModule(nn.Module):
             if found is None:
                 found = key in tensordict.keys(include_nested=True)
             if not found:
-                entries = sorted(map(str, tensordict.keys(True, True)))
+                present = sorted(map(str, tensordict.keys(True, True)))
                 raise KeyError(
                     f"{type(self).__name__}: the input tensordict has no entry {key!r} (rename "
-                    f"the loss's keys with set_keys); entries present: {entries}"
+                    f"the loss's keys with set_keys); entries present: {present}"
                 )
 
     def _value_target_keys(self, critic: Any) -> list[NestedKey]:
