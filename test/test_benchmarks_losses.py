@@ -185,6 +185,7 @@ def _compile_args(**kw) -> argparse.Namespace:
         inductor_applied={},
         ours_compile="update",
         env_batch=[2],
+        device="cpu",
     )
     base.update(kw)
     return argparse.Namespace(**base)
