@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from torchrl._keys import paper_era_log_prob_key
 from torchrl._types import NestedKey
 from torchrl.modules.distributions.continuous import TanhNormal
+from torchrl.modules.distributions.utils import mc_entropy
 from torchrl.modules.models.value_norm import DecodedValueOperator, encode_value
 from torchrl.objectives.common import direct_call_inputs, wrapped_network
 from torchrl.objectives.utils import LossFunction, Reduction, distance_loss
@@ -162,8 +163,6 @@ _NO_CLOSED_FORM_ENTROPY = (torch.distributions.Distribution.entropy, TanhNormal.
 
 def dist_entropy(dist: torch.distributions.Distribution, samples_mc: int = 1) -> Tensor:
     """Entropy of ``dist`` (``[*B]``): closed form, else a Monte-Carlo estimate."""
-    if type(dist) is TanhNormal:  # its estimate scores the draws without squashing them
-        return dist.mc_entropy(samples_mc)
     if _is_composite(dist):
         from tensordict.nn import set_composite_lp_aggregate
 
@@ -177,10 +176,7 @@ def dist_entropy(dist: torch.distributions.Distribution, samples_mc: int = 1) ->
     if dist.has_rsample and callable(getattr(dist, "rsample_and_log_prob", None)):
         # Scored from its own draw (a TanhNormal's pre-tanh value): the exact density,
         # without the atanh(tanh(x)) round trip of log_prob(rsample()) and its backward.
-        if samples_mc == 1:
-            return -dist.rsample_and_log_prob()[1]  # type: ignore[attr-defined]
-        _, log_prob = dist.rsample_and_log_prob(torch.Size((samples_mc,)))  # type: ignore[attr-defined]
-        return -log_prob.mean(0)
+        return mc_entropy(dist, samples_mc)
     sample = dist.rsample((samples_mc,)) if dist.has_rsample else dist.sample((samples_mc,))
     return -dist.log_prob(sample).mean(0)
 
@@ -363,7 +359,7 @@ def write_priority(
     pred: Tensor,
     target: Tensor,
     ensemble: bool = False,
-) -> None:
+) -> Tensor:
     """Writes the per-sample priority ``|pred - target|`` (``[*B]``) at ``key``, without a graph.
 
     Args:
@@ -373,11 +369,15 @@ def write_priority(
         target: their targets, ``[*B, 1]``.
         ensemble: ``pred`` has one row per critic; the priority is the largest of the ``n``
             errors.
+
+    Returns:
+        The error in ``target``'s shape (``[*B, 1]``), before the reshape to the batch.
     """
     error = (pred.detach() - target).abs_()
     if ensemble:
         error = error.amax(0)
     tensordict.set(key, td_error_priority(error, tensordict.batch_size))
+    return error
 
 
 def td_error_priority(td_error: Tensor, batch_shape: torch.Size) -> Tensor:

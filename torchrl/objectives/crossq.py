@@ -40,7 +40,7 @@ from torchrl.objectives._helpers import (
     resolve_target_entropy,
     rsample_and_log_prob,
     soft_actor_critic_terms,
-    td_error_priority,
+    write_priority,
 )
 from torchrl.objectives.common import LossModule, ParamSet, next_key
 from torchrl.objectives.utils import ValueEstimators, distance_loss
@@ -251,10 +251,7 @@ class CrossQLoss(LossModule):
             next_value = q_next.detach().min(0).values - alpha * next_log_prob
             target = self.value_estimator.value_estimate(tensordict, next_value=next_value)
         loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
-        td_error = (pred.detach() - target).abs().max(0).values
-        tensordict.set(
-            self.tensor_keys.priority, td_error_priority(td_error, tensordict.batch_size)
-        )
+        td_error = write_priority(tensordict, self.tensor_keys.priority, pred, target, True)
         return loss, td_error
 
     def _actor_terms(self, tensordict: TensorDictBase, alpha: Tensor) -> tuple[Tensor, Tensor]:

@@ -23,6 +23,7 @@ __all__ = [
     "composite_entropy",
     "has_analytic_entropy",
     "has_analytic_kl",
+    "mc_entropy",
     "rsample_and_log_prob",
     "sample_and_log_prob",
 ]
@@ -88,6 +89,30 @@ def rsample_and_log_prob(
         (True, torch.Size([2]))
     """
     return sample_and_log_prob(distribution, sample_shape, reparameterize=True)
+
+
+def mc_entropy(distribution: D.Distribution, samples_mc: int = 1) -> torch.Tensor:
+    """A Monte-Carlo entropy estimate, ``-mean(log p)`` over ``samples_mc`` reparameterised
+    draws scored by :func:`rsample_and_log_prob` (a :class:`~torchrl.modules.TanhNormal`
+    scores its draws without squashing them: :meth:`~torchrl.modules.TanhNormal.mc_entropy`).
+
+    Args:
+        distribution: a distribution with ``rsample``.
+        samples_mc: the number of draws averaged.
+
+    Returns:
+        The estimate, ``[*B]``.
+
+    Examples:
+        >>> mc_entropy(TanhNormal(torch.zeros(3, 2), torch.ones(3, 2)), samples_mc=4).shape
+        torch.Size([3])
+    """
+    if type(distribution) is TanhNormal:
+        return distribution.mc_entropy(samples_mc)
+    if samples_mc == 1:  # one draw of the batch shape: no sample dim to average away
+        return -rsample_and_log_prob(distribution)[1]  # type: ignore[operator]
+    _, log_prob = rsample_and_log_prob(distribution, (samples_mc,))
+    return -log_prob.mean(0)  # type: ignore[union-attr]
 
 
 def _base(dist: D.Distribution) -> D.Distribution:
@@ -217,8 +242,7 @@ def composite_entropy(
         if has_analytic_entropy(dist):
             entropies[name] = dist.entropy()
         else:
-            _, log_prob = rsample_and_log_prob(dist, (samples_mc,))
-            entropies[name] = -log_prob.mean(0)  # type: ignore[union-attr]
+            entropies[name] = mc_entropy(dist, samples_mc)
     if composite_lp_aggregate():
         summed = [ent.reshape(*batch_shape, -1).sum(-1) for ent in entropies.values()]
         return torch.stack(summed).sum(0)
